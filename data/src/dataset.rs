@@ -1,0 +1,85 @@
+//! A folder of shards: train and validation shards told apart by file name, plus the optional
+//! `meta.json`. Names follow llm.c (`fineweb_train_000001.bin`, `tiny_shakespeare_val.bin`): a
+//! `.bin` file whose name has an `_`-separated part `train` or `val`.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{DataError, Result};
+use crate::meta::{DatasetMeta, META_FILE};
+use crate::shard::Shard;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Split {
+    Train,
+    Val,
+}
+
+impl Split {
+    pub fn name(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Val => "val",
+        }
+    }
+
+    /// The split a shard file belongs to, from its name; `None` for files that are not shards.
+    pub fn of_file(path: &Path) -> Option<Split> {
+        if path.extension()? != "bin" {
+            return None;
+        }
+        let stem = path.file_stem()?.to_str()?;
+        [Split::Train, Split::Val]
+            .into_iter()
+            .find(|s| stem.split('_').any(|part| part == s.name()))
+    }
+
+    /// The name `swax prepare` gives the `index`-th shard of this split.
+    pub fn shard_file(self, index: usize) -> String {
+        format!("{}_{index:06}.bin", self.name())
+    }
+}
+
+/// Files in `dir` that a prepared dataset owns (shards and metadata), sorted by name.
+pub fn dataset_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(DataError::io(dir))? {
+        let path = entry.map_err(DataError::io(dir))?.path();
+        if Split::of_file(&path).is_some() || path.file_name() == Some(META_FILE.as_ref()) {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+#[derive(Debug)]
+pub struct Dataset {
+    /// Absent for shards made elsewhere (llm.c's FineWeb): then only the loader's per-token
+    /// check against the model's vocabulary guards the ids.
+    pub meta: Option<DatasetMeta>,
+    pub train: Vec<Shard>,
+    pub val: Vec<Shard>,
+}
+
+impl Dataset {
+    /// Opens every shard in `dir`, checking each header.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Dataset> {
+        let dir = dir.as_ref();
+        let meta = DatasetMeta::read(dir)?;
+        let (mut train, mut val) = (Vec::new(), Vec::new());
+        for path in dataset_files(dir)? {
+            match Split::of_file(&path) {
+                Some(Split::Train) => train.push(Shard::open(&path)?),
+                Some(Split::Val) => val.push(Shard::open(&path)?),
+                None => {}
+            }
+        }
+        if train.is_empty() && val.is_empty() {
+            return Err(DataError::Config(format!(
+                "{}: no shards (expected .bin files named like train_000000.bin)",
+                dir.display()
+            )));
+        }
+        Ok(Dataset { meta, train, val })
+    }
+}

@@ -1,0 +1,67 @@
+//! The crate's error type: every failure on user input (files, configs, token ids) is one of these.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong reading, writing or generating data.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A shard whose header or size does not match llm.c's format.
+    #[error("{}: bad shard field `{field}` at byte {offset}: {detail}", path.display())]
+    BadShard {
+        path: PathBuf,
+        field: &'static str,
+        offset: u64,
+        detail: String,
+    },
+    /// `location` says where the token sits: a file and byte offset, or an index.
+    #[error("token {token} at {location} is outside the vocabulary of {vocab}")]
+    OutOfVocab {
+        location: String,
+        token: u32,
+        vocab: u32,
+    },
+    #[error(
+        "the data's tokenizer `{tokenizer}` needs a vocabulary of {needed}, the model has {model}"
+    )]
+    VocabMismatch {
+        tokenizer: String,
+        needed: u32,
+        model: u32,
+    },
+    #[error("unknown tokenizer `{0}` (expected `bytes` or `gpt2`)")]
+    UnknownTokenizer(String),
+    #[error("tokenizer `{name}` failed to load: {detail}")]
+    TokenizerInit { name: &'static str, detail: String },
+    #[error("{}: bad metadata: {source}", path.display())]
+    Meta {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{}: holds {count} shard or metadata file(s) already; pass --force to overwrite", dir.display())]
+    ShardsExist { dir: PathBuf, count: usize },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A checkpointed loader state that does not belong to this loader's data or settings.
+    #[error("loader state does not match: {field} is {found} in the state, {expected} here")]
+    StateMismatch {
+        field: &'static str,
+        expected: u64,
+        found: u64,
+    },
+}
+
+impl DataError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> DataError {
+        let path = path.into();
+        move |source| DataError::Io { path, source }
+    }
+}
+
+pub type Result<T, E = DataError> = std::result::Result<T, E>;

@@ -1,0 +1,36 @@
+//! Token shards, tokenizers, loaders, the default corpus and long-context tasks.
+//!
+//! - [`shard`]: llm.c's shard format, read through a memory map, written atomically.
+//! - [`dataset`] and [`meta`]: a folder of train/validation shards and the `meta.json` naming
+//!   the tokenizer that made them.
+//! - [`loader`]: seeded, resumable, rank-split batches of B sequences of T + 1 tokens.
+//! - [`tokenizer`]: bytes (the default) and GPT-2 BPE, offline.
+//! - [`prepare`]: text to shards, behind `swax prepare`.
+//! - [`corpus`]: the generated default corpus whose prediction needs long-range recall.
+//! - [`tasks`]: needle-in-a-haystack, passkey and MQAR samples at exact lengths.
+
+mod atomic;
+pub mod corpus;
+pub mod dataset;
+pub mod error;
+pub mod loader;
+pub mod meta;
+pub mod prepare;
+pub mod rng;
+pub mod sample;
+pub mod shard;
+pub mod tasks;
+pub mod tokenizer;
+
+pub use corpus::{Corpus, CorpusConfig, Document};
+pub use dataset::{Dataset, Split};
+pub use error::{DataError, Result};
+pub use loader::{Batch, Loader, LoaderConfig, LoaderState};
+pub use meta::{DatasetMeta, SplitCounts};
+pub use rng::Rng;
+pub use sample::{Answer, TaskSample};
+pub use shard::{write_shard, Shard, ShardFormat, ShardWriter};
+pub use tasks::mqar::{mqar, MqarConfig};
+pub use tasks::niah::{niah, NiahConfig, NiahKind};
+pub use tasks::passkey::{passkey, PasskeyConfig};
+pub use tokenizer::{Tokenizer, TokenizerKind};

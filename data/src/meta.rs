@@ -1,0 +1,68 @@
+//! The metadata file written beside shards (`meta.json`): which tokenizer made them and how much
+//! each split holds, so a model whose vocabulary does not fit the data is refused before training.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::atomic;
+use crate::error::{DataError, Result};
+use crate::tokenizer::TokenizerKind;
+use serde::{Deserialize, Serialize};
+
+pub const META_FILE: &str = "meta.json";
+
+/// What one split (train or validation) of a prepared dataset holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitCounts {
+    pub documents: u64,
+    pub tokens: u64,
+    pub shards: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetMeta {
+    pub tokenizer: TokenizerKind,
+    pub vocab_size: u32,
+    pub eot: u32,
+    pub train: SplitCounts,
+    pub val: SplitCounts,
+}
+
+impl DatasetMeta {
+    pub fn read(dir: &Path) -> Result<Option<DatasetMeta>> {
+        let path = dir.join(META_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(DataError::Io { path, source }),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|source| DataError::Meta { path, source })
+    }
+
+    /// Written atomically, like shards, and last, so its presence means the shards are complete.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(META_FILE);
+        let json = serde_json::to_string_pretty(self).map_err(|source| DataError::Meta {
+            path: path.clone(),
+            source,
+        })?;
+        let mut tmp = atomic::temp_beside(&path)?;
+        tmp.write_all(json.as_bytes())
+            .map_err(DataError::io(&path))?;
+        atomic::persist(tmp, &path)
+    }
+
+    /// A model with `model_vocab` output classes must cover every id the tokenizer can produce.
+    pub fn check_model_vocab(&self, model_vocab: u32) -> Result<()> {
+        if self.vocab_size > model_vocab {
+            return Err(DataError::VocabMismatch {
+                tokenizer: self.tokenizer.name().to_owned(),
+                needed: self.vocab_size,
+                model: model_vocab,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,293 @@
+//! `swax prepare`'s pipeline: text files, folders or stdin to train and validation shards and
+//! `meta.json`.
+//!
+//! A document is a file, or a piece of one between `<|endoftext|>` markers, trimmed of
+//! surrounding whitespace; empty ones are skipped. Input is read as UTF-8 (invalid sequences
+//! become U+FFFD). Each document goes whole to one split, so the splits never share text: a
+//! document goes to validation while validation holds less than `val_fraction` of the tokens so
+//! far, which tracks the fraction closely and needs no randomness. Every document is preceded by
+//! the end-of-text token, as in llm.c's FineWeb shards. Documents are tokenized in parallel, in
+//! batches, and written in input order, so the output does not depend on the thread count.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use memchr::memmem;
+use memmap2::Mmap;
+use rayon::prelude::*;
+
+use crate::dataset::{dataset_files, Split};
+use crate::error::{DataError, Result};
+use crate::meta::{DatasetMeta, SplitCounts};
+use crate::shard::{ShardFormat, ShardWriter};
+use crate::tokenizer::{Tokenizer, TokenizerKind, EOT_TEXT};
+
+/// Text tokenized per parallel batch: large enough to keep both cores busy, small enough that
+/// its tokens (4 bytes each) stay a modest amount of memory.
+const BATCH_BYTES: usize = 8 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    Stdin,
+    Path(PathBuf),
+}
+
+impl From<&str> for Input {
+    /// `-` is stdin, as on the command line.
+    fn from(s: &str) -> Self {
+        if s == "-" {
+            Input::Stdin
+        } else {
+            Input::Path(PathBuf::from(s))
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrepareConfig {
+    pub out: PathBuf,
+    pub tokenizer: TokenizerKind,
+    /// Share of tokens for validation, in [0, 1).
+    pub val_fraction: f64,
+    /// Tokens per shard (the last shard of a split holds the rest).
+    pub shard_tokens: usize,
+    /// Replace existing shards and metadata in `out`.
+    pub force: bool,
+}
+
+/// The inputs with folders expanded into their files (recursively, sorted by name).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    sources: Vec<Input>,
+    /// `None` when stdin is among the inputs.
+    total_bytes: Option<u64>,
+}
+
+impl Plan {
+    pub fn new(inputs: &[Input]) -> Result<Plan> {
+        let mut sources = Vec::new();
+        for input in inputs {
+            let Input::Path(path) = input else {
+                sources.push(Input::Stdin);
+                continue;
+            };
+            for entry in walkdir::WalkDir::new(path).sort_by_file_name() {
+                let entry = entry.map_err(|e| DataError::Io {
+                    path: e.path().unwrap_or(path).to_owned(),
+                    source: e
+                        .into_io_error()
+                        .unwrap_or_else(|| std::io::Error::other("a loop of symbolic links")),
+                })?;
+                if entry.file_type().is_file() {
+                    sources.push(Input::Path(entry.into_path()));
+                }
+            }
+        }
+        let mut total_bytes = Some(0);
+        for source in &sources {
+            total_bytes = match (total_bytes, source) {
+                (Some(n), Input::Path(p)) => {
+                    Some(n + std::fs::metadata(p).map_err(DataError::io(p))?.len())
+                }
+                _ => None,
+            };
+        }
+        Ok(Plan {
+            sources,
+            total_bytes,
+        })
+    }
+
+    pub fn files(&self) -> usize {
+        self.sources.len()
+    }
+
+    pub fn total_bytes(&self) -> Option<u64> {
+        self.total_bytes
+    }
+
+    /// Writes the shards and `meta.json`; calls `progress` with each count of input bytes done.
+    pub fn run(&self, cfg: &PrepareConfig, progress: &mut dyn FnMut(u64)) -> Result<DatasetMeta> {
+        if !(0.0..1.0).contains(&cfg.val_fraction) {
+            return Err(DataError::Config(format!(
+                "the validation fraction {} is not in [0, 1)",
+                cfg.val_fraction
+            )));
+        }
+        if cfg.shard_tokens == 0 || cfg.shard_tokens > i32::MAX as usize {
+            return Err(DataError::Config(format!(
+                "tokens per shard must be in 1..={}, not {}",
+                i32::MAX,
+                cfg.shard_tokens
+            )));
+        }
+        clear_output(&cfg.out, cfg.force)?;
+        let tok = cfg.tokenizer.build()?;
+        let format = ShardFormat::for_vocab(tok.vocab_size());
+        let sink = |split| SplitWriter {
+            dir: cfg.out.clone(),
+            split,
+            format,
+            shard_tokens: cfg.shard_tokens,
+            writer: None,
+            counts: SplitCounts::default(),
+        };
+        let (mut train, mut val) = (sink(Split::Train), sink(Split::Val));
+        for source in &self.sources {
+            let text = read_source(source)?;
+            let mut batch = Vec::new();
+            let mut batch_bytes = 0;
+            let mut done = 0;
+            let mut flush = |batch: &mut Vec<&[u8]>, end: usize| -> Result<()> {
+                let encoded = encode_batch(&*tok, batch);
+                for tokens in encoded {
+                    let total = (train.counts.tokens + val.counts.tokens) as f64;
+                    let to_val = (val.counts.tokens as f64) < cfg.val_fraction * total;
+                    let split = if to_val { &mut val } else { &mut train };
+                    split.push(&[tok.eot()])?;
+                    split.push(&tokens)?;
+                    split.counts.documents += 1;
+                }
+                batch.clear();
+                progress((end - done) as u64);
+                done = end;
+                Ok(())
+            };
+            for (doc, end) in documents(&text) {
+                batch.push(doc);
+                batch_bytes += doc.len();
+                if batch_bytes >= BATCH_BYTES {
+                    flush(&mut batch, end)?;
+                    batch_bytes = 0;
+                }
+            }
+            flush(&mut batch, text.len())?;
+        }
+        let meta = DatasetMeta {
+            tokenizer: cfg.tokenizer,
+            vocab_size: tok.vocab_size(),
+            eot: tok.eot(),
+            train: train.finish()?,
+            val: val.finish()?,
+        };
+        meta.write(&cfg.out)?;
+        Ok(meta)
+    }
+}
+
+/// Creates `out`, or empties it of a previous dataset when `force` is set.
+fn clear_output(out: &Path, force: bool) -> Result<()> {
+    std::fs::create_dir_all(out).map_err(DataError::io(out))?;
+    let existing = dataset_files(out)?;
+    if !existing.is_empty() && !force {
+        return Err(DataError::ShardsExist {
+            dir: out.to_owned(),
+            count: existing.len(),
+        });
+    }
+    for path in existing {
+        std::fs::remove_file(&path).map_err(DataError::io(&path))?;
+    }
+    Ok(())
+}
+
+/// A file's bytes, mapped rather than read so that inputs larger than memory work; stdin is read
+/// whole. Input files must not change while they are read.
+enum Text {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Text {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Text::Mapped(map) => map,
+            Text::Owned(bytes) => bytes,
+        }
+    }
+}
+
+fn read_source(source: &Input) -> Result<Text> {
+    match source {
+        Input::Stdin => {
+            let mut bytes = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut bytes)
+                .map_err(DataError::io("<stdin>"))?;
+            Ok(Text::Owned(bytes))
+        }
+        Input::Path(path) => {
+            let file = std::fs::File::open(path).map_err(DataError::io(path))?;
+            if file.metadata().map_err(DataError::io(path))?.len() == 0 {
+                // Empty files cannot be mapped.
+                return Ok(Text::Owned(Vec::new()));
+            }
+            // SAFETY: read-only mapping; inputs are documented not to change while read.
+            let map = unsafe { Mmap::map(&file) }.map_err(DataError::io(path))?;
+            Ok(Text::Mapped(map))
+        }
+    }
+}
+
+/// Non-empty documents of `text` with the offset where each one's piece of input ends.
+fn documents(text: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {
+    let ends = memmem::find_iter(text, EOT_TEXT.as_bytes()).chain([text.len()]);
+    let mut start = 0;
+    ends.map(move |end| {
+        let doc = text[start..end].trim_ascii();
+        start = (end + EOT_TEXT.len()).min(text.len());
+        (doc, end)
+    })
+    .filter(|(doc, _)| !doc.is_empty())
+}
+
+fn encode_batch(tok: &dyn Tokenizer, batch: &[&[u8]]) -> Vec<Vec<u32>> {
+    batch
+        .par_iter()
+        .map(|doc| tok.encode(&String::from_utf8_lossy(doc)))
+        .collect()
+}
+
+/// One split's shards: fills `shard_tokens` per file, then starts the next.
+struct SplitWriter {
+    dir: PathBuf,
+    split: Split,
+    format: ShardFormat,
+    shard_tokens: usize,
+    writer: Option<ShardWriter>,
+    counts: SplitCounts,
+}
+
+impl SplitWriter {
+    fn push(&mut self, mut tokens: &[u32]) -> Result<()> {
+        while !tokens.is_empty() {
+            let mut writer = match self.writer.take() {
+                Some(w) => w,
+                None => {
+                    let name = self.split.shard_file(self.counts.shards as usize);
+                    self.counts.shards += 1;
+                    ShardWriter::create(self.dir.join(name), self.format)?
+                }
+            };
+            let n = (self.shard_tokens - writer.len()).min(tokens.len());
+            writer.push(&tokens[..n])?;
+            self.counts.tokens += n as u64;
+            tokens = &tokens[n..];
+            if writer.len() == self.shard_tokens {
+                writer.finish()?;
+            } else {
+                self.writer = Some(writer);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<SplitCounts> {
+        if let Some(writer) = self.writer.take() {
+            writer.finish()?;
+        }
+        Ok(self.counts)
+    }
+}

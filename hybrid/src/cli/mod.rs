@@ -1,0 +1,34 @@
+//! The `swax` subcommands. Each lives in its own file with its arguments and its `run`; adding
+//! one is a new file, a variant of [`Command`] and an arm in [`Command::run`].
+
+mod prepare;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "swax",
+    version,
+    about = "Train hybrid sliding-window-attention / linear-RNN language models"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Tokenize text files, folders or stdin into train and validation shards.
+    Prepare(prepare::PrepareArgs),
+}
+
+/// Subcommands report any error (data, model, I/O) to `main`, which prints it.
+pub type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+impl Command {
+    pub fn run(self) -> CliResult {
+        match self {
+            Command::Prepare(args) => prepare::run(args),
+        }
+    }
+}

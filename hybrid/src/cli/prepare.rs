@@ -1,0 +1,89 @@
+//! `swax prepare INPUT... --out DIR`: text to llm.c-format shards and `meta.json`, with a
+//! progress bar and the counts at the end. The pipeline itself is `swax_data::prepare`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use swax_data::prepare::{Input, Plan, PrepareConfig};
+use swax_data::{SplitCounts, TokenizerKind};
+
+use super::CliResult;
+
+#[derive(Debug, Args)]
+pub struct PrepareArgs {
+    /// Text files, folders (read recursively) or `-` for stdin. Documents are files, or pieces
+    /// of files between `<|endoftext|>` markers.
+    #[arg(required = true, value_name = "INPUT")]
+    inputs: Vec<String>,
+    /// Folder for the shards (train_NNNNNN.bin, val_NNNNNN.bin) and meta.json.
+    #[arg(long)]
+    out: PathBuf,
+    /// `bytes` (vocabulary 256, end of text = byte 0) or `gpt2` (50257, end of text = 50256).
+    #[arg(long, default_value = "bytes")]
+    tokenizer: TokenizerKind,
+    /// Share of tokens held out for validation, by whole documents.
+    #[arg(long, default_value_t = 0.01)]
+    val_fraction: f64,
+    /// Tokens per shard.
+    #[arg(long, default_value_t = 100_000_000)]
+    shard_tokens: usize,
+    /// Replace shards and metadata already in the output folder.
+    #[arg(long)]
+    force: bool,
+}
+
+pub fn run(args: PrepareArgs) -> CliResult {
+    let inputs: Vec<Input> = args
+        .inputs
+        .iter()
+        .map(|s| Input::from(s.as_str()))
+        .collect();
+    let plan = Plan::new(&inputs)?;
+    let bar = match plan.total_bytes() {
+        Some(total) => ProgressBar::new(total).with_style(ProgressStyle::with_template(
+            "{elapsed_precise} {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )?),
+        None => ProgressBar::new_spinner().with_style(ProgressStyle::with_template(
+            "{elapsed_precise} {spinner} {bytes} {bytes_per_sec}",
+        )?),
+    };
+    let cfg = PrepareConfig {
+        out: args.out,
+        tokenizer: args.tokenizer,
+        val_fraction: args.val_fraction,
+        shard_tokens: args.shard_tokens,
+        force: args.force,
+    };
+    let start = Instant::now();
+    let result = plan.run(&cfg, &mut |bytes| bar.inc(bytes));
+    bar.finish_and_clear();
+    let meta = result?;
+    let seconds = start.elapsed().as_secs_f64();
+    let megabytes = bar.position() as f64 / 1e6;
+
+    let line = |name: &str, c: SplitCounts| {
+        println!(
+            "{name:5} {:>10} documents {:>14} tokens {:>6} shards",
+            c.documents, c.tokens, c.shards
+        )
+    };
+    line("train", meta.train);
+    line("val", meta.val);
+    println!(
+        "{megabytes:.1} MB from {} input(s) in {seconds:.2} s ({:.1} MB/s), tokenizer {}, in {}",
+        plan.files(),
+        megabytes / seconds.max(1e-9),
+        meta.tokenizer,
+        cfg.out.display()
+    );
+    if cfg.val_fraction > 0.0 && meta.val.documents == 0 {
+        eprintln!(
+            "warning: the validation split is empty: {} document(s) were too few for a fraction \
+             of {}; split the text into more documents",
+            meta.train.documents, cfg.val_fraction
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! Hybrid models, the stochastic-window trainer, evaluation and the swax CLI.
