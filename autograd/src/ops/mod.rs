@@ -1,0 +1,25 @@
+//! Differentiable ops: each computes its forward with `swax_tensor` and records a hand-written
+//! backward on the tape. The files mirror `swax_tensor`'s `ops/`.
+mod elementwise;
+mod index;
+mod layout;
+mod loss;
+mod mask;
+mod matmul;
+mod norm;
+mod reduce;
+mod rope;
+mod softmax;
+
+/// The gradient list of a backward: `Some(g)` for inputs that need one, computing `g` lazily so
+/// nothing is spent on inputs the tape does not track.
+pub(crate) fn grads<const N: usize>(
+    needs: &[bool],
+    makers: [&dyn Fn() -> swax_tensor::Result<swax_tensor::Tensor>; N],
+) -> swax_tensor::Result<Vec<Option<swax_tensor::Tensor>>> {
+    makers
+        .iter()
+        .zip(needs)
+        .map(|(make, &need)| if need { make().map(Some) } else { Ok(None) })
+        .collect()
+}

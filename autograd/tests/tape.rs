@@ -1,0 +1,91 @@
+//! The tape's own behaviour: what it records, how gradients accumulate, what it refuses.
+use swax_autograd::Tape;
+use swax_tensor::{DType, Device, Tensor};
+
+fn t(values: &[f64], dims: &[usize]) -> Tensor {
+    Tensor::from_f64s(values, dims.to_vec(), DType::F64, Device::Cpu).unwrap()
+}
+
+#[test]
+fn nothing_is_recorded_without_a_watched_input() {
+    let tape = Tape::new();
+    let x = t(&[1.0, 2.0], &[2]);
+    let y = tape.exp(&x).unwrap();
+    let z = tape.sum_all(&y).unwrap();
+    assert!(tape.is_empty());
+    assert!(
+        tape.backward(&z).is_err(),
+        "a loss that depends on nothing watched has no gradient"
+    );
+}
+
+#[test]
+fn a_tensor_used_twice_accumulates_both_gradients() {
+    let tape = Tape::new();
+    let x = t(&[1.5, -2.0, 0.5], &[3]);
+    tape.watch(&x);
+    // f = sum(x*x + 3x): df/dx = 2x + 3.
+    let sq = tape.mul(&x, &x).unwrap();
+    let lin = tape.scale(&x, 3.0).unwrap();
+    let loss = tape.sum_all(&tape.add(&sq, &lin).unwrap()).unwrap();
+    let grads = tape.backward(&loss).unwrap();
+    assert_eq!(
+        grads.get(&x).unwrap().to_f64_vec().unwrap(),
+        vec![6.0, -1.0, 4.0]
+    );
+}
+
+#[test]
+fn backward_returns_leaves_only_and_consumes_the_nodes() {
+    let tape = Tape::new();
+    let (x, w) = (t(&[1.0, 2.0], &[1, 2]), t(&[3.0, 4.0], &[2, 1]));
+    tape.watch(&x);
+    tape.watch(&w);
+    let h = tape.matmul(&x, &w).unwrap();
+    let loss = tape.sum_all(&h).unwrap();
+    assert_eq!(tape.len(), 3);
+    let grads = tape.backward(&loss).unwrap();
+    assert!(
+        tape.is_empty(),
+        "every node (and what it saved) is dropped by backward"
+    );
+    assert_eq!(grads.len(), 2);
+    assert!(grads.get(&h).is_none());
+    assert_eq!(grads.get(&x).unwrap().to_f64_vec().unwrap(), vec![3.0, 4.0]);
+    assert_eq!(grads.get(&w).unwrap().to_f64_vec().unwrap(), vec![1.0, 2.0]);
+}
+
+#[test]
+fn untracked_inputs_get_no_gradient_work() {
+    let tape = Tape::new();
+    let (x, w) = (t(&[1.0, 2.0], &[1, 2]), t(&[3.0, 4.0], &[2, 1]));
+    tape.watch(&w);
+    let loss = tape.sum_all(&tape.matmul(&x, &w).unwrap()).unwrap();
+    let grads = tape.backward(&loss).unwrap();
+    assert!(grads.get(&x).is_none());
+    assert!(grads.get(&w).is_some());
+}
+
+#[test]
+fn backward_of_a_non_scalar_is_an_error_naming_the_shape() {
+    let tape = Tape::new();
+    let x = t(&[1.0, 2.0], &[2]);
+    tape.watch(&x);
+    let y = tape.exp(&x).unwrap();
+    let err = tape.backward(&y).unwrap_err().to_string();
+    assert!(err.contains("scalar") && err.contains("[2]"), "{err}");
+}
+
+#[test]
+fn a_backward_returning_a_wrong_shape_is_caught() {
+    let tape = Tape::new();
+    let x = t(&[1.0, 2.0], &[2]);
+    tape.watch(&x);
+    let y = x.exp().unwrap();
+    let y = tape.record("bad", &[&x], y, |_, _| {
+        Ok(vec![Some(Tensor::zeros([3], DType::F64, Device::Cpu)?)])
+    });
+    let loss = tape.sum_all(&y).unwrap();
+    let err = tape.backward(&loss).unwrap_err().to_string();
+    assert!(err.contains("bad") && err.contains("[3]"), "{err}");
+}

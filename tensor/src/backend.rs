@@ -1,0 +1,200 @@
+//! The seam between the device-independent ops and the kernels: one trait that every storage
+//! (the CPU's, the GPU's) implements. Ops in `ops/` check shapes and dtypes, then call exactly one
+//! of these methods; a method sees plain contiguous buffers and the sizes it needs, nothing more.
+use crate::{DType, Device, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryOp {
+    Neg,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Silu,
+    Softplus,
+    LogSigmoid,
+    Relu,
+    Square,
+    Scale(f64),
+    AddScalar(f64),
+    Clamp(f64, f64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Maximum,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    LogSumExp,
+}
+
+/// A tensor seen as `[outer, n, inner]` around the axis an op works along.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AxisDims {
+    pub outer: usize,
+    pub n: usize,
+    pub inner: usize,
+}
+
+/// How a binary op reads its operands: the output shape and each operand's strides in elements,
+/// 0 on broadcast dims.
+#[derive(Clone, Debug)]
+pub struct BroadcastLayout {
+    pub shape: Vec<usize>,
+    pub lhs_strides: Vec<usize>,
+    pub rhs_strides: Vec<usize>,
+}
+
+/// A strided view into a contiguous buffer: element `idx` of `shape` lives at
+/// `offset + sum(idx[i] * strides[i])`.
+#[derive(Clone, Debug)]
+pub struct StridedLayout {
+    pub shape: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub offset: usize,
+}
+
+/// A batch of row-major products `C[b] = op(A[b]) · op(B[b])`, `C[b]` of `m × n`, inner size `k`.
+/// A transposed operand is stored as its transpose (`A` as `k × m`). A batch stride of 0
+/// broadcasts that operand over the batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulLayout {
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub lhs_transposed: bool,
+    pub rhs_transposed: bool,
+    pub lhs_batch_stride: usize,
+    pub rhs_batch_stride: usize,
+}
+
+/// Sizes of a `[B, T, H, D]` tensor for rotary embeddings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeDims {
+    pub b: usize,
+    pub t: usize,
+    pub h: usize,
+    pub d: usize,
+    /// Absolute position of the first time step (for decoding or chunked evaluation).
+    pub offset: usize,
+    pub theta: f64,
+}
+
+pub trait Backend: Sized {
+    fn dtype(&self) -> DType;
+    fn device(&self) -> Device;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// A new zero-filled buffer on the same device.
+    fn zeros(&self, len: usize, dtype: DType) -> Result<Self>;
+    fn to_dtype(&self, dtype: DType) -> Result<Self>;
+
+    fn unary(&self, op: UnaryOp) -> Result<Self>;
+    /// `dy * f'(x)`, with `self` as x.
+    fn unary_backward(&self, op: UnaryOp, dy: &Self) -> Result<Self>;
+    fn binary(&self, rhs: &Self, op: BinaryOp, layout: &BroadcastLayout) -> Result<Self>;
+    /// `cond != 0 ? on_true : on_false`, all three of one length; `self` is the U32 condition.
+    fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self>;
+
+    /// Reduces the middle axis: `[outer, n, inner]` to `[outer, inner]`.
+    fn reduce(&self, op: ReduceOp, dims: AxisDims) -> Result<Self>;
+    /// Index of the maximum along the middle axis, as U32 `[outer, inner]`.
+    fn argmax(&self, dims: AxisDims) -> Result<Self>;
+    /// Writes `self[o, i]` to position `idx[o, i]` of the middle axis of a zero `[outer, n, inner]`.
+    fn scatter_axis(&self, idx: &Self, dims: AxisDims) -> Result<Self>;
+    /// Running sum along the middle axis; from the end when `reverse`.
+    fn cumsum(&self, dims: AxisDims, reverse: bool) -> Result<Self>;
+
+    /// Softmax (or log-softmax) over contiguous rows of length `n`.
+    fn softmax(&self, n: usize, log: bool) -> Result<Self>;
+    /// Given the forward's output `self` and its gradient, the input's gradient.
+    fn softmax_backward(&self, dy: &Self, n: usize, log: bool) -> Result<Self>;
+
+    fn matmul(&self, rhs: &Self, layout: &MatmulLayout) -> Result<Self>;
+
+    /// Gathers a strided view of `self` into a new contiguous buffer.
+    fn copy_strided(&self, src: &StridedLayout) -> Result<Self>;
+    /// Copies a strided view of `self` onto a strided view of `dst` (same shape).
+    fn copy_into(
+        &self,
+        src: &StridedLayout,
+        dst: &mut Self,
+        dst_layout: &StridedLayout,
+    ) -> Result<()>;
+
+    /// Picks `ids` (U32, each `< n`) along the middle axis: `[outer, ids.len(), inner]`.
+    fn index_select(&self, ids: &Self, dims: AxisDims) -> Result<Self>;
+    /// The transpose of `index_select`: adds each `[outer, j, inner]` slice of `self` into
+    /// position `ids[j]` of a zero `[outer, n, inner]`; repeated ids accumulate.
+    fn index_add(&self, ids: &Self, dims: AxisDims) -> Result<Self>;
+
+    /// Over the last two dims `[rows, cols]` of `self`, fills with `value` every position that
+    /// query row `r` (at absolute position `r + cols - rows`) may not see: keys `s` outside
+    /// `pos - window < s <= pos`.
+    fn masked_fill_band(&self, rows: usize, cols: usize, window: usize, value: f64)
+        -> Result<Self>;
+
+    /// RMSNorm over rows of length `n`: returns `(y, rstd)`, rstd per row.
+    fn rms_norm(&self, weight: &Self, n: usize, eps: f64) -> Result<(Self, Self)>;
+    /// Returns `(dx, dweight)` given x (`self`), the weight, the saved rstd and dy.
+    fn rms_norm_backward(
+        &self,
+        weight: &Self,
+        rstd: &Self,
+        dy: &Self,
+        n: usize,
+    ) -> Result<(Self, Self)>;
+    /// LayerNorm over rows of length `n`: returns `(y, mean, rstd)`.
+    fn layer_norm(
+        &self,
+        weight: &Self,
+        bias: &Self,
+        n: usize,
+        eps: f64,
+    ) -> Result<(Self, Self, Self)>;
+    /// Returns `(dx, dweight, dbias)`.
+    fn layer_norm_backward(
+        &self,
+        weight: &Self,
+        mean: &Self,
+        rstd: &Self,
+        dy: &Self,
+        n: usize,
+    ) -> Result<(Self, Self, Self)>;
+
+    /// Mean cross-entropy of logit rows of length `v` against U32 targets, rows whose target is
+    /// `ignore_index` left out. Returns `(loss, lse)`: the scalar loss and each row's log-sum-exp.
+    fn cross_entropy(
+        &self,
+        targets: &Self,
+        v: usize,
+        ignore_index: Option<u32>,
+    ) -> Result<(Self, Self)>;
+    /// dlogits given logits (`self`), targets, the saved lse and the scalar dloss.
+    fn cross_entropy_backward(
+        &self,
+        targets: &Self,
+        lse: &Self,
+        dloss: &Self,
+        v: usize,
+        ignore_index: Option<u32>,
+    ) -> Result<Self>;
+
+    /// Rotary embedding on `[B, T, H, D]` pairs `(i, i + D/2)`; `inverse` rotates back (the
+    /// backward).
+    fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self>;
+}

@@ -1,0 +1,445 @@
+//! The CPU backend: storage as plain vectors and a kernel for every op of `Backend`.
+//!
+//! Kernels are generic over `Real` (f32 and f64); BF16 storage is widened to f32, computed, and
+//! rounded back, so bf16 arithmetic on the CPU matches the GPU's "bf16 storage, f32 math".
+//! Work is spread over cores with rayon once a buffer is large enough to pay for it.
+mod copy;
+mod elementwise;
+mod loss;
+mod mask;
+mod matmul;
+mod norm;
+mod reduce;
+mod rope;
+mod softmax;
+
+use crate::backend::*;
+use crate::{DType, Device, Error, Result};
+use half::bf16;
+use std::borrow::Cow;
+
+/// Below this many elements a kernel runs on one thread: rayon's fork/join costs more.
+pub(crate) const PAR_MIN: usize = 1 << 15;
+
+/// The float types CPU kernels compute in.
+pub trait Real:
+    num_traits::Float
+    + num_traits::FromPrimitive
+    + std::iter::Sum
+    + Default
+    + Send
+    + Sync
+    + std::fmt::Debug
+    + 'static
+{
+    fn of(v: f64) -> Self {
+        Self::from_f64(v).expect("every f64 converts to a float type")
+    }
+}
+impl Real for f32 {}
+impl Real for f64 {}
+
+#[derive(Clone, Debug)]
+pub enum CpuStorage {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    BF16(Vec<bf16>),
+    U32(Vec<u32>),
+}
+
+fn widen(v: &[bf16]) -> Vec<f32> {
+    v.iter().map(|x| x.to_f32()).collect()
+}
+
+fn narrow(v: Vec<f32>) -> Vec<bf16> {
+    v.into_iter().map(bf16::from_f32).collect()
+}
+
+/// The float operands of one kernel call, all of one dtype, as the type the kernel computes in.
+enum Floats<'a> {
+    /// f32 operands; `true` when they were BF16 and the outputs must be rounded back.
+    F32(Vec<Cow<'a, [f32]>>, bool),
+    F64(Vec<Cow<'a, [f64]>>),
+}
+
+fn floats<'a>(op: &'static str, xs: &[&'a CpuStorage]) -> Result<Floats<'a>> {
+    let dtype = xs[0].dtype();
+    // Per-row statistics saved by a BF16 forward are f32: they may join BF16 operands.
+    let fits =
+        |x: &&&CpuStorage| x.dtype() == dtype || (dtype == DType::BF16 && x.dtype() == DType::F32);
+    if let Some(other) = xs.iter().find(|x| !fits(x)) {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: dtype,
+            rhs: other.dtype(),
+        });
+    }
+    Ok(match dtype {
+        DType::F32 => Floats::F32(xs.iter().map(|x| Cow::Borrowed(x.f32())).collect(), false),
+        DType::BF16 => Floats::F32(
+            xs.iter()
+                .map(|x| match x {
+                    CpuStorage::F32(v) => Cow::Borrowed(&v[..]),
+                    other => Cow::Owned(widen(other.bf16())),
+                })
+                .collect(),
+            true,
+        ),
+        DType::F64 => Floats::F64(xs.iter().map(|x| Cow::Borrowed(x.f64())).collect()),
+        DType::U32 => return Err(Error::UnsupportedDType { op, dtype }),
+    })
+}
+
+/// Runs a kernel written once, generically, on float operands of one dtype. Inside `$body`,
+/// `$xs[i]` are the operands as `&[T]` slices, `$out(Vec<T>)` wraps a result in the operands'
+/// dtype, and `$stat(Vec<T>)` wraps a per-row statistic, which stays f32 for BF16 operands.
+macro_rules! with_floats {
+    ($op:expr, [$($s:expr),+], |$xs:ident, $out:ident, $stat:ident| $body:expr) => {
+        match floats($op, &[$($s),+])? {
+            Floats::F32($xs, bf) => {
+                #[allow(unused_variables)]
+                let $out = |v: Vec<f32>| if bf { CpuStorage::BF16(narrow(v)) } else { CpuStorage::F32(v) };
+                #[allow(unused_variables)]
+                let $stat = CpuStorage::F32;
+                $body
+            }
+            Floats::F64($xs) => {
+                #[allow(unused_variables)]
+                let $out = CpuStorage::F64;
+                #[allow(unused_variables)]
+                let $stat = CpuStorage::F64;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs a dtype-agnostic kernel (copies, gathers) on any storage.
+macro_rules! any_map {
+    ($s:expr, |$v:ident| $body:expr) => {
+        match $s {
+            CpuStorage::F32($v) => CpuStorage::F32($body),
+            CpuStorage::F64($v) => CpuStorage::F64($body),
+            CpuStorage::BF16($v) => CpuStorage::BF16($body),
+            CpuStorage::U32($v) => CpuStorage::U32($body),
+        }
+    };
+}
+
+macro_rules! accessor {
+    ($name:ident, $variant:ident, $t:ty) => {
+        /// The values, for a caller that has already checked the dtype.
+        fn $name(&self) -> &[$t] {
+            match self {
+                CpuStorage::$variant(v) => v,
+                _ => unreachable!("dtype checked by the caller"),
+            }
+        }
+    };
+}
+
+impl CpuStorage {
+    accessor!(f32, F32, f32);
+    accessor!(f64, F64, f64);
+    accessor!(bf16, BF16, bf16);
+
+    pub fn ids(&self, op: &'static str) -> Result<&[u32]> {
+        match self {
+            CpuStorage::U32(v) => Ok(v),
+            other => Err(Error::UnsupportedDType {
+                op,
+                dtype: other.dtype(),
+            }),
+        }
+    }
+
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match self {
+            CpuStorage::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            CpuStorage::F64(v) => v.clone(),
+            CpuStorage::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            CpuStorage::U32(v) => v.iter().map(|&x| x as f64).collect(),
+        }
+    }
+
+    pub fn from_f64_vec(v: &[f64], dtype: DType) -> Self {
+        match dtype {
+            DType::F32 => CpuStorage::F32(v.iter().map(|&x| x as f32).collect()),
+            DType::F64 => CpuStorage::F64(v.to_vec()),
+            DType::BF16 => CpuStorage::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::U32 => CpuStorage::U32(v.iter().map(|&x| x as u32).collect()),
+        }
+    }
+}
+
+impl Backend for CpuStorage {
+    fn dtype(&self) -> DType {
+        match self {
+            CpuStorage::F32(_) => DType::F32,
+            CpuStorage::F64(_) => DType::F64,
+            CpuStorage::BF16(_) => DType::BF16,
+            CpuStorage::U32(_) => DType::U32,
+        }
+    }
+
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            CpuStorage::F32(v) => v.len(),
+            CpuStorage::F64(v) => v.len(),
+            CpuStorage::BF16(v) => v.len(),
+            CpuStorage::U32(v) => v.len(),
+        }
+    }
+
+    fn zeros(&self, len: usize, dtype: DType) -> Result<Self> {
+        Ok(match dtype {
+            DType::F32 => CpuStorage::F32(vec![0.0; len]),
+            DType::F64 => CpuStorage::F64(vec![0.0; len]),
+            DType::BF16 => CpuStorage::BF16(vec![bf16::ZERO; len]),
+            DType::U32 => CpuStorage::U32(vec![0; len]),
+        })
+    }
+
+    fn to_dtype(&self, dtype: DType) -> Result<Self> {
+        if dtype == self.dtype() {
+            return Ok(self.clone());
+        }
+        Ok(match (self, dtype) {
+            (CpuStorage::F32(v), DType::BF16) => CpuStorage::BF16(narrow(v.clone())),
+            (CpuStorage::BF16(v), DType::F32) => CpuStorage::F32(widen(v)),
+            _ => CpuStorage::from_f64_vec(&self.to_f64_vec(), dtype),
+        })
+    }
+
+    fn unary(&self, op: UnaryOp) -> Result<Self> {
+        Ok(with_floats!("unary", [self], |x, out, _s| out(
+            elementwise::unary(&x[0], op)
+        )))
+    }
+
+    fn unary_backward(&self, op: UnaryOp, dy: &Self) -> Result<Self> {
+        Ok(with_floats!(
+            "unary_backward",
+            [self, dy],
+            |x, out, _s| out(elementwise::unary_backward(&x[0], &x[1], op))
+        ))
+    }
+
+    fn binary(&self, rhs: &Self, op: BinaryOp, layout: &BroadcastLayout) -> Result<Self> {
+        Ok(with_floats!("binary", [self, rhs], |x, out, _s| out(
+            elementwise::binary(&x[0], &x[1], op, layout)
+        )))
+    }
+
+    fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self> {
+        let cond = self.ids("where_cond")?;
+        Ok(with_floats!(
+            "where_cond",
+            [on_true, on_false],
+            |x, out, _s| out(elementwise::where_cond(cond, &x[0], &x[1]))
+        ))
+    }
+
+    fn reduce(&self, op: ReduceOp, dims: AxisDims) -> Result<Self> {
+        Ok(with_floats!("reduce", [self], |x, out, _s| out(
+            reduce::reduce(&x[0], op, dims)
+        )))
+    }
+
+    fn argmax(&self, dims: AxisDims) -> Result<Self> {
+        Ok(CpuStorage::U32(with_floats!(
+            "argmax",
+            [self],
+            |x, _o, _s| reduce::argmax(&x[0], dims)
+        )))
+    }
+
+    fn scatter_axis(&self, idx: &Self, dims: AxisDims) -> Result<Self> {
+        let idx = idx.ids("scatter_axis")?;
+        Ok(with_floats!("scatter_axis", [self], |x, out, _s| out(
+            reduce::scatter_axis(&x[0], idx, dims)
+        )))
+    }
+
+    fn cumsum(&self, dims: AxisDims, reverse: bool) -> Result<Self> {
+        Ok(with_floats!("cumsum", [self], |x, out, _s| out(
+            reduce::cumsum(&x[0], dims, reverse)
+        )))
+    }
+
+    fn softmax(&self, n: usize, log: bool) -> Result<Self> {
+        Ok(with_floats!("softmax", [self], |x, out, _s| out(
+            softmax::softmax(&x[0], n, log)
+        )))
+    }
+
+    fn softmax_backward(&self, dy: &Self, n: usize, log: bool) -> Result<Self> {
+        Ok(with_floats!(
+            "softmax_backward",
+            [self, dy],
+            |x, out, _s| out(softmax::softmax_backward(&x[0], &x[1], n, log))
+        ))
+    }
+
+    fn matmul(&self, rhs: &Self, layout: &MatmulLayout) -> Result<Self> {
+        Ok(with_floats!("matmul", [self, rhs], |x, out, _s| out(
+            matmul::matmul(&x[0], &x[1], layout)
+        )))
+    }
+
+    fn copy_strided(&self, src: &StridedLayout) -> Result<Self> {
+        Ok(any_map!(self, |v| copy::gather_strided(v, src)))
+    }
+
+    fn copy_into(
+        &self,
+        src: &StridedLayout,
+        dst: &mut Self,
+        dst_layout: &StridedLayout,
+    ) -> Result<()> {
+        match (self, dst) {
+            (CpuStorage::F32(s), CpuStorage::F32(d)) => copy::copy_into(s, src, d, dst_layout),
+            (CpuStorage::F64(s), CpuStorage::F64(d)) => copy::copy_into(s, src, d, dst_layout),
+            (CpuStorage::BF16(s), CpuStorage::BF16(d)) => copy::copy_into(s, src, d, dst_layout),
+            (CpuStorage::U32(s), CpuStorage::U32(d)) => copy::copy_into(s, src, d, dst_layout),
+            (s, d) => {
+                return Err(Error::DTypeMismatch {
+                    op: "copy_into",
+                    lhs: s.dtype(),
+                    rhs: d.dtype(),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    fn index_select(&self, ids: &Self, dims: AxisDims) -> Result<Self> {
+        let ids = ids.ids("index_select")?;
+        Ok(any_map!(self, |v| copy::index_select(v, ids, dims)))
+    }
+
+    fn index_add(&self, ids: &Self, dims: AxisDims) -> Result<Self> {
+        let ids = ids.ids("index_add")?;
+        Ok(with_floats!("index_add", [self], |x, out, _s| out(
+            copy::index_add(&x[0], ids, dims)
+        )))
+    }
+
+    fn masked_fill_band(
+        &self,
+        rows: usize,
+        cols: usize,
+        window: usize,
+        value: f64,
+    ) -> Result<Self> {
+        Ok(with_floats!("masked_fill_band", [self], |x, out, _s| out(
+            mask::fill_band(&x[0], rows, cols, window, value)
+        )))
+    }
+
+    fn rms_norm(&self, weight: &Self, n: usize, eps: f64) -> Result<(Self, Self)> {
+        Ok(with_floats!("rms_norm", [self, weight], |x, out, stat| {
+            let (y, rstd) = norm::rms_norm(&x[0], &x[1], n, eps);
+            (out(y), stat(rstd))
+        }))
+    }
+
+    fn rms_norm_backward(
+        &self,
+        weight: &Self,
+        rstd: &Self,
+        dy: &Self,
+        n: usize,
+    ) -> Result<(Self, Self)> {
+        Ok(with_floats!(
+            "rms_norm_backward",
+            [self, weight, rstd, dy],
+            |x, out, _s| {
+                let (dx, dw) = norm::rms_norm_backward(&x[0], &x[1], &x[2], &x[3], n);
+                (out(dx), out(dw))
+            }
+        ))
+    }
+
+    fn layer_norm(
+        &self,
+        weight: &Self,
+        bias: &Self,
+        n: usize,
+        eps: f64,
+    ) -> Result<(Self, Self, Self)> {
+        Ok(with_floats!(
+            "layer_norm",
+            [self, weight, bias],
+            |x, out, stat| {
+                let (y, mean, rstd) = norm::layer_norm(&x[0], &x[1], &x[2], n, eps);
+                (out(y), stat(mean), stat(rstd))
+            }
+        ))
+    }
+
+    fn layer_norm_backward(
+        &self,
+        weight: &Self,
+        mean: &Self,
+        rstd: &Self,
+        dy: &Self,
+        n: usize,
+    ) -> Result<(Self, Self, Self)> {
+        Ok(with_floats!(
+            "layer_norm_backward",
+            [self, weight, mean, rstd, dy],
+            |x, out, _s| {
+                let (dx, dw, db) = norm::layer_norm_backward(&x[0], &x[1], &x[2], &x[3], &x[4], n);
+                (out(dx), out(dw), out(db))
+            }
+        ))
+    }
+
+    fn cross_entropy(
+        &self,
+        targets: &Self,
+        v: usize,
+        ignore_index: Option<u32>,
+    ) -> Result<(Self, Self)> {
+        let targets = targets.ids("cross_entropy")?;
+        Ok(with_floats!("cross_entropy", [self], |x, _o, stat| {
+            let (loss, lse) = loss::cross_entropy(&x[0], targets, v, ignore_index);
+            (stat(vec![loss]), stat(lse))
+        }))
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        targets: &Self,
+        lse: &Self,
+        dloss: &Self,
+        v: usize,
+        ignore_index: Option<u32>,
+    ) -> Result<Self> {
+        let targets = targets.ids("cross_entropy_backward")?;
+        let dloss = dloss.to_f64_vec()[0];
+        Ok(with_floats!(
+            "cross_entropy_backward",
+            [self, lse],
+            |x, out, _s| out(loss::cross_entropy_backward(
+                &x[0],
+                targets,
+                &x[1],
+                dloss,
+                v,
+                ignore_index
+            ))
+        ))
+    }
+
+    fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {
+        Ok(with_floats!("rope", [self], |x, out, _s| out(rope::rope(
+            &x[0], dims, inverse
+        ))))
+    }
+}

@@ -1,0 +1,56 @@
+//! Softmax and log-softmax over contiguous rows, and their backwards.
+use super::{Real, PAR_MIN};
+use rayon::prelude::*;
+
+/// Runs `f(row_in..., row_out)` over rows of length `n`, in parallel when the buffer is large.
+pub(crate) fn for_rows<T: Real>(
+    len: usize,
+    n: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) -> Vec<T> {
+    let mut out = vec![T::zero(); len];
+    if n == 0 {
+        return out;
+    }
+    if len >= PAR_MIN {
+        out.par_chunks_mut(n).enumerate().for_each(|(r, o)| f(r, o));
+    } else {
+        out.chunks_mut(n).enumerate().for_each(|(r, o)| f(r, o));
+    }
+    out
+}
+
+pub(crate) fn softmax<T: Real>(x: &[T], n: usize, log: bool) -> Vec<T> {
+    for_rows(x.len(), n, |r, out| {
+        let row = &x[r * n..(r + 1) * n];
+        let m = row.iter().copied().fold(T::neg_infinity(), T::max);
+        // A row of -inf (fully masked) gives zeros, not NaN.
+        let m = if m == T::neg_infinity() { T::zero() } else { m };
+        let sum: T = row.iter().map(|&v| (v - m).exp()).sum();
+        let log_sum = sum.ln();
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o = if log {
+                v - m - log_sum
+            } else {
+                (v - m).exp() / sum
+            };
+        }
+    })
+}
+
+pub(crate) fn softmax_backward<T: Real>(y: &[T], dy: &[T], n: usize, log: bool) -> Vec<T> {
+    for_rows(y.len(), n, |r, out| {
+        let (yr, gr) = (&y[r * n..(r + 1) * n], &dy[r * n..(r + 1) * n]);
+        if log {
+            let total: T = gr.iter().copied().sum();
+            for k in 0..n {
+                out[k] = gr[k] - yr[k].exp() * total;
+            }
+        } else {
+            let dot: T = yr.iter().zip(gr).map(|(&a, &b)| a * b).sum();
+            for k in 0..n {
+                out[k] = yr[k] * (gr[k] - dot);
+            }
+        }
+    })
+}

@@ -1,0 +1,77 @@
+//! Cross-entropy over logits with integer targets, fused with its log-softmax.
+use crate::backend::Backend;
+use crate::{Error, Result, Shape, Tensor};
+
+impl Tensor {
+    fn ce_rows(
+        &self,
+        op: &'static str,
+        targets: &Tensor,
+        ignore_index: Option<u32>,
+    ) -> Result<usize> {
+        self.float_only(op)?;
+        let v = self.dims().last().copied().unwrap_or(0);
+        if self.rank() < 1
+            || targets.numel() * v != self.numel()
+            || targets.dims() != &self.dims()[..self.rank() - 1]
+        {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: self.shape().clone(),
+                rhs: targets.shape().clone(),
+            });
+        }
+        // Ignored rows may carry any id; every other target must index the vocabulary.
+        if let Some(cpu) = targets.storage().as_cpu() {
+            if let Some(&bad) = cpu
+                .ids(op)?
+                .iter()
+                .find(|&&t| Some(t) != ignore_index && t as usize >= v)
+            {
+                return Err(Error::IndexOutOfRange {
+                    op,
+                    index: bad as usize,
+                    size: v,
+                });
+            }
+        }
+        Ok(v)
+    }
+
+    /// Mean cross-entropy of `self` (`[.., V]` logits) against `targets` (U32 `[..]`), rows whose
+    /// target is `ignore_index` left out. Returns the scalar loss and the per-row log-sum-exp
+    /// that the backward reuses.
+    pub fn cross_entropy(
+        &self,
+        targets: &Tensor,
+        ignore_index: Option<u32>,
+    ) -> Result<(Tensor, Tensor)> {
+        let v = self.ce_rows("cross_entropy", targets, ignore_index)?;
+        let (loss, lse) = self
+            .storage()
+            .cross_entropy(targets.storage(), v, ignore_index)?;
+        Ok((
+            self.with_storage(loss, Shape::scalar()),
+            self.with_storage(lse, targets.shape().clone()),
+        ))
+    }
+
+    /// dlogits for upstream gradient `dloss` (a scalar tensor).
+    pub fn cross_entropy_backward(
+        &self,
+        targets: &Tensor,
+        lse: &Tensor,
+        dloss: &Tensor,
+        ignore_index: Option<u32>,
+    ) -> Result<Tensor> {
+        let v = self.ce_rows("cross_entropy_backward", targets, ignore_index)?;
+        let out = self.storage().cross_entropy_backward(
+            targets.storage(),
+            lse.storage(),
+            dloss.storage(),
+            v,
+            ignore_index,
+        )?;
+        Ok(self.with_storage(out, self.shape().clone()))
+    }
+}

@@ -1,0 +1,77 @@
+//! Matrix products: `[.., m, k] · [.., k, n]`, either operand transposed in place (no copy),
+//! batch dims equal or one side plain 2-d (a weight shared over the batch).
+use crate::backend::{Backend, MatmulLayout};
+use crate::{Error, Result, Shape, Tensor};
+
+impl Tensor {
+    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.matmul_t(rhs, false, false)
+    }
+
+    /// `op(self) · op(rhs)` where `op` transposes the last two dims when its flag is set.
+    pub fn matmul_t(
+        &self,
+        rhs: &Tensor,
+        transpose_lhs: bool,
+        transpose_rhs: bool,
+    ) -> Result<Tensor> {
+        self.same_dtype("matmul", rhs)?;
+        self.float_only("matmul")?;
+        let mismatch = || Error::ShapeMismatch {
+            op: "matmul",
+            lhs: self.shape().clone(),
+            rhs: rhs.shape().clone(),
+        };
+        if self.rank() < 2 || rhs.rank() < 2 {
+            return Err(mismatch());
+        }
+        let (ld, rd) = (self.dims(), rhs.dims());
+        let (lr, rr) = (ld.len(), rd.len());
+        let (m, k) = if transpose_lhs {
+            (ld[lr - 1], ld[lr - 2])
+        } else {
+            (ld[lr - 2], ld[lr - 1])
+        };
+        let (k2, n) = if transpose_rhs {
+            (rd[rr - 1], rd[rr - 2])
+        } else {
+            (rd[rr - 2], rd[rr - 1])
+        };
+        if k != k2 {
+            return Err(mismatch());
+        }
+        let (lb, rb) = (&ld[..lr - 2], &rd[..rr - 2]);
+        let batch_dims = match (lb.is_empty(), rb.is_empty()) {
+            (_, true) => lb,
+            (true, false) => rb,
+            (false, false) if lb == rb => lb,
+            _ => return Err(mismatch()),
+        };
+        let batch: usize = batch_dims.iter().product();
+        let layout = MatmulLayout {
+            batch,
+            m,
+            n,
+            k,
+            lhs_transposed: transpose_lhs,
+            rhs_transposed: transpose_rhs,
+            lhs_batch_stride: if lb.is_empty() { 0 } else { m * k },
+            rhs_batch_stride: if rb.is_empty() { 0 } else { k * n },
+        };
+        let mut dims = batch_dims.to_vec();
+        dims.extend([m, n]);
+        // A batch against one shared, untransposed right operand is one tall product.
+        let layout = if rb.is_empty() && !transpose_lhs && batch > 1 {
+            MatmulLayout {
+                batch: 1,
+                m: batch * m,
+                lhs_batch_stride: 0,
+                ..layout
+            }
+        } else {
+            layout
+        };
+        let out = self.storage().matmul(rhs.storage(), &layout)?;
+        Ok(self.with_storage(out, Shape::new(dims)))
+    }
+}

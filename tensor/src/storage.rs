@@ -1,0 +1,250 @@
+//! `Storage`: a tensor's buffer on whichever device holds it. It implements `Backend` by handing
+//! each call to that device's storage, after checking that every operand lives on the same device.
+use crate::backend::*;
+use crate::cpu::CpuStorage;
+use crate::{DType, Device, Error, Result};
+
+#[derive(Clone, Debug)]
+pub enum Storage {
+    Cpu(CpuStorage),
+}
+
+impl Storage {
+    fn cpu(&self, op: &'static str, lhs: Device) -> Result<&CpuStorage> {
+        match self {
+            Storage::Cpu(s) => Ok(s),
+            #[allow(unreachable_patterns)]
+            other => Err(Error::DeviceMismatch {
+                op,
+                lhs,
+                rhs: other.device(),
+            }),
+        }
+    }
+
+    pub fn as_cpu(&self) -> Option<&CpuStorage> {
+        match self {
+            Storage::Cpu(s) => Some(s),
+        }
+    }
+}
+
+/// Wraps a device's results back into `Storage`, whatever the method returns.
+trait Lift {
+    type Out;
+    fn lift(self) -> Self::Out;
+}
+
+impl Lift for CpuStorage {
+    type Out = Storage;
+    fn lift(self) -> Storage {
+        Storage::Cpu(self)
+    }
+}
+
+impl Lift for () {
+    type Out = ();
+    fn lift(self) {}
+}
+
+impl<A: Lift, B: Lift> Lift for (A, B) {
+    type Out = (A::Out, B::Out);
+    fn lift(self) -> Self::Out {
+        (self.0.lift(), self.1.lift())
+    }
+}
+
+impl<A: Lift, B: Lift, C: Lift> Lift for (A, B, C) {
+    type Out = (A::Out, B::Out, C::Out);
+    fn lift(self) -> Self::Out {
+        (self.0.lift(), self.1.lift(), self.2.lift())
+    }
+}
+
+/// Calls one backend method on `self`'s device, with the other storage operands taken from the
+/// same device (a `DeviceMismatch` error otherwise).
+macro_rules! forward {
+    ($op:literal, $this:ident, [$($o:ident),*], |$s:ident| $call:expr) => {
+        match $this {
+            Storage::Cpu($s) => {
+                $(let $o = $o.cpu($op, Device::Cpu)?;)*
+                $call.map(Lift::lift)
+            }
+        }
+    };
+}
+
+impl Backend for Storage {
+    fn dtype(&self) -> DType {
+        match self {
+            Storage::Cpu(s) => s.dtype(),
+        }
+    }
+
+    fn device(&self) -> Device {
+        match self {
+            Storage::Cpu(s) => s.device(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Storage::Cpu(s) => s.len(),
+        }
+    }
+
+    fn zeros(&self, len: usize, dtype: DType) -> Result<Self> {
+        forward!("zeros", self, [], |s| s.zeros(len, dtype))
+    }
+
+    fn to_dtype(&self, dtype: DType) -> Result<Self> {
+        forward!("to_dtype", self, [], |s| s.to_dtype(dtype))
+    }
+
+    fn unary(&self, op: UnaryOp) -> Result<Self> {
+        forward!("unary", self, [], |s| s.unary(op))
+    }
+
+    fn unary_backward(&self, op: UnaryOp, dy: &Self) -> Result<Self> {
+        forward!("unary_backward", self, [dy], |s| s.unary_backward(op, dy))
+    }
+
+    fn binary(&self, rhs: &Self, op: BinaryOp, layout: &BroadcastLayout) -> Result<Self> {
+        forward!("binary", self, [rhs], |s| s.binary(rhs, op, layout))
+    }
+
+    fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self> {
+        forward!("where_cond", self, [on_true, on_false], |s| s
+            .where_cond(on_true, on_false))
+    }
+
+    fn reduce(&self, op: ReduceOp, dims: AxisDims) -> Result<Self> {
+        forward!("reduce", self, [], |s| s.reduce(op, dims))
+    }
+
+    fn argmax(&self, dims: AxisDims) -> Result<Self> {
+        forward!("argmax", self, [], |s| s.argmax(dims))
+    }
+
+    fn scatter_axis(&self, idx: &Self, dims: AxisDims) -> Result<Self> {
+        forward!("scatter_axis", self, [idx], |s| s.scatter_axis(idx, dims))
+    }
+
+    fn cumsum(&self, dims: AxisDims, reverse: bool) -> Result<Self> {
+        forward!("cumsum", self, [], |s| s.cumsum(dims, reverse))
+    }
+
+    fn softmax(&self, n: usize, log: bool) -> Result<Self> {
+        forward!("softmax", self, [], |s| s.softmax(n, log))
+    }
+
+    fn softmax_backward(&self, dy: &Self, n: usize, log: bool) -> Result<Self> {
+        forward!("softmax_backward", self, [dy], |s| s
+            .softmax_backward(dy, n, log))
+    }
+
+    fn matmul(&self, rhs: &Self, layout: &MatmulLayout) -> Result<Self> {
+        forward!("matmul", self, [rhs], |s| s.matmul(rhs, layout))
+    }
+
+    fn copy_strided(&self, src: &StridedLayout) -> Result<Self> {
+        forward!("copy_strided", self, [], |s| s.copy_strided(src))
+    }
+
+    fn copy_into(
+        &self,
+        src: &StridedLayout,
+        dst: &mut Self,
+        dst_layout: &StridedLayout,
+    ) -> Result<()> {
+        match (self, dst) {
+            (Storage::Cpu(s), Storage::Cpu(d)) => s.copy_into(src, d, dst_layout),
+        }
+    }
+
+    fn index_select(&self, ids: &Self, dims: AxisDims) -> Result<Self> {
+        forward!("index_select", self, [ids], |s| s.index_select(ids, dims))
+    }
+
+    fn index_add(&self, ids: &Self, dims: AxisDims) -> Result<Self> {
+        forward!("index_add", self, [ids], |s| s.index_add(ids, dims))
+    }
+
+    fn masked_fill_band(
+        &self,
+        rows: usize,
+        cols: usize,
+        window: usize,
+        value: f64,
+    ) -> Result<Self> {
+        forward!("masked_fill_band", self, [], |s| s
+            .masked_fill_band(rows, cols, window, value))
+    }
+
+    fn rms_norm(&self, weight: &Self, n: usize, eps: f64) -> Result<(Self, Self)> {
+        forward!("rms_norm", self, [weight], |s| s.rms_norm(weight, n, eps))
+    }
+
+    fn rms_norm_backward(
+        &self,
+        weight: &Self,
+        rstd: &Self,
+        dy: &Self,
+        n: usize,
+    ) -> Result<(Self, Self)> {
+        forward!("rms_norm_backward", self, [weight, rstd, dy], |s| s
+            .rms_norm_backward(weight, rstd, dy, n))
+    }
+
+    fn layer_norm(
+        &self,
+        weight: &Self,
+        bias: &Self,
+        n: usize,
+        eps: f64,
+    ) -> Result<(Self, Self, Self)> {
+        forward!("layer_norm", self, [weight, bias], |s| s
+            .layer_norm(weight, bias, n, eps))
+    }
+
+    fn layer_norm_backward(
+        &self,
+        weight: &Self,
+        mean: &Self,
+        rstd: &Self,
+        dy: &Self,
+        n: usize,
+    ) -> Result<(Self, Self, Self)> {
+        forward!("layer_norm_backward", self, [weight, mean, rstd, dy], |s| s
+            .layer_norm_backward(weight, mean, rstd, dy, n))
+    }
+
+    fn cross_entropy(
+        &self,
+        targets: &Self,
+        v: usize,
+        ignore_index: Option<u32>,
+    ) -> Result<(Self, Self)> {
+        forward!("cross_entropy", self, [targets], |s| s.cross_entropy(
+            targets,
+            v,
+            ignore_index
+        ))
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        targets: &Self,
+        lse: &Self,
+        dloss: &Self,
+        v: usize,
+        ignore_index: Option<u32>,
+    ) -> Result<Self> {
+        forward!("cross_entropy_backward", self, [targets, lse, dloss], |s| s
+            .cross_entropy_backward(targets, lse, dloss, v, ignore_index))
+    }
+
+    fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {
+        forward!("rope", self, [], |s| s.rope(dims, inverse))
+    }
+}

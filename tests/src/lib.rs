@@ -1,0 +1,1 @@
+//! Cross-crate properties: gradient checks, CPU/GPU parity, end-to-end training.
