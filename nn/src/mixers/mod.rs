@@ -1,0 +1,1 @@
+//! Sequence mixers. Inputs are `[B, T, H, D]` unless a mixer documents otherwise.
