@@ -1,0 +1,20 @@
+// copy.cu: general strided copy, rank <= 6, by element size (it never looks at values).
+//
+// dst[dst_offset + sum c_d * dst_strides[d]] = src[src_offset + sum c_d * src_strides[d]] for
+// every coordinate c of the iteration shape. The tensor crate builds transpose / permute,
+// narrow, concat, pad / shift and broadcast_to from it.
+#include "common.cuh"
+
+// p's operand 0 is the source, operand 1 the destination.
+template <typename E>
+__device__ void strided_copy(const E* __restrict__ src, E* __restrict__ dst, TwoStrided p) {
+    for (u64 i = global_thread(); i < p.n; i += grid_threads()) {
+        i64 os, od;
+        two_offsets(p, i, os, od);
+        dst[od] = src[os];
+    }
+}
+
+extern "C" __global__ void copy_b32(const u32* src, u32* dst, TwoStrided p) { strided_copy(src, dst, p); }
+extern "C" __global__ void copy_b16(const u16* src, u16* dst, TwoStrided p) { strided_copy(src, dst, p); }
+extern "C" __global__ void copy_b8(const u8* src, u8* dst, TwoStrided p) { strided_copy(src, dst, p); }

@@ -1,0 +1,239 @@
+//! Matrix multiplication through cuBLAS: row-major, optionally transposed, strided-batched.
+
+use crate::device::{guard_loader, lock};
+use crate::{Buffer, CudaError, DType, Device};
+use cudarc::cublas::{result, sys};
+
+/// cuBLAS's workspace, from our pool: 32 MiB is what NVIDIA recommends on Hopper.
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// A cuBLAS handle bound to the device's stream, created on the first `gemm`.
+pub(crate) struct BlasHandle {
+    handle: sys::cublasHandle_t,
+}
+
+// SAFETY: the handle is only used under the device's `blas` mutex, one thread at a time, with
+// the device's context made current first.
+unsafe impl Send for BlasHandle {}
+
+impl Drop for BlasHandle {
+    fn drop(&mut self) {
+        // SAFETY: created by cublasCreate and destroyed only here.
+        let _ = unsafe { result::destroy_handle(self.handle) };
+    }
+}
+
+impl BlasHandle {
+    fn new(dev: &Device) -> Result<BlasHandle, CudaError> {
+        let err = |call: &'static str| {
+            move |e: result::CublasError| CudaError::Blas {
+                call,
+                message: format!("{e:?}"),
+            }
+        };
+        dev.bind()?;
+        let handle = guard_loader("libcublas", || {
+            // SAFETY: only tries to dlopen the cuBLAS library.
+            if !unsafe { sys::is_culib_present() } {
+                return Err(CudaError::LibraryMissing {
+                    lib: "libcublas",
+                    reason: "libcublas.so could not be loaded".into(),
+                });
+            }
+            result::create_handle().map_err(err("cublasCreate"))
+        })?;
+        let blas = BlasHandle { handle };
+        // The workspace block is held for the device's lifetime, outside any Buffer (a Buffer
+        // would keep the device alive through its own cuBLAS handle).
+        let workspace = dev.alloc_raw(WORKSPACE_BYTES)?;
+        // SAFETY: the handle is live; the stream belongs to the current context and outlives
+        // the handle (both live as long as the device); the workspace is a live block of
+        // WORKSPACE_BYTES that nothing else uses.
+        unsafe {
+            result::set_stream(blas.handle, dev.stream().cu_stream() as sys::cudaStream_t)
+                .map_err(err("cublasSetStream"))?;
+            sys::cublasSetWorkspace_v2(
+                blas.handle,
+                workspace as *mut std::ffi::c_void,
+                WORKSPACE_BYTES,
+            )
+            .result()
+            .map_err(err("cublasSetWorkspace"))?;
+        }
+        Ok(blas)
+    }
+}
+
+/// `c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i]` for `i` in `0..batch`, all row-major.
+///
+/// `op(a)` is `m x k` (stored `k x m` when `ta`), `op(b)` is `k x n` (stored `n x k` when `tb`),
+/// `c` is `m x n`. Matrix `i` of each operand starts at `i * stride` elements (a stride of 0
+/// broadcasts one matrix to every batch entry, for `a` and `b`).
+///
+/// Dtypes come from the buffers: `a` and `b` both f32 (`c` f32; f32 arithmetic, TF32 tensor
+/// cores only when `allow_tf32`) or both bf16 (`c` bf16 or f32; f32 accumulation).
+#[derive(Debug)]
+pub struct GemmArgs<'a> {
+    pub ta: bool,
+    pub tb: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batch: usize,
+    pub a: &'a Buffer,
+    pub a_stride: usize,
+    pub b: &'a Buffer,
+    pub b_stride: usize,
+    pub c: &'a mut Buffer,
+    pub c_stride: usize,
+    pub alpha: f32,
+    pub beta: f32,
+    pub allow_tf32: bool,
+}
+
+/// Queues the product described by `args` on the device's stream.
+///
+/// cuBLAS is column-major. A row-major `r x c` matrix, read column-major, is its `c x r`
+/// transpose, so we ask cuBLAS for `C^T = op(B)^T op(A)^T`: operands swapped (`b` first), the
+/// same transpose flags, `m` and `n` swapped. Each leading dimension is the row length of the
+/// stored row-major matrix.
+pub fn gemm(dev: &Device, args: GemmArgs<'_>) -> Result<(), CudaError> {
+    const OP: &str = "gemm";
+    let GemmArgs {
+        ta,
+        tb,
+        m,
+        n,
+        k,
+        batch,
+        a,
+        a_stride,
+        b,
+        b_stride,
+        c,
+        c_stride,
+        alpha,
+        beta,
+        allow_tf32,
+    } = args;
+    for buf in [a, b, &*c] {
+        dev.check_owner(OP, buf)?;
+    }
+    let (in_type, compute) = match (a.dtype(), b.dtype(), c.dtype()) {
+        (DType::F32, DType::F32, DType::F32) if allow_tf32 => (
+            sys::cudaDataType::CUDA_R_32F,
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        ),
+        (DType::F32, DType::F32, DType::F32) => (
+            sys::cudaDataType::CUDA_R_32F,
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        (DType::BF16, DType::BF16, DType::BF16 | DType::F32) => (
+            sys::cudaDataType::CUDA_R_16BF,
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        (x, y, z) => {
+            return Err(CudaError::invalid(
+                OP,
+                format!("unsupported dtypes a={x} b={y} c={z} (f32,f32,f32 or bf16,bf16,bf16|f32)"),
+            ))
+        }
+    };
+    let out_type = if c.dtype() == DType::F32 {
+        sys::cudaDataType::CUDA_R_32F
+    } else {
+        sys::cudaDataType::CUDA_R_16BF
+    };
+    if batch == 0 || m == 0 || n == 0 {
+        return Ok(());
+    }
+    let span = |stride: usize, size: usize| (batch - 1).checked_mul(stride)?.checked_add(size);
+    for (name, buf, stride, rows, cols) in [
+        ("a", a, a_stride, m, k),
+        ("b", b, b_stride, k, n),
+        ("c", &*c, c_stride, m, n),
+    ] {
+        let need = rows.checked_mul(cols).and_then(|size| span(stride, size));
+        if need.is_none_or(|need| need > buf.len()) {
+            return Err(CudaError::invalid(
+                OP,
+                format!(
+                    "{name} needs {batch} matrices of {rows}x{cols} at stride {stride}, buffer \
+                     has {} elements (m={m} n={n} k={k} ta={ta} tb={tb})",
+                    buf.len()
+                ),
+            ));
+        }
+    }
+    if batch > 1 && c_stride < m * n {
+        return Err(CudaError::invalid(
+            OP,
+            format!(
+                "c_stride {c_stride} < m*n = {} makes outputs overlap",
+                m * n
+            ),
+        ));
+    }
+    let int = |what: &str, v: usize| {
+        i32::try_from(v.max(1))
+            .map_err(|_| CudaError::invalid(OP, format!("{what} = {v} exceeds cuBLAS's int range")))
+    };
+    let long = |v: usize| v as i64;
+    let op = |t: bool| {
+        if t {
+            sys::cublasOperation_t::CUBLAS_OP_T
+        } else {
+            sys::cublasOperation_t::CUBLAS_OP_N
+        }
+    };
+    let (mi, ni, ki, bi) = (
+        int("m", m)?,
+        int("n", n)?,
+        int("k", k)?,
+        int("batch", batch)?,
+    );
+    let lda = int("lda", if tb { k } else { n })?;
+    let ldb = int("ldb", if ta { m } else { k })?;
+    let ldc = int("ldc", n)?;
+
+    let mut blas = lock(&dev.inner.blas);
+    if blas.is_none() {
+        *blas = Some(BlasHandle::new(dev)?);
+    }
+    let handle = blas.as_ref().expect("created above").handle;
+    dev.bind()?;
+    // SAFETY: the sizes checked above keep every matrix of every batch entry inside its buffer;
+    // alpha and beta are host f32 (the handle's default pointer mode), matching the f32 compute
+    // type; the handle is used under its mutex with the device's context current.
+    unsafe {
+        result::gemm_strided_batched_ex(
+            handle,
+            op(tb),
+            op(ta),
+            ni,
+            mi,
+            ki,
+            &alpha as *const f32 as *const _,
+            b.device_ptr() as *const _,
+            in_type,
+            lda,
+            long(b_stride),
+            a.device_ptr() as *const _,
+            in_type,
+            ldb,
+            long(a_stride),
+            &beta as *const f32 as *const _,
+            c.device_ptr() as *mut _,
+            out_type,
+            ldc,
+            long(c_stride),
+            bi,
+            compute,
+            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| CudaError::Blas {
+        call: "cublasGemmStridedBatchedEx",
+        message: format!("{e:?} (m={m} n={n} k={k} batch={batch} ta={ta} tb={tb})"),
+    })
+}

@@ -1,0 +1,104 @@
+//! Elementwise add, sub, mul, div with numpy broadcasting (`kernels/binary.cu`).
+
+use super::layout::{contiguous_strides, Operand, TwoStrided};
+use super::{check_device, check_dtype, check_len, float_kernel, launch, Launch};
+use crate::nvrtc::KernelSource;
+use crate::{Buffer, CudaError, Device};
+
+const SOURCE: KernelSource = KernelSource {
+    name: "binary",
+    source: include_str!("../../kernels/binary.cu"),
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinaryOp {
+    fn code(self) -> i32 {
+        match self {
+            BinaryOp::Add => 0,
+            BinaryOp::Sub => 1,
+            BinaryOp::Mul => 2,
+            BinaryOp::Div => 3,
+        }
+    }
+}
+
+/// `y = a (op) b` over the output shape `dims` (rank <= 6), `y` contiguous.
+///
+/// `a_strides` and `b_strides` are each operand's element strides over `dims`: its contiguous
+/// strides on the dimensions it has, 0 where it is broadcast (including leading dimensions it
+/// lacks). Same-shape contiguous operands take a vectorised fast path. All three buffers share
+/// one dtype, f32 or bf16.
+pub fn binary(
+    dev: &Device,
+    op: BinaryOp,
+    dims: &[usize],
+    a: &Buffer,
+    a_strides: &[usize],
+    b: &Buffer,
+    b_strides: &[usize],
+    y: &mut Buffer,
+) -> Result<(), CudaError> {
+    const OP: &str = "binary";
+    check_device(OP, dev, &[a, b, y])?;
+    check_dtype(OP, "b", b, a.dtype())?;
+    check_dtype(OP, "y", y, a.dtype())?;
+    let p = TwoStrided::new(
+        OP,
+        dims,
+        Operand::of("a", a, a_strides, 0),
+        Operand::of("b", b, b_strides, 0),
+    )?;
+    check_len(OP, "y", y, p.len() as usize)?;
+    let code = op.code();
+    let n = p.len();
+    if n == 0 {
+        return Ok(());
+    }
+    if p.both_contiguous() {
+        let name = float_kernel!(OP, "binary", a.dtype())?;
+        // SAFETY: binary_T(const T* a, const T* b, T* y, u64 n, int op); all hold n elements
+        // (a and b walk 0..n contiguously).
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                name,
+                Launch::elementwise(dev, n.div_ceil(4)),
+                &[a, b, y, &n, &code],
+            )
+        }
+    } else {
+        let name = float_kernel!(OP, "binary_strided", a.dtype())?;
+        // SAFETY: binary_strided_T(const T* a, const T* b, T* y, TwoStrided p, int op);
+        // `TwoStrided::new` checked that both operands stay in bounds, y holds n elements.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                name,
+                Launch::elementwise(dev, n),
+                &[a, b, y, &p, &code],
+            )
+        }
+    }
+}
+
+/// [`binary`] for operands of the same shape, all contiguous.
+pub fn binary_same_shape(
+    dev: &Device,
+    op: BinaryOp,
+    a: &Buffer,
+    b: &Buffer,
+    y: &mut Buffer,
+) -> Result<(), CudaError> {
+    let dims = [a.len()];
+    let s = contiguous_strides(&dims);
+    binary(dev, op, &dims, a, &s, b, &s, y)
+}

@@ -1,0 +1,64 @@
+//! Dtype conversion and filling with a scalar (`kernels/cast.cu`).
+
+use super::{check_device, check_len, float_kernel, launch, Launch};
+use crate::nvrtc::KernelSource;
+use crate::{Buffer, CudaError, DType, Device};
+
+const SOURCE: KernelSource = KernelSource {
+    name: "cast",
+    source: include_str!("../../kernels/cast.cu"),
+};
+
+/// `y = x` converted to `y`'s dtype: f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact,
+/// equal dtypes copy. Same length.
+pub fn cast(dev: &Device, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
+    const OP: &str = "cast";
+    check_device(OP, dev, &[x, y])?;
+    check_len(OP, "y", y, x.len())?;
+    let name = match (x.dtype(), y.dtype()) {
+        (a, b) if a == b => return dev.copy(x, y),
+        (DType::F32, DType::BF16) => "cast_f32_to_bf16",
+        (DType::BF16, DType::F32) => "cast_bf16_to_f32",
+        (a, b) => {
+            return Err(CudaError::invalid(
+                OP,
+                format!("no conversion from {a} to {b}"),
+            ))
+        }
+    };
+    if x.is_empty() {
+        return Ok(());
+    }
+    let n = x.len() as u64;
+    // SAFETY: cast_S_to_D(const S* x, D* y, u64 n); both hold n elements of their dtype.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            Launch::elementwise(dev, n.div_ceil(4)),
+            &[x, y, &n],
+        )
+    }
+}
+
+/// Sets every element of `y` (f32 or bf16) to `value`.
+pub fn fill(dev: &Device, y: &mut Buffer, value: f32) -> Result<(), CudaError> {
+    const OP: &str = "fill";
+    check_device(OP, dev, &[y])?;
+    let name = float_kernel!(OP, "fill", y.dtype())?;
+    if y.is_empty() {
+        return Ok(());
+    }
+    let n = y.len() as u64;
+    // SAFETY: fill_T(T* y, u64 n, float value); y holds n elements of T.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            Launch::elementwise(dev, n.div_ceil(4)),
+            &[y, &n, &value],
+        )
+    }
+}

@@ -1,0 +1,156 @@
+//! Cross-entropy of logits against u32 targets with ignore_index, mean over counted rows,
+//! forward and backward (`kernels/cross_entropy.cu`).
+
+use super::{
+    check_device, check_dtype, check_len, check_like, float_kernel, launch, rows_of, to_u32, Launch,
+};
+use crate::nvrtc::KernelSource;
+use crate::{Buffer, CudaError, DType, Device};
+
+const SOURCE: KernelSource = KernelSource {
+    name: "cross_entropy",
+    source: include_str!("../../kernels/cross_entropy.cu"),
+};
+
+/// Threads of the single block that averages the losses.
+const MEAN_BLOCK: u32 = 1024;
+/// Threads per row of the backward.
+const BWD_BLOCK: u32 = 256;
+
+/// What the forward writes and the backward reads back.
+#[derive(Debug)]
+pub struct CrossEntropySaved {
+    /// f32 [rows]: lse - logits[target], 0 on ignored rows.
+    pub loss: Buffer,
+    /// f32 [rows]: logsumexp of each row of logits.
+    pub lse: Buffer,
+    /// f32 [2]: the mean loss over non-ignored rows (0 if none), and their count.
+    pub stats: Buffer,
+}
+
+/// Mean cross-entropy of `logits` ([rows, vocab], f32 or bf16) against `targets` (u32
+/// [rows]); rows whose target is `ignore_index` count for nothing. Returns the per-row losses,
+/// row logsumexps and [mean, count] on the device; read `stats` for the loss value. A target
+/// not below vocab that is not `ignore_index` gets a NaN loss and raises a flag reported by
+/// `Device::take_kernel_errors`.
+pub fn cross_entropy(
+    dev: &Device,
+    logits: &Buffer,
+    vocab: usize,
+    targets: &Buffer,
+    ignore_index: u32,
+) -> Result<CrossEntropySaved, CudaError> {
+    const OP: &str = "cross_entropy";
+    check_device(OP, dev, &[logits, targets])?;
+    check_dtype(OP, "targets", targets, DType::U32)?;
+    let rows = rows_of(OP, logits, vocab)?;
+    check_len(OP, "targets", targets, rows as usize)?;
+    let name = float_kernel!(OP, "ce_fwd", logits.dtype())?;
+    let vocab = to_u32(OP, "vocab", vocab)?;
+    let saved = CrossEntropySaved {
+        loss: dev.alloc(DType::F32, rows as usize)?,
+        lse: dev.alloc(DType::F32, rows as usize)?,
+        stats: dev.alloc(DType::F32, 2)?,
+    };
+    let err = dev.error_word()?;
+    if rows > 0 {
+        // SAFETY: ce_fwd_T(const T* logits, const u32* targets, float* loss, float* lse_out,
+        // u32 rows, u32 vocab, u32 ignore, u32* err); logits hold rows * vocab, the others
+        // rows; targets >= vocab are never dereferenced; err is the device's error word.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                name,
+                Launch::rows(rows, vocab),
+                &[
+                    logits,
+                    targets,
+                    &saved.loss,
+                    &saved.lse,
+                    &rows,
+                    &vocab,
+                    &ignore_index,
+                    &err,
+                ],
+            )?;
+        }
+    }
+    let cfg = Launch {
+        grid: (1, 1, 1),
+        block: (MEAN_BLOCK, 1, 1),
+        shared: 0,
+    };
+    // SAFETY: ce_mean(const float* loss, const u32* targets, float* stats, u32 rows,
+    // u32 ignore); loss and targets hold rows, stats 2.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            "ce_mean",
+            cfg,
+            &[&saved.loss, targets, &saved.stats, &rows, &ignore_index],
+        )?;
+    }
+    Ok(saved)
+}
+
+/// Backward of [`cross_entropy`]: `dlogits = (softmax(logits) - onehot(target)) * dloss /
+/// count` per row, zero on ignored rows, where `dloss` (f32 [1], on the device) is the
+/// gradient of the mean loss. `dlogits` is like `logits`.
+pub fn cross_entropy_backward(
+    dev: &Device,
+    logits: &Buffer,
+    vocab: usize,
+    targets: &Buffer,
+    ignore_index: u32,
+    saved: &CrossEntropySaved,
+    dloss: &Buffer,
+    dlogits: &mut Buffer,
+) -> Result<(), CudaError> {
+    const OP: &str = "cross_entropy_backward";
+    check_device(
+        OP,
+        dev,
+        &[logits, targets, &saved.lse, &saved.stats, dloss, dlogits],
+    )?;
+    check_like(OP, "dlogits", dlogits, logits)?;
+    check_dtype(OP, "targets", targets, DType::U32)?;
+    check_dtype(OP, "dloss", dloss, DType::F32)?;
+    check_len(OP, "dloss", dloss, 1)?;
+    let rows = rows_of(OP, logits, vocab)?;
+    check_len(OP, "targets", targets, rows as usize)?;
+    check_len(OP, "lse", &saved.lse, rows as usize)?;
+    check_len(OP, "stats", &saved.stats, 2)?;
+    let name = float_kernel!(OP, "ce_bwd", logits.dtype())?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let vocab = to_u32(OP, "vocab", vocab)?;
+    let cfg = Launch {
+        grid: (rows, 1, 1),
+        block: (BWD_BLOCK, 1, 1),
+        shared: 0,
+    };
+    // SAFETY: ce_bwd_T(const T* logits, const u32* targets, const float* lse,
+    // const float* stats, const float* dloss, T* dlogits, u32 vocab, u32 ignore), one block
+    // per row; logits and dlogits hold rows * vocab, targets and lse rows, stats 2, dloss 1.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            cfg,
+            &[
+                logits,
+                targets,
+                &saved.lse,
+                &saved.stats,
+                dloss,
+                dlogits,
+                &vocab,
+                &ignore_index,
+            ],
+        )
+    }
+}

@@ -1,0 +1,244 @@
+//! Rust wrappers of the NVRTC-compiled kernels, one file per family, and what they share:
+//! the launch call, kernel arguments, launch shapes and argument checks.
+//!
+//! Every wrapper takes the device, input buffers by `&Buffer` and outputs by `&mut Buffer`,
+//! checks dtypes and sizes (an error names the operation and the sizes), picks the launch shape
+//! and queues the kernel on the device's stream; nothing waits. Float kernels read and write
+//! f32 or bf16 storage and compute in f32.
+
+pub mod binary;
+pub mod cast;
+pub mod copy;
+pub mod cross_entropy;
+pub mod embedding;
+mod layout;
+pub mod mask;
+pub mod norm;
+pub mod optim;
+pub mod reduce;
+pub mod rope;
+pub mod softmax;
+pub mod unary;
+
+use crate::nvrtc::KernelSource;
+use crate::{Buffer, CudaError, DType, Device};
+use cudarc::driver::{result, sys};
+use std::ffi::c_void;
+
+/// Most launch parameters any kernel here takes.
+const MAX_ARGS: usize = 24;
+/// Threads per block of the grid-stride elementwise kernels.
+const ELEMENTWISE_BLOCK: u32 = 256;
+/// Shared memory a block gets without opting in.
+const DEFAULT_SHARED: u32 = 48 * 1024;
+
+/// A value that can be passed to a kernel by pointer to its bytes, as `cuLaunchKernel` wants.
+pub(crate) trait KernelArg {
+    fn as_param(&self) -> *mut c_void;
+}
+
+macro_rules! plain_kernel_args {
+    ($($t:ty),*) => {$(
+        impl KernelArg for $t {
+            fn as_param(&self) -> *mut c_void {
+                self as *const $t as *mut c_void
+            }
+        }
+    )*};
+}
+plain_kernel_args!(u32, i32, u64, i64, f32, f64);
+
+/// A buffer is passed as its device pointer.
+impl KernelArg for Buffer {
+    fn as_param(&self) -> *mut c_void {
+        self.ptr_field() as *const u64 as *mut c_void
+    }
+}
+
+/// Device pointer of an optional buffer, 0 (a null pointer in the kernel) for `None`.
+pub(crate) fn ptr_or_null(b: Option<&Buffer>) -> u64 {
+    b.map_or(0, Buffer::device_ptr)
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Launch {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub shared: u32,
+}
+
+impl Launch {
+    /// Grid-stride kernels over `work` items: enough blocks to fill the GPU several times over,
+    /// no more (each thread then loops).
+    pub fn elementwise(dev: &Device, work: u64) -> Launch {
+        let blocks = work.div_ceil(ELEMENTWISE_BLOCK as u64);
+        let cap = dev.sm_count().max(1) as u64 * 16;
+        Launch {
+            grid: (blocks.clamp(1, cap) as u32, 1, 1),
+            block: (ELEMENTWISE_BLOCK, 1, 1),
+            shared: 0,
+        }
+    }
+
+    /// Row kernels (`common.cuh`'s `row_reduce`): a warp per row for rows up to 1024 long, 8
+    /// rows a block; longer rows get a whole block, wider as rows grow. The kernel's row is
+    /// `blockIdx.x * blockDim.y + threadIdx.y`.
+    pub fn rows(rows: u32, n: u32) -> Launch {
+        let (x, y) = match n {
+            0..=1024 => (32, 8),
+            1025..=4096 => (256, 1),
+            _ => (512, 1),
+        };
+        Launch {
+            grid: (rows.div_ceil(y).max(1), 1, 1),
+            block: (x, y, 1),
+            shared: 0,
+        }
+    }
+}
+
+/// Queues kernel `name` of `src` with `args`.
+///
+/// # Safety
+/// `args` must match the kernel's parameter list in number, order and type, and every pointer
+/// among them must be valid for all the accesses the kernel makes given the other arguments
+/// (the wrappers check buffer sizes before calling this).
+pub(crate) unsafe fn launch(
+    dev: &Device,
+    src: &KernelSource,
+    name: &'static str,
+    cfg: Launch,
+    args: &[&dyn KernelArg],
+) -> Result<(), CudaError> {
+    assert!(args.len() <= MAX_ARGS, "kernel {name}: too many arguments");
+    let f = dev.function(src, name)?;
+    dev.bind()?;
+    if cfg.shared > DEFAULT_SHARED {
+        // SAFETY: `f` is a live function of a loaded module.
+        unsafe {
+            result::function::set_function_attribute(
+                f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                cfg.shared as i32,
+            )
+        }
+        .map_err(|e| CudaError::driver("cuFuncSetAttribute", e))?;
+    }
+    let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
+    for (p, a) in params.iter_mut().zip(args) {
+        *p = a.as_param();
+    }
+    // SAFETY: the caller vouches for the arguments; each param pointer points at a value that
+    // lives until this call returns, and cuLaunchKernel copies the values before returning.
+    unsafe {
+        result::launch_kernel(
+            f,
+            cfg.grid,
+            cfg.block,
+            cfg.shared,
+            dev.stream().cu_stream(),
+            &mut params[..args.len()],
+        )
+    }
+    .map_err(|e| CudaError::Driver {
+        call: "cuLaunchKernel",
+        message: format!("kernel {name} ({cfg:?}): {e:?}"),
+    })
+}
+
+/// The `<base>_f32` / `<base>_bf16` instantiation of a float kernel for a dtype.
+macro_rules! float_kernel {
+    ($op:expr, $base:literal, $dtype:expr) => {
+        match $dtype {
+            $crate::DType::F32 => Ok(concat!($base, "_f32")),
+            $crate::DType::BF16 => Ok(concat!($base, "_bf16")),
+            other => Err($crate::CudaError::invalid(
+                $op,
+                format!("needs f32 or bf16 data, got {other}"),
+            )),
+        }
+    };
+}
+pub(crate) use float_kernel;
+
+/// The instantiation of a kernel that only moves elements, by element size: `<base>_b32` for
+/// f32/u32, `_b16` for bf16, `_b8` for u8.
+macro_rules! bits_kernel {
+    ($base:literal, $dtype:expr) => {
+        match $dtype {
+            $crate::DType::F32 | $crate::DType::U32 => concat!($base, "_b32"),
+            $crate::DType::BF16 => concat!($base, "_b16"),
+            $crate::DType::U8 => concat!($base, "_b8"),
+        }
+    };
+}
+pub(crate) use bits_kernel;
+
+/// Checks that every buffer lives on `dev`.
+pub(crate) fn check_device(
+    op: &'static str,
+    dev: &Device,
+    bufs: &[&Buffer],
+) -> Result<(), CudaError> {
+    bufs.iter().try_for_each(|b| dev.check_owner(op, b))
+}
+
+/// Checks a buffer's dtype.
+pub(crate) fn check_dtype(
+    op: &'static str,
+    name: &str,
+    buf: &Buffer,
+    want: DType,
+) -> Result<(), CudaError> {
+    if buf.dtype() == want {
+        Ok(())
+    } else {
+        Err(CudaError::invalid(
+            op,
+            format!("{name} must be {want}, got {}", buf.dtype()),
+        ))
+    }
+}
+
+/// Checks a buffer's length.
+pub(crate) fn check_len(
+    op: &'static str,
+    name: &str,
+    buf: &Buffer,
+    want: usize,
+) -> Result<(), CudaError> {
+    if buf.len() == want {
+        Ok(())
+    } else {
+        Err(CudaError::invalid(
+            op,
+            format!("{name} has {} elements, expected {want}", buf.len()),
+        ))
+    }
+}
+
+/// Checks that `b` has the same dtype and length as `a`.
+pub(crate) fn check_like(
+    op: &'static str,
+    name: &str,
+    b: &Buffer,
+    a: &Buffer,
+) -> Result<(), CudaError> {
+    check_dtype(op, name, b, a.dtype())?;
+    check_len(op, name, b, a.len())
+}
+
+/// Number of rows of a buffer read as rows of `n` elements.
+pub(crate) fn rows_of(op: &'static str, buf: &Buffer, n: usize) -> Result<u32, CudaError> {
+    if n == 0 || buf.len() % n != 0 {
+        return Err(CudaError::invalid(
+            op,
+            format!("{} elements do not split into rows of {n}", buf.len()),
+        ));
+    }
+    to_u32(op, "rows", buf.len() / n)
+}
+
+pub(crate) fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32, CudaError> {
+    u32::try_from(v).map_err(|_| CudaError::invalid(op, format!("{what} = {v} exceeds u32")))
+}

@@ -1,0 +1,266 @@
+//! RMSNorm and LayerNorm over the last axis, forward and backward (`kernels/norm.cu`).
+
+use super::reduce::{reduce, Axis, ReduceOp};
+use super::{
+    check_device, check_dtype, check_len, check_like, float_kernel, launch, ptr_or_null, rows_of,
+    to_u32, Launch,
+};
+use crate::nvrtc::KernelSource;
+use crate::{Buffer, CudaError, DType, Device};
+
+const SOURCE: KernelSource = KernelSource {
+    name: "norm",
+    source: include_str!("../../kernels/norm.cu"),
+};
+
+/// Threads per block of the backward.
+const BWD_BLOCK: u32 = 256;
+
+/// The normalisation's parameters and saved statistics. `w` (and `b`) are f32 of length n;
+/// `mean` and `rstd` are f32, one per row.
+struct Params<'a> {
+    w: &'a Buffer,
+    b: Option<&'a Buffer>,
+    eps: f32,
+    center: bool,
+}
+
+fn check_params(op: &'static str, dev: &Device, p: &Params<'_>, n: usize) -> Result<(), CudaError> {
+    check_device(op, dev, &[p.w])?;
+    check_dtype(op, "weight", p.w, DType::F32)?;
+    check_len(op, "weight", p.w, n)?;
+    if let Some(b) = p.b {
+        check_device(op, dev, &[b])?;
+        check_dtype(op, "bias", b, DType::F32)?;
+        check_len(op, "bias", b, n)?;
+    }
+    Ok(())
+}
+
+fn check_stat(
+    op: &'static str,
+    dev: &Device,
+    name: &str,
+    s: &Buffer,
+    rows: u32,
+) -> Result<(), CudaError> {
+    check_device(op, dev, &[s])?;
+    check_dtype(op, name, s, DType::F32)?;
+    check_len(op, name, s, rows as usize)
+}
+
+fn forward(
+    op: &'static str,
+    dev: &Device,
+    x: &Buffer,
+    n: usize,
+    p: Params<'_>,
+    y: &mut Buffer,
+    mean: Option<&mut Buffer>,
+    rstd: &mut Buffer,
+) -> Result<(), CudaError> {
+    check_device(op, dev, &[x, y])?;
+    check_like(op, "y", y, x)?;
+    check_params(op, dev, &p, n)?;
+    let rows = rows_of(op, x, n)?;
+    check_stat(op, dev, "rstd", rstd, rows)?;
+    if let Some(m) = mean.as_deref() {
+        check_stat(op, dev, "mean", m, rows)?;
+    }
+    let name = float_kernel!(op, "norm_fwd", x.dtype())?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let n = to_u32(op, "n", n)?;
+    let (b, mean_ptr, center) = (
+        ptr_or_null(p.b),
+        ptr_or_null(mean.as_deref()),
+        i32::from(p.center),
+    );
+    // SAFETY: norm_fwd_T(const T* x, const float* w, const float* b, T* y, float* mean_out,
+    // float* rstd_out, u32 rows, u32 n, float eps, int center); x and y hold rows * n, w and b
+    // (or null) n, mean (or null) and rstd rows.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            Launch::rows(rows, n),
+            &[x, p.w, &b, y, &mean_ptr, rstd, &rows, &n, &p.eps, &center],
+        )
+    }
+}
+
+/// Queues the backward; returns the per-block partial sums of dw (and db after them), laid
+/// out [blocks, width] with width = n (2n with center).
+fn backward(
+    op: &'static str,
+    dev: &Device,
+    x: &Buffer,
+    n: usize,
+    p: Params<'_>,
+    mean: Option<&Buffer>,
+    rstd: &Buffer,
+    dy: &Buffer,
+    dx: &mut Buffer,
+) -> Result<(Buffer, Axis), CudaError> {
+    check_device(op, dev, &[x, dy, dx])?;
+    check_like(op, "dy", dy, x)?;
+    check_like(op, "dx", dx, x)?;
+    check_params(op, dev, &p, n)?;
+    let rows = rows_of(op, x, n)?;
+    check_stat(op, dev, "rstd", rstd, rows)?;
+    if let Some(m) = mean {
+        check_stat(op, dev, "mean", m, rows)?;
+    }
+    let name = float_kernel!(op, "norm_bwd", x.dtype())?;
+    let width = if p.center { 2 * n } else { n };
+    let shared = width * 4;
+    if shared > dev.max_shared_optin() as usize {
+        return Err(CudaError::invalid(
+            op,
+            format!(
+                "rows of {n} need {shared} bytes of shared memory, the device allows {}",
+                dev.max_shared_optin()
+            ),
+        ));
+    }
+    let blocks = rows.clamp(1, dev.sm_count().max(1) * 2);
+    // With no rows the kernel does not run and the sums must come out zero.
+    let partial = if rows == 0 {
+        dev.alloc_zeros(DType::F32, blocks as usize * width)?
+    } else {
+        dev.alloc(DType::F32, blocks as usize * width)?
+    };
+    let axis = Axis {
+        outer: 1,
+        n: blocks as usize,
+        inner: width,
+    };
+    if rows == 0 {
+        return Ok((partial, axis));
+    }
+    let n = to_u32(op, "n", n)?;
+    let (mean_ptr, center) = (ptr_or_null(mean), i32::from(p.center));
+    let cfg = Launch {
+        grid: (blocks, 1, 1),
+        block: (BWD_BLOCK, 1, 1),
+        shared: shared as u32,
+    };
+    // SAFETY: norm_bwd_T(const T* x, const float* w, const float* mean, const float* rstd,
+    // const T* dy, T* dx, float* partial, u32 rows, u32 n, int center); x, dy, dx hold
+    // rows * n, w n, mean (or null, only read with center) and rstd rows, partial
+    // blocks * width; dynamic shared memory is width floats.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            cfg,
+            &[
+                x, p.w, &mean_ptr, rstd, dy, dx, &partial, &rows, &n, &center,
+            ],
+        )?;
+    }
+    Ok((partial, axis))
+}
+
+/// RMSNorm over rows of `n`: `y = x * rstd * w` with `rstd = 1 / sqrt(mean(x^2) + eps)`,
+/// saved per row in `rstd` (f32). `x`, `y` f32 or bf16; `w` f32 of length n.
+pub fn rms_norm(
+    dev: &Device,
+    x: &Buffer,
+    n: usize,
+    w: &Buffer,
+    eps: f32,
+    y: &mut Buffer,
+    rstd: &mut Buffer,
+) -> Result<(), CudaError> {
+    let p = Params {
+        w,
+        b: None,
+        eps,
+        center: false,
+    };
+    forward("rms_norm", dev, x, n, p, y, None, rstd)
+}
+
+/// Backward of [`rms_norm`]: `dx` (like `x`) and `dw` (f32, length n, overwritten: the sum
+/// over rows of `dy * x * rstd`, reduced deterministically in f32).
+pub fn rms_norm_backward(
+    dev: &Device,
+    x: &Buffer,
+    n: usize,
+    w: &Buffer,
+    rstd: &Buffer,
+    dy: &Buffer,
+    dx: &mut Buffer,
+    dw: &mut Buffer,
+) -> Result<(), CudaError> {
+    const OP: &str = "rms_norm_backward";
+    check_device(OP, dev, &[dw])?;
+    check_like(OP, "dw", dw, w)?;
+    let p = Params {
+        w,
+        b: None,
+        eps: 0.0,
+        center: false,
+    };
+    let (partial, axis) = backward(OP, dev, x, n, p, None, rstd, dy, dx)?;
+    reduce(dev, ReduceOp::Sum, &partial, axis, dw, None)
+}
+
+/// LayerNorm over rows of `n`: `y = (x - mean) * rstd * w + b`, `rstd = 1 / sqrt(var + eps)`
+/// (biased variance), saving `mean` and `rstd` per row (f32). `x`, `y` f32 or bf16; `w`, `b`
+/// f32 of length n.
+pub fn layer_norm(
+    dev: &Device,
+    x: &Buffer,
+    n: usize,
+    w: &Buffer,
+    b: &Buffer,
+    eps: f32,
+    y: &mut Buffer,
+    mean: &mut Buffer,
+    rstd: &mut Buffer,
+) -> Result<(), CudaError> {
+    let p = Params {
+        w,
+        b: Some(b),
+        eps,
+        center: true,
+    };
+    forward("layer_norm", dev, x, n, p, y, Some(mean), rstd)
+}
+
+/// Backward of [`layer_norm`]: `dx` (like `x`), and `dw`, `db` (f32, length n, overwritten:
+/// sums over rows of `dy * xhat` and `dy`).
+pub fn layer_norm_backward(
+    dev: &Device,
+    x: &Buffer,
+    n: usize,
+    w: &Buffer,
+    mean: &Buffer,
+    rstd: &Buffer,
+    dy: &Buffer,
+    dx: &mut Buffer,
+    dw: &mut Buffer,
+    db: &mut Buffer,
+) -> Result<(), CudaError> {
+    const OP: &str = "layer_norm_backward";
+    check_device(OP, dev, &[dw, db])?;
+    check_like(OP, "dw", dw, w)?;
+    check_like(OP, "db", db, w)?;
+    let p = Params {
+        w,
+        b: None,
+        eps: 0.0,
+        center: true,
+    };
+    let (partial, axis) = backward(OP, dev, x, n, p, Some(mean), rstd, dy, dx)?;
+    let mut sums = dev.alloc(DType::F32, 2 * n)?;
+    reduce(dev, ReduceOp::Sum, &partial, axis, &mut sums, None)?;
+    let bytes = n * 4;
+    dev.copy_bytes(sums.device_ptr(), dw.device_ptr(), bytes)?;
+    dev.copy_bytes(sums.device_ptr() + bytes as u64, db.device_ptr(), bytes)
+}

@@ -1,0 +1,90 @@
+//! Rotary position embedding on [B, T, H, D], forward and backward (`kernels/rope.cu`).
+
+use super::{check_device, check_like, float_kernel, launch, to_u32, Launch};
+use crate::nvrtc::KernelSource;
+use crate::{Buffer, CudaError, DType, Device};
+
+const SOURCE: KernelSource = KernelSource {
+    name: "rope",
+    source: include_str!("../../kernels/rope.cu"),
+};
+
+/// Shape and positions of a rotary embedding: `x` is [b, t, h, d] (d even), token `t` of every
+/// sequence sits at position `t + pos_offset`, frequencies `theta^(-2i/d)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rope {
+    pub b: usize,
+    pub t: usize,
+    pub h: usize,
+    pub d: usize,
+    pub pos_offset: i64,
+    pub theta: f64,
+}
+
+/// `y = rotate(x)`: pair (i, i + d/2) at position p turned by `p * theta^(-2i/d)`
+/// ("rotate_half", as in Llama / GPT-NeoX). `x`, `y` f32 or bf16, same length.
+pub fn rope(dev: &Device, r: Rope, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
+    run("rope", dev, r, x, y, 1.0)
+}
+
+/// Backward of [`rope`]: the inverse rotation of `dy` into `dx`.
+pub fn rope_backward(dev: &Device, r: Rope, dy: &Buffer, dx: &mut Buffer) -> Result<(), CudaError> {
+    run("rope_backward", dev, r, dy, dx, -1.0)
+}
+
+fn run(
+    op: &'static str,
+    dev: &Device,
+    r: Rope,
+    x: &Buffer,
+    y: &mut Buffer,
+    sign: f32,
+) -> Result<(), CudaError> {
+    check_device(op, dev, &[x, y])?;
+    check_like(op, "output", y, x)?;
+    let len = [r.b, r.t, r.h, r.d]
+        .iter()
+        .try_fold(1usize, |acc, &v| acc.checked_mul(v));
+    if r.d % 2 != 0 || len != Some(x.len()) {
+        return Err(CudaError::invalid(
+            op,
+            format!("{r:?} needs an even d and b*t*h*d = {} elements", x.len()),
+        ));
+    }
+    let name = float_kernel!(op, "rope", x.dtype())?;
+    if x.is_empty() {
+        return Ok(());
+    }
+    let (t_len, heads, half) = (
+        to_u32(op, "t", r.t)?,
+        to_u32(op, "h", r.h)?,
+        to_u32(op, "d / 2", r.d / 2)?,
+    );
+    let entries = r.t * (r.d / 2);
+    let cos = dev.alloc(DType::F32, entries)?;
+    let sin = dev.alloc(DType::F32, entries)?;
+    // SAFETY: rope_table(float* cos_t, float* sin_t, u32 t_len, u32 half, i64 pos_offset,
+    // double theta); both tables hold t_len * half.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            "rope_table",
+            Launch::elementwise(dev, entries as u64),
+            &[&cos, &sin, &t_len, &half, &r.pos_offset, &r.theta],
+        )?;
+    }
+    let pairs = (x.len() / 2) as u64;
+    // SAFETY: rope_T(const T* x, T* y, const float* cos_t, const float* sin_t, u64 pairs,
+    // u32 t_len, u32 heads, u32 half, float sign); x and y hold 2 * pairs = b*t*h*d, the tables
+    // t_len * half.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            Launch::elementwise(dev, pairs),
+            &[x, y, &cos, &sin, &pairs, &t_len, &heads, &half, &sign],
+        )
+    }
+}

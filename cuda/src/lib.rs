@@ -1,0 +1,24 @@
+//! CUDA device, caching memory pool, cuBLAS and NVRTC-compiled kernels.
+//!
+//! The bottom layer of swax: it knows nothing of tensors or shapes beyond what a kernel needs.
+//! A [`Device`] owns one context, one stream and one caching [`pool`]; a [`Buffer`] is a typed
+//! allocation from that pool; [`gemm`] goes through cuBLAS; [`kernels`] holds a Rust wrapper per
+//! kernel family, whose CUDA C++ lives in `cuda/kernels/*.cu` and is compiled by NVRTC at first
+//! use. CUDA libraries are loaded at run time, so this crate builds and its CPU tests run on
+//! machines without CUDA; without a GPU, [`Device::new`] returns an error.
+
+mod blas;
+mod buffer;
+mod device;
+mod dtype;
+mod error;
+pub mod kernels;
+mod nvrtc;
+pub mod pool;
+
+pub use blas::{gemm, GemmArgs};
+pub use buffer::Buffer;
+pub use device::Device;
+pub use dtype::{DType, DeviceScalar};
+pub use error::CudaError;
+pub use pool::PoolStats;
