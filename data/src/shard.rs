@@ -77,16 +77,16 @@ impl ShardFormat {
 
 /// Checks a header against the file's length; returns the format and token count.
 fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<(ShardFormat, usize)> {
-    let bad = |field, offset: usize, detail: String| DataError::BadShard {
+    let bad = |field, offset: u64, detail: String| DataError::BadShard {
         path: path.to_owned(),
         field,
-        offset: offset as u64,
+        offset,
         detail,
     };
     if bytes.len() < HEADER_BYTES {
         return Err(bad(
             "header",
-            bytes.len(),
+            bytes.len() as u64,
             format!(
                 "file ends after {} bytes, the header needs {HEADER_BYTES}",
                 bytes.len()
@@ -119,11 +119,11 @@ fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<(ShardFormat
     if let Some(i) = (3..HEADER_WORDS).find(|&i| header[i] != 0) {
         return Err(bad(
             "reserved",
-            4 * i,
+            4 * i as u64,
             format!("header word {i} is {}, llm.c writes 0", header[i]),
         ));
     }
-    let expected = (HEADER_BYTES + count * format.token_bytes()) as u64;
+    let expected = HEADER_BYTES as u64 + count as u64 * format.token_bytes() as u64;
     if file_len != expected {
         let what = if file_len < expected {
             "truncated"
@@ -132,7 +132,7 @@ fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<(ShardFormat
         };
         return Err(bad(
             "file_size",
-            file_len.min(expected) as usize,
+            file_len.min(expected),
             format!("{what}: {count} tokens need {expected} bytes, the file has {file_len}"),
         ));
     }

@@ -1,0 +1,179 @@
+//! `prepare`'s pipeline: documents split on files and markers, whole documents to one split
+//! (train and validation never share one), shard rotation, counts in `meta.json` that match the
+//! shards, and refusing to overwrite without `force`.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use swax_data::prepare::{Input, Plan, PrepareConfig};
+use swax_data::{DataError, Dataset, Shard, Tokenizer, TokenizerKind};
+
+/// 300 documents of varied length, each naming itself, over two files and a folder.
+fn write_inputs(root: &Path) -> Vec<Input> {
+    let doc = |i: usize| format!("doc-{i:04}: {}", "lorem ipsum ".repeat(1 + i % 17));
+    let file = |name: &Path, range: std::ops::Range<usize>| {
+        let text: Vec<String> = range.map(doc).collect();
+        std::fs::write(name, text.join("\n<|endoftext|>\n")).unwrap();
+    };
+    file(&root.join("a.txt"), 0..100);
+    file(&root.join("b.txt"), 100..200);
+    std::fs::create_dir_all(root.join("more/deeper")).unwrap();
+    file(&root.join("more/c.txt"), 200..250);
+    file(&root.join("more/deeper/d.txt"), 250..300);
+    std::fs::write(root.join("more/empty.txt"), "").unwrap();
+    vec![
+        Input::Path(root.join("a.txt")),
+        Input::Path(root.join("b.txt")),
+        Input::Path(root.join("more")),
+    ]
+}
+
+fn config(out: &Path, tokenizer: TokenizerKind) -> PrepareConfig {
+    PrepareConfig {
+        out: out.to_owned(),
+        tokenizer,
+        val_fraction: 0.2,
+        shard_tokens: 1000,
+        force: false,
+    }
+}
+
+/// The documents of a split, decoded, from the shards' end-of-text separators.
+fn documents(shards: &[Shard], tok: &dyn Tokenizer) -> Vec<String> {
+    let tokens: Vec<u32> = shards.iter().flat_map(Shard::to_vec).collect();
+    assert_eq!(
+        tokens.first(),
+        Some(&tok.eot()),
+        "every document starts with end of text"
+    );
+    tokens
+        .split(|&t| t == tok.eot())
+        .skip(1)
+        .map(|doc| tok.decode(doc).unwrap())
+        .collect()
+}
+
+fn check_dataset(tokenizer: TokenizerKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = write_inputs(dir.path());
+    let out = dir.path().join("out");
+    let plan = Plan::new(&inputs).unwrap();
+    assert_eq!(plan.files(), 5);
+    let mut progressed = 0;
+    let meta = plan
+        .run(&config(&out, tokenizer), &mut |n| progressed += n)
+        .unwrap();
+    assert_eq!(Some(progressed), plan.total_bytes());
+
+    let dataset = Dataset::open(&out).unwrap();
+    assert_eq!(dataset.meta.as_ref(), Some(&meta));
+    let tok = tokenizer.build().unwrap();
+    assert_eq!((meta.vocab_size, meta.eot), (tok.vocab_size(), tok.eot()));
+    let train = documents(&dataset.train, &*tok);
+    let val = documents(&dataset.val, &*tok);
+    assert_eq!(train.len() as u64, meta.train.documents);
+    assert_eq!(val.len() as u64, meta.val.documents);
+    for (shards, counts) in [(&dataset.train, meta.train), (&dataset.val, meta.val)] {
+        assert_eq!(shards.len() as u64, counts.shards);
+        assert_eq!(
+            shards.iter().map(|s| s.len() as u64).sum::<u64>(),
+            counts.tokens
+        );
+        assert!(shards.iter().rev().skip(1).all(|s| s.len() == 1000));
+    }
+
+    let names =
+        |docs: &[String]| -> HashSet<String> { docs.iter().map(|d| d[..8].to_owned()).collect() };
+    let (train_names, val_names) = (names(&train), names(&val));
+    assert!(
+        train_names.is_disjoint(&val_names),
+        "a document in both splits"
+    );
+    assert_eq!(train_names.len() + val_names.len(), 300);
+    assert_eq!(
+        train.len() + val.len(),
+        300,
+        "empty files and pieces are skipped"
+    );
+    let share = meta.val.tokens as f64 / (meta.train.tokens + meta.val.tokens) as f64;
+    assert!((share - 0.2).abs() < 0.02, "validation share {share}");
+    assert!(train
+        .iter()
+        .chain(&val)
+        .all(|d| d.starts_with("doc-") && d.ends_with("ipsum")));
+}
+
+#[test]
+fn bytes_dataset_splits_whole_documents() {
+    check_dataset(TokenizerKind::Bytes);
+}
+
+#[test]
+fn gpt2_dataset_splits_whole_documents() {
+    check_dataset(TokenizerKind::Gpt2);
+}
+
+#[test]
+fn refuses_to_overwrite_without_force_and_clears_stale_shards_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = write_inputs(dir.path());
+    let out = dir.path().join("out");
+    let plan = Plan::new(&inputs).unwrap();
+    let small = PrepareConfig {
+        shard_tokens: 100,
+        ..config(&out, TokenizerKind::Bytes)
+    };
+    let first = plan.run(&small, &mut |_| {}).unwrap();
+    let again = plan.run(&small, &mut |_| {});
+    assert!(matches!(again, Err(DataError::ShardsExist { .. })));
+
+    std::fs::write(out.join("notes.txt"), "kept").unwrap();
+    let big = PrepareConfig {
+        shard_tokens: 1_000_000,
+        force: true,
+        ..small
+    };
+    let second = plan.run(&big, &mut |_| {}).unwrap();
+    assert!(first.train.shards > 1);
+    assert_eq!((second.train.shards, second.val.shards), (1, 1));
+    assert_eq!(
+        (second.train.tokens, second.val.tokens),
+        (first.train.tokens, first.val.tokens)
+    );
+    let dataset = Dataset::open(&out).unwrap();
+    assert_eq!((dataset.train.len(), dataset.val.len()), (1, 1));
+    assert!(
+        out.join("notes.txt").exists(),
+        "only dataset files are removed"
+    );
+}
+
+#[test]
+fn bad_settings_and_missing_inputs_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = write_inputs(dir.path());
+    let plan = Plan::new(&inputs).unwrap();
+    let out = dir.path().join("out");
+    for bad in [
+        PrepareConfig {
+            val_fraction: 1.0,
+            ..config(&out, TokenizerKind::Bytes)
+        },
+        PrepareConfig {
+            val_fraction: -0.1,
+            ..config(&out, TokenizerKind::Bytes)
+        },
+        PrepareConfig {
+            shard_tokens: 0,
+            ..config(&out, TokenizerKind::Bytes)
+        },
+    ] {
+        assert!(matches!(
+            plan.run(&bad, &mut |_| {}),
+            Err(DataError::Config(_))
+        ));
+    }
+    let missing = Plan::new(&[Input::from("/nonexistent/input.txt")]);
+    assert!(matches!(missing, Err(DataError::Io { .. })));
+    assert_eq!(Input::from("-"), Input::Stdin);
+}
