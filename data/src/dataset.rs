@@ -82,4 +82,12 @@ impl Dataset {
         }
         Ok(Dataset { meta, train, val })
     }
+
+    /// Refuses a model whose vocabulary is smaller than the data's tokenizer's. Without
+    /// metadata nothing is known up front; the loader still checks every token it reads.
+    pub fn check_model_vocab(&self, model_vocab: u32) -> Result<()> {
+        self.meta
+            .as_ref()
+            .map_or(Ok(()), |meta| meta.check_model_vocab(model_vocab))
+    }
 }

@@ -221,6 +221,12 @@ impl Shard {
                     self.len
                 ))
             })?;
+        self.copy(start, end, out);
+        Ok(())
+    }
+
+    /// Copies tokens `start..end` (in bounds) into `out`, widening u16 to u32.
+    fn copy(&self, start: usize, end: usize, out: &mut [u32]) {
         match &self.storage {
             Storage::Memory(tokens) => out.copy_from_slice(&tokens[start..end]),
             Storage::Mapped { map, format } => {
@@ -236,14 +242,12 @@ impl Shard {
                 }
             }
         }
-        Ok(())
     }
 
     /// All tokens, for small shards and tests; large ones are read a window at a time.
     pub fn to_vec(&self) -> Vec<u32> {
         let mut out = vec![0; self.len];
-        // Cannot fail: the range is the whole shard.
-        let _ = self.read(0, &mut out);
+        self.copy(0, self.len, &mut out);
         out
     }
 

@@ -67,6 +67,8 @@ fn check_dataset(tokenizer: TokenizerKind) {
 
     let dataset = Dataset::open(&out).unwrap();
     assert_eq!(dataset.meta.as_ref(), Some(&meta));
+    dataset.check_model_vocab(meta.vocab_size).unwrap();
+    assert!(dataset.check_model_vocab(meta.vocab_size - 1).is_err());
     let tok = tokenizer.build().unwrap();
     assert_eq!((meta.vocab_size, meta.eot), (tok.vocab_size(), tok.eot()));
     let train = documents(&dataset.train, &*tok);
@@ -176,4 +178,23 @@ fn bad_settings_and_missing_inputs_are_errors() {
     let missing = Plan::new(&[Input::from("/nonexistent/input.txt")]);
     assert!(matches!(missing, Err(DataError::Io { .. })));
     assert_eq!(Input::from("-"), Input::Stdin);
+}
+
+#[test]
+fn shard_names_follow_llm_c() {
+    use swax_data::Split;
+    let split = |name: &str| Split::of_file(Path::new(name));
+    assert_eq!(split("fineweb_train_000001.bin"), Some(Split::Train));
+    assert_eq!(split("fineweb_val_000000.bin"), Some(Split::Val));
+    assert_eq!(split("tiny_shakespeare_val.bin"), Some(Split::Val));
+    assert_eq!(split("train_000003.bin"), Some(Split::Train));
+    assert_eq!(split("trainer_000003.bin"), None);
+    assert_eq!(split("train_000003.txt"), None);
+    assert_eq!(split(".swax-tmp-abc"), None);
+    assert_eq!(Split::Val.shard_file(12), "val_000012.bin");
+    let empty = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        Dataset::open(empty.path()),
+        Err(DataError::Config(_))
+    ));
 }
