@@ -1,0 +1,364 @@
+//! Network-level kernels against CPU references: embedding / index_select, RMSNorm,
+//! LayerNorm, cross-entropy, RoPE, AdamW and gradient-norm clipping.
+
+mod common;
+
+use common::{assert_close, download, poisoned, rounded, to_f64, tol, upload, Rng, FLOATS};
+use swax_cuda::kernels::cross_entropy::{cross_entropy, cross_entropy_backward};
+use swax_cuda::kernels::embedding::{embedding, embedding_backward, index_select};
+use swax_cuda::kernels::norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
+use swax_cuda::kernels::optim::{adamw_step, clip_scale, sum_squares, AdamW};
+use swax_cuda::kernels::rope::{rope, rope_backward, Rope};
+use swax_cuda::DType;
+
+#[test]
+fn embedding_gather_and_scatter() {
+    let dev = gpu!();
+    let mut rng = Rng::new(20);
+    let (vocab, dim, count) = (101, 37, 259);
+    for dt in FLOATS {
+        let table = rounded(dt, &rng.vec(vocab * dim, -1.0, 1.0));
+        let ids: Vec<u32> = (0..count).map(|_| rng.below(vocab as u32)).collect();
+        let (gt, gi) = (upload(&dev, dt, &table), dev.htod(&ids).unwrap());
+        let mut go = poisoned(&dev, dt, count * dim);
+        embedding(&dev, &gi, &gt, vocab, dim, &mut go).unwrap();
+        let want: Vec<f64> = ids
+            .iter()
+            .flat_map(|&id| table[id as usize * dim..][..dim].iter().map(|&v| v as f64))
+            .collect();
+        assert_close(
+            &format!("embedding {dt}"),
+            &download(&dev, &go),
+            &want,
+            (0.0, 0.0),
+        );
+
+        let dout = rounded(dt, &rng.vec(count * dim, -1.0, 1.0));
+        let init = rng.vec(vocab * dim, -1.0, 1.0);
+        let mut gdt = dev.htod(&init).unwrap();
+        embedding_backward(&dev, &gi, &upload(&dev, dt, &dout), vocab, dim, &mut gdt).unwrap();
+        let mut want = to_f64(&init);
+        for (r, &id) in ids.iter().enumerate() {
+            for j in 0..dim {
+                want[id as usize * dim + j] += dout[r * dim + j] as f64;
+            }
+        }
+        assert_close(
+            &format!("embedding backward {dt}"),
+            &download(&dev, &gdt),
+            &want,
+            (1e-5, 1e-5),
+        );
+    }
+    dev.take_kernel_errors().unwrap();
+}
+
+#[test]
+fn out_of_range_ids_are_flagged_not_written() {
+    let dev = gpu!();
+    let src: Vec<u32> = (0..4 * 3).collect();
+    let ids = vec![1u32, 7, 3];
+    let (gs, gi) = (dev.htod(&src).unwrap(), dev.htod(&ids).unwrap());
+    let mut go = poisoned(&dev, DType::U32, 9);
+    index_select(&dev, &gs, 3, &gi, &mut go).unwrap();
+    assert_eq!(
+        dev.dtoh::<u32>(&go).unwrap(),
+        vec![3, 4, 5, 0, 0, 0, 9, 10, 11]
+    );
+    let err = dev.take_kernel_errors().unwrap_err().to_string();
+    assert!(err.contains("out of range"), "{err}");
+    dev.take_kernel_errors().unwrap();
+}
+
+/// (y, mean, rstd) of one row, f64.
+fn norm_row(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f64) -> (Vec<f64>, f64, f64) {
+    let n = x.len() as f64;
+    let mean = if b.is_some() {
+        x.iter().map(|&v| v as f64).sum::<f64>() / n
+    } else {
+        0.0
+    };
+    let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+    let rstd = 1.0 / (var + eps).sqrt();
+    let y = (0..x.len())
+        .map(|j| (x[j] as f64 - mean) * rstd * w[j] as f64 + b.map_or(0.0, |b| b[j] as f64))
+        .collect();
+    (y, mean, rstd)
+}
+
+#[test]
+fn norms_forward_and_backward() {
+    let dev = gpu!();
+    let mut rng = Rng::new(21);
+    let eps = 1e-5f32;
+    for dt in FLOATS {
+        for (rows, n) in [(37, 67), (5, 1500), (300, 33)] {
+            for center in [false, true] {
+                let x = rounded(dt, &rng.vec(rows * n, -2.0, 2.0));
+                let dy = rounded(dt, &rng.vec(rows * n, -1.0, 1.0));
+                let w = rng.vec(n, 0.5, 1.5);
+                let b = rng.vec(n, -0.5, 0.5);
+                let (gx, gdy) = (upload(&dev, dt, &x), upload(&dev, dt, &dy));
+                let (gw, gb) = (dev.htod(&w).unwrap(), dev.htod(&b).unwrap());
+                let mut gy = poisoned(&dev, dt, x.len());
+                let mut grstd = poisoned(&dev, DType::F32, rows);
+                let mut gmean = poisoned(&dev, DType::F32, rows);
+                if center {
+                    layer_norm(&dev, &gx, n, &gw, &gb, eps, &mut gy, &mut gmean, &mut grstd)
+                        .unwrap();
+                } else {
+                    rms_norm(&dev, &gx, n, &gw, eps, &mut gy, &mut grstd).unwrap();
+                }
+                let (mut want_y, mut want_mean, mut want_rstd) = (vec![], vec![], vec![]);
+                let (mut want_dx, mut want_dw, mut want_db) =
+                    (vec![], vec![0.0f64; n], vec![0.0f64; n]);
+                for (xr, gr) in x.chunks(n).zip(dy.chunks(n)) {
+                    let (y, mean, rstd) = norm_row(xr, &w, center.then_some(&b[..]), eps as f64);
+                    want_y.extend(y);
+                    want_mean.push(mean);
+                    want_rstd.push(rstd);
+                    let xh: Vec<f64> = xr.iter().map(|&v| (v as f64 - mean) * rstd).collect();
+                    let g: Vec<f64> = (0..n).map(|j| gr[j] as f64 * w[j] as f64).collect();
+                    let mg = if center {
+                        g.iter().sum::<f64>() / n as f64
+                    } else {
+                        0.0
+                    };
+                    let mgx = g.iter().zip(&xh).map(|(a, b)| a * b).sum::<f64>() / n as f64;
+                    want_dx.extend((0..n).map(|j| rstd * (g[j] - mg - xh[j] * mgx)));
+                    for j in 0..n {
+                        want_dw[j] += gr[j] as f64 * xh[j];
+                        want_db[j] += gr[j] as f64;
+                    }
+                }
+                let what = format!("norm center={center} {dt} {rows}x{n}");
+                assert_close(&what, &download(&dev, &gy), &want_y, tol(dt));
+                assert_close(&what, &download(&dev, &grstd), &want_rstd, (1e-4, 1e-5));
+                if center {
+                    assert_close(&what, &download(&dev, &gmean), &want_mean, (1e-5, 1e-5));
+                }
+
+                let mut gdx = poisoned(&dev, dt, x.len());
+                let mut gdw = poisoned(&dev, DType::F32, n);
+                let mut gdb = poisoned(&dev, DType::F32, n);
+                if center {
+                    layer_norm_backward(
+                        &dev, &gx, n, &gw, &gmean, &grstd, &gdy, &mut gdx, &mut gdw, &mut gdb,
+                    )
+                    .unwrap();
+                    let tol_db = (1e-4, 1e-4 * rows as f64);
+                    assert_close(
+                        &format!("{what} db"),
+                        &download(&dev, &gdb),
+                        &want_db,
+                        tol_db,
+                    );
+                } else {
+                    rms_norm_backward(&dev, &gx, n, &gw, &grstd, &gdy, &mut gdx, &mut gdw).unwrap();
+                }
+                let (rtol, atol) = tol(dt);
+                assert_close(
+                    &format!("{what} dx"),
+                    &download(&dev, &gdx),
+                    &want_dx,
+                    (rtol * 10.0, atol * 10.0),
+                );
+                let tol_dw = (1e-4, 1e-4 * rows as f64);
+                assert_close(
+                    &format!("{what} dw"),
+                    &download(&dev, &gdw),
+                    &want_dw,
+                    tol_dw,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn cross_entropy_forward_and_backward() {
+    let dev = gpu!();
+    let mut rng = Rng::new(22);
+    let ignore = u32::MAX;
+    for dt in FLOATS {
+        for (rows, vocab) in [(37, 53), (11, 3001)] {
+            let logits = rounded(dt, &rng.vec(rows * vocab, -4.0, 4.0));
+            let targets: Vec<u32> = (0..rows)
+                .map(|r| {
+                    if r % 5 == 3 {
+                        ignore
+                    } else {
+                        rng.below(vocab as u32)
+                    }
+                })
+                .collect();
+            let (gl, gt) = (upload(&dev, dt, &logits), dev.htod(&targets).unwrap());
+            let saved = cross_entropy(&dev, &gl, vocab, &gt, ignore).unwrap();
+            let (mut losses, mut lses) = (vec![], vec![]);
+            for (r, row) in logits.chunks(vocab).enumerate() {
+                let m = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+                let lse = m + row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+                lses.push(lse);
+                let t = targets[r];
+                losses.push(if t == ignore {
+                    0.0
+                } else {
+                    lse - row[t as usize] as f64
+                });
+            }
+            let count = targets.iter().filter(|&&t| t != ignore).count() as f64;
+            let mean = losses.iter().sum::<f64>() / count;
+            let what = format!("cross_entropy {dt} {rows}x{vocab}");
+            assert_close(&what, &download(&dev, &saved.loss), &losses, (1e-5, 1e-5));
+            assert_close(&what, &download(&dev, &saved.lse), &lses, (1e-5, 1e-5));
+            assert_close(
+                &what,
+                &download(&dev, &saved.stats),
+                &[mean, count],
+                (1e-5, 1e-5),
+            );
+
+            let dloss = dev.htod(&[0.5f32]).unwrap();
+            let mut gd = poisoned(&dev, dt, logits.len());
+            cross_entropy_backward(&dev, &gl, vocab, &gt, ignore, &saved, &dloss, &mut gd).unwrap();
+            let mut want = vec![];
+            for (r, row) in logits.chunks(vocab).enumerate() {
+                let t = targets[r];
+                want.extend(row.iter().enumerate().map(|(j, &v)| {
+                    if t == ignore {
+                        0.0
+                    } else {
+                        let p = (v as f64 - lses[r]).exp();
+                        (p - if j as u32 == t { 1.0 } else { 0.0 }) * 0.5 / count
+                    }
+                }));
+            }
+            let (rtol, _) = tol(dt);
+            assert_close(
+                &format!("{what} backward"),
+                &download(&dev, &gd),
+                &want,
+                (rtol, 1e-6),
+            );
+        }
+    }
+    dev.take_kernel_errors().unwrap();
+}
+
+#[test]
+fn rope_rotates_and_unrotates() {
+    let dev = gpu!();
+    let mut rng = Rng::new(23);
+    for dt in FLOATS {
+        let r = Rope {
+            b: 2,
+            t: 37,
+            h: 3,
+            d: 10,
+            pos_offset: 5,
+            theta: 10000.0,
+        };
+        let x = rounded(dt, &rng.vec(r.b * r.t * r.h * r.d, -1.0, 1.0));
+        let gx = upload(&dev, dt, &x);
+        let mut gy = poisoned(&dev, dt, x.len());
+        rope(&dev, r, &gx, &mut gy).unwrap();
+        let half = r.d / 2;
+        let rotate = |v: &[f32], sign: f64| {
+            let mut out = vec![0.0f64; v.len()];
+            for (row_idx, row) in v.chunks(r.d).enumerate() {
+                let t = (row_idx / r.h) % r.t;
+                let p = (t as i64 + r.pos_offset) as f64;
+                for k in 0..half {
+                    let ang = p * r.theta.powf(-2.0 * k as f64 / r.d as f64);
+                    let (s, c) = (sign * ang.sin(), ang.cos());
+                    let (x1, x2) = (row[k] as f64, row[k + half] as f64);
+                    out[row_idx * r.d + k] = x1 * c - x2 * s;
+                    out[row_idx * r.d + k + half] = x2 * c + x1 * s;
+                }
+            }
+            out
+        };
+        assert_close(
+            &format!("rope {dt}"),
+            &download(&dev, &gy),
+            &rotate(&x, 1.0),
+            tol(dt),
+        );
+        let mut gdx = poisoned(&dev, dt, x.len());
+        rope_backward(&dev, r, &gx, &mut gdx).unwrap();
+        assert_close(
+            &format!("rope backward {dt}"),
+            &download(&dev, &gdx),
+            &rotate(&x, -1.0),
+            tol(dt),
+        );
+    }
+}
+
+#[test]
+fn adamw_and_clipping() {
+    let dev = gpu!();
+    let mut rng = Rng::new(24);
+    let n = 10_007;
+    let (p, g) = (rng.vec(n, -1.0, 1.0), rng.vec(n, -3.0, 3.0));
+    let (m, v) = (rng.vec(n, -0.1, 0.1), rng.vec(n, 0.0, 0.1));
+    let g2 = rng.vec(333, -1.0, 1.0);
+    let (gp, gg, gm, gv) = (
+        dev.htod(&p).unwrap(),
+        dev.htod(&g).unwrap(),
+        dev.htod(&m).unwrap(),
+        dev.htod(&v).unwrap(),
+    );
+    // sum of squares over two gradients (one bf16), then the clip factor.
+    let mut sumsq = poisoned(&dev, DType::F32, 1);
+    sum_squares(&dev, &gg, &mut sumsq, false).unwrap();
+    sum_squares(&dev, &upload(&dev, DType::BF16, &g2), &mut sumsq, true).unwrap();
+    let want_sq: f64 = g
+        .iter()
+        .chain(&rounded(DType::BF16, &g2))
+        .map(|&x| x as f64 * x as f64)
+        .sum();
+    assert_close(
+        "sum_squares",
+        &download(&dev, &sumsq),
+        &[want_sq],
+        (1e-5, 0.0),
+    );
+    let max_norm = 5.0f32;
+    let mut scale = poisoned(&dev, DType::F32, 1);
+    clip_scale(&dev, &sumsq, max_norm, &mut scale).unwrap();
+    let want_scale = (max_norm as f64 / (want_sq.sqrt() + 1e-6)).min(1.0);
+    assert_close(
+        "clip_scale",
+        &download(&dev, &scale),
+        &[want_scale],
+        (1e-5, 0.0),
+    );
+
+    let hp = AdamW {
+        lr: 1e-2,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+    };
+    let step = 3u64;
+    let (mut gp, mut gm, mut gv) = (gp, gm, gv);
+    adamw_step(&dev, hp, step, &mut gp, &gg, &mut gm, &mut gv, Some(&scale)).unwrap();
+    let (b1, b2) = (hp.beta1 as f64, hp.beta2 as f64);
+    let (bc1, bc2) = (1.0 - b1.powi(3), 1.0 - b2.powi(3));
+    let (mut wp, mut wm, mut wv) = (vec![], vec![], vec![]);
+    for i in 0..n {
+        let gi = g[i] as f64 * want_scale;
+        let mi = b1 * m[i] as f64 + (1.0 - b1) * gi;
+        let vi = b2 * v[i] as f64 + (1.0 - b2) * gi * gi;
+        let pi = p[i] as f64 * (1.0 - hp.lr as f64 * hp.weight_decay as f64)
+            - hp.lr as f64 * (mi / bc1) / ((vi / bc2).sqrt() + hp.eps as f64);
+        wp.push(pi);
+        wm.push(mi);
+        wv.push(vi);
+    }
+    assert_close("adamw p", &download(&dev, &gp), &wp, (1e-5, 1e-6));
+    assert_close("adamw m", &download(&dev, &gm), &wm, (1e-5, 1e-6));
+    assert_close("adamw v", &download(&dev, &gv), &wv, (1e-5, 1e-7));
+}
