@@ -55,7 +55,8 @@ pub struct PrepareConfig {
     pub force: bool,
 }
 
-/// The inputs with folders expanded into their files (recursively, sorted by name).
+/// The inputs with folders expanded into their files (recursively, sorted by name), leaving
+/// out the output folder so that `swax prepare . --out shards` does not read its own shards.
 #[derive(Debug, Clone)]
 pub struct Plan {
     sources: Vec<Input>,
@@ -64,14 +65,18 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn new(inputs: &[Input]) -> Result<Plan> {
+    pub fn new(inputs: &[Input], out: &Path) -> Result<Plan> {
+        let out = out.canonicalize().ok();
         let mut sources = Vec::new();
         for input in inputs {
             let Input::Path(path) = input else {
                 sources.push(Input::Stdin);
                 continue;
             };
-            for entry in walkdir::WalkDir::new(path).sort_by_file_name() {
+            let walk = walkdir::WalkDir::new(path).sort_by_file_name();
+            let not_out =
+                |e: &walkdir::DirEntry| out.is_none() || e.path().canonicalize().ok() != out;
+            for entry in walk.into_iter().filter_entry(not_out) {
                 let entry = entry.map_err(|e| DataError::Io {
                     path: e.path().unwrap_or(path).to_owned(),
                     source: e

@@ -57,7 +57,7 @@ fn check_dataset(tokenizer: TokenizerKind) {
     let dir = tempfile::tempdir().unwrap();
     let inputs = write_inputs(dir.path());
     let out = dir.path().join("out");
-    let plan = Plan::new(&inputs).unwrap();
+    let plan = Plan::new(&inputs, &out).unwrap();
     assert_eq!(plan.files(), 5);
     let mut progressed = 0;
     let meta = plan
@@ -120,7 +120,7 @@ fn refuses_to_overwrite_without_force_and_clears_stale_shards_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let inputs = write_inputs(dir.path());
     let out = dir.path().join("out");
-    let plan = Plan::new(&inputs).unwrap();
+    let plan = Plan::new(&inputs, &out).unwrap();
     let small = PrepareConfig {
         shard_tokens: 100,
         ..config(&out, TokenizerKind::Bytes)
@@ -154,8 +154,8 @@ fn refuses_to_overwrite_without_force_and_clears_stale_shards_with_it() {
 fn bad_settings_and_missing_inputs_are_errors() {
     let dir = tempfile::tempdir().unwrap();
     let inputs = write_inputs(dir.path());
-    let plan = Plan::new(&inputs).unwrap();
     let out = dir.path().join("out");
+    let plan = Plan::new(&inputs, &out).unwrap();
     for bad in [
         PrepareConfig {
             val_fraction: 1.0,
@@ -175,9 +175,23 @@ fn bad_settings_and_missing_inputs_are_errors() {
             Err(DataError::Config(_))
         ));
     }
-    let missing = Plan::new(&[Input::from("/nonexistent/input.txt")]);
+    let missing = Plan::new(&[Input::from("/nonexistent/input.txt")], &out);
     assert!(matches!(missing, Err(DataError::Io { .. })));
     assert_eq!(Input::from("-"), Input::Stdin);
+}
+
+#[test]
+fn the_output_folder_is_not_read_as_input() {
+    let dir = tempfile::tempdir().unwrap();
+    write_inputs(dir.path());
+    let out = dir.path().join("more/out");
+    let whole = [Input::Path(dir.path().to_owned())];
+    let first = Plan::new(&whole, &out).unwrap();
+    first
+        .run(&config(&out, TokenizerKind::Bytes), &mut |_| {})
+        .unwrap();
+    let again = Plan::new(&whole, &out).unwrap();
+    assert_eq!((first.files(), again.files()), (5, 5));
 }
 
 #[test]

@@ -40,7 +40,7 @@ pub fn run(args: PrepareArgs) -> CliResult {
         .iter()
         .map(|s| Input::from(s.as_str()))
         .collect();
-    let plan = Plan::new(&inputs)?;
+    let plan = Plan::new(&inputs, &args.out)?;
     let bar = match plan.total_bytes() {
         Some(total) => ProgressBar::new(total).with_style(ProgressStyle::with_template(
             "{elapsed_precise} {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
