@@ -162,6 +162,7 @@ impl Loader {
         check("seed", cfg.seed, state.seed)?;
         check("t", cfg.t as u64, state.t)?;
         check("tokens", loader.tokens, state.tokens)?;
+        // A position beyond this data's shards or windows can only come from other data.
         check(
             "shard",
             state.shard.min(loader.shards.len() as u64),
