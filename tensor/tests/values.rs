@@ -347,3 +347,21 @@ fn dtype_and_device_errors_are_values() {
     let ids = Tensor::from_vec(vec![1u32, 2], [2], Device::Cpu).unwrap();
     assert!(ids.exp().is_err());
 }
+
+#[test]
+fn a_fully_masked_softmax_row_is_zero_not_nan() {
+    let x = Tensor::from_f64s(
+        &[f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0, 1.0],
+        [2, 2],
+        DType::F32,
+        Device::Cpu,
+    )
+    .unwrap();
+    let y = x.softmax().unwrap().to_f64_vec().unwrap();
+    assert_eq!(&y[..2], &[0.0, 0.0]);
+    close(
+        &y[2..],
+        &[1.0 / (1.0 + 1f64.exp()), 1f64.exp() / (1.0 + 1f64.exp())],
+        1e-6,
+    );
+}

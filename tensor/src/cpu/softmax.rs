@@ -24,16 +24,26 @@ pub(crate) fn softmax<T: Real>(x: &[T], n: usize, log: bool) -> Vec<T> {
     for_rows(x.len(), n, |r, out| {
         let row = &x[r * n..(r + 1) * n];
         let m = row.iter().copied().fold(T::neg_infinity(), T::max);
-        // A row of -inf (fully masked) gives zeros, not NaN.
+        // A fully masked softmax row (all -inf) gives zeros rather than 0/0.
         let m = if m == T::neg_infinity() { T::zero() } else { m };
-        let sum: T = row.iter().map(|&v| (v - m).exp()).sum();
-        let log_sum = sum.ln();
-        for (o, &v) in out.iter_mut().zip(row) {
-            *o = if log {
-                v - m - log_sum
+        if log {
+            let log_sum = row.iter().map(|&v| (v - m).exp()).sum::<T>().ln();
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o = v - m - log_sum;
+            }
+        } else {
+            // One exp per element: write the numerators, then scale by the sum.
+            let mut sum = T::zero();
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o = (v - m).exp();
+                sum = sum + *o;
+            }
+            let inv = if sum > T::zero() {
+                sum.recip()
             } else {
-                (v - m).exp() / sum
+                T::zero()
             };
+            out.iter_mut().for_each(|o| *o = *o * inv);
         }
     })
 }
