@@ -1,1 +1,3 @@
 //! Sequence mixers. Inputs are `[B, T, H, D]` unless a mixer documents otherwise.
+pub mod attention;
+pub mod rattention;

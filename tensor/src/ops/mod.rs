@@ -9,8 +9,10 @@ mod mask;
 mod matmul;
 mod norm;
 mod reduce;
+mod rla;
 mod rope;
 mod softmax;
+mod swa;
 
 pub use mask::CAUSAL;
 pub use norm::NormStats;
