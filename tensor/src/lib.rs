@@ -18,6 +18,7 @@ pub use backend::{BinaryOp, ReduceOp, UnaryOp};
 pub use device::Device;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use ops::{GatedDeltaGrads, MlstmChunkStates, MlstmGrads};
 pub use ops::{NormStats, CAUSAL};
 pub use shape::Shape;
 pub use storage::Storage;

@@ -61,6 +61,20 @@ impl<A: Lift, B: Lift, C: Lift> Lift for (A, B, C) {
     }
 }
 
+impl<A: Lift, B: Lift, C: Lift, D: Lift> Lift for (A, B, C, D) {
+    type Out = (A::Out, B::Out, C::Out, D::Out);
+    fn lift(self) -> Self::Out {
+        (self.0.lift(), self.1.lift(), self.2.lift(), self.3.lift())
+    }
+}
+
+impl<A: Lift> Lift for Vec<A> {
+    type Out = Vec<A::Out>;
+    fn lift(self) -> Self::Out {
+        self.into_iter().map(Lift::lift).collect()
+    }
+}
+
 /// Calls one backend method on `self`'s device, with the other storage operands taken from the
 /// same device (a `DeviceMismatch` error otherwise).
 macro_rules! forward {
@@ -242,6 +256,94 @@ impl Backend for Storage {
     ) -> Result<Self> {
         forward!("cross_entropy_backward", self, [targets, lse, dloss], |s| s
             .cross_entropy_backward(targets, lse, dloss, v, ignore_index))
+    }
+
+    fn mlstm_chunk_forward(
+        &self,
+        k: &Self,
+        v: &Self,
+        i: &Self,
+        f: &Self,
+        c0: &Self,
+        n0: &Self,
+        m0: &Self,
+        dims: RecurrentDims,
+        eps: f64,
+    ) -> Result<(Self, Self, Self, Self)> {
+        forward!("mlstm_chunk_forward", self, [k, v, i, f, c0, n0, m0], |s| s
+            .mlstm_chunk_forward(k, v, i, f, c0, n0, m0, dims, eps))
+    }
+
+    fn mlstm_chunk_backward(
+        &self,
+        k: &Self,
+        v: &Self,
+        i: &Self,
+        f: &Self,
+        c: &Self,
+        n: &Self,
+        m: &Self,
+        h: &Self,
+        dh: &Self,
+        dc: &Self,
+        dn: &Self,
+        dm: &Self,
+        dims: RecurrentDims,
+        eps: f64,
+    ) -> Result<Vec<Self>> {
+        forward!(
+            "mlstm_chunk_backward",
+            self,
+            [k, v, i, f, c, n, m, h, dh, dc, dn, dm],
+            |s| s.mlstm_chunk_backward(k, v, i, f, c, n, m, h, dh, dc, dn, dm, dims, eps)
+        )
+    }
+
+    fn gated_delta_forward(
+        &self,
+        k: &Self,
+        v: &Self,
+        beta: &Self,
+        g: &Self,
+        s0: &Self,
+        dims: RecurrentDims,
+    ) -> Result<(Self, Self)> {
+        forward!("gated_delta_forward", self, [k, v, beta, g, s0], |s| s
+            .gated_delta_forward(k, v, beta, g, s0, dims))
+    }
+
+    fn gated_delta_backward(
+        &self,
+        k: &Self,
+        v: &Self,
+        beta: &Self,
+        g: &Self,
+        states: &Self,
+        dout: &Self,
+        ds: &Self,
+        dims: RecurrentDims,
+    ) -> Result<Vec<Self>> {
+        forward!(
+            "gated_delta_backward",
+            self,
+            [k, v, beta, g, states, dout, ds],
+            |s| s.gated_delta_backward(k, v, beta, g, states, dout, ds, dims)
+        )
+    }
+
+    fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self> {
+        forward!("short_conv", self, [w, bias], |s| s
+            .short_conv(w, bias, dims))
+    }
+
+    fn short_conv_backward(
+        &self,
+        w: &Self,
+        dy: &Self,
+        dims: ConvDims,
+    ) -> Result<(Self, Self, Self)> {
+        forward!("short_conv_backward", self, [w, dy], |s| s
+            .short_conv_backward(w, dy, dims))
     }
 
     fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {

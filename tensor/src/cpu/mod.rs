@@ -3,15 +3,19 @@
 //! Kernels are generic over `Real` (f32 and f64); BF16 storage is widened to f32, computed, and
 //! rounded back, so bf16 arithmetic on the CPU matches the GPU's "bf16 storage, f32 math".
 //! Work is spread over cores with rayon once a buffer is large enough to pay for it.
+mod chunk;
 mod copy;
 mod elementwise;
+mod gated_delta;
 mod loss;
 mod mask;
 mod matmul;
+mod mlstm;
 mod norm;
 mod reduce;
 mod rla;
 mod rope;
+mod short_conv;
 mod softmax;
 mod swa;
 mod tile;
@@ -437,6 +441,117 @@ impl Backend for CpuStorage {
                 v,
                 ignore_index
             ))
+        ))
+    }
+
+    fn mlstm_chunk_forward(
+        &self,
+        k: &Self,
+        v: &Self,
+        i: &Self,
+        f: &Self,
+        c0: &Self,
+        n0: &Self,
+        m0: &Self,
+        dims: RecurrentDims,
+        eps: f64,
+    ) -> Result<(Self, Self, Self, Self)> {
+        Ok(with_floats!(
+            "mlstm_chunk_forward",
+            [self, k, v, i, f, c0, n0, m0],
+            |x, out, stat| {
+                let r = mlstm::forward(&x, dims, eps);
+                (out(r.h), stat(r.c), stat(r.n), stat(r.m))
+            }
+        ))
+    }
+
+    fn mlstm_chunk_backward(
+        &self,
+        k: &Self,
+        v: &Self,
+        i: &Self,
+        f: &Self,
+        c: &Self,
+        n: &Self,
+        m: &Self,
+        h: &Self,
+        dh: &Self,
+        dc: &Self,
+        dn: &Self,
+        dm: &Self,
+        dims: RecurrentDims,
+        eps: f64,
+    ) -> Result<Vec<Self>> {
+        Ok(with_floats!(
+            "mlstm_chunk_backward",
+            [self, k, v, i, f, c, n, m, h, dh, dc, dn, dm],
+            |x, out, _s| mlstm::backward(&x, dims, eps)
+                .into_iter()
+                .map(out)
+                .collect()
+        ))
+    }
+
+    fn gated_delta_forward(
+        &self,
+        k: &Self,
+        v: &Self,
+        beta: &Self,
+        g: &Self,
+        s0: &Self,
+        dims: RecurrentDims,
+    ) -> Result<(Self, Self)> {
+        Ok(with_floats!(
+            "gated_delta_forward",
+            [self, k, v, beta, g, s0],
+            |x, out, stat| {
+                let (o, s) = gated_delta::forward(&x, dims);
+                (out(o), stat(s))
+            }
+        ))
+    }
+
+    fn gated_delta_backward(
+        &self,
+        k: &Self,
+        v: &Self,
+        beta: &Self,
+        g: &Self,
+        states: &Self,
+        dout: &Self,
+        ds: &Self,
+        dims: RecurrentDims,
+    ) -> Result<Vec<Self>> {
+        Ok(with_floats!(
+            "gated_delta_backward",
+            [self, k, v, beta, g, states, dout, ds],
+            |x, out, _s| gated_delta::backward(&x, dims)
+                .into_iter()
+                .map(out)
+                .collect()
+        ))
+    }
+
+    fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self> {
+        Ok(with_floats!("short_conv", [self, w, bias], |x, out, _s| {
+            out(short_conv::forward(&x[0], &x[1], &x[2], dims))
+        }))
+    }
+
+    fn short_conv_backward(
+        &self,
+        w: &Self,
+        dy: &Self,
+        dims: ConvDims,
+    ) -> Result<(Self, Self, Self)> {
+        Ok(with_floats!(
+            "short_conv_backward",
+            [self, w, dy],
+            |x, out, _s| {
+                let (dx, dw, db) = short_conv::backward(&x[0], &x[1], &x[2], dims);
+                (out(dx), out(dw), out(db))
+            }
         ))
     }
 

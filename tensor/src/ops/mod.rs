@@ -2,19 +2,25 @@
 //! seam. The differentiable ones have their backward beside them in the autograd crate; the
 //! `*_backward` methods here are the fused kernels those backwards call.
 mod elementwise;
+mod gated_delta;
 mod index;
 mod layout;
 mod loss;
 mod mask;
 mod matmul;
+mod mlstm;
 mod norm;
+mod recurrent;
 mod reduce;
 mod rla;
 mod rope;
+mod short_conv;
 mod softmax;
 mod swa;
 
+pub use gated_delta::GatedDeltaGrads;
 pub use mask::CAUSAL;
+pub use mlstm::{MlstmChunkStates, MlstmGrads};
 pub use norm::NormStats;
 
 use crate::{Error, Result, Tensor};

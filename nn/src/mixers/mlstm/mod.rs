@@ -1,0 +1,69 @@
+//! mLSTM, the xLSTM-7B form: per-head scalar gates, an exponential input gate, a log-sigmoid
+//! forget gate and the stabilizer m_t. With `lf_t = log_sigmoid(f_t)` and q scaled by
+//! `1/sqrt(Dk)` (as xLSTM does):
+//!
+//! ```text
+//! m_t = max(lf_t + m_{t-1}, i_t)
+//! C_t = exp(lf_t + m_{t-1} - m_t) C_{t-1} + exp(i_t - m_t) k_t v_t^T      [Dk, Dv]
+//! n_t = exp(lf_t + m_{t-1} - m_t) n_{t-1} + exp(i_t - m_t) k_t            [Dk]
+//! h_t = q_t^T C_t / (max(|q_t^T n_t|, exp(-m_t)) + eps)
+//! ```
+//!
+//! Inputs q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`, gate preactivations i, f `[B, T, H]` (soft-cap
+//! them layer-side); output `[B, T, H, Dv]`. Every form starts from a state `(C, n, m)` (zeros
+//! when none is given) and returns the final one, so a long sequence can run in pieces.
+//! Forms: `recurrent` (step by step, the spec), `parallel` (quadratic, checked against it),
+//! `chunkwise` (one tape node over the fused kernels) and `step` (one time step, for decoding).
+mod fused;
+mod reference;
+
+pub use fused::{chunkwise, step};
+pub use reference::{parallel, recurrent};
+
+use swax_tensor::backend::RecurrentDims;
+use swax_tensor::{DType, Device, Result, Tensor};
+
+/// xLSTM's eps in the denominator.
+pub const EPS: f64 = 1e-6;
+
+/// The recurrent state of every head: C `[B, H, Dk, Dv]`, n `[B, H, Dk]`, m `[B, H]`. C and n are
+/// stored divided by `exp(m)`, which keeps them finite whatever the gates.
+#[derive(Clone, Debug)]
+pub struct MlstmState {
+    pub c: Tensor,
+    pub n: Tensor,
+    pub m: Tensor,
+}
+
+impl MlstmState {
+    pub fn zeros(
+        b: usize,
+        h: usize,
+        dk: usize,
+        dv: usize,
+        dtype: DType,
+        device: Device,
+    ) -> Result<MlstmState> {
+        Ok(MlstmState {
+            c: Tensor::zeros(vec![b, h, dk, dv], dtype, device)?,
+            n: Tensor::zeros(vec![b, h, dk], dtype, device)?,
+            m: Tensor::zeros(vec![b, h], dtype, device)?,
+        })
+    }
+
+    /// The given state, checked against the inputs' sizes, or zeros.
+    fn or_zeros(
+        state: Option<&MlstmState>,
+        op: &'static str,
+        q: &Tensor,
+        dims: &RecurrentDims,
+    ) -> Result<MlstmState> {
+        let Some(s) = state else {
+            return MlstmState::zeros(dims.b, dims.h, dims.dk, dims.dv, q.dtype(), q.device());
+        };
+        dims.check_state(op, q, &s.c, &[dims.dk, dims.dv])?;
+        dims.check_state(op, q, &s.n, &[dims.dk])?;
+        dims.check_state(op, q, &s.m, &[])?;
+        Ok(s.clone())
+    }
+}

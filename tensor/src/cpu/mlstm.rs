@@ -1,0 +1,383 @@
+//! mLSTM (xLSTM-7B form), chunkwise, forward and backward (see `Backend::mlstm_chunk_forward`).
+//!
+//! Within a chunk the recurrence is unrolled into an `L × L` matrix of decayed, stabilized
+//! weights `exp(i_s + F_j - F_s - m_j)` (F the running sum of log forget gates from the chunk's
+//! start), so a chunk is a few tile products; across chunks the state `(C, n, m)` is carried.
+//! The stabilizer `m_t` is the recurrence's own (`max(lf_t + m_{t-1}, i_t)`, a scalar pass per
+//! head), which is also the max over every log weight a row sees: no exponent is ever positive.
+//!
+//! The backward treats the stabilizers as constants, then adds their own path separately. Every
+//! state is `exp(-m_t)` times a stabilizer-free one, so h_t depends on m_t only through eps:
+//! `dL/dm_t = eps · dden_t` (plus `-<dC_T, C_T> - <dn_T, n_T>` from the final state), which
+//! flows back along the recurrence of m to whichever of `i_t` or `lf_t + m_{t-1}` won each max.
+use super::chunk::{axpy, dot, interleave, mm, per_head, reverse_cumsum, rows, scale_rows};
+use super::elementwise::{sigmoid, softplus};
+use super::Real;
+use crate::backend::RecurrentDims;
+use std::borrow::Cow;
+
+/// The operands every pass reads: q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`, gates `[B, T, H]`.
+struct Inputs<'a, T> {
+    q: &'a [T],
+    k: &'a [T],
+    v: &'a [T],
+    i: &'a [T],
+    f: &'a [T],
+}
+
+/// One chunk of one head: what the forward computes and the backward recomputes.
+struct Chunk<T> {
+    len: usize,
+    /// q scaled by 1/sqrt(Dk), k `[L, Dk]`, v `[L, Dv]`.
+    q: Vec<T>,
+    k: Vec<T>,
+    v: Vec<T>,
+    /// The stabilizers, `[L]`.
+    m: Vec<T>,
+    /// `exp(i_s + F_j - F_s - m_j)` for s <= j, zero above the diagonal, `[L, L]`.
+    w: Vec<T>,
+    /// `w ⊙ q k^T`.
+    p: Vec<T>,
+    /// The carried state's weight in row j, `exp(m_prev + F_j - m_j)`.
+    a: Vec<T>,
+    /// `q C_prev` `[L, Dv]` and `q · n_prev` `[L]`.
+    qc: Vec<T>,
+    qn: Vec<T>,
+    /// `q_j^T n_j` and the denominator before eps, `max(|q_j^T n_j|, exp(-m_j))`.
+    nq: Vec<T>,
+    den: Vec<T>,
+}
+
+fn log_sigmoid<T: Real>(x: T) -> T {
+    -softplus(-x)
+}
+
+impl<T: Real> Chunk<T> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        x: &Inputs<T>,
+        dims: &RecurrentDims,
+        bh: usize,
+        t0: usize,
+        len: usize,
+        c_prev: &[T],
+        n_prev: &[T],
+        m_prev: T,
+    ) -> Self {
+        let (dk, dv) = (dims.dk, dims.dv);
+        let scale = T::of(1.0 / (dk as f64).sqrt());
+        let q: Vec<T> = rows(x.q, dims, dk, bh, t0, len)
+            .into_iter()
+            .map(|v| v * scale)
+            .collect();
+        let k = rows(x.k, dims, dk, bh, t0, len);
+        let v = rows(x.v, dims, dv, bh, t0, len);
+        let i = rows(x.i, dims, 1, bh, t0, len);
+        let lf: Vec<T> = rows(x.f, dims, 1, bh, t0, len)
+            .into_iter()
+            .map(log_sigmoid)
+            .collect();
+        let (mut fcum, mut m) = (Vec::with_capacity(len), Vec::with_capacity(len));
+        let (mut run, mut prev) = (T::zero(), m_prev);
+        for j in 0..len {
+            run = run + lf[j];
+            prev = (lf[j] + prev).max(i[j]);
+            fcum.push(run);
+            m.push(prev);
+        }
+        let mut w = vec![T::zero(); len * len];
+        for j in 0..len {
+            for s in 0..=j {
+                w[j * len + s] = (i[s] + fcum[j] - fcum[s] - m[j]).exp();
+            }
+        }
+        let a: Vec<T> = (0..len).map(|j| (m_prev + fcum[j] - m[j]).exp()).collect();
+        let s = mm(&q, false, &k, true, len, dk, len);
+        let p: Vec<T> = w.iter().zip(&s).map(|(&w, &s)| w * s).collect();
+        let qc = mm(&q, false, c_prev, false, len, dk, dv);
+        let qn: Vec<T> = q.chunks(dk).map(|row| dot(row, n_prev)).collect();
+        let nq: Vec<T> = (0..len)
+            .map(|j| p[j * len..(j + 1) * len].iter().copied().sum::<T>() + a[j] * qn[j])
+            .collect();
+        let den = (0..len).map(|j| nq[j].abs().max((-m[j]).exp())).collect();
+        Chunk {
+            len,
+            q,
+            k,
+            v,
+            m,
+            w,
+            p,
+            a,
+            qc,
+            qn,
+            nq,
+            den,
+        }
+    }
+
+    /// Row `len - 1` of the weights: each step's weight in the state at the chunk's end.
+    fn last_row(&self) -> &[T] {
+        &self.w[(self.len - 1) * self.len..]
+    }
+}
+
+pub(crate) struct Forward<T> {
+    pub h: Vec<T>,
+    pub c: Vec<T>,
+    pub n: Vec<T>,
+    pub m: Vec<T>,
+}
+
+/// Operands `[q, k, v, i, f, c0, n0, m0]`.
+pub(crate) fn forward<T: Real>(x: &[Cow<[T]>], dims: RecurrentDims, eps: f64) -> Forward<T> {
+    let inputs = Inputs {
+        q: &x[0],
+        k: &x[1],
+        v: &x[2],
+        i: &x[3],
+        f: &x[4],
+    };
+    let (c0, n0, m0) = (&x[5], &x[6], &x[7]);
+    let RecurrentDims { dk, dv, chunk, .. } = dims;
+    let eps = T::of(eps);
+    let heads = per_head(&dims, |bh| {
+        let mut c = c0[bh * dk * dv..(bh + 1) * dk * dv].to_vec();
+        let mut n = n0[bh * dk..(bh + 1) * dk].to_vec();
+        let mut m = m0[bh];
+        let (mut cs, mut ns, mut ms) = (c.clone(), n.clone(), vec![m]);
+        let mut h = Vec::with_capacity(dims.t * dv);
+        for t0 in (0..dims.t).step_by(chunk) {
+            let len = chunk.min(dims.t - t0);
+            let ch = Chunk::new(&inputs, &dims, bh, t0, len, &c, &n, m);
+            let pv = mm(&ch.p, false, &ch.v, false, len, len, dv);
+            for j in 0..len {
+                let r = (ch.den[j] + eps).recip();
+                for e in 0..dv {
+                    h.push((pv[j * dv + e] + ch.a[j] * ch.qc[j * dv + e]) * r);
+                }
+            }
+            let a_end = ch.a[len - 1];
+            let kw = scale_rows(&ch.k, ch.last_row(), dk);
+            let kv = mm(&kw, true, &ch.v, false, dk, len, dv);
+            for (c, add) in c.iter_mut().zip(kv) {
+                *c = a_end * *c + add;
+            }
+            for (d, n) in n.iter_mut().enumerate() {
+                *n = a_end * *n + (0..len).map(|s| kw[s * dk + d]).sum::<T>();
+            }
+            m = ch.m[len - 1];
+            cs.extend_from_slice(&c);
+            ns.extend_from_slice(&n);
+            ms.push(m);
+        }
+        (h, cs, ns, ms)
+    });
+    let hs: Vec<&[T]> = heads.iter().map(|r| &r.0[..]).collect();
+    Forward {
+        h: interleave(&hs, &dims, dv),
+        c: heads.iter().flat_map(|r| r.1.iter().copied()).collect(),
+        n: heads.iter().flat_map(|r| r.2.iter().copied()).collect(),
+        m: heads.iter().flat_map(|r| r.3.iter().copied()).collect(),
+    }
+}
+
+/// One head's gradients, `[T, D]` / `[T]` / state-shaped.
+struct HeadGrads<T> {
+    dq: Vec<T>,
+    dk: Vec<T>,
+    dv: Vec<T>,
+    di: Vec<T>,
+    df: Vec<T>,
+    dc0: Vec<T>,
+    dn0: Vec<T>,
+    dm0: T,
+}
+
+/// Operands `[q, k, v, i, f, c, n, m, h, dh, dc, dn, dm]`; returns
+/// `[dq, dk, dv, di, df, dc0, dn0, dm0]`.
+pub(crate) fn backward<T: Real>(x: &[Cow<[T]>], dims: RecurrentDims, eps: f64) -> Vec<Vec<T>> {
+    let inputs = Inputs {
+        q: &x[0],
+        k: &x[1],
+        v: &x[2],
+        i: &x[3],
+        f: &x[4],
+    };
+    let heads = per_head(&dims, |bh| head_backward(&inputs, x, &dims, eps, bh));
+    let field = |get: fn(&HeadGrads<T>) -> &[T], d: usize| {
+        let hs: Vec<&[T]> = heads.iter().map(get).collect();
+        interleave(&hs, &dims, d)
+    };
+    vec![
+        field(|g| &g.dq, dims.dk),
+        field(|g| &g.dk, dims.dk),
+        field(|g| &g.dv, dims.dv),
+        field(|g| &g.di, 1),
+        field(|g| &g.df, 1),
+        heads.iter().flat_map(|g| g.dc0.iter().copied()).collect(),
+        heads.iter().flat_map(|g| g.dn0.iter().copied()).collect(),
+        heads.iter().map(|g| g.dm0).collect(),
+    ]
+}
+
+fn head_backward<T: Real>(
+    inputs: &Inputs<T>,
+    x: &[Cow<[T]>],
+    dims: &RecurrentDims,
+    eps: f64,
+    bh: usize,
+) -> HeadGrads<T> {
+    let (cb, nb, mb, h, dh) = (&x[5], &x[6], &x[7], &x[8], &x[9]);
+    let RecurrentDims {
+        t, dk, dv, chunk, ..
+    } = *dims;
+    let nc = dims.chunks();
+    let (csz, eps) = (dk * dv, T::of(eps));
+    let c_at = |ci: usize| &cb[(bh * (nc + 1) + ci) * csz..(bh * (nc + 1) + ci + 1) * csz];
+    let n_at = |ci: usize| &nb[(bh * (nc + 1) + ci) * dk..(bh * (nc + 1) + ci + 1) * dk];
+    let m_at = |ci: usize| mb[bh * (nc + 1) + ci];
+    let mut dc = x[10][bh * csz..(bh + 1) * csz].to_vec();
+    let mut dn = x[11][bh * dk..(bh + 1) * dk].to_vec();
+    let scale = T::of(1.0 / (dk as f64).sqrt());
+    let mut g = HeadGrads {
+        dq: vec![T::zero(); t * dk],
+        dk: vec![T::zero(); t * dk],
+        dv: vec![T::zero(); t * dv],
+        di: vec![T::zero(); t],
+        df: vec![T::zero(); t],
+        dc0: Vec::new(),
+        dn0: Vec::new(),
+        dm0: T::zero(),
+    };
+    // The stabilizers' own gradient, before it is sent along the recurrence of m.
+    let mut dm = vec![T::zero(); t];
+    dm[t - 1] = x[12][bh] - dot(&dc, c_at(nc)) - dot(&dn, n_at(nc));
+    let mut dlf = vec![T::zero(); t];
+    for ci in (0..nc).rev() {
+        let t0 = ci * chunk;
+        let len = chunk.min(t - t0);
+        let (c_prev, n_prev) = (c_at(ci), n_at(ci));
+        let ch = Chunk::new(inputs, dims, bh, t0, len, c_prev, n_prev, m_at(ci));
+        let hr = rows(h, dims, dv, bh, t0, len);
+        let dhr = rows(dh, dims, dv, bh, t0, len);
+        let mut dnum = vec![T::zero(); len * dv];
+        let mut dnq = vec![T::zero(); len];
+        for j in 0..len {
+            let r = (ch.den[j] + eps).recip();
+            let row = j * dv..(j + 1) * dv;
+            let dden = -dot(&dhr[row.clone()], &hr[row.clone()]) * r;
+            dm[t0 + j] = dm[t0 + j] + eps * dden;
+            // The max's gradient goes to |q^T n| only where it strictly won (ties: exp(-m)).
+            if ch.nq[j].abs() > (-ch.m[j]).exp() {
+                dnq[j] = if ch.nq[j] > T::zero() { dden } else { -dden };
+            }
+            for (d, &y) in dnum[row.clone()].iter_mut().zip(&dhr[row]) {
+                *d = y * r;
+            }
+        }
+        let mut dp = mm(&dnum, false, &ch.v, true, len, dv, len);
+        for j in 0..len {
+            for s in 0..len {
+                let e = &mut dp[j * len + s];
+                *e = if s <= j { *e + dnq[j] } else { T::zero() };
+            }
+        }
+        let ds: Vec<T> = dp.iter().zip(&ch.w).map(|(&d, &w)| d * w).collect();
+        let dlogw: Vec<T> = dp.iter().zip(&ch.p).map(|(&d, &p)| d * p).collect();
+        let mut dq = mm(&ds, false, &ch.k, false, len, len, dk);
+        let dq_state = mm(&dnum, false, c_prev, true, len, dv, dk);
+        for j in 0..len {
+            let row = &mut dq[j * dk..(j + 1) * dk];
+            axpy(row, ch.a[j], &dq_state[j * dk..(j + 1) * dk]);
+            axpy(row, ch.a[j] * dnq[j], n_prev);
+        }
+        let mut dkr = mm(&ds, true, &ch.q, false, len, len, dk);
+        let mut dvr = mm(&ch.p, true, &dnum, false, len, len, dv);
+        // The chunk's contribution to the state at its end: C_end = a_e C_prev + K^T diag(w) V.
+        let (wl, a_end) = (ch.last_row(), ch.a[len - 1]);
+        let kdc = mm(&ch.k, false, &dc, false, len, dk, dv);
+        let vdc = mm(&ch.v, false, &dc, true, len, dv, dk);
+        let mut dlog_end = vec![T::zero(); len];
+        for s in 0..len {
+            axpy(
+                &mut dvr[s * dv..(s + 1) * dv],
+                wl[s],
+                &kdc[s * dv..(s + 1) * dv],
+            );
+            let dk_row = &mut dkr[s * dk..(s + 1) * dk];
+            axpy(dk_row, wl[s], &vdc[s * dk..(s + 1) * dk]);
+            axpy(dk_row, wl[s], &dn);
+            let (kr, vr) = (&ch.k[s * dk..(s + 1) * dk], &ch.v[s * dv..(s + 1) * dv]);
+            dlog_end[s] = wl[s] * (dot(&kdc[s * dv..(s + 1) * dv], vr) + dot(kr, &dn));
+        }
+        // Log-weight gradients to the gates: log w_js = i_s + F_j - F_s - m_j (m held fixed).
+        let mut dfcum = vec![T::zero(); len];
+        for j in 0..len {
+            let dlog_a = ch.a[j]
+                * (dot(&dnum[j * dv..(j + 1) * dv], &ch.qc[j * dv..(j + 1) * dv])
+                    + dnq[j] * ch.qn[j]);
+            dfcum[j] = dfcum[j] + dlog_a;
+            for s in 0..=j {
+                let d = dlogw[j * len + s];
+                dfcum[j] = dfcum[j] + d;
+                dfcum[s] = dfcum[s] - d;
+                g.di[t0 + s] = g.di[t0 + s] + d;
+            }
+        }
+        let dlog_carry = a_end * (dot(&dc, c_prev) + dot(&dn, n_prev));
+        dfcum[len - 1] = dfcum[len - 1] + dlog_carry + dlog_end.iter().copied().sum::<T>();
+        for s in 0..len {
+            dfcum[s] = dfcum[s] - dlog_end[s];
+            g.di[t0 + s] = g.di[t0 + s] + dlog_end[s];
+        }
+        for (j, d) in reverse_cumsum(&dfcum).into_iter().enumerate() {
+            dlf[t0 + j] = d;
+        }
+        // The state gradient carried to the chunk before.
+        let qa = scale_rows(&ch.q, &ch.a, dk);
+        let dc_in = mm(&qa, true, &dnum, false, dk, len, dv);
+        for (d, add) in dc.iter_mut().zip(dc_in) {
+            *d = a_end * *d + add;
+        }
+        for (e, d) in dn.iter_mut().enumerate() {
+            *d = a_end * *d + (0..len).map(|j| qa[j * dk + e] * dnq[j]).sum::<T>();
+        }
+        for (o, &d) in g.dq[t0 * dk..(t0 + len) * dk].iter_mut().zip(&dq) {
+            *o = d * scale;
+        }
+        g.dk[t0 * dk..(t0 + len) * dk].copy_from_slice(&dkr);
+        g.dv[t0 * dv..(t0 + len) * dv].copy_from_slice(&dvr);
+    }
+    // The initial state: C0 stands for exp(m0) times a stabilizer-free state.
+    let m0 = m_at(0);
+    let mut gm = dot(&dc, c_at(0)) + dot(&dn, n_at(0));
+    let i = rows(inputs.i, dims, 1, bh, 0, t);
+    let f = rows(inputs.f, dims, 1, bh, 0, t);
+    let lf: Vec<T> = f.iter().map(|&v| log_sigmoid(v)).collect();
+    let mut ms = Vec::with_capacity(t);
+    let mut prev = m0;
+    for s in 0..t {
+        prev = (lf[s] + prev).max(i[s]);
+        ms.push(prev);
+    }
+    let mut carry = T::zero();
+    for s in (0..t).rev() {
+        carry = carry + dm[s];
+        let before = if s == 0 { m0 } else { ms[s - 1] };
+        if lf[s] + before > i[s] {
+            dlf[s] = dlf[s] + carry;
+        } else {
+            g.di[s] = g.di[s] + carry;
+            carry = T::zero();
+        }
+    }
+    gm = gm + carry;
+    for s in 0..t {
+        g.df[s] = dlf[s] * sigmoid(-f[s]);
+    }
+    g.dc0 = dc;
+    g.dn0 = dn;
+    g.dm0 = gm;
+    g
+}
