@@ -1,11 +1,14 @@
 //! Differentiable ops: each computes its forward with `swax_tensor` and records a hand-written
 //! backward on the tape. The files mirror `swax_tensor`'s `ops/`.
+mod conv;
 mod elementwise;
+mod gates;
 mod index;
 mod layout;
 mod loss;
 mod mask;
 mod matmul;
+mod mixer_norm;
 mod norm;
 mod reduce;
 mod rope;
