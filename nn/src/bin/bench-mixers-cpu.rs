@@ -1,11 +1,11 @@
 //! CPU benchmark of the sequence mixers: each fused form against its reference, forward alone
 //! and forward + backward (through a weighted-sum loss), f32, median wall time in ms. One
-//! function per mixer family prints its rows of the shared table.
+//! function per mixer family prints its rows of the shared table; `main` runs them all.
 //!
 //!     cargo run --release -p swax-nn --bin bench-mixers-cpu
 use std::time::Instant;
 use swax_autograd::Tape;
-use swax_nn::mixers::{attention, rattention};
+use swax_nn::mixers::{attention, gated_delta, mlstm, rattention};
 use swax_tensor::{DType, Device, Result, Tensor};
 
 /// A mixer over its inputs, on a tape.
@@ -109,6 +109,82 @@ fn attention_rows() -> Result<()> {
     Ok(())
 }
 
+/// mLSTM (chunk 64) against its recurrent and parallel references, and the gated delta rule
+/// (chunk 64) against its recurrent reference, at B=1, T=2048, H=4, D=64, from zero states.
+fn recurrent_rows() -> Result<()> {
+    let (b, t, h, d) = (1, 2048, 4, 64);
+    let shape = format!("B{b} T{t} H{h} D{d} chunk64");
+    let gate = |lo: f64, hi: f64, seed: u64| {
+        Tensor::rand_uniform([b, t, h], lo, hi, seed, DType::F32, Device::Cpu)
+    };
+    let qkv = [
+        randn([b, t, h, d], 1)?,
+        randn([b, t, h, d], 2)?,
+        randn([b, t, h, d], 3)?,
+    ];
+    let with_gates = |g0: Tensor, g1: Tensor| {
+        let mut x = qkv.to_vec();
+        x.extend([g0, g1]);
+        x
+    };
+    type MlstmForm = fn(
+        &Tape,
+        &Tensor,
+        &Tensor,
+        &Tensor,
+        &Tensor,
+        &Tensor,
+        Option<&mlstm::MlstmState>,
+        f64,
+    ) -> Result<(Tensor, mlstm::MlstmState)>;
+    let mlstm_ref = |f: MlstmForm| {
+        move |tape: &Tape, x: &[Tensor]| {
+            Ok(f(tape, &x[0], &x[1], &x[2], &x[3], &x[4], None, mlstm::EPS)?.0)
+        }
+    };
+    let mlstm_fused = |tape: &Tape, x: &[Tensor]| {
+        Ok(mlstm::chunkwise(
+            tape,
+            &x[0],
+            &x[1],
+            &x[2],
+            &x[3],
+            &x[4],
+            None,
+            64,
+            mlstm::EPS,
+        )?
+        .0)
+    };
+    let x = with_gates(gate(-3.0, 3.0, 4)?, gate(0.0, 6.0, 5)?);
+    row(
+        "mlstm vs recurrent",
+        &shape,
+        &mlstm_fused,
+        &mlstm_ref(mlstm::recurrent),
+        &x,
+    )?;
+    row(
+        "mlstm vs parallel",
+        &shape,
+        &mlstm_fused,
+        &mlstm_ref(mlstm::parallel),
+        &x,
+    )?;
+    let x = with_gates(gate(0.05, 0.95, 6)?, gate(-1.0, 0.0, 7)?);
+    row(
+        "gated_delta vs recurrent",
+        &shape,
+        &|tape: &Tape, x: &[Tensor]| {
+            Ok(gated_delta::chunkwise(tape, &x[0], &x[1], &x[2], &x[3], &x[4], None, 64)?.0)
+        },
+        &|tape: &Tape, x: &[Tensor]| {
+            Ok(gated_delta::recurrent(tape, &x[0], &x[1], &x[2], &x[3], &x[4], None)?.0)
+        },
+        &x,
+    )
+}
+
 fn main() -> Result<()> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("swax mixers, CPU, f32, {threads} cores, times in ms (median)\n");
@@ -116,5 +192,6 @@ fn main() -> Result<()> {
         "| mixer | shape | fused fwd | fused fwd+bwd | ref fwd | ref fwd+bwd | speedup fwd+bwd |"
     );
     println!("|---|---|---|---|---|---|---|");
-    attention_rows()
+    attention_rows()?;
+    recurrent_rows()
 }
