@@ -1,11 +1,12 @@
 // binary.cu: y = a (op) b elementwise for add, sub, mul, div, with numpy broadcasting.
 //
-// Two kernels per dtype: a vectorised one for same-shape contiguous operands, and a strided one
+// Two kernels per dtype: a vectorised one for same-shape contiguous operands (the op made a
+// compile-time constant by `dispatch`, so the loop has no per-element switch), and a strided one
 // where each operand has its own strides over the output shape (0 on broadcast dimensions).
 // Op numbers match `BinaryOp::code` in src/kernels/binary.rs.
 #include "common.cuh"
 
-enum { OP_ADD = 0, OP_SUB, OP_MUL, OP_DIV };
+enum { OP_ADD = 0, OP_SUB, OP_MUL, OP_DIV, OP_COUNT };
 
 __device__ __forceinline__ float binop(int op, float a, float b) {
     switch (op) {
@@ -17,20 +18,18 @@ __device__ __forceinline__ float binop(int op, float a, float b) {
     }
 }
 
+// The same-shape loop for op O (called by `dispatch`).
 template <typename T>
-__device__ void binary_contig(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, u64 n, int op) {
-    const u64 nvec = n / 4;
-    for (u64 i = global_thread(); i < nvec; i += grid_threads()) {
-        float va[4], vb[4];
-        load4(a + 4 * i, va);
-        load4(b + 4 * i, vb);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) va[j] = binop(op, va[j], vb[j]);
-        store4(y + 4 * i, va);
+struct Contig {
+    const T* __restrict__ a;
+    const T* __restrict__ b;
+    T* __restrict__ y;
+    u64 n;
+    template <int O>
+    __device__ void operator()(Const<O>) const {
+        map2(a, b, y, n, [](float p, float q) { return binop(O, p, q); });
     }
-    for (u64 i = 4 * nvec + global_thread(); i < n; i += grid_threads())
-        y[i] = from_float<T>(binop(op, to_float(a[i]), to_float(b[i])));
-}
+};
 
 // y is contiguous over p.dims; p's operand 0 is a, operand 1 is b.
 template <typename T>
@@ -44,7 +43,7 @@ __device__ void binary_strided(const T* __restrict__ a, const T* __restrict__ b,
 
 #define INSTANTIATE(NAME, T)                                                                      \
     extern "C" __global__ void binary_##NAME(const T* a, const T* b, T* y, u64 n, int op) {       \
-        binary_contig<T>(a, b, y, n, op);                                                         \
+        dispatch<OP_COUNT>(op, Contig<T>{a, b, y, n});                                           \
     }                                                                                             \
     extern "C" __global__ void binary_strided_##NAME(const T* a, const T* b, T* y, TwoStrided p,  \
                                                      int op) {                                    \

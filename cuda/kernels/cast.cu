@@ -3,21 +3,17 @@
 
 template <typename S, typename D>
 __device__ void cast(const S* __restrict__ x, D* __restrict__ y, u64 n) {
-    const u64 nvec = n / 4;
-    for (u64 i = global_thread(); i < nvec; i += grid_threads()) {
-        float v[4];
-        load4(x + 4 * i, v);
-        store4(y + 4 * i, v);
-    }
-    for (u64 i = 4 * nvec + global_thread(); i < n; i += grid_threads()) y[i] = from_float<D>(to_float(x[i]));
+    map1(x, y, n, [](float v) { return v; });
 }
 
 template <typename T>
 __device__ void fill(T* __restrict__ y, u64 n, float value) {
-    const float v[4] = {value, value, value, value};
-    const u64 nvec = n / 4;
-    for (u64 i = global_thread(); i < nvec; i += grid_threads()) store4(y + 4 * i, v);
-    for (u64 i = 4 * nvec + global_thread(); i < n; i += grid_threads()) y[i] = from_float<T>(value);
+    float v[EW_VEC];
+#pragma unroll
+    for (int j = 0; j < EW_VEC; ++j) v[j] = value;
+    const u64 groups = n / EW_VEC;
+    for (u64 i = global_thread(); i < groups; i += grid_threads()) store_vec(y + i * EW_VEC, v);
+    for (u64 i = groups * EW_VEC + global_thread(); i < n; i += grid_threads()) y[i] = from_float<T>(value);
 }
 
 extern "C" __global__ void cast_f32_to_bf16(const float* x, bf16* y, u64 n) { cast(x, y, n); }

@@ -7,33 +7,73 @@
 //             y = xh * w (+ b);         mean = 0 for RMSNorm
 //   backward: g = dy * w,  dx = rstd * (g - mean(g) - xh * mean(g * xh))   (no mean(g) for RMS)
 //             dw = sum over rows of dy * xh,  db = sum over rows of dy
+// Rows are laid out by `Launch::rows` in register tiles (common.cuh's Tile): a row that is one
+// tile (up to 16384 bf16 or 8192 f32 elements) is read once and written once; a longer one is
+// read once for the statistics and once more for the output (the backward: x and dy twice).
 #include "common.cuh"
 
-template <typename T>
+template <typename T, bool VEC>
 __device__ void norm_fwd(const T* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
                          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
                          u32 rows, u32 n, float eps, int center) {
+    using Row = Tile<T, VEC>;
     const u32 row = row_index();
-    const bool active = row < rows;
+    const u32 len = row < rows ? n : 0;  // an inactive row reads and writes nothing, but reduces
     const u64 base = (u64)row * n;
-    float mean = 0.0f;
-    if (center) {
-        float s = 0.0f;
-        if (active)
-            for (u32 j = threadIdx.x; j < n; j += blockDim.x) s += to_float(x[base + j]);
-        mean = row_reduce(s, SumOp()) / (float)n;
-    }
-    float ss = 0.0f;
-    if (active)
-        for (u32 j = threadIdx.x; j < n; j += blockDim.x) {
-            const float d = to_float(x[base + j]) - mean;
-            ss += d * d;
+    const u32 tile = row_tile<T>(), tiles = (n + tile - 1) / tile;
+    Row t;
+    // This thread's elements: for LayerNorm their count, mean and sum of squared deviations,
+    // merged tile by tile and then across threads by Chan et al.'s pairwise update (exact, and
+    // stable where E[x^2] - mean^2 would cancel); for RMSNorm their sum of squares.
+    float cnt = 0.0f, mu = 0.0f, m2 = 0.0f;
+    for (u32 i = 0; i < tiles; ++i) {
+        const u32 tl = tile_len(len, i * tile, tile);
+        t.load(x + base + i * tile, tl, 0.0f);
+        if (center) {
+            float c = 0.0f, s = 0.0f, q = 0.0f;
+#pragma unroll
+            for (int k = 0; k < Row::K; ++k)
+#pragma unroll
+                for (int e = 0; e < Row::V; ++e) {
+                    c += Row::valid(k, e, tl) ? 1.0f : 0.0f;
+                    s += t.v[k][e];
+                }
+            const float tm = c > 0.0f ? s / c : 0.0f;
+#pragma unroll
+            for (int k = 0; k < Row::K; ++k)
+#pragma unroll
+                for (int e = 0; e < Row::V; ++e) {
+                    const float d = Row::valid(k, e, tl) ? t.v[k][e] - tm : 0.0f;
+                    q += d * d;
+                }
+            const float total = cnt + c, delta = tm - mu, frac = total > 0.0f ? c / total : 0.0f;
+            mu += delta * frac;
+            m2 += q + delta * delta * cnt * frac;
+            cnt = total;
+        } else {
+#pragma unroll
+            for (int k = 0; k < Row::K; ++k)
+#pragma unroll
+                for (int e = 0; e < Row::V; ++e) m2 += t.v[k][e] * t.v[k][e];
         }
-    const float rstd = rsqrtf(row_reduce(ss, SumOp()) / (float)n + eps);
-    if (!active) return;
-    for (u32 j = threadIdx.x; j < n; j += blockDim.x) {
-        const float xh = (to_float(x[base + j]) - mean) * rstd;
-        y[base + j] = from_float<T>(xh * w[j] + (b ? b[j] : 0.0f));
+    }
+    const float mean = center ? row_reduce(cnt * mu, SumOp()) / (float)n : 0.0f;
+    const float dev = center ? m2 + cnt * (mu - mean) * (mu - mean) : m2;
+    const float rstd = rsqrtf(row_reduce(dev, SumOp()) / (float)n + eps);
+    if (len == 0) return;
+    for (u32 i = 0; i < tiles; ++i) {
+        const u32 start = i * tile, tl = tile_len(len, start, tile);
+        if (tiles > 1) t.load(x + base + start, tl, 0.0f);
+        // Unit by unit, each stored at once: its registers then take the next unit's weights.
+#pragma unroll
+        for (int k = 0; k < Row::K; ++k) {
+            float wu[Row::V], bu[Row::V];
+            Row::load_unit(w + start, tl, k, wu, 0.0f);
+            if (b) Row::load_unit(b + start, tl, k, bu, 0.0f);
+#pragma unroll
+            for (int e = 0; e < Row::V; ++e) t.v[k][e] = (t.v[k][e] - mean) * rstd * wu[e] + (b ? bu[e] : 0.0f);
+            Row::store_unit(y + base + start, tl, k, t.v[k]);
+        }
     }
     if (threadIdx.x == 0) {
         rstd_out[row] = rstd;
@@ -41,54 +81,94 @@ __device__ void norm_fwd(const T* __restrict__ x, const float* __restrict__ w, c
     }
 }
 
-// Blocks of (threads, 1) walk rows blockIdx.x, blockIdx.x + gridDim.x, ...; each thread owns
-// columns threadIdx.x + k * blockDim.x and sums its dw (and db) in dynamic shared memory
-// (n floats, 2n with center), written at the end to partial[blockIdx.x][.]; the host then sums
-// the partial rows (reduce.cu), deterministically.
-template <typename T>
+// Blocks of `Launch::rows`' shape walk row groups blockIdx.x, blockIdx.x + gridDim.x, ... of
+// blockDim.y rows. Each block-row (threadIdx.y) sums its dw (then db) per column in its own
+// slice of dynamic shared memory, blockDim.y * width floats with width = n (2n with center);
+// at the end the block adds its slices in order into partial[blockIdx.x][.] and the host sums
+// the partial rows (reduce.cu): deterministic, no atomics.
+template <typename T, bool VEC>
 __device__ void norm_bwd(const T* __restrict__ x, const float* __restrict__ w, const float* __restrict__ mean,
                          const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
                          float* __restrict__ partial, u32 rows, u32 n, int center) {
+    using Row = Tile<T, VEC>;
     extern __shared__ float acc[];
-    const u32 width = center ? 2 * n : n;
-    for (u32 j = threadIdx.x; j < width; j += blockDim.x) acc[j] = 0.0f;
-    __syncthreads();  // acc[n + j] is zeroed by one thread and summed into by another
-    for (u32 row = blockIdx.x; row < rows; row += gridDim.x) {
+    const u32 width = center ? 2 * n : n, threads = blockDim.x * blockDim.y;
+    const u32 me = threadIdx.y * blockDim.x + threadIdx.x;
+    for (u32 j = me; j < blockDim.y * width; j += threads) acc[j] = 0.0f;
+    __syncthreads();  // zeroed by one thread, summed into by another
+    float* const dw_acc = acc + threadIdx.y * width;
+    float* const db_acc = dw_acc + n;
+    const u32 tile = row_tile<T>(), tiles = (n + tile - 1) / tile;
+    Row tx, tg;
+    // Every thread of the block makes the same trips: row_reduce synchronizes.
+    for (u32 group = blockIdx.x * blockDim.y; group < rows; group += gridDim.x * blockDim.y) {
+        const u32 row = group + threadIdx.y;
+        const u32 len = row < rows ? n : 0;
         const u64 base = (u64)row * n;
-        const float mu = center ? mean[row] : 0.0f, r = rstd[row];
+        const float mu = center && len ? mean[row] : 0.0f, r = len ? rstd[row] : 0.0f;
         float sg = 0.0f, sgx = 0.0f;
-        for (u32 j = threadIdx.x; j < n; j += blockDim.x) {
-            const float xh = (to_float(x[base + j]) - mu) * r;
-            const float g = to_float(dy[base + j]) * w[j];
-            sg += g;
-            sgx += g * xh;
+        for (u32 i = 0; i < tiles; ++i) {
+            const u32 start = i * tile, tl = tile_len(len, start, tile);
+            tx.load(x + base + start, tl, 0.0f);
+            tg.load(dy + base + start, tl, 0.0f);
+#pragma unroll
+            for (int k = 0; k < Row::K; ++k) {
+                float wu[Row::V];
+                Row::load_unit(w + start, tl, k, wu, 0.0f);
+#pragma unroll
+                for (int e = 0; e < Row::V; ++e) {
+                    const float g = tg.v[k][e] * wu[e];
+                    sg += g;
+                    sgx += g * (tx.v[k][e] - mu) * r;
+                }
+            }
         }
         const float mg = center ? row_reduce(sg, SumOp()) / (float)n : 0.0f;
         const float mgx = row_reduce(sgx, SumOp()) / (float)n;
-        for (u32 j = threadIdx.x; j < n; j += blockDim.x) {
-            const float xh = (to_float(x[base + j]) - mu) * r;
-            const float d = to_float(dy[base + j]);
-            dx[base + j] = from_float<T>(r * (d * w[j] - mg - xh * mgx));
-            acc[j] += d * xh;
-            if (center) acc[n + j] += d;
+        for (u32 i = 0; i < tiles; ++i) {
+            const u32 start = i * tile, tl = tile_len(len, start, tile);
+            if (tiles > 1) {
+                tx.load(x + base + start, tl, 0.0f);
+                tg.load(dy + base + start, tl, 0.0f);
+            }
+#pragma unroll
+            for (int k = 0; k < Row::K; ++k) {
+                float wu[Row::V], dwu[Row::V];
+                Row::load_unit(w + start, tl, k, wu, 0.0f);
+#pragma unroll
+                for (int e = 0; e < Row::V; ++e) {
+                    const float xh = (tx.v[k][e] - mu) * r, d = tg.v[k][e];
+                    dwu[e] = d * xh;
+                    tx.v[k][e] = r * (d * wu[e] - mg - xh * mgx);
+                }
+                Row::add_unit(dw_acc + start, tl, k, dwu);
+                if (center) Row::add_unit(db_acc + start, tl, k, tg.v[k]);
+            }
+            tx.store(dx + base + start, tl);
         }
     }
     __syncthreads();
     float* out = partial + (u64)blockIdx.x * width;
-    for (u32 j = threadIdx.x; j < width; j += blockDim.x) out[j] = acc[j];
+    for (u32 j = me; j < width; j += threads) {
+        float s = 0.0f;
+        for (u32 q = 0; q < blockDim.y; ++q) s += acc[q * width + j];
+        out[j] = s;
+    }
 }
 
-#define INSTANTIATE(NAME, T)                                                                       \
-    extern "C" __global__ void norm_fwd_##NAME(const T* x, const float* w, const float* b, T* y,   \
-                                               float* mean_out, float* rstd_out, u32 rows, u32 n,  \
-                                               float eps, int center) {                            \
-        norm_fwd<T>(x, w, b, y, mean_out, rstd_out, rows, n, eps, center);                         \
+#define INSTANTIATE(NAME, T, VEC)                                                                  \
+    extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
+        norm_fwd_##NAME(const T* x, const float* w, const float* b, T* y, float* mean_out,         \
+                        float* rstd_out, u32 rows, u32 n, float eps, int center) {                 \
+        norm_fwd<T, VEC>(x, w, b, y, mean_out, rstd_out, rows, n, eps, center);                    \
     }                                                                                              \
-    extern "C" __global__ void norm_bwd_##NAME(const T* x, const float* w, const float* mean,      \
-                                               const float* rstd, const T* dy, T* dx,              \
-                                               float* partial, u32 rows, u32 n, int center) {      \
-        norm_bwd<T>(x, w, mean, rstd, dy, dx, partial, rows, n, center);                           \
+    extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
+        norm_bwd_##NAME(const T* x, const float* w, const float* mean, const float* rstd,          \
+                        const T* dy, T* dx, float* partial, u32 rows, u32 n, int center) {         \
+        norm_bwd<T, VEC>(x, w, mean, rstd, dy, dx, partial, rows, n, center);                      \
     }
 
-INSTANTIATE(f32, float)
-INSTANTIATE(bf16, bf16)
+INSTANTIATE(f32, float, true)
+INSTANTIATE(f32_scalar, float, false)
+INSTANTIATE(bf16, bf16, true)
+INSTANTIATE(bf16_scalar, bf16, false)

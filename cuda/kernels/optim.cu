@@ -22,15 +22,15 @@ extern "C" __global__ void adamw(float* __restrict__ p, const float* __restrict_
     const u64 nvec = n / 4;
     for (u64 i = global_thread(); i < nvec; i += grid_threads()) {
         float vp[4], vg[4], vm[4], vv[4];
-        load4(p + 4 * i, vp);
-        load4(g + 4 * i, vg);
-        load4(m + 4 * i, vm);
-        load4(v + 4 * i, vv);
+        load_vec(p + 4 * i, vp);
+        load_vec(g + 4 * i, vg);
+        load_vec(m + 4 * i, vm);
+        load_vec(v + 4 * i, vv);
 #pragma unroll
         for (int j = 0; j < 4; ++j) adamw_one(vp[j], vg[j] * s, vm[j], vv[j], lr, b1, b2, eps, wd, bc1, bc2);
-        store4(p + 4 * i, vp);
-        store4(m + 4 * i, vm);
-        store4(v + 4 * i, vv);
+        store_vec(p + 4 * i, vp);
+        store_vec(m + 4 * i, vm);
+        store_vec(v + 4 * i, vv);
     }
     for (u64 i = 4 * nvec + global_thread(); i < n; i += grid_threads())
         adamw_one(p[i], g[i] * s, m[i], v[i], lr, b1, b2, eps, wd, bc1, bc2);

@@ -3,7 +3,8 @@
 // Reductions: sum, mean, max (with argmax), logsumexp. Op numbers match `ReduceOp::code` in
 // src/kernels/reduce.rs. One state type serves all four so that a single set of kernels is
 // instantiated per dtype; the op is uniform across the grid.
-// - inner == 1 (rows contiguous): `reduce_rows`, a warp or block per row (`row_reduce`).
+// - inner == 1 (rows contiguous): `reduce_rows`, rows in register tiles like softmax's, read
+//   in 16-byte vectors when the row length allows (a `_scalar` instantiation otherwise).
 // - inner > 1: `reduce_cols`. Threads of a block lie along inner (coalesced) and along n;
 //   blockIdx.y splits n into chunks so that short-inner, long-n shapes (a bias gradient:
 //   outer 1, n = B*T, inner = C) still fill the GPU. With one chunk the block writes the result;
@@ -75,19 +76,52 @@ struct ROp {
     }
 };
 
-// x: [rows, n] -> y[rows] (and arg[rows] when arg != null).
-template <typename T>
+// This thread's state over a tile of a row (filled past tl with 0 for sums, -inf otherwise),
+// by a loop per op rather than a combine per element: logsumexp takes one exp per element
+// instead of two. start is the tile's first column, for argmax.
+template <typename Row>
+__device__ __forceinline__ RState fold_tile(const ROp& r, Row& t, u32 start, u32 tl) {
+    RState f = r.identity();
+    if (r.op == OP_MAX) {
+#pragma unroll
+        for (int k = 0; k < Row::K; ++k)
+#pragma unroll
+            for (int e = 0; e < Row::V; ++e) {
+                const u32 j = start + Row::col(k, e);
+                if (Row::valid(k, e, tl) && beats(t.v[k][e], j, f.m, f.i)) {
+                    f.m = t.v[k][e];
+                    f.i = j;
+                }
+            }
+    } else if (r.op == OP_LSE) {
+        const Lse l = t.fold_lse(LseOp().identity(), false);
+        f.m = l.m;
+        f.s = l.s;
+    } else {
+        f.s = t.sum();
+    }
+    return f;
+}
+
+// x: [rows, n] -> y[rows] (and arg[rows] when arg != null), rows laid out by `Launch::rows` in
+// register tiles (common.cuh's Tile).
+template <typename T, bool VEC>
 __device__ void reduce_rows(const T* __restrict__ x, T* __restrict__ y, u32* __restrict__ arg, u32 rows, u32 n, int op) {
     const ROp r{op};
     const u32 row = row_index();
-    const bool active = row < rows;
+    const u32 len = row < rows ? n : 0;  // an inactive row reads nothing, but reduces
+    const u64 base = (u64)row * n;
+    const u32 tile = row_tile<T>(), tiles = (n + tile - 1) / tile;
+    const float fill = op == OP_SUM || op == OP_MEAN ? 0.0f : neg_inf();
+    Tile<T, VEC> t;
     RState st = r.identity();
-    if (active) {
-        const T* xr = x + (u64)row * n;
-        for (u32 j = threadIdx.x; j < n; j += blockDim.x) st = r(st, r.leaf(to_float(xr[j]), j));
+    for (u32 i = 0; i < tiles; ++i) {
+        const u32 tl = tile_len(len, i * tile, tile);
+        t.load(x + base + i * tile, tl, fill);
+        st = r(st, fold_tile(r, t, i * tile, tl));
     }
     st = row_reduce(st, r);
-    if (active && threadIdx.x == 0) {
+    if (len && threadIdx.x == 0) {
         y[row] = from_float<T>(r.finish(st, n));
         if (arg) arg[row] = st.i;
     }
@@ -188,10 +222,14 @@ __device__ void cumsum_cols(const T* __restrict__ x, T* __restrict__ y, u32 oute
     }
 }
 
+#define INSTANTIATE_ROWS(NAME, T, VEC)                                                                  \
+    extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                            \
+        reduce_rows_##NAME(const T* x, T* y, u32* arg, u32 rows, u32 n, int op) {                      \
+        reduce_rows<T, VEC>(x, y, arg, rows, n, op);                                                   \
+    }
 #define INSTANTIATE(NAME, T)                                                                            \
-    extern "C" __global__ void reduce_rows_##NAME(const T* x, T* y, u32* arg, u32 rows, u32 n, int op) { \
-        reduce_rows<T>(x, y, arg, rows, n, op);                                                         \
-    }                                                                                                   \
+    INSTANTIATE_ROWS(NAME, T, true)                                                                     \
+    INSTANTIATE_ROWS(NAME##_scalar, T, false)                                                           \
     extern "C" __global__ void reduce_cols_##NAME(const T* x, T* y, u32* arg, RState* partial,          \
                                                   u32 outer, u32 n, u32 inner, u32 chunk, int op) {     \
         reduce_cols<T>(x, y, arg, partial, outer, n, inner, chunk, op);                                 \

@@ -92,7 +92,16 @@ fn norms_forward_and_backward() {
     let mut rng = Rng::new(21);
     let eps = 1e-5f32;
     for dt in FLOATS {
-        for (rows, n) in [(37, 67), (5, 1500), (300, 33)] {
+        // 4096: vectorised, one register tile. 20000 / 20001: several tiles (the statistics
+        // walk, then the output walk), vectorised / scalar.
+        for (rows, n) in [
+            (37, 67),
+            (5, 1500),
+            (300, 33),
+            (3, 4096),
+            (2, 20000),
+            (2, 20001),
+        ] {
             for center in [false, true] {
                 let x = rounded(dt, &rng.vec(rows * n, -2.0, 2.0));
                 let dy = rounded(dt, &rng.vec(rows * n, -1.0, 1.0));
@@ -181,7 +190,9 @@ fn cross_entropy_forward_and_backward() {
     let mut rng = Rng::new(22);
     let ignore = u32::MAX;
     for dt in FLOATS {
-        for (rows, vocab) in [(37, 53), (11, 3001)] {
+        // 50304: vectorised, several chunks a row; 50257 (GPT-2's vocabulary): the same,
+        // element by element.
+        for (rows, vocab) in [(37, 53), (11, 3001), (5, 50304), (3, 50257)] {
             let logits = rounded(dt, &rng.vec(rows * vocab, -4.0, 4.0));
             let targets: Vec<u32> = (0..rows)
                 .map(|r| {

@@ -1,5 +1,7 @@
 //! Reductions, cumsum, sum_to and softmax against CPU references, on row (inner = 1) and
-//! column (inner > 1, chunked) layouts, warp-per-row and block-per-row sizes.
+//! column (inner > 1, chunked) layouts. Row lengths cover several rows a warp, a row held in
+//! registers, rows longer than one register tile (16384 bf16, 8192 f32 elements), and lengths
+//! that are and are not a whole number of 16-byte vectors (the `_scalar` kernels).
 
 mod common;
 
@@ -28,7 +30,7 @@ fn reference(op: ReduceOp, v: &[f64]) -> (f64, u32) {
     }
 }
 
-const AXES: [Axis; 5] = [
+const AXES: [Axis; 7] = [
     Axis {
         outer: 7,
         n: 1,
@@ -53,6 +55,16 @@ const AXES: [Axis; 5] = [
         outer: 2,
         n: 3001,
         inner: 45,
+    },
+    Axis {
+        outer: 5,
+        n: 4096,
+        inner: 1,
+    },
+    Axis {
+        outer: 2,
+        n: 20000,
+        inner: 1,
     },
 ];
 
@@ -199,7 +211,18 @@ fn softmax_forward_and_backward() {
     let dev = gpu!();
     let mut rng = Rng::new(13);
     for dt in FLOATS {
-        for (rows, n) in [(13, 1), (37, 77), (9, 1025), (3, 5003)] {
+        // 4096: vectorised, one tile. 8200: vectorised; one bf16 tile, three f32 tiles.
+        // 20000 / 20001: several tiles, vectorised / scalar.
+        for (rows, n) in [
+            (13, 1),
+            (37, 77),
+            (9, 1025),
+            (3, 5003),
+            (5, 4096),
+            (3, 8200),
+            (2, 20000),
+            (2, 20001),
+        ] {
             for kind in [Softmax::Softmax, Softmax::LogSoftmax] {
                 let x = rounded(dt, &rng.vec(rows * n, -3.0, 3.0));
                 let dy = rounded(dt, &rng.vec(rows * n, -1.0, 1.0));
@@ -241,6 +264,37 @@ fn softmax_forward_and_backward() {
                 let what = format!("{kind:?} backward {dt} {rows}x{n}");
                 assert_close(&what, &download(&dev, &gdx), &want, (rtol, atol));
             }
+        }
+    }
+}
+
+#[test]
+fn softmax_of_masked_rows() {
+    let dev = gpu!();
+    for dt in FLOATS {
+        // A fully masked row gives zeros (as the CPU backend), a partly masked one zeros where
+        // masked; at one register tile and at several.
+        for n in [100, 20000] {
+            let mut x = vec![f32::NEG_INFINITY; 2 * n];
+            for j in (0..n).step_by(3) {
+                x[n + j] = (j % 7) as f32;
+            }
+            let mut gy = poisoned(&dev, dt, x.len());
+            softmax(&dev, Softmax::Softmax, &upload(&dev, dt, &x), n, &mut gy).unwrap();
+            let y = download(&dev, &gy);
+            let m = 6.0f64;
+            let sum: f64 = (0..n).step_by(3).map(|j| ((j % 7) as f64 - m).exp()).sum();
+            let want: Vec<f64> = (0..2 * n)
+                .map(|i| {
+                    let j = i % n;
+                    if i < n || j % 3 != 0 {
+                        0.0
+                    } else {
+                        ((j % 7) as f64 - m).exp() / sum
+                    }
+                })
+                .collect();
+            assert_close(&format!("masked softmax {dt} n={n}"), &y, &want, tol(dt));
         }
     }
 }

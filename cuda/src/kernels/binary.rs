@@ -1,7 +1,7 @@
 //! Elementwise add, sub, mul, div with numpy broadcasting (`kernels/binary.cu`).
 
 use super::layout::{contiguous_strides, Operand, TwoStrided};
-use super::{check_device, check_dtype, check_len, float_kernel, launch, Launch};
+use super::{check_device, check_dtype, check_len, float_kernel, launch, Launch, ELEMENTWISE_VEC};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, Device};
 
@@ -70,7 +70,7 @@ pub fn binary(
                 dev,
                 &SOURCE,
                 name,
-                Launch::elementwise(dev, n.div_ceil(4)),
+                Launch::elementwise(dev, n.div_ceil(ELEMENTWISE_VEC)),
                 &[a, b, y, &n, &code],
             )
         }

@@ -1,6 +1,6 @@
 //! Dtype conversion and filling with a scalar (`kernels/cast.cu`).
 
-use super::{check_device, check_len, float_kernel, launch, Launch};
+use super::{check_device, check_len, float_kernel, launch, Launch, ELEMENTWISE_VEC};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
@@ -36,7 +36,7 @@ pub fn cast(dev: &Device, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
             dev,
             &SOURCE,
             name,
-            Launch::elementwise(dev, n.div_ceil(4)),
+            Launch::elementwise(dev, n.div_ceil(ELEMENTWISE_VEC)),
             &[x, y, &n],
         )
     }
@@ -57,7 +57,7 @@ pub fn fill(dev: &Device, y: &mut Buffer, value: f32) -> Result<(), CudaError> {
             dev,
             &SOURCE,
             name,
-            Launch::elementwise(dev, n.div_ceil(4)),
+            Launch::elementwise(dev, n.div_ceil(ELEMENTWISE_VEC)),
             &[y, &n, &value],
         )
     }

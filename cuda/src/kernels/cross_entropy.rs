@@ -2,7 +2,8 @@
 //! forward and backward (`kernels/cross_entropy.cu`).
 
 use super::{
-    check_device, check_dtype, check_len, check_like, float_kernel, launch, rows_of, to_u32, Launch,
+    check_device, check_dtype, check_len, check_like, float_kernel, launch, row_kernel, rows_of,
+    to_u32, vector_rows, Launch,
 };
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
@@ -14,8 +15,8 @@ const SOURCE: KernelSource = KernelSource {
 
 /// Threads of the single block that averages the losses.
 const MEAN_BLOCK: u32 = 1024;
-/// Threads per row of the backward.
-const BWD_BLOCK: u32 = 256;
+/// Bytes of the kernels' per-chunk log-sum-exp state (`Lse`: f32 max, f32 sum).
+const LSE_BYTES: usize = 8;
 
 /// What the forward writes and the backward reads back.
 #[derive(Debug)]
@@ -45,8 +46,10 @@ pub fn cross_entropy(
     check_dtype(OP, "targets", targets, DType::U32)?;
     let rows = rows_of(OP, logits, vocab)?;
     check_len(OP, "targets", targets, rows as usize)?;
-    let name = float_kernel!(OP, "ce_fwd", logits.dtype())?;
     let vocab = to_u32(OP, "vocab", vocab)?;
+    let vec = vector_rows(vocab, logits.dtype(), &[logits.device_ptr()]);
+    let name = row_kernel!(OP, "ce_fwd", logits.dtype(), vec)?;
+    let finish = float_kernel!(OP, "ce_finish", logits.dtype())?;
     let saved = CrossEntropySaved {
         loss: dev.alloc(DType::F32, rows as usize)?,
         lse: dev.alloc(DType::F32, rows as usize)?,
@@ -54,18 +57,37 @@ pub fn cross_entropy(
     };
     let err = dev.error_word()?;
     if rows > 0 {
-        // SAFETY: ce_fwd_T(const T* logits, const u32* targets, float* loss, float* lse_out,
-        // u32 rows, u32 vocab, u32 ignore, u32* err); logits hold rows * vocab, the others
-        // rows; targets >= vocab are never dereferenced; err is the device's error word.
+        let (cfg, chunk) = Launch::row_chunks(rows, vocab, logits.dtype());
+        let chunks = cfg.grid.1;
+        let part = dev.alloc(DType::U8, LSE_BYTES * rows as usize * chunks as usize)?;
+        // SAFETY: ce_fwd_T(const T* logits, Lse* part, u32 rows, u32 vocab, u32 chunk), grid
+        // (row blocks, chunks); logits hold rows * vocab, part rows * chunks states; the
+        // vectorised instantiation only where vector_rows holds (chunk is a multiple of 8).
         unsafe {
             launch(
                 dev,
                 &SOURCE,
                 name,
-                Launch::rows(rows, vocab),
+                cfg,
+                &[logits, &part, &rows, &vocab, &chunk],
+            )?;
+        }
+        // SAFETY: ce_finish_T(const T* logits, const u32* targets, const Lse* part, u32 chunks,
+        // float* loss, float* lse_out, u32 rows, u32 vocab, u32 ignore, u32* err); logits hold
+        // rows * vocab, part rows * chunks states, the others rows; targets >= vocab are never
+        // dereferenced; err is the device's error word. `part` is dropped after queuing: later
+        // users of its memory are queued behind this kernel on the same stream.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                finish,
+                Launch::elementwise(dev, rows as u64),
                 &[
                     logits,
                     targets,
+                    &part,
+                    &chunks,
                     &saved.loss,
                     &saved.lse,
                     &rows,
@@ -122,19 +144,22 @@ pub fn cross_entropy_backward(
     check_len(OP, "targets", targets, rows as usize)?;
     check_len(OP, "lse", &saved.lse, rows as usize)?;
     check_len(OP, "stats", &saved.stats, 2)?;
-    let name = float_kernel!(OP, "ce_bwd", logits.dtype())?;
+    let vocab = to_u32(OP, "vocab", vocab)?;
+    let vec = vector_rows(
+        vocab,
+        logits.dtype(),
+        &[logits.device_ptr(), dlogits.device_ptr()],
+    );
+    let name = row_kernel!(OP, "ce_bwd", logits.dtype(), vec)?;
     if rows == 0 {
         return Ok(());
     }
-    let vocab = to_u32(OP, "vocab", vocab)?;
-    let cfg = Launch {
-        grid: (rows, 1, 1),
-        block: (BWD_BLOCK, 1, 1),
-        shared: 0,
-    };
+    let (cfg, chunk) = Launch::row_chunks(rows, vocab, logits.dtype());
     // SAFETY: ce_bwd_T(const T* logits, const u32* targets, const float* lse,
-    // const float* stats, const float* dloss, T* dlogits, u32 vocab, u32 ignore), one block
-    // per row; logits and dlogits hold rows * vocab, targets and lse rows, stats 2, dloss 1.
+    // const float* stats, const float* dloss, T* dlogits, u32 rows, u32 vocab, u32 ignore,
+    // u32 chunk), grid (row blocks, chunks); logits and dlogits hold rows * vocab, targets and
+    // lse rows, stats 2, dloss 1; the vectorised instantiation only where vector_rows holds
+    // (chunk is a multiple of 8).
     unsafe {
         launch(
             dev,
@@ -148,8 +173,10 @@ pub fn cross_entropy_backward(
                 &saved.stats,
                 dloss,
                 dlogits,
+                &rows,
                 &vocab,
                 &ignore_index,
+                &chunk,
             ],
         )
     }

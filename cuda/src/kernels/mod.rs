@@ -29,6 +29,15 @@ use std::ffi::c_void;
 const MAX_ARGS: usize = 24;
 /// Threads per block of the grid-stride elementwise kernels.
 const ELEMENTWISE_BLOCK: u32 = 256;
+/// Elements per grid-stride step of the elementwise kernels (`EW_VEC` in common.cuh): their
+/// launches size the grid by `n.div_ceil(ELEMENTWISE_VEC)`.
+const ELEMENTWISE_VEC: u64 = 8;
+/// 16-byte vectors of a row tile per thread, and the most threads a row gets (`ROW_VECS`,
+/// `ROW_BLOCK` in common.cuh).
+const ROW_VECS: u32 = 4;
+const ROW_BLOCK: u32 = 512;
+/// Threads in a block of shorter rows, which then holds several of them.
+const ROW_BLOCK_MIN: u32 = 256;
 /// Shared memory a block gets without opting in.
 const DEFAULT_SHARED: u32 = 48 * 1024;
 
@@ -80,21 +89,57 @@ impl Launch {
         }
     }
 
-    /// Row kernels (`common.cuh`'s `row_reduce`): a warp per row for rows up to 1024 long, 8
-    /// rows a block; longer rows get a whole block, wider as rows grow. The kernel's row is
-    /// `blockIdx.x * blockDim.y + threadIdx.y`.
-    pub fn rows(rows: u32, n: u32) -> Launch {
-        let (x, y) = match n {
-            0..=1024 => (32, 8),
-            1025..=4096 => (256, 1),
-            _ => (512, 1),
-        };
+    /// Row kernels (common.cuh's `Tile`): a row of n elements gets the fewest power-of-two
+    /// threads that hold it in one register tile (ROW_VECS 16-byte vectors a thread: 32 bf16 or
+    /// 16 f32 elements), at most ROW_BLOCK; blocks hold ROW_BLOCK_MIN / threads rows when that is
+    /// more than one. Rows up to 16384 bf16 or 8192 f32 elements are then read from memory once;
+    /// longer ones are walked in tiles. The kernel's row is `blockIdx.x * blockDim.y +
+    /// threadIdx.y`.
+    pub fn rows(rows: u32, n: u32, dtype: DType) -> Launch {
+        let (x, y) = row_shape(n, dtype);
         Launch {
             grid: (rows.div_ceil(y).max(1), 1, 1),
             block: (x, y, 1),
             shared: 0,
         }
     }
+
+    /// Row kernels that split each row into `grid.1` chunks of at most one tile (cross-entropy):
+    /// the block shape of [`Launch::rows`], the fewest chunks, each a multiple of 8 elements so
+    /// that the chunks of a vectorised row start on 16-byte boundaries. Returns the launch and
+    /// the chunk length.
+    pub fn row_chunks(rows: u32, n: u32, dtype: DType) -> (Launch, u32) {
+        let (x, y) = row_shape(n, dtype);
+        let tile = x * row_elements_per_thread(dtype);
+        let chunk = n.div_ceil(n.div_ceil(tile).max(1)).next_multiple_of(8);
+        let launch = Launch {
+            grid: (rows.div_ceil(y).max(1), n.div_ceil(chunk).max(1), 1),
+            block: (x, y, 1),
+            shared: 0,
+        };
+        (launch, chunk)
+    }
+}
+
+fn row_elements_per_thread(dtype: DType) -> u32 {
+    ROW_VECS * (16 / dtype.size_bytes() as u32)
+}
+
+/// (threads per row, rows per block) of [`Launch::rows`].
+fn row_shape(n: u32, dtype: DType) -> (u32, u32) {
+    let x = n
+        .div_ceil(row_elements_per_thread(dtype))
+        .next_power_of_two()
+        .min(ROW_BLOCK);
+    (x, (ROW_BLOCK_MIN / x).max(1))
+}
+
+/// Whether a row kernel can take its vectorised instantiation for rows of `n` elements of
+/// `dtype`: n a whole number of 16-byte vectors and every pointer 16-byte aligned (pool blocks
+/// are 512-byte aligned; checked anyway, as a misaligned vector access faults). A null pointer
+/// (an absent optional buffer) passes.
+pub(crate) fn vector_rows(n: u32, dtype: DType, ptrs: &[u64]) -> bool {
+    (n as usize * dtype.size_bytes()) % 16 == 0 && ptrs.iter().all(|p| p % 16 == 0)
 }
 
 /// Queues kernel `name` of `src` with `args`.
@@ -160,6 +205,24 @@ macro_rules! float_kernel {
     };
 }
 pub(crate) use float_kernel;
+
+/// The instantiation of a row kernel (common.cuh's `Tile`) for a dtype: `<base>_<dtype>` reads
+/// rows in 16-byte vectors, `<base>_<dtype>_scalar` element by element (see [`vector_rows`]).
+macro_rules! row_kernel {
+    ($op:expr, $base:literal, $dtype:expr, $vec:expr) => {
+        match ($dtype, $vec) {
+            ($crate::DType::F32, true) => Ok(concat!($base, "_f32")),
+            ($crate::DType::F32, false) => Ok(concat!($base, "_f32_scalar")),
+            ($crate::DType::BF16, true) => Ok(concat!($base, "_bf16")),
+            ($crate::DType::BF16, false) => Ok(concat!($base, "_bf16_scalar")),
+            (other, _) => Err($crate::CudaError::invalid(
+                $op,
+                format!("needs f32 or bf16 data, got {other}"),
+            )),
+        }
+    };
+}
+pub(crate) use row_kernel;
 
 /// The instantiation of a kernel that only moves elements, by element size: `<base>_b32` for
 /// f32/u32, `_b16` for bf16, `_b8` for u8.

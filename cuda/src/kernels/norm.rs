@@ -2,8 +2,8 @@
 
 use super::reduce::{reduce, Axis, ReduceOp};
 use super::{
-    check_device, check_dtype, check_len, check_like, float_kernel, launch, ptr_or_null, rows_of,
-    to_u32, Launch,
+    check_device, check_dtype, check_len, check_like, launch, ptr_or_null, row_kernel, rows_of,
+    to_u32, vector_rows, Launch,
 };
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
@@ -13,8 +13,9 @@ const SOURCE: KernelSource = KernelSource {
     source: include_str!("../../kernels/norm.cu"),
 };
 
-/// Threads per block of the backward.
-const BWD_BLOCK: u32 = 256;
+/// Blocks per SM of the backward: each walks many rows, summing dw (and db) for the host to
+/// reduce, so a few waves' worth fill the GPU without multiplying the partial sums.
+const BWD_BLOCKS_PER_SM: u32 = 4;
 
 /// The normalisation's parameters and saved statistics. `w` (and `b`) are f32 of length n;
 /// `mean` and `rstd` are f32, one per row.
@@ -67,25 +68,31 @@ fn forward(
     if let Some(m) = mean.as_deref() {
         check_stat(op, dev, "mean", m, rows)?;
     }
-    let name = float_kernel!(op, "norm_fwd", x.dtype())?;
-    if rows == 0 {
-        return Ok(());
-    }
     let n = to_u32(op, "n", n)?;
     let (b, mean_ptr, center) = (
         ptr_or_null(p.b),
         ptr_or_null(mean.as_deref()),
         i32::from(p.center),
     );
+    let vec = vector_rows(
+        n,
+        x.dtype(),
+        &[x.device_ptr(), y.device_ptr(), p.w.device_ptr(), b],
+    );
+    let name = row_kernel!(op, "norm_fwd", x.dtype(), vec)?;
+    if rows == 0 {
+        return Ok(());
+    }
     // SAFETY: norm_fwd_T(const T* x, const float* w, const float* b, T* y, float* mean_out,
     // float* rstd_out, u32 rows, u32 n, float eps, int center); x and y hold rows * n, w and b
-    // (or null) n, mean (or null) and rstd rows.
+    // (or null) n, mean (or null) and rstd rows; the vectorised instantiation only where
+    // vector_rows holds.
     unsafe {
         launch(
             dev,
             &SOURCE,
             name,
-            Launch::rows(rows, n),
+            Launch::rows(rows, n, x.dtype()),
             &[x, p.w, &b, y, &mean_ptr, rstd, &rows, &n, &p.eps, &center],
         )
     }
@@ -113,9 +120,23 @@ fn backward(
     if let Some(m) = mean {
         check_stat(op, dev, "mean", m, rows)?;
     }
-    let name = float_kernel!(op, "norm_bwd", x.dtype())?;
-    let width = if p.center { 2 * n } else { n };
-    let shared = width * 4;
+    let n = to_u32(op, "n", n)?;
+    let vec = vector_rows(
+        n,
+        x.dtype(),
+        &[
+            x.device_ptr(),
+            dy.device_ptr(),
+            dx.device_ptr(),
+            p.w.device_ptr(),
+        ],
+    );
+    let name = row_kernel!(op, "norm_bwd", x.dtype(), vec)?;
+    let shape = Launch::rows(rows, n, x.dtype());
+    let rows_per_block = shape.block.1;
+    // Each of a block's rows sums into its own slice: rows_per_block * width floats.
+    let width = if p.center { 2 * n as usize } else { n as usize };
+    let shared = rows_per_block as usize * width * 4;
     if shared > dev.max_shared_optin() as usize {
         return Err(CudaError::invalid(
             op,
@@ -125,7 +146,7 @@ fn backward(
             ),
         ));
     }
-    let blocks = rows.clamp(1, dev.sm_count().max(1) * 2);
+    let blocks = shape.grid.0.min(dev.sm_count().max(1) * BWD_BLOCKS_PER_SM);
     // With no rows the kernel does not run and the sums must come out zero.
     let partial = if rows == 0 {
         dev.alloc_zeros(DType::F32, blocks as usize * width)?
@@ -140,17 +161,17 @@ fn backward(
     if rows == 0 {
         return Ok((partial, axis));
     }
-    let n = to_u32(op, "n", n)?;
     let (mean_ptr, center) = (ptr_or_null(mean), i32::from(p.center));
     let cfg = Launch {
         grid: (blocks, 1, 1),
-        block: (BWD_BLOCK, 1, 1),
         shared: shared as u32,
+        ..shape
     };
     // SAFETY: norm_bwd_T(const T* x, const float* w, const float* mean, const float* rstd,
     // const T* dy, T* dx, float* partial, u32 rows, u32 n, int center); x, dy, dx hold
     // rows * n, w n, mean (or null, only read with center) and rstd rows, partial
-    // blocks * width; dynamic shared memory is width floats.
+    // blocks * width; dynamic shared memory is blockDim.y * width floats; the vectorised
+    // instantiation only where vector_rows holds.
     unsafe {
         launch(
             dev,

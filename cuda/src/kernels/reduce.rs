@@ -2,7 +2,8 @@
 //! broadcast dimensions that broadcasting's backward needs (`kernels/reduce.cu`).
 
 use super::{
-    check_device, check_dtype, check_len, float_kernel, launch, ptr_or_null, to_u32, Launch,
+    check_device, check_dtype, check_len, float_kernel, launch, ptr_or_null, row_kernel, to_u32,
+    vector_rows, Launch,
 };
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
@@ -103,15 +104,17 @@ pub fn reduce(
     let code = op.code();
     let arg = ptr_or_null(argmax.as_deref());
     if inner == 1 {
-        let name = float_kernel!(OP, "reduce_rows", x.dtype())?;
+        let vec = vector_rows(n, x.dtype(), &[x.device_ptr()]);
+        let name = row_kernel!(OP, "reduce_rows", x.dtype(), vec)?;
         // SAFETY: reduce_rows_T(const T* x, T* y, u32* arg, u32 rows, u32 n, int op); x holds
-        // rows * n, y and arg (or null) rows elements.
+        // rows * n, y and arg (or null) rows elements; the vectorised instantiation only where
+        // vector_rows holds.
         return unsafe {
             launch(
                 dev,
                 &SOURCE,
                 name,
-                Launch::rows(outer, n),
+                Launch::rows(outer, n, x.dtype()),
                 &[x, y, &arg, &outer, &n, &code],
             )
         };

@@ -1,6 +1,6 @@
 //! Softmax and log-softmax over the last axis, and their backwards (`kernels/softmax.cu`).
 
-use super::{check_device, check_like, float_kernel, launch, rows_of, to_u32, Launch};
+use super::{check_device, check_like, launch, row_kernel, rows_of, to_u32, vector_rows, Launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, Device};
 
@@ -37,18 +37,20 @@ pub fn softmax(
     check_like(OP, "y", y, x)?;
     let rows = rows_of(OP, x, n)?;
     let n = to_u32(OP, "n", n)?;
-    let name = float_kernel!(OP, "softmax", x.dtype())?;
+    let vec = vector_rows(n, x.dtype(), &[x.device_ptr(), y.device_ptr()]);
+    let name = row_kernel!(OP, "softmax", x.dtype(), vec)?;
     if rows == 0 {
         return Ok(());
     }
     let log = kind.log_flag();
-    // SAFETY: softmax_T(const T* x, T* y, u32 rows, u32 n, int log); both hold rows * n.
+    // SAFETY: softmax_T(const T* x, T* y, u32 rows, u32 n, int log); both hold rows * n; the
+    // vectorised instantiation only where vector_rows holds.
     unsafe {
         launch(
             dev,
             &SOURCE,
             name,
-            Launch::rows(rows, n),
+            Launch::rows(rows, n, x.dtype()),
             &[x, y, &rows, &n, &log],
         )
     }
@@ -70,19 +72,24 @@ pub fn softmax_backward(
     check_like(OP, "dx", dx, y)?;
     let rows = rows_of(OP, y, n)?;
     let n = to_u32(OP, "n", n)?;
-    let name = float_kernel!(OP, "softmax_bwd", y.dtype())?;
+    let vec = vector_rows(
+        n,
+        y.dtype(),
+        &[y.device_ptr(), dy.device_ptr(), dx.device_ptr()],
+    );
+    let name = row_kernel!(OP, "softmax_bwd", y.dtype(), vec)?;
     if rows == 0 {
         return Ok(());
     }
     let log = kind.log_flag();
     // SAFETY: softmax_bwd_T(const T* y, const T* dy, T* dx, u32 rows, u32 n, int log); all
-    // hold rows * n.
+    // hold rows * n; the vectorised instantiation only where vector_rows holds.
     unsafe {
         launch(
             dev,
             &SOURCE,
             name,
-            Launch::rows(rows, n),
+            Launch::rows(rows, n, y.dtype()),
             &[y, dy, dx, &rows, &n, &log],
         )
     }

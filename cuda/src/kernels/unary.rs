@@ -1,6 +1,6 @@
 //! Elementwise unary functions (`kernels/unary.cu`) and their fused backward.
 
-use super::{check_device, check_like, float_kernel, launch, Launch};
+use super::{check_device, check_like, float_kernel, launch, Launch, ELEMENTWISE_VEC};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, Device};
 
@@ -95,7 +95,7 @@ pub fn unary(dev: &Device, op: UnaryOp, x: &Buffer, y: &mut Buffer) -> Result<()
             dev,
             &SOURCE,
             name,
-            Launch::elementwise(dev, n.div_ceil(4)),
+            Launch::elementwise(dev, n.div_ceil(ELEMENTWISE_VEC)),
             &[x, y, &n, &code, &a, &b],
         )
     }
@@ -137,7 +137,7 @@ pub fn unary_backward(
             dev,
             &SOURCE,
             name,
-            Launch::elementwise(dev, n.div_ceil(4)),
+            Launch::elementwise(dev, n.div_ceil(ELEMENTWISE_VEC)),
             &[s, dy, dx, &n, &code, &a, &b, &from_y],
         )
     }
