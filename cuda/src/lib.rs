@@ -15,6 +15,7 @@ mod error;
 pub mod kernels;
 mod nvrtc;
 pub mod pool;
+pub mod timing;
 
 pub use blas::{gemm, GemmArgs};
 pub use buffer::Buffer;

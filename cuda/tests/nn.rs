@@ -231,7 +231,18 @@ fn cross_entropy_forward_and_backward() {
 
             let dloss = dev.htod(&[0.5f32]).unwrap();
             let mut gd = poisoned(&dev, dt, logits.len());
-            cross_entropy_backward(&dev, &gl, vocab, &gt, ignore, &saved, &dloss, &mut gd).unwrap();
+            cross_entropy_backward(
+                &dev,
+                &gl,
+                vocab,
+                &gt,
+                ignore,
+                &saved.lse,
+                &saved.stats,
+                &dloss,
+                &mut gd,
+            )
+            .unwrap();
             let mut want = vec![];
             for (r, row) in logits.chunks(vocab).enumerate() {
                 let t = targets[r];

@@ -218,18 +218,20 @@ pub trait Backend: Sized {
     ) -> Result<(Self, Self, Self)>;
 
     /// Mean cross-entropy of logit rows of length `v` against U32 targets, rows whose target is
-    /// `ignore_index` left out. Returns `(loss, lse)`: the scalar loss and each row's log-sum-exp.
+    /// `ignore_index` left out. Returns `(loss, lse, totals)`: the scalar loss, each row's
+    /// log-sum-exp, and f32 `[mean loss, counted rows]` (the count scales the backward).
     fn cross_entropy(
         &self,
         targets: &Self,
         v: usize,
         ignore_index: Option<u32>,
-    ) -> Result<(Self, Self)>;
-    /// dlogits given logits (`self`), targets, the saved lse and the scalar dloss.
+    ) -> Result<(Self, Self, Self)>;
+    /// dlogits given logits (`self`), targets, the saved lse and totals, and the scalar dloss.
     fn cross_entropy_backward(
         &self,
         targets: &Self,
         lse: &Self,
+        totals: &Self,
         dloss: &Self,
         v: usize,
         ignore_index: Option<u32>,

@@ -43,6 +43,9 @@ pub enum Error {
     },
     #[error("{op}: {msg}")]
     Invalid { op: &'static str, msg: String },
+    /// A CUDA failure (no device, out of memory, a kernel error), as swax-cuda reported it.
+    #[error("cuda: {0}")]
+    Cuda(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -5,6 +5,7 @@
 //! `backend.rs` (the seam), `cpu/` (the CPU kernels).
 pub mod backend;
 pub mod cpu;
+pub mod cuda;
 mod device;
 mod dtype;
 mod error;
@@ -18,8 +19,8 @@ pub use backend::{BinaryOp, ReduceOp, UnaryOp};
 pub use device::Device;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use ops::{CrossEntropyStats, NormStats, CAUSAL};
 pub use ops::{GatedDeltaGrads, MlstmChunkStates, MlstmGrads};
-pub use ops::{NormStats, CAUSAL};
 pub use shape::Shape;
 pub use storage::Storage;
 pub use tensor::{Tensor, TensorId};

@@ -2,30 +2,59 @@
 //! each call to that device's storage, after checking that every operand lives on the same device.
 use crate::backend::*;
 use crate::cpu::CpuStorage;
+use crate::cuda::CudaStorage;
 use crate::{DType, Device, Error, Result};
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum Storage {
     Cpu(CpuStorage),
+    Cuda(CudaStorage),
+}
+
+/// The operand of one backend call taken as a given device's storage, or a `DeviceMismatch`.
+macro_rules! same_device {
+    ($name:ident, $variant:ident, $t:ty) => {
+        fn $name(&self, op: &'static str, lhs: Device) -> Result<&$t> {
+            match self {
+                Storage::$variant(s) if s.device() == lhs => Ok(s),
+                other => Err(Error::DeviceMismatch {
+                    op,
+                    lhs,
+                    rhs: other.device(),
+                }),
+            }
+        }
+    };
 }
 
 impl Storage {
-    fn cpu(&self, op: &'static str, lhs: Device) -> Result<&CpuStorage> {
-        match self {
-            Storage::Cpu(s) => Ok(s),
-            #[allow(unreachable_patterns)]
-            other => Err(Error::DeviceMismatch {
-                op,
-                lhs,
-                rhs: other.device(),
-            }),
-        }
-    }
+    same_device!(cpu, Cpu, CpuStorage);
+    same_device!(cuda, Cuda, CudaStorage);
 
     pub fn as_cpu(&self) -> Option<&CpuStorage> {
         match self {
             Storage::Cpu(s) => Some(s),
+            Storage::Cuda(_) => None,
         }
+    }
+
+    pub fn as_cuda(&self) -> Option<&CudaStorage> {
+        match self {
+            Storage::Cuda(s) => Some(s),
+            Storage::Cpu(_) => None,
+        }
+    }
+
+    /// A copy on `device` (host to device, device to host, or between GPUs through the host).
+    pub fn to_device(&self, device: Device) -> Result<Storage> {
+        let cpu = match self {
+            Storage::Cpu(s) => std::borrow::Cow::Borrowed(s),
+            Storage::Cuda(s) => std::borrow::Cow::Owned(s.to_cpu()?),
+        };
+        Ok(match device {
+            Device::Cpu => Storage::Cpu(cpu.into_owned()),
+            Device::Cuda(ordinal) => Storage::Cuda(CudaStorage::from_cpu(&cpu, ordinal)?),
+        })
     }
 }
 
@@ -39,6 +68,13 @@ impl Lift for CpuStorage {
     type Out = Storage;
     fn lift(self) -> Storage {
         Storage::Cpu(self)
+    }
+}
+
+impl Lift for CudaStorage {
+    type Out = Storage;
+    fn lift(self) -> Storage {
+        Storage::Cuda(self)
     }
 }
 
@@ -84,6 +120,10 @@ macro_rules! forward {
                 $(let $o = $o.cpu($op, Device::Cpu)?;)*
                 $call.map(Lift::lift)
             }
+            Storage::Cuda($s) => {
+                $(let $o = $o.cuda($op, $s.device())?;)*
+                $call.map(Lift::lift)
+            }
         }
     };
 }
@@ -92,18 +132,21 @@ impl Backend for Storage {
     fn dtype(&self) -> DType {
         match self {
             Storage::Cpu(s) => s.dtype(),
+            Storage::Cuda(s) => s.dtype(),
         }
     }
 
     fn device(&self) -> Device {
         match self {
             Storage::Cpu(s) => s.device(),
+            Storage::Cuda(s) => s.device(),
         }
     }
 
     fn len(&self) -> usize {
         match self {
             Storage::Cpu(s) => s.len(),
+            Storage::Cuda(s) => s.len(),
         }
     }
 
@@ -173,6 +216,14 @@ impl Backend for Storage {
     ) -> Result<()> {
         match (self, dst) {
             (Storage::Cpu(s), Storage::Cpu(d)) => s.copy_into(src, d, dst_layout),
+            (Storage::Cuda(s), Storage::Cuda(d)) if s.device() == d.device() => {
+                s.copy_into(src, d, dst_layout)
+            }
+            (s, d) => Err(Error::DeviceMismatch {
+                op: "copy_into",
+                lhs: s.device(),
+                rhs: d.device(),
+            }),
         }
     }
 
@@ -238,7 +289,7 @@ impl Backend for Storage {
         targets: &Self,
         v: usize,
         ignore_index: Option<u32>,
-    ) -> Result<(Self, Self)> {
+    ) -> Result<(Self, Self, Self)> {
         forward!("cross_entropy", self, [targets], |s| s.cross_entropy(
             targets,
             v,
@@ -250,12 +301,17 @@ impl Backend for Storage {
         &self,
         targets: &Self,
         lse: &Self,
+        totals: &Self,
         dloss: &Self,
         v: usize,
         ignore_index: Option<u32>,
     ) -> Result<Self> {
-        forward!("cross_entropy_backward", self, [targets, lse, dloss], |s| s
-            .cross_entropy_backward(targets, lse, dloss, v, ignore_index))
+        forward!(
+            "cross_entropy_backward",
+            self,
+            [targets, lse, totals, dloss],
+            |s| s.cross_entropy_backward(targets, lse, totals, dloss, v, ignore_index)
+        )
     }
 
     fn mlstm_chunk_forward(

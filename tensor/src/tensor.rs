@@ -202,12 +202,9 @@ impl Tensor {
     }
 
     fn cpu_values(&self) -> Result<std::borrow::Cow<'_, CpuStorage>> {
-        match self.storage.as_cpu() {
-            Some(s) => Ok(std::borrow::Cow::Borrowed(s)),
-            None => match self.to_device(Device::Cpu)?.storage.as_cpu() {
-                Some(s) => Ok(std::borrow::Cow::Owned(s.clone())),
-                None => unreachable!("to_device(Cpu) returns CPU storage"),
-            },
+        match &*self.storage {
+            Storage::Cpu(s) => Ok(std::borrow::Cow::Borrowed(s)),
+            Storage::Cuda(s) => Ok(std::borrow::Cow::Owned(s.to_cpu()?)),
         }
     }
 
@@ -258,10 +255,7 @@ impl Tensor {
         if device == self.device() {
             return Ok(self.clone());
         }
-        Err(Error::Invalid {
-            op: "to_device",
-            msg: format!("no backend for {device} in this build"),
-        })
+        Ok(self.with_storage(self.storage.to_device(device)?, self.shape.clone()))
     }
 
     /// True when both tensors share one buffer (a reshape of the other, or a clone).

@@ -11,12 +11,12 @@ impl Tape {
         targets: &Tensor,
         ignore_index: Option<u32>,
     ) -> Result<Tensor> {
-        let (loss, lse) = logits.cross_entropy(targets, ignore_index)?;
+        let (loss, stats) = logits.cross_entropy(targets, ignore_index)?;
         let (sl, st) = (logits.clone(), targets.clone());
         Ok(
             self.record("cross_entropy", &[logits, targets], loss, move |dy, _| {
                 Ok(vec![
-                    Some(sl.cross_entropy_backward(&st, &lse, dy, ignore_index)?),
+                    Some(sl.cross_entropy_backward(&st, &stats, dy, ignore_index)?),
                     None,
                 ])
             }),

@@ -12,7 +12,7 @@
 //! reported. Inputs are random, never zeros. Run: `bench-cuda [--quick]`.
 
 use cudarc::cublas::{result as cublas, sys as cublas_sys};
-use cudarc::driver::{result as driver, sys as driver_sys};
+use cudarc::driver::result as driver;
 use half::bf16;
 use std::time::Instant;
 use swax_cuda::kernels::binary::{binary_same_shape, BinaryOp};
@@ -21,6 +21,7 @@ use swax_cuda::kernels::cross_entropy::{cross_entropy, cross_entropy_backward};
 use swax_cuda::kernels::norm::rms_norm;
 use swax_cuda::kernels::softmax::{softmax, Softmax};
 use swax_cuda::kernels::unary::{unary, UnaryOp};
+use swax_cuda::timing::median_ms as time_ms;
 use swax_cuda::{gemm, Buffer, CudaError, DType, Device, GemmArgs};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -33,34 +34,6 @@ struct Row {
     /// How many times better ours is (throughput ratio, or time ratio for costs); `None` where
     /// the reference is context rather than a competitor.
     ratio: Option<f64>,
-}
-
-/// Median milliseconds of `f` over `reps` event-timed runs, after `warmup` untimed ones.
-fn time_ms(
-    dev: &Device,
-    warmup: usize,
-    reps: usize,
-    mut f: impl FnMut() -> std::result::Result<(), CudaError>,
-) -> Result<f64> {
-    let flags = Some(driver_sys::CUevent_flags::CU_EVENT_DEFAULT);
-    let (start, end) = (
-        dev.context().new_event(flags)?,
-        dev.context().new_event(flags)?,
-    );
-    for _ in 0..warmup {
-        f()?;
-    }
-    dev.synchronize()?;
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        start.record(dev.stream())?;
-        f()?;
-        end.record(dev.stream())?;
-        end.synchronize()?;
-        times.push(start.elapsed_ms(&end)? as f64);
-    }
-    times.sort_by(|a, b| a.total_cmp(b));
-    Ok(times[reps / 2])
 }
 
 /// Random values in [-1, 1) as `dtype`, generated on the host (an LCG: cheap for 10^8 values).
@@ -258,7 +231,8 @@ fn bench_memory(dev: &Device, rows: &mut Vec<Row>, reps: usize) -> Result<()> {
             vocab,
             &targets,
             u32::MAX,
-            &saved,
+            &saved.lse,
+            &saved.stats,
             &dloss,
             &mut dlogits,
         )

@@ -117,7 +117,7 @@ pub fn cross_entropy(
     Ok(saved)
 }
 
-/// Backward of [`cross_entropy`]: `dlogits = (softmax(logits) - onehot(target)) * dloss /
+/// Backward of [`cross_entropy`], given the `lse` and `stats` it saved: `dlogits = (softmax(logits) - onehot(target)) * dloss /
 /// count` per row, zero on ignored rows, where `dloss` (f32 [1], on the device) is the
 /// gradient of the mean loss. `dlogits` is like `logits`.
 pub fn cross_entropy_backward(
@@ -126,24 +126,21 @@ pub fn cross_entropy_backward(
     vocab: usize,
     targets: &Buffer,
     ignore_index: u32,
-    saved: &CrossEntropySaved,
+    lse: &Buffer,
+    stats: &Buffer,
     dloss: &Buffer,
     dlogits: &mut Buffer,
 ) -> Result<(), CudaError> {
     const OP: &str = "cross_entropy_backward";
-    check_device(
-        OP,
-        dev,
-        &[logits, targets, &saved.lse, &saved.stats, dloss, dlogits],
-    )?;
+    check_device(OP, dev, &[logits, targets, lse, stats, dloss, dlogits])?;
     check_like(OP, "dlogits", dlogits, logits)?;
     check_dtype(OP, "targets", targets, DType::U32)?;
     check_dtype(OP, "dloss", dloss, DType::F32)?;
     check_len(OP, "dloss", dloss, 1)?;
     let rows = rows_of(OP, logits, vocab)?;
     check_len(OP, "targets", targets, rows as usize)?;
-    check_len(OP, "lse", &saved.lse, rows as usize)?;
-    check_len(OP, "stats", &saved.stats, 2)?;
+    check_len(OP, "lse", lse, rows as usize)?;
+    check_len(OP, "stats", stats, 2)?;
     let vocab = to_u32(OP, "vocab", vocab)?;
     let vec = vector_rows(
         vocab,
@@ -169,8 +166,8 @@ pub fn cross_entropy_backward(
             &[
                 logits,
                 targets,
-                &saved.lse,
-                &saved.stats,
+                lse,
+                stats,
                 dloss,
                 dlogits,
                 &rows,

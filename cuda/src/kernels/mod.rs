@@ -17,6 +17,7 @@ pub mod norm;
 pub mod optim;
 pub mod reduce;
 pub mod rope;
+pub mod scatter;
 pub mod softmax;
 pub mod unary;
 

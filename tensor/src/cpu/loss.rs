@@ -4,18 +4,14 @@
 use super::softmax::for_rows;
 use super::Real;
 
-fn counts(targets: &[u32], ignore: Option<u32>) -> usize {
-    targets.iter().filter(|&&t| Some(t) != ignore).count()
-}
-
-/// Returns the mean loss (0 when every row is ignored: nothing to learn from, and no NaN) and
-/// the per-row log-sum-exp. Targets were checked to be `< v` (or the ignore index).
+/// Returns the mean loss (0 when every row is ignored: nothing to learn from, and no NaN), the
+/// per-row log-sum-exp, and the number of rows counted. Targets were checked to be `< v` (or the ignore index).
 pub(crate) fn cross_entropy<T: Real>(
     x: &[T],
     targets: &[u32],
     v: usize,
     ignore: Option<u32>,
-) -> (T, Vec<T>) {
+) -> (T, Vec<T>, usize) {
     let lse: Vec<T> = (0..targets.len())
         .map(|r| {
             let row = &x[r * v..(r + 1) * v];
@@ -23,7 +19,7 @@ pub(crate) fn cross_entropy<T: Real>(
             m + row.iter().map(|&e| (e - m).exp()).sum::<T>().ln()
         })
         .collect();
-    let count = counts(targets, ignore);
+    let count = targets.iter().filter(|&&t| Some(t) != ignore).count();
     let total: T = targets
         .iter()
         .enumerate()
@@ -35,7 +31,7 @@ pub(crate) fn cross_entropy<T: Real>(
     } else {
         total / T::of(count as f64)
     };
-    (loss, lse)
+    (loss, lse, count)
 }
 
 pub(crate) fn cross_entropy_backward<T: Real>(
@@ -43,11 +39,11 @@ pub(crate) fn cross_entropy_backward<T: Real>(
     targets: &[u32],
     lse: &[T],
     dloss: f64,
+    count: usize,
     v: usize,
     ignore: Option<u32>,
 ) -> Vec<T> {
-    let count = counts(targets, ignore).max(1);
-    let scale = T::of(dloss / count as f64);
+    let scale = T::of(dloss / count.max(1) as f64);
     for_rows(x.len(), v, |r, out| {
         let t = targets[r];
         if Some(t) == ignore {

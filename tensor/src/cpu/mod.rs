@@ -412,11 +412,15 @@ impl Backend for CpuStorage {
         targets: &Self,
         v: usize,
         ignore_index: Option<u32>,
-    ) -> Result<(Self, Self)> {
+    ) -> Result<(Self, Self, Self)> {
         let targets = targets.ids("cross_entropy")?;
         Ok(with_floats!("cross_entropy", [self], |x, _o, stat| {
-            let (loss, lse) = loss::cross_entropy(&x[0], targets, v, ignore_index);
-            (stat(vec![loss]), stat(lse))
+            let (loss, lse, count) = loss::cross_entropy(&x[0], targets, v, ignore_index);
+            let totals = CpuStorage::F32(vec![
+                num_traits::ToPrimitive::to_f32(&loss).unwrap_or(f32::NAN),
+                count as f32,
+            ]);
+            (stat(vec![loss]), stat(lse), totals)
         }))
     }
 
@@ -424,12 +428,14 @@ impl Backend for CpuStorage {
         &self,
         targets: &Self,
         lse: &Self,
+        totals: &Self,
         dloss: &Self,
         v: usize,
         ignore_index: Option<u32>,
     ) -> Result<Self> {
         let targets = targets.ids("cross_entropy_backward")?;
         let dloss = dloss.to_f64_vec()[0];
+        let count = totals.to_f64_vec()[1] as usize;
         Ok(with_floats!(
             "cross_entropy_backward",
             [self, lse],
@@ -438,6 +444,7 @@ impl Backend for CpuStorage {
                 targets,
                 &x[1],
                 dloss,
+                count,
                 v,
                 ignore_index
             ))

@@ -2,6 +2,15 @@
 use crate::backend::Backend;
 use crate::{Error, Result, Shape, Tensor};
 
+/// What the cross-entropy forward saves for its backward.
+#[derive(Clone, Debug)]
+pub struct CrossEntropyStats {
+    /// Each row's log-sum-exp, shaped like the targets.
+    pub lse: Tensor,
+    /// f32 `[mean loss, counted rows]`.
+    pub totals: Tensor,
+}
+
 impl Tensor {
     fn ce_rows(
         &self,
@@ -39,20 +48,22 @@ impl Tensor {
     }
 
     /// Mean cross-entropy of `self` (`[.., V]` logits) against `targets` (U32 `[..]`), rows whose
-    /// target is `ignore_index` left out. Returns the scalar loss and the per-row log-sum-exp
-    /// that the backward reuses.
+    /// target is `ignore_index` left out. Returns the scalar loss and what the backward reuses.
     pub fn cross_entropy(
         &self,
         targets: &Tensor,
         ignore_index: Option<u32>,
-    ) -> Result<(Tensor, Tensor)> {
+    ) -> Result<(Tensor, CrossEntropyStats)> {
         let v = self.ce_rows("cross_entropy", targets, ignore_index)?;
-        let (loss, lse) = self
-            .storage()
-            .cross_entropy(targets.storage(), v, ignore_index)?;
+        let (loss, lse, totals) =
+            self.storage()
+                .cross_entropy(targets.storage(), v, ignore_index)?;
         Ok((
             self.with_storage(loss, Shape::scalar()),
-            self.with_storage(lse, targets.shape().clone()),
+            CrossEntropyStats {
+                lse: self.with_storage(lse, targets.shape().clone()),
+                totals: self.with_storage(totals, Shape::new([2])),
+            },
         ))
     }
 
@@ -60,14 +71,15 @@ impl Tensor {
     pub fn cross_entropy_backward(
         &self,
         targets: &Tensor,
-        lse: &Tensor,
+        stats: &CrossEntropyStats,
         dloss: &Tensor,
         ignore_index: Option<u32>,
     ) -> Result<Tensor> {
         let v = self.ce_rows("cross_entropy_backward", targets, ignore_index)?;
         let out = self.storage().cross_entropy_backward(
             targets.storage(),
-            lse.storage(),
+            stats.lse.storage(),
+            stats.totals.storage(),
             dloss.storage(),
             v,
             ignore_index,

@@ -19,6 +19,7 @@ mod softmax;
 mod swa;
 
 pub use gated_delta::GatedDeltaGrads;
+pub use loss::CrossEntropyStats;
 pub use mask::CAUSAL;
 pub use mlstm::{MlstmChunkStates, MlstmGrads};
 pub use norm::NormStats;
