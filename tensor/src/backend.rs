@@ -377,4 +377,41 @@ pub trait Backend: Sized {
         window: usize,
         chunk: usize,
     ) -> Result<(Self, Self, Self)>;
+    /// One AdamW step: `self` the f32 parameters; grad, m, v f32 of the same length; grad_scale
+    /// f32 `[1]` multiplying the gradient as it is read (global-norm clipping, no host sync).
+    /// Returns the new (p, m, v).
+    fn adamw(
+        &self,
+        grad: &Self,
+        m: &Self,
+        v: &Self,
+        grad_scale: &Self,
+        hp: AdamWStep,
+    ) -> Result<(Self, Self, Self)>;
+    /// `sum(x^2)` as f32 `[1]`, accumulated in a fixed order (deterministic).
+    fn sum_squares(&self) -> Result<Self>;
+}
+
+/// The hyperparameters of one AdamW step (decoupled weight decay, Loshchilov & Hutter):
+/// `p <- p (1 - lr wd) - lr m^ / (sqrt(v^) + eps)` with bias-corrected moments; `step` counts
+/// from 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWStep {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub step: u64,
+}
+
+/// The fused mixer kernels a backend may or may not have yet; layers ask
+/// `Device::has_fused` and fall back to the reference form where it is false.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedKernel {
+    Swa,
+    Rla,
+    Mlstm,
+    GatedDelta,
+    ShortConv,
 }

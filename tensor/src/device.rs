@@ -15,3 +15,14 @@ impl std::fmt::Display for Device {
         }
     }
 }
+
+impl Device {
+    /// Whether this device has the fused kernel `kernel` (the CPU has them all; CUDA's list is
+    /// `cuda::has_fused`). Layers use the fused form where it is true, the reference otherwise.
+    pub fn has_fused(self, kernel: crate::backend::FusedKernel) -> bool {
+        match self {
+            Device::Cpu => true,
+            Device::Cuda(_) => crate::cuda::has_fused(kernel),
+        }
+    }
+}

@@ -457,4 +457,19 @@ impl Backend for Storage {
         forward!("rla_backward", self, [k, v, dout], |s| s
             .rla_backward(k, v, dout, dims, window, chunk))
     }
+    fn adamw(
+        &self,
+        grad: &Self,
+        m: &Self,
+        v: &Self,
+        grad_scale: &Self,
+        hp: AdamWStep,
+    ) -> Result<(Self, Self, Self)> {
+        forward!("adamw", self, [grad, m, v, grad_scale], |s| s
+            .adamw(grad, m, v, grad_scale, hp))
+    }
+
+    fn sum_squares(&self) -> Result<Self> {
+        forward!("sum_squares", self, [], |s| s.sum_squares())
+    }
 }

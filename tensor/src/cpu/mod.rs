@@ -12,6 +12,7 @@ mod mask;
 mod matmul;
 mod mlstm;
 mod norm;
+mod optim;
 mod reduce;
 mod rla;
 mod rope;
@@ -641,5 +642,36 @@ impl Backend for CpuStorage {
                 (out(dq), out(dk), out(dv))
             }
         ))
+    }
+    fn adamw(
+        &self,
+        grad: &Self,
+        m: &Self,
+        v: &Self,
+        grad_scale: &Self,
+        hp: AdamWStep,
+    ) -> Result<(Self, Self, Self)> {
+        let all = [self, grad, m, v, grad_scale];
+        if let Some(bad) = all.iter().find(|x| x.dtype() != DType::F32) {
+            return Err(Error::UnsupportedDType {
+                op: "adamw",
+                dtype: bad.dtype(),
+            });
+        }
+        let (p, m, v) = optim::adamw(
+            self.f32(),
+            grad.f32(),
+            m.f32(),
+            v.f32(),
+            grad_scale.f32()[0],
+            hp,
+        );
+        Ok((CpuStorage::F32(p), CpuStorage::F32(m), CpuStorage::F32(v)))
+    }
+
+    fn sum_squares(&self) -> Result<Self> {
+        Ok(with_floats!("sum_squares", [self], |x, _out, _s| {
+            CpuStorage::F32(vec![optim::sum_squares(&x[0]) as f32])
+        }))
     }
 }

@@ -10,6 +10,7 @@ mod mask;
 mod matmul;
 mod mlstm;
 mod norm;
+mod optim;
 mod recurrent;
 mod reduce;
 mod rla;
