@@ -224,4 +224,26 @@ mod tests {
             assert_ne!(a, c);
         }
     }
+
+    /// Needs only libnvrtc, no GPU: skips where it is missing (CI), fails there under
+    /// SWAX_REQUIRE_CUDA=1 like every GPU test.
+    #[test]
+    fn a_compile_error_returns_nvrtcs_log() {
+        let broken = KernelSource {
+            name: "broken",
+            source: "extern \"C\" __global__ void k(float* y) { y[0] = not_declared_anywhere; }",
+        };
+        match cubin(&broken, (9, 0), false) {
+            Err(CudaError::Compile { module, log, .. }) => {
+                assert_eq!(module, "broken");
+                assert!(log.contains("not_declared_anywhere"), "{log}");
+            }
+            Err(CudaError::LibraryMissing { reason, .. })
+                if std::env::var("SWAX_REQUIRE_CUDA").as_deref() != Ok("1") =>
+            {
+                eprintln!("skipping: {reason}")
+            }
+            other => panic!("expected a compile error with NVRTC's log, got {other:?}"),
+        }
+    }
 }
