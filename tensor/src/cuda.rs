@@ -161,6 +161,16 @@ impl CudaStorage {
         Ok(y)
     }
 
+    /// A bf16 copy of `b`, or None when it already is bf16 (the caller then reads `b`).
+    fn bf16(&self, b: &Buffer) -> Result<Option<Buffer>> {
+        if b.dtype() == cu::DType::BF16 {
+            return Ok(None);
+        }
+        let mut y = self.alloc(cu::DType::BF16, b.len())?;
+        k::cast::cast(self.dev(), b, &mut y)?;
+        Ok(Some(y))
+    }
+
     fn cast_to(&self, b: Buffer, dtype: cu::DType) -> Result<Buffer> {
         if b.dtype() == dtype {
             return Ok(b);
@@ -214,6 +224,18 @@ fn no_kernel(op: &'static str) -> Error {
     Error::Invalid {
         op,
         msg: "this fused mixer kernel has no CUDA version yet; run it on the CPU".into(),
+    }
+}
+
+fn attn(d: AttnDims, window: usize, scale: f64) -> k::attention::Attn {
+    k::attention::Attn {
+        b: d.b,
+        t: d.t,
+        h: d.h,
+        hkv: d.hkv,
+        d: d.d,
+        window,
+        scale,
     }
 }
 
@@ -787,29 +809,77 @@ impl Backend for CudaStorage {
         Err(no_kernel("short_conv_backward"))
     }
 
+    /// bf16 tensor cores for either dtype: f32 operands are rounded to bf16 on the way in and
+    /// the results widened back (the softmax statistics and accumulations stay f32).
     fn swa_forward(
         &self,
-        _k: &Self,
-        _v: &Self,
-        _dims: AttnDims,
-        _window: usize,
-        _scale: f64,
+        k: &Self,
+        v: &Self,
+        dims: AttnDims,
+        window: usize,
+        scale: f64,
     ) -> Result<(Self, Self)> {
-        Err(no_kernel("swa_forward"))
+        let (qc, kc, vc) = (
+            self.bf16(&self.buf)?,
+            self.bf16(&k.buf)?,
+            self.bf16(&v.buf)?,
+        );
+        let mut o = self.alloc(cu::DType::BF16, self.buf.len())?;
+        let mut lse = self.alloc(cu::DType::F32, dims.b * dims.h * dims.t)?;
+        k::attention::swa_forward(
+            self.dev(),
+            attn(dims, window, scale),
+            qc.as_ref().unwrap_or(&self.buf),
+            kc.as_ref().unwrap_or(&k.buf),
+            vc.as_ref().unwrap_or(&v.buf),
+            &mut o,
+            &mut lse,
+        )?;
+        Ok((
+            Self::wrap(self.cast_to(o, self.buf.dtype())?),
+            Self::wrap(lse),
+        ))
     }
 
     fn swa_backward(
         &self,
-        _k: &Self,
-        _v: &Self,
-        _o: &Self,
-        _lse: &Self,
-        _dout: &Self,
-        _dims: AttnDims,
-        _window: usize,
-        _scale: f64,
+        k: &Self,
+        v: &Self,
+        o: &Self,
+        lse: &Self,
+        dout: &Self,
+        dims: AttnDims,
+        window: usize,
+        scale: f64,
     ) -> Result<(Self, Self, Self)> {
-        Err(no_kernel("swa_backward"))
+        let [qc, kc, vc, oc, dc] =
+            [&self.buf, &k.buf, &v.buf, &o.buf, &dout.buf].map(|b| self.bf16(b));
+        let (qc, kc, vc, oc, dc) = (qc?, kc?, vc?, oc?, dc?);
+        let mut dq = self.alloc_like(self.buf.len())?;
+        let mut dk = self.alloc(cu::DType::BF16, k.buf.len())?;
+        let mut dv = self.alloc(cu::DType::BF16, v.buf.len())?;
+        let saved = k::attention::Saved {
+            q: qc.as_ref().unwrap_or(&self.buf),
+            k: kc.as_ref().unwrap_or(&k.buf),
+            v: vc.as_ref().unwrap_or(&v.buf),
+            o: oc.as_ref().unwrap_or(&o.buf),
+            lse: &lse.buf,
+            dout: dc.as_ref().unwrap_or(&dout.buf),
+        };
+        k::attention::swa_backward(
+            self.dev(),
+            attn(dims, window, scale),
+            saved,
+            &mut dq,
+            &mut dk,
+            &mut dv,
+        )?;
+        let dtype = self.buf.dtype();
+        Ok((
+            Self::wrap(dq),
+            Self::wrap(self.cast_to(dk, dtype)?),
+            Self::wrap(self.cast_to(dv, dtype)?),
+        ))
     }
 
     fn rla_forward(

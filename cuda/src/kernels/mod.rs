@@ -6,6 +6,7 @@
 //! and queues the kernel on the device's stream; nothing waits. Float kernels read and write
 //! f32 or bf16 storage and compute in f32.
 
+pub mod attention;
 pub mod binary;
 pub mod cast;
 pub mod copy;

@@ -1,0 +1,443 @@
+// attention.cu: causal sliding-window attention (query t sees keys t - window < s <= t; a
+// window >= T is full causal attention), flash-attention style, on bf16 [B, T, H, D] q and
+// [B, T, Hkv, D] k, v (grouped queries: q head h reads kv head h / (H / Hkv)).
+//
+// Tensor cores through mma.sync m16n8k16 (bf16 in, f32 accumulate), fragments fed by ldmatrix
+// from shared tiles whose 16-byte chunks are XOR-swizzled by row (ldmatrix's eight row addresses
+// then fall in distinct banks with no padding, which keeps two backward blocks on an SM at head
+// dim 128), tiles fetched by cp.async (rows past T arrive as zeros).
+// Tiles are 64 rows, aligned to multiples of 64 in time, so only the tiles that cross the
+// diagonal or the window's lower edge pay for the mask, and only tiles that meet the band are
+// visited at all: the work grows with T·window, not T².
+//
+// Forward: a block per (64-query tile, q head, batch), four warps of 16 query rows, K/V tiles
+// double-buffered; the online softmax runs on the score fragments in registers (exp2 with the
+// scale folded into log2 units) and the probabilities go back into mma as A fragments without
+// touching shared memory. Saves each row's natural log-sum-exp, f32 [B, H, T].
+//
+// Backward (flash-attention 2): `swa_bwd_delta` forms delta_t = do_t · o_t; then a block per
+// (64-key tile, kv head, batch) holds its K and V tile, walks every q head of its group and
+// every query tile that sees it, and keeps dK and dV of its keys in registers (warp w owns keys
+// 16w..16w+15, so the grouped heads' sum is free). Per query tile it recomputes S^T = K Q^T and
+// dP^T = V dO^T, forms P^T and dS^T in registers, adds P^T dO to dV and dS^T Q to dK, stages
+// dS^T in shared memory and adds its share of dQ = dS K to an f32 accumulator with vector
+// atomic reductions (dQ of a query tile comes from every key tile in its band; the atomics
+// spare a second pass that would recompute S and dP).
+#include "common.cuh"
+
+#define TILE 64
+#define THREADS 128
+#define LOG2E 1.4426950408889634f
+
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// 16 bytes from global to shared memory, bypassing L1; zeros where !valid (src is not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four 8x8 b16 matrices; lane l addresses row l % 8 of matrix l / 8 and receives, from matrix i,
+// elements (l / 4, 2 (l % 4) .. +1) into r[i] (with TRANS, the transposed matrix's).
+template <bool TRANS> __device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const bf16* p) {
+    if constexpr (TRANS) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_addr(p)));
+    } else {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_addr(p)));
+    }
+}
+
+// c += a b for a 16x16 A (row-major fragment) and a 16x8 B (column-major fragment).
+__device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// p[0] += a, p[1] += b in one atomic reduction (sm_90); p 8-byte aligned.
+__device__ __forceinline__ void red_add2(float* p, float a, float b) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// Element offset of (r, c) in a shared tile of COLS bf16 columns: chunk c / 8 of row r is
+// stored at chunk (c / 8) ^ (r % 8).
+template <int COLS> __device__ __forceinline__ int swz(int r, int c) {
+    return r * COLS + ((((c >> 3) ^ r) & 7) | ((c >> 3) & ~7)) * 8 + (c & 7);
+}
+
+// Where lane l points ldmatrix for a 16x16 block at (r0, c0) of a row-major tile with row length
+// COLS columns. A_ORDER: matrices in A-fragment order (rows 0-7 / 8-15 first, then columns 8-15) — the
+// A operand from a row-major tile, or, with .trans, the B operand of two 8-column n-tiles from a
+// k-major tile. Otherwise columns 0-7 / 8-15 first, then rows 8-15: the B operand of two 8-row
+// n-tiles from an n-major tile, or, with .trans, the A operand from a k-major (transposed) tile.
+template <int COLS, bool A_ORDER> __device__ __forceinline__ const bf16* lane_ptr(const bf16* tile, int r0, int c0) {
+    const int l = threadIdx.x & 31;
+    const int r = A_ORDER ? (l & 7) + ((l >> 3) & 1) * 8 : (l & 7) + (l >> 4) * 8;
+    const int c = A_ORDER ? (l >> 4) * 8 : ((l >> 3) & 1) * 8;
+    return tile + swz<COLS>(r0 + r, c0 + c);
+}
+
+// The A fragment of k-slice kk from an m16 x n8 accumulator row (C layout to A layout).
+template <int N> __device__ __forceinline__ void c_to_a(const float (&c)[N][4], int kk, u32 (&a)[4]) {
+    a[0] = bf16x2_bits(c[2 * kk][0], c[2 * kk][1]);
+    a[1] = bf16x2_bits(c[2 * kk][2], c[2 * kk][3]);
+    a[2] = bf16x2_bits(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[3] = bf16x2_bits(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+// c[16 x 8 NT] += A (16 x 16 KT, from a) times B (16 KT x 8 NT), B from a shared tile: NMAJOR
+// when stored n-major ([n][k], as K for Q K^T), else k-major ([k][n], as V for P V).
+// (A k-major tile read with .trans, an n-major one without, both give B fragments.)
+template <int BCOLS, bool NMAJOR> __device__ __forceinline__ void b_frag(u32 (&f)[4], const bf16* b, int kk, int nn) {
+    if constexpr (NMAJOR) {
+        ldsm_x4<false>(f, lane_ptr<BCOLS, false>(b, nn * 16, kk * 16));
+    } else {
+        ldsm_x4<true>(f, lane_ptr<BCOLS, true>(b, kk * 16, nn * 16));
+    }
+}
+template <int KT, int NT, int BCOLS, bool NMAJOR>
+__device__ __forceinline__ void mma_tile(float (&c)[NT][4], const u32 (&a)[KT][4], const bf16* b) {
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk)
+#pragma unroll
+        for (int nn = 0; nn < NT / 2; ++nn) {
+            u32 f[4];
+            b_frag<BCOLS, NMAJOR>(f, b, kk, nn);
+            mma(c[2 * nn], a[kk], f[0], f[1]);
+            mma(c[2 * nn + 1], a[kk], f[2], f[3]);
+        }
+}
+
+// Like mma_tile with the A operand read per k-slice from rows r0..r0+15 of a row-major shared
+// tile of ACOLS columns, and B n-major of BCOLS columns.
+template <int KT, int NT, int ACOLS, int BCOLS>
+__device__ __forceinline__ void mma_smem_a(float (&c)[NT][4], const bf16* a, int r0, const bf16* b) {
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+        u32 f[4];
+        ldsm_x4<false>(f, lane_ptr<ACOLS, true>(a, r0, kk * 16));
+#pragma unroll
+        for (int nn = 0; nn < NT / 2; ++nn) {
+            u32 g[4];
+            b_frag<BCOLS, true>(g, b, kk, nn);
+            mma(c[2 * nn], f, g[0], g[1]);
+            mma(c[2 * nn + 1], f, g[2], g[3]);
+        }
+    }
+}
+
+// TILE rows of D columns from global (row r at g + r * rs) into a shared tile; rows at or past
+// `limit` become zeros.
+template <int D> __device__ __forceinline__ void load_rows(bf16* s, const bf16* g, u64 rs, int r0, int limit) {
+    constexpr int CH = D / 8;
+#pragma unroll
+    for (int i = threadIdx.x; i < TILE * CH; i += THREADS) {
+        const int r = i / CH, c = i % CH;
+        const bool ok = r0 + r < limit;
+        cp_async16(s + swz<D>(r, c * 8), g + (u64)(ok ? r0 + r : 0) * rs + c * 8, ok);
+    }
+}
+
+// Whether key s is in query t's band.
+__device__ __forceinline__ bool visible(int t, int s, u32 window) { return s <= t && (u32)(t - s) < window; }
+
+template <int D>
+__device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                        bf16* __restrict__ o, float* __restrict__ lse, u32 t_len, u32 heads, u32 kv_heads,
+                        u32 window, float scale_log2) {
+    constexpr int LD = D, KT = D / 16, NT = TILE / 8, DT = D / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16* sq = reinterpret_cast<bf16*>(smem);
+    bf16* sk = sq + TILE * LD;      // [2][TILE][LD]
+    bf16* sv = sk + 2 * TILE * LD;  // [2][TILE][LD]
+
+    const int T = (int)t_len;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * TILE;  // the longest rows first (full causal)
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / (heads / kv_heads);
+    const u64 qrs = (u64)heads * D, krs = (u64)kv_heads * D;
+    const bf16* qg = q + ((u64)b * T * heads + h) * D;
+    const bf16* kg = k + ((u64)b * T * kv_heads + hk) * D;
+    const bf16* vg = v + ((u64)b * T * kv_heads + hk) * D;
+    const int q_last = min(q0 + TILE, T) - 1;
+    const int kt0 = max(0, q0 - (int)window + 1) / TILE, kt1 = q_last / TILE;
+
+    load_rows<D>(sq, qg, qrs, q0, T);
+    load_rows<D>(sk, kg, krs, kt0 * TILE, T);
+    load_rows<D>(sv, vg, krs, kt0 * TILE, T);
+    cp_async_commit();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int row0 = q0 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
+    u32 qf[KT][4];
+    float acc[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
+
+    for (int j = kt0; j <= kt1; ++j) {
+        const int buf = (j - kt0) & 1;
+        if (j < kt1) {
+            load_rows<D>(sk + (buf ^ 1) * TILE * LD, kg, krs, (j + 1) * TILE, T);
+            load_rows<D>(sv + (buf ^ 1) * TILE * LD, vg, krs, (j + 1) * TILE, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == kt0) {
+#pragma unroll
+            for (int kk = 0; kk < KT; ++kk) ldsm_x4<false>(qf[kk], lane_ptr<D, true>(sq, warp * 16, kk * 16));
+        }
+        float s[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        mma_tile<KT, NT, D, true>(s, qf, sk + buf * TILE * LD);
+
+        const int s0 = j * TILE;
+        const bool masked = s0 + TILE - 1 > q0 || q0 + TILE - 1 - s0 >= (int)window;
+        float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float x = s[nt][e] * scale_log2;
+                if (masked && !visible(row0 + (e >> 1) * 8, s0 + nt * 8 + 2 * tq + (e & 1), window)) x = neg_inf();
+                s[nt][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        float shift[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mx[r] = fmaxf(mx[r], shfl_xor(mx[r], 1));
+            mx[r] = fmaxf(mx[r], shfl_xor(mx[r], 2));
+            const float mnew = fmaxf(m[r], mx[r]);
+            shift[r] = exp_shift(mnew);
+            const float alpha = fast_exp2(m[r] - shift[r]);
+            m[r] = mnew;
+            l[r] *= alpha;
+#pragma unroll
+            for (int i = 0; i < DT; ++i) {
+                acc[i][2 * r] *= alpha;
+                acc[i][2 * r + 1] *= alpha;
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float p = fast_exp2(s[nt][e] - shift[e >> 1]);
+                s[nt][e] = p;
+                l[e >> 1] += p;
+            }
+        u32 pf[NT / 2][4];
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; ++kk) c_to_a(s, kk, pf[kk]);
+        mma_tile<NT / 2, DT, D, false>(acc, pf, sv + buf * TILE * LD);
+        __syncthreads();  // the next iteration's prefetch overwrites this buffer
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] += shfl_xor(l[r], 1);
+        l[r] += shfl_xor(l[r], 2);
+        const int row = row0 + r * 8;
+        if (row >= T) continue;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        u32* out = reinterpret_cast<u32*>(o + ((u64)b * T + row) * qrs + (u64)h * D);
+#pragma unroll
+        for (int i = 0; i < DT; ++i) out[i * 4 + tq] = bf16x2_bits(acc[i][2 * r] * inv, acc[i][2 * r + 1] * inv);
+        if (tq == 0) lse[((u64)b * heads + h) * T + row] = (m[r] + __log2f(l[r])) / LOG2E;
+    }
+}
+
+// delta[b, h, t] = sum_d do · o, a warp per row of [B, T, H].
+extern "C" __global__ void swa_bwd_delta(const bf16* __restrict__ o, const bf16* __restrict__ dout,
+                                         float* __restrict__ delta, u32 rows, u32 t_len, u32 heads, u32 d) {
+    const u32 row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    float s = 0.0f;
+    for (u32 i = lane; i < d; i += 32) s += to_float(o[(u64)row * d + i]) * to_float(dout[(u64)row * d + i]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += shfl_xor(s, off);
+    const u32 h = row % heads, bt = row / heads;
+    if (lane == 0) delta[((u64)(bt / t_len) * heads + h) * t_len + bt % t_len] = s;
+}
+
+template <int D>
+__device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                        const bf16* __restrict__ dout, const float* __restrict__ lse,
+                        const float* __restrict__ delta, float* __restrict__ dq_acc, bf16* __restrict__ dk,
+                        bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale) {
+    constexpr int LD = D, KT = D / 16, NT = TILE / 8, DT = D / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16* sk = reinterpret_cast<bf16*>(smem);
+    bf16* sv = sk + TILE * LD;
+    bf16* sq = sv + TILE * LD;       // [2][TILE][LD]
+    bf16* sdo = sq + 2 * TILE * LD;  // [2][TILE][LD]
+    bf16* sds = sdo + 2 * TILE * LD; // dS^T [key][query]
+    float* slse = reinterpret_cast<float*>(sds + TILE * TILE);  // [2][TILE], log2 units
+    float* sdelta = slse + 2 * TILE;                           // [2][TILE]
+
+    const int T = (int)t_len;
+    const int s0 = blockIdx.x * TILE, hk = blockIdx.y, b = blockIdx.z;
+    const int group = heads / kv_heads;
+    const u64 qrs = (u64)heads * D, krs = (u64)kv_heads * D;
+    const bf16* kg = k + ((u64)b * T * kv_heads + hk) * D;
+    const bf16* vg = v + ((u64)b * T * kv_heads + hk) * D;
+    const int s_last = min(s0 + TILE, T) - 1;
+    const int q_end = (int)min((i64)T - 1, (i64)s_last + window - 1);
+    const int qt0 = s0 / TILE, nq = q_end / TILE - qt0 + 1, steps = group * nq;
+    const float scale_log2 = scale * LOG2E;
+
+    // Step i: q head hk * group + i / nq, query tile qt0 + i % nq.
+    auto fetch = [&](int i, int buf) {
+        const int hq = hk * group + i / nq, t0 = (qt0 + i % nq) * TILE;
+        const u64 off = ((u64)b * T * heads + hq) * D;
+        load_rows<D>(sq + buf * TILE * LD, q + off, qrs, t0, T);
+        load_rows<D>(sdo + buf * TILE * LD, dout + off, qrs, t0, T);
+        if (threadIdx.x < TILE) {
+            const int t = t0 + threadIdx.x;
+            const u64 at = ((u64)b * heads + hq) * T + t;
+            slse[buf * TILE + threadIdx.x] = t < T ? lse[at] * LOG2E : __int_as_float(0x7f800000);
+            sdelta[buf * TILE + threadIdx.x] = t < T ? delta[at] : 0.0f;
+        }
+    };
+    load_rows<D>(sk, kg, krs, s0, T);
+    load_rows<D>(sv, vg, krs, s0, T);
+    fetch(0, 0);
+    cp_async_commit();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int key0 = s0 + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
+    float dk_acc[DT][4], dv_acc[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk_acc[i][e] = dv_acc[i][e] = 0.0f;
+
+    for (int i = 0; i < steps; ++i) {
+        const int buf = i & 1;
+        if (i + 1 < steps) {
+            fetch(i + 1, buf ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int hq = hk * group + i / nq, t0 = (qt0 + i % nq) * TILE;
+        const bf16* q_s = sq + buf * TILE * LD;
+        const bf16* do_s = sdo + buf * TILE * LD;
+        const float* l_s = slse + buf * TILE;
+        const float* d_s = sdelta + buf * TILE;
+
+        float st[NT][4], dpt[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.0f;
+        mma_smem_a<KT, NT, D, D>(st, sk, warp * 16, q_s);
+        mma_smem_a<KT, NT, D, D>(dpt, sv, warp * 16, do_s);
+
+        const bool masked = t0 < s0 + TILE - 1 || t0 + TILE - 1 - s0 >= (int)window;
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = n * 8 + 2 * tq + (e & 1);
+                float p = fast_exp2(st[n][e] * scale_log2 - l_s[col]);
+                if (masked && !visible(t0 + col, key0 + (e >> 1) * 8, window)) p = 0.0f;
+                st[n][e] = p;
+                dpt[n][e] = p * (dpt[n][e] - d_s[col]);
+            }
+        u32 af[NT / 2][4];
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; ++kk) c_to_a(st, kk, af[kk]);
+        mma_tile<NT / 2, DT, D, false>(dv_acc, af, do_s);
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; ++kk) c_to_a(dpt, kk, af[kk]);
+        mma_tile<NT / 2, DT, D, false>(dk_acc, af, q_s);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const int at = swz<TILE>(warp * 16 + g, n * 8 + 2 * tq);  // rows g and g + 8 share a swizzle
+            *reinterpret_cast<u32*>(sds + at) = bf16x2_bits(dpt[n][0], dpt[n][1]);
+            *reinterpret_cast<u32*>(sds + at + 8 * TILE) = bf16x2_bits(dpt[n][2], dpt[n][3]);
+        }
+        __syncthreads();
+
+        // dQ rows t0 + 16 warp .. +15 = dS K, 64 columns of D at a time to bound registers.
+        float* dq_row = dq_acc + ((u64)b * T * heads + hq) * D;
+#pragma unroll
+        for (int c0 = 0; c0 < D; c0 += 64) {
+            float dq[8][4];
+#pragma unroll
+            for (int n = 0; n < 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < TILE / 16; ++kk) {
+                u32 a[4];
+                ldsm_x4<true>(a, lane_ptr<TILE, false>(sds, kk * 16, warp * 16));
+#pragma unroll
+                for (int nn = 0; nn < 4; ++nn) {
+                    u32 f[4];
+                    b_frag<D, false>(f, sk, kk, c0 / 16 + nn);
+                    mma(dq[2 * nn], a, f[0], f[1]);
+                    mma(dq[2 * nn + 1], a, f[2], f[3]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int t = t0 + warp * 16 + g + r * 8;
+                if (t >= T) continue;
+                float* dst = dq_row + (u64)t * qrs + c0 + 2 * tq;
+#pragma unroll
+                for (int n = 0; n < 8; ++n) red_add2(dst + n * 8, dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+            }
+        }
+        __syncthreads();  // the next prefetch and dS^T overwrite what this step read
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = key0 + r * 8;
+        if (key >= T) continue;
+        const u64 at = ((u64)b * T + key) * krs + (u64)hk * D;
+        u32* dkr = reinterpret_cast<u32*>(dk + at);
+        u32* dvr = reinterpret_cast<u32*>(dv + at);
+#pragma unroll
+        for (int i = 0; i < DT; ++i) {
+            dkr[i * 4 + tq] = bf16x2_bits(dk_acc[i][2 * r] * scale, dk_acc[i][2 * r + 1] * scale);
+            dvr[i * 4 + tq] = bf16x2_bits(dv_acc[i][2 * r], dv_acc[i][2 * r + 1]);
+        }
+    }
+}
+
+#define INSTANTIATE(D)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(THREADS) swa_fwd_d##D(                                       \
+        const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, u32 t_len, u32 heads, u32 kv_heads, \
+        u32 window, float scale_log2) {                                                                        \
+        swa_fwd<D>(q, k, v, o, lse, t_len, heads, kv_heads, window, scale_log2);                               \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS) swa_bwd_d##D(                                       \
+        const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,   \
+        float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale) {     \
+        swa_bwd<D>(q, k, v, dout, lse, delta, dq_acc, dk, dv, t_len, heads, kv_heads, window, scale);         \
+    }
+
+INSTANTIATE(64)
+INSTANTIATE(128)

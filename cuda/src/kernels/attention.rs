@@ -1,0 +1,227 @@
+//! Causal sliding-window attention (full causal with a window >= T), flash style, forward and
+//! backward on bf16 tensor cores (`kernels/attention.cu`, which says how the kernels work).
+
+use super::{check_device, check_dtype, check_len, launch, to_u32, Launch};
+use crate::nvrtc::KernelSource;
+use crate::{Buffer, CudaError, DType, Device};
+
+const SOURCE: KernelSource = KernelSource {
+    name: "attention",
+    source: include_str!("../../kernels/attention.cu"),
+};
+
+/// Query rows and keys per tile, and threads per block (`TILE`, `THREADS` in attention.cu).
+const TILE: usize = 64;
+const THREADS: u32 = 128;
+/// Rows of `swa_bwd_delta` per block, a warp each.
+const DELTA_ROWS: u32 = 8;
+
+/// Sizes of an attention call: q `[b, t, h, d]`, k and v `[b, t, hkv, d]` (q head `i` reads kv
+/// head `i / (h / hkv)`); query `s` sees keys `s - window < r <= s`; scores scaled by `scale`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Attn {
+    pub b: usize,
+    pub t: usize,
+    pub h: usize,
+    pub hkv: usize,
+    pub d: usize,
+    pub window: usize,
+    pub scale: f64,
+}
+
+/// What a launch needs, checked: the kernel names of this head dim and the sizes as u32.
+struct Checked {
+    fwd: &'static str,
+    bwd: &'static str,
+    t: u32,
+    h: u32,
+    hkv: u32,
+    window: u32,
+    tiles: u32,
+}
+
+impl Attn {
+    fn check(&self, op: &'static str) -> Result<Checked, CudaError> {
+        let (fwd, bwd) = match self.d {
+            64 => ("swa_fwd_d64", "swa_bwd_d64"),
+            128 => ("swa_fwd_d128", "swa_bwd_d128"),
+            d => {
+                return Err(CudaError::invalid(
+                    op,
+                    format!("head dim {d}: kernels exist for 64 and 128"),
+                ))
+            }
+        };
+        if self.hkv == 0 || self.h % self.hkv != 0 || self.window == 0 {
+            return Err(CudaError::invalid(
+                op,
+                format!("{self:?}: h must be a multiple of hkv and the window at least 1"),
+            ));
+        }
+        Ok(Checked {
+            fwd,
+            bwd,
+            t: to_u32(op, "t", self.t)?,
+            h: to_u32(op, "h", self.h)?,
+            hkv: to_u32(op, "hkv", self.hkv)?,
+            window: to_u32(op, "window", self.window.min(self.t.max(1)))?,
+            tiles: to_u32(op, "tiles", self.t.div_ceil(TILE))?,
+        })
+    }
+
+    fn q_len(&self) -> usize {
+        self.b * self.t * self.h * self.d
+    }
+
+    fn kv_len(&self) -> usize {
+        self.b * self.t * self.hkv * self.d
+    }
+
+    fn rows(&self) -> usize {
+        self.b * self.h * self.t
+    }
+
+    fn check_io(&self, op: &'static str, q: &[&Buffer], kv: &[&Buffer]) -> Result<(), CudaError> {
+        for (i, buf) in q.iter().enumerate() {
+            check_dtype(op, &format!("q-shaped operand {i}"), buf, DType::BF16)?;
+            check_len(op, &format!("q-shaped operand {i}"), buf, self.q_len())?;
+        }
+        for (i, buf) in kv.iter().enumerate() {
+            check_dtype(op, &format!("kv-shaped operand {i}"), buf, DType::BF16)?;
+            check_len(op, &format!("kv-shaped operand {i}"), buf, self.kv_len())?;
+        }
+        Ok(())
+    }
+
+    fn grid(&self, c: &Checked, heads: u32, shared: usize) -> Result<Launch, CudaError> {
+        Ok(Launch {
+            grid: (c.tiles, heads, to_u32("attention", "b", self.b)?),
+            block: (THREADS, 1, 1),
+            shared: (shared * 2) as u32,
+        })
+    }
+}
+
+/// Forward: `o` `[b, t, h, d]` (bf16) and each query row's natural log-sum-exp of its scaled
+/// scores, `lse` f32 `[b, h, t]`. q, k, v bf16.
+#[allow(clippy::too_many_arguments)]
+pub fn swa_forward(
+    dev: &Device,
+    a: Attn,
+    q: &Buffer,
+    k: &Buffer,
+    v: &Buffer,
+    o: &mut Buffer,
+    lse: &mut Buffer,
+) -> Result<(), CudaError> {
+    const OP: &str = "swa_forward";
+    check_device(OP, dev, &[q, k, v, o, lse])?;
+    let c = a.check(OP)?;
+    a.check_io(OP, &[q, o], &[k, v])?;
+    check_dtype(OP, "lse", lse, DType::F32)?;
+    check_len(OP, "lse", lse, a.rows())?;
+    if a.rows() == 0 {
+        return Ok(());
+    }
+    let scale_log2 = (a.scale * std::f64::consts::LOG2_E) as f32;
+    // Q tile and double-buffered K and V tiles, bf16.
+    let cfg = a.grid(&c, c.h, 5 * TILE * a.d)?;
+    // SAFETY: swa_fwd_dD(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
+    // u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale_log2); q and o hold b*t*h*d,
+    // k and v b*t*hkv*d, lse b*h*t (checked above); the grid covers exactly those.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            c.fwd,
+            cfg,
+            &[q, k, v, o, lse, &c.t, &c.h, &c.hkv, &c.window, &scale_log2],
+        )
+    }
+}
+
+/// What the backward reads: the forward's inputs, its outputs `o` and `lse`, and `dout`.
+pub struct Saved<'a> {
+    pub q: &'a Buffer,
+    pub k: &'a Buffer,
+    pub v: &'a Buffer,
+    pub o: &'a Buffer,
+    pub lse: &'a Buffer,
+    pub dout: &'a Buffer,
+}
+
+/// Backward: dq (f32 or bf16, accumulated in f32), dk and dv (bf16, summed over the q heads
+/// that share a kv head).
+pub fn swa_backward(
+    dev: &Device,
+    a: Attn,
+    s: Saved<'_>,
+    dq: &mut Buffer,
+    dk: &mut Buffer,
+    dv: &mut Buffer,
+) -> Result<(), CudaError> {
+    const OP: &str = "swa_backward";
+    check_device(OP, dev, &[s.q, s.k, s.v, s.o, s.lse, s.dout, dq, dk, dv])?;
+    let c = a.check(OP)?;
+    a.check_io(OP, &[s.q, s.o, s.dout], &[s.k, s.v, dk, dv])?;
+    check_dtype(OP, "lse", s.lse, DType::F32)?;
+    check_len(OP, "lse", s.lse, a.rows())?;
+    check_len(OP, "dq", dq, a.q_len())?;
+    if a.rows() == 0 {
+        return Ok(());
+    }
+    let rows = to_u32(OP, "rows", a.rows())?;
+    let d = to_u32(OP, "d", a.d)?;
+    let delta = dev.alloc(DType::F32, a.rows())?;
+    // SAFETY: swa_bwd_delta(const bf16* o, const bf16* dout, float* delta, u32 rows, u32 t_len,
+    // u32 heads, u32 d); o and dout hold rows * d, delta rows; a warp per row.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            "swa_bwd_delta",
+            Launch {
+                grid: (rows.div_ceil(DELTA_ROWS), 1, 1),
+                block: (32 * DELTA_ROWS, 1, 1),
+                shared: 0,
+            },
+            &[s.o, s.dout, &delta, &rows, &c.t, &c.h, &d],
+        )?;
+    }
+    let mut acc = match dq.dtype() {
+        DType::F32 => None,
+        DType::BF16 => Some(dev.alloc(DType::F32, a.q_len())?),
+        other => {
+            return Err(CudaError::invalid(
+                OP,
+                format!("dq must be f32 or bf16, got {other}"),
+            ))
+        }
+    };
+    let dq_acc = acc.as_mut().unwrap_or(dq);
+    dev.memset_zero(dq_acc)?;
+    let scale = a.scale as f32;
+    // K, V tiles, double-buffered Q and dO tiles, a dS tile (bf16); lse and delta of two query
+    // tiles (f32, counted in bf16 units).
+    let cfg = a.grid(&c, c.hkv, 6 * TILE * a.d + TILE * TILE + 8 * TILE)?;
+    // SAFETY: swa_bwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+    // const float* lse, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len,
+    // u32 heads, u32 kv_heads, u32 window, float scale); sizes checked above, dq_acc holds
+    // b*t*h*d f32, delta b*h*t.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            c.bwd,
+            cfg,
+            &[
+                s.q, s.k, s.v, s.dout, s.lse, &delta, dq_acc, dk, dv, &c.t, &c.h, &c.hkv,
+                &c.window, &scale,
+            ],
+        )?;
+    }
+    if let Some(acc) = acc {
+        super::cast::cast(dev, &acc, dq)?;
+    }
+    Ok(())
+}
