@@ -1,1 +1,7 @@
-//! Hybrid models, the stochastic-window trainer, evaluation and the swax CLI.
+//! swax-hybrid: hybrid models from a layer pattern (`model`), their configs (`config`), the
+//! stochastic window schedule (`window`) and the trainer (`train`); the `swax` CLI (`main.rs`,
+//! `cli/`) is built on them.
+pub mod config;
+pub mod model;
+pub mod train;
+pub mod window;

@@ -2,6 +2,7 @@
 //! one is a new file, a variant of [`Command`] and an arm in [`Command::run`].
 
 mod prepare;
+mod train;
 
 use clap::{Parser, Subcommand};
 
@@ -20,6 +21,8 @@ pub struct Cli {
 pub enum Command {
     /// Tokenize text files, folders or stdin into train and validation shards.
     Prepare(prepare::PrepareArgs),
+    /// Train a hybrid model (default: swax-tiny on the embedded recall corpus).
+    Train(train::TrainArgs),
 }
 
 /// Subcommands report any error (data, model, I/O) to `main`, which prints it.
@@ -29,6 +32,7 @@ impl Command {
     pub fn run(self) -> CliResult {
         match self {
             Command::Prepare(args) => prepare::run(args),
+            Command::Train(args) => train::run(args),
         }
     }
 }

@@ -1,0 +1,113 @@
+//! `swax train`: resolve the config (`--config`, `--set`), pick the device (the GPU when there
+//! is one), train (see `swax_hybrid::train`), print the summary. Ctrl-C stops after the current
+//! step with a checkpoint; `--resume` continues a run from its latest one.
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clap::Args;
+use swax_hybrid::config::Config;
+use swax_hybrid::train::{self, Options};
+use swax_tensor::Device;
+
+use super::CliResult;
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// A config file, or the name of a built-in one (swax-tiny, swax-tiny-gdn, rattention-tiny,
+    /// swa-full-tiny, transformer-tiny, swax-small, swax-small-gdn, rattention-small, swax-1.4b).
+    /// Default: swax-tiny. With --resume, the run's own config.toml.
+    #[arg(long)]
+    config: Option<String>,
+    /// Override a config field, e.g. `--set train.steps=200 --set model.pattern=SG`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// A folder of shards from `swax prepare`; without it, the embedded recall corpus.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// `cpu`, `cuda` or `cuda:N`. Default: the first GPU if there is one, else the CPU.
+    #[arg(long)]
+    device: Option<String>,
+    /// The run folder. Default: runs/<model name>, or the first free runs/<model name>-N.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue the run in --out from its latest checkpoint.
+    #[arg(long, requires = "out")]
+    resume: bool,
+    /// Stop (with a checkpoint) after this many steps in total, short of train.steps.
+    #[arg(long)]
+    stop_at: Option<u64>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+fn parse_device(s: &str) -> Result<Device, String> {
+    match s {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" | "gpu" => Ok(Device::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Device::Cuda)
+            .ok_or_else(|| format!("--device {s}: expected cpu, cuda or cuda:N")),
+    }
+}
+
+pub fn run(args: TrainArgs) -> CliResult {
+    let cfg = match (&args.out, args.resume) {
+        (Some(out), true) => {
+            if args.config.is_some() {
+                return Err(
+                    "--resume continues with the run's own config.toml; drop --config".into(),
+                );
+            }
+            let path = out.join("config.toml");
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("{}: {e} (is it a run folder?)", path.display()))?;
+            Config::parse(&text, &path.display().to_string())?.with_overrides(&args.sets)?
+        }
+        _ => Config::resolve(args.config.as_deref(), &args.sets)?,
+    };
+    let device = match &args.device {
+        Some(s) => parse_device(s)?,
+        None if swax_tensor::cuda::device(0).is_ok() => Device::Cuda(0),
+        None => Device::Cpu,
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| train::fresh_run_dir("runs".as_ref(), &cfg.model.name));
+    // A second Ctrl-C while saving falls through to the default (the process ends).
+    ctrlc::set_handler(|| {
+        if STOP.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\nstopping after this step (saving a checkpoint); Ctrl-C again to quit now");
+    })?;
+    let m = &cfg.model;
+    eprintln!(
+        "training {} ({} x{} layers, d_model {}, T {}, B {}) on {device} for {} steps into {}",
+        m.name,
+        m.pattern,
+        m.n_layers,
+        m.d_model,
+        cfg.data.seq_len,
+        cfg.data.batch_size,
+        cfg.train.steps,
+        out.display()
+    );
+    let opts = Options {
+        out,
+        device,
+        data: args.data,
+        resume: args.resume,
+        stop_at: args.stop_at,
+        progress: !args.quiet,
+        stop: &STOP,
+    };
+    let summary = train::train(&cfg, &opts)?;
+    print!("{}", summary.report());
+    Ok(())
+}

@@ -1,0 +1,330 @@
+//! Run configuration: TOML with four tables (`[model]`, `[data]`, `[train]`, `[optim]`), every
+//! field required in the file and overridable from the command line with `--set key=value`
+//! (`--set model.d_model=256`, `--set optim.schedule="wsd"`). The named configs of `configs/` are
+//! embedded in the binary, so `--config swax-small` works wherever the binary is.
+//!
+//! Errors name the key: an unknown key, a value of the wrong type, or one outside its range.
+use serde::{Deserialize, Serialize};
+
+/// The configs shipped in `configs/`, by name.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("swax-tiny", include_str!("../../configs/swax-tiny.toml")),
+    (
+        "swax-tiny-gdn",
+        include_str!("../../configs/swax-tiny-gdn.toml"),
+    ),
+    (
+        "rattention-tiny",
+        include_str!("../../configs/rattention-tiny.toml"),
+    ),
+    (
+        "swa-full-tiny",
+        include_str!("../../configs/swa-full-tiny.toml"),
+    ),
+    (
+        "transformer-tiny",
+        include_str!("../../configs/transformer-tiny.toml"),
+    ),
+    ("swax-small", include_str!("../../configs/swax-small.toml")),
+    (
+        "swax-small-gdn",
+        include_str!("../../configs/swax-small-gdn.toml"),
+    ),
+    (
+        "rattention-small",
+        include_str!("../../configs/rattention-small.toml"),
+    ),
+    ("swax-1.4b", include_str!("../../configs/swax-1.4b.toml")),
+];
+
+/// The config `swax train` uses when given none.
+pub const DEFAULT: &str = "swax-tiny";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub model: ModelConfig,
+    pub data: DataConfig,
+    pub train: TrainConfig,
+    pub optim: OptimConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Names the run folder by default.
+    pub name: String,
+    /// Mixer letters repeated to the depth: S sliding-window attention, F full attention,
+    /// M mLSTM, G gated delta rule, R RAttention ("SM" is SWAX).
+    pub pattern: String,
+    pub n_layers: usize,
+    pub d_model: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    /// Hidden units of the SwiGLU MLP.
+    pub d_ff: usize,
+    pub vocab_size: usize,
+    pub rope_theta: f64,
+    pub norm_eps: f64,
+    /// Time steps per chunk of the chunkwise recurrent kernels.
+    pub chunk: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    /// `bytes` or `gpt2`: the embedded corpus's tokenizer (data from `--data` brings its own).
+    pub tokenizer: String,
+    /// T: tokens per sequence.
+    pub seq_len: usize,
+    /// B: sequences per micro-batch.
+    pub batch_size: usize,
+    /// Tokens of the embedded corpus generated for training and for validation.
+    pub corpus_train_tokens: usize,
+    pub corpus_val_tokens: usize,
+    /// The longest corpus document, in tokens (recall distances reach up to it).
+    pub corpus_max_doc_tokens: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    pub steps: u64,
+    /// Micro-batches per optimizer step.
+    pub grad_accum: usize,
+    /// The stochastic window: each step uses `w_short` with probability `p_short`, else
+    /// `w_long`; the last `anneal_fraction` of the steps use `w_long` only. A fixed window is
+    /// `p_short` = 0 or 1.
+    pub w_short: usize,
+    pub w_long: usize,
+    pub p_short: f64,
+    pub anneal_fraction: f64,
+    /// Validation loss every this many steps (0: only at the end), over `eval_batches` batches.
+    pub eval_every: u64,
+    pub eval_batches: usize,
+    /// Checkpoint every this many steps (0: only at the end).
+    pub save_every: u64,
+    /// Held-out recall probes checked before and after training (0: none).
+    pub recall_probes: usize,
+    /// `auto` (bf16 activations on the GPU, f32 on the CPU), `f32` or `bf16`.
+    pub dtype: String,
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimConfig {
+    /// Peak learning rate.
+    pub lr: f64,
+    /// `cosine` (warmup then cosine) or `wsd` (warmup, stable, linear decay).
+    pub schedule: String,
+    pub warmup_steps: u64,
+    /// The final learning rate as a fraction of the peak.
+    pub min_lr_ratio: f64,
+    /// `wsd`: the share of steps spent decaying.
+    pub decay_fraction: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    /// Global gradient-norm clip (0: none).
+    pub grad_clip: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(msg.into()))
+}
+
+impl Config {
+    /// `source` (a file, or the name of a built-in config; the default when None) with the
+    /// `key=value` overrides applied in order, then checked.
+    pub fn resolve(source: Option<&str>, sets: &[String]) -> Result<Config, ConfigError> {
+        let source = source.unwrap_or(DEFAULT);
+        let text = match BUILTIN.iter().find(|(name, _)| *name == source) {
+            Some((_, text)) => text.to_string(),
+            None => std::fs::read_to_string(source).map_err(|e| {
+                let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+                ConfigError(format!(
+                    "config {source}: {e} (not a file, nor a built-in config: {})",
+                    names.join(", ")
+                ))
+            })?,
+        };
+        Config::parse(&text, source)?.with_overrides(sets)
+    }
+
+    /// A config from TOML text (`origin` names it in errors).
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError(format!("config {origin}: {e}")))
+    }
+
+    /// This config with `key=value` overrides applied, then checked.
+    pub fn with_overrides(&self, sets: &[String]) -> Result<Config, ConfigError> {
+        let mut table = toml::Table::try_from(self).map_err(|e| ConfigError(e.to_string()))?;
+        for set in sets {
+            let Some((key, value)) = set.split_once('=') else {
+                return err(format!("--set {set}: expected key=value"));
+            };
+            set_key(&mut table, key.trim(), value.trim())?;
+        }
+        let cfg: Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError(e.to_string()))?;
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a config serializes")
+    }
+
+    /// The ranges and relations serde cannot check, each error naming its key.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let (m, d, t, o) = (&self.model, &self.data, &self.train, &self.optim);
+        let positive = [
+            ("model.n_layers", m.n_layers),
+            ("model.d_model", m.d_model),
+            ("model.n_heads", m.n_heads),
+            ("model.n_kv_heads", m.n_kv_heads),
+            ("model.d_ff", m.d_ff),
+            ("model.vocab_size", m.vocab_size),
+            ("model.chunk", m.chunk),
+            ("data.seq_len", d.seq_len),
+            ("data.batch_size", d.batch_size),
+            ("train.grad_accum", t.grad_accum),
+            ("train.w_short", t.w_short),
+            ("train.w_long", t.w_long),
+        ];
+        for (key, v) in positive {
+            if v == 0 {
+                return err(format!("{key} must be positive, got 0"));
+            }
+        }
+        if t.steps == 0 {
+            return err("train.steps must be positive, got 0");
+        }
+        if m.pattern.is_empty() {
+            return err("model.pattern is empty: use letters S, F, M, G, R (e.g. \"SM\")");
+        }
+        if let Some(c) = m.pattern.chars().find(|c| !"SFMGR".contains(*c)) {
+            return err(format!(
+                "model.pattern {:?}: unknown mixer {c:?} (S sliding-window attention, F full \
+                 attention, M mLSTM, G gated delta rule, R RAttention)",
+                m.pattern
+            ));
+        }
+        if m.d_model % m.n_heads != 0 {
+            return err(format!(
+                "model.n_heads {} must divide model.d_model {}",
+                m.n_heads, m.d_model
+            ));
+        }
+        if m.n_heads % m.n_kv_heads != 0 {
+            return err(format!(
+                "model.n_kv_heads {} must divide model.n_heads {}",
+                m.n_kv_heads, m.n_heads
+            ));
+        }
+        if m.pattern.contains('M') && (m.d_model / m.n_heads) % 2 != 0 {
+            return err(format!(
+                "model.n_heads {}: an mLSTM needs an even head dim, got {}",
+                m.n_heads,
+                m.d_model / m.n_heads
+            ));
+        }
+        if t.w_short > t.w_long {
+            return err(format!(
+                "train.w_short {} must not exceed train.w_long {}",
+                t.w_short, t.w_long
+            ));
+        }
+        let unit = [
+            ("train.p_short", t.p_short),
+            ("train.anneal_fraction", t.anneal_fraction),
+            ("optim.min_lr_ratio", o.min_lr_ratio),
+            ("optim.decay_fraction", o.decay_fraction),
+            ("optim.beta1", o.beta1),
+            ("optim.beta2", o.beta2),
+        ];
+        for (key, v) in unit {
+            if !(0.0..=1.0).contains(&v) {
+                return err(format!("{key} must be in [0, 1], got {v}"));
+            }
+        }
+        let nonneg = [
+            ("optim.lr", o.lr),
+            ("optim.eps", o.eps),
+            ("optim.weight_decay", o.weight_decay),
+            ("optim.grad_clip", o.grad_clip),
+            ("model.rope_theta", m.rope_theta),
+            ("model.norm_eps", m.norm_eps),
+        ];
+        for (key, v) in nonneg {
+            if !(v >= 0.0 && v.is_finite()) {
+                return err(format!("{key} must be finite and >= 0, got {v}"));
+            }
+        }
+        if !["cosine", "wsd"].contains(&o.schedule.as_str()) {
+            return err(format!(
+                "optim.schedule {:?}: expected \"cosine\" or \"wsd\"",
+                o.schedule
+            ));
+        }
+        if !["auto", "f32", "bf16"].contains(&t.dtype.as_str()) {
+            return err(format!(
+                "train.dtype {:?}: expected \"auto\", \"f32\" or \"bf16\"",
+                t.dtype
+            ));
+        }
+        if let Err(e) = d.tokenizer.parse::<swax_data::TokenizerKind>() {
+            return err(format!("data.tokenizer: {e}"));
+        }
+        Ok(())
+    }
+}
+
+/// Sets `key` (dotted) to `value` (a TOML value; a bare word is taken as a string), refusing a
+/// key the config lacks or a value of another type than the one there.
+fn set_key(table: &mut toml::Table, key: &str, value: &str) -> Result<(), ConfigError> {
+    let (section, field) = key.split_once('.').unwrap_or(("", key));
+    let Some(toml::Value::Table(sec)) = table.get_mut(section) else {
+        let names: Vec<&String> = table.keys().collect();
+        return err(format!(
+            "unknown config key {key:?}: keys are section.field with section one of {names:?}"
+        ));
+    };
+    let Some(old) = sec.get(field) else {
+        let fields: Vec<&String> = sec.keys().collect();
+        return err(format!(
+            "unknown config key {key:?}: [{section}] has {fields:?}"
+        ));
+    };
+    let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+    let new = match (old, parsed) {
+        (toml::Value::Float(_), toml::Value::Integer(i)) => toml::Value::Float(i as f64),
+        (old, new) if old.same_type(&new) => new,
+        (old, new) => {
+            return err(format!(
+                "config key {key}: expected {}, got {new} ({})",
+                old.type_str(),
+                new.type_str()
+            ))
+        }
+    };
+    sec.insert(field.to_string(), new);
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! A hybrid language model from a layer pattern: token embedding, blocks whose mixers follow the
+//! pattern repeated to the depth ("SM" alternates sliding-window attention and mLSTM), a final
+//! RMSNorm and an untied output projection.
+use crate::config::ModelConfig;
+use swax_nn::layers::basic::{Embedding, Linear, RmsNorm, INIT_STD};
+use swax_nn::layers::MixerDims;
+use swax_nn::{Block, Params, Weights};
+use swax_tensor::{DType, Device, Result, Tensor};
+
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub params: Params,
+    pub kinds: Vec<char>,
+    embed: Embedding,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    head: Linear,
+}
+
+/// The mixer letter of each layer: `pattern` repeated (and cut) to `n_layers`.
+pub fn layer_kinds(pattern: &str, n_layers: usize) -> Vec<char> {
+    pattern.chars().cycle().take(n_layers).collect()
+}
+
+impl Model {
+    /// A freshly initialized model on `device`, its weights a function of `seed`.
+    pub fn new(cfg: &ModelConfig, seed: u64, device: Device) -> Result<Model> {
+        let mut p = Params::new(seed, device);
+        let dims = MixerDims {
+            d_model: cfg.d_model,
+            heads: cfg.n_heads,
+            kv_heads: cfg.n_kv_heads,
+            rope_theta: cfg.rope_theta,
+            chunk: cfg.chunk,
+            // GPT-2's depth scaling of the projections into the residual stream.
+            out_std: INIT_STD / (2.0 * cfg.n_layers as f64).sqrt(),
+            eps: cfg.norm_eps,
+        };
+        let kinds = layer_kinds(&cfg.pattern, cfg.n_layers);
+        let embed = Embedding::new(&mut p, "embed", cfg.vocab_size, cfg.d_model)?;
+        let blocks = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, &kind)| Block::new(&mut p, &format!("blocks.{i}"), kind, dims, cfg.d_ff))
+            .collect::<Result<_>>()?;
+        let norm = RmsNorm::new(&mut p, "norm", cfg.d_model, cfg.norm_eps)?;
+        let head = Linear::new(&mut p, "head", cfg.d_model, cfg.vocab_size, INIT_STD)?;
+        Ok(Model {
+            params: p,
+            kinds,
+            embed,
+            blocks,
+            norm,
+            head,
+        })
+    }
+
+    /// Logits `[B, T, V]` for U32 ids `[B, T]`, the attention layers using `window`.
+    pub fn logits(&self, w: &Weights, ids: &Tensor, window: usize) -> Result<Tensor> {
+        let mut x = self.embed.forward(w, ids)?;
+        for block in &self.blocks {
+            x = block.forward(w, &x, window)?;
+        }
+        self.head.forward(w, &self.norm.forward(w, &x)?)
+    }
+
+    /// The mean next-token cross-entropy (an f32 scalar) of `inputs` against `targets`.
+    pub fn loss(
+        &self,
+        w: &Weights,
+        inputs: &Tensor,
+        targets: &Tensor,
+        window: usize,
+    ) -> Result<Tensor> {
+        let logits = self.logits(w, inputs, window)?;
+        let v = *logits.dims().last().expect("logits have a vocabulary axis");
+        let rows = logits.numel() / v;
+        let tape = w.tape;
+        let flat = tape.reshape(&logits, vec![rows, v])?;
+        let targets = tape.reshape(targets, vec![rows])?;
+        let loss = tape.cross_entropy(&flat, &targets, None)?;
+        match loss.dtype() {
+            DType::F32 => Ok(loss),
+            _ => tape.to_dtype(&loss, DType::F32),
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Evaluation without a tape: the validation loss over fixed batches, and the recall check —
+//! exact-match accuracy on the answers of held-out corpus documents (facts stated once and
+//! asked for again later), split by whether the fact lies within the attention window.
+use swax_autograd::Tape;
+use swax_data::{Batch, TaskSample};
+use swax_nn::Weights;
+use swax_tensor::{DType, Device, Result, Tensor};
+
+use crate::model::Model;
+
+/// Ids as a U32 tensor `[B, T]` on `device`.
+pub fn ids(values: &[u32], b: usize, t: usize, device: Device) -> Result<Tensor> {
+    Tensor::from_vec(values.to_vec(), vec![b, t], device)
+}
+
+/// The mean loss over `batches` at `window`.
+pub fn val_loss(
+    model: &Model,
+    batches: &[Batch],
+    window: usize,
+    dtype: DType,
+    device: Device,
+) -> Result<f64> {
+    let tape = Tape::new();
+    let w = Weights::inference(&tape, &model.params, dtype)?;
+    let mut total = 0.0;
+    for batch in batches {
+        let x = ids(&batch.inputs, batch.b, batch.t, device)?;
+        let y = ids(&batch.targets, batch.b, batch.t, device)?;
+        total += model.loss(&w, &x, &y, window)?.to_scalar()?;
+    }
+    Ok(total / batches.len().max(1) as f64)
+}
+
+/// Exact-match recall: answers whose every token the model predicts (greedy, teacher-forced).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Recall {
+    /// Answers, and those right, whose fact is within the window (attention can see it).
+    pub near: (usize, usize),
+    /// ... and beyond it (only a recurrent state can carry it).
+    pub far: (usize, usize),
+    /// Answer tokens predicted right, of all answer tokens.
+    pub tokens: (usize, usize),
+}
+
+impl Recall {
+    pub fn accuracy(&self) -> f64 {
+        let (n, ok) = (self.near.0 + self.far.0, self.near.1 + self.far.1);
+        ok as f64 / n.max(1) as f64
+    }
+
+    pub fn describe(&self) -> String {
+        let pct = |(n, ok): (usize, usize)| 100.0 * ok as f64 / n.max(1) as f64;
+        format!(
+            "{:.1}% of {} answers exact ({:.1}% of answer tokens); within the window {:.1}% of {}, beyond it {:.1}% of {}",
+            100.0 * self.accuracy(),
+            self.near.0 + self.far.0,
+            pct(self.tokens),
+            pct(self.near),
+            self.near.0,
+            pct(self.far),
+            self.far.0
+        )
+    }
+}
+
+/// Runs every probe (padded to the longest, `b` at a time) at `window` and scores its answers.
+pub fn recall(
+    model: &Model,
+    probes: &[TaskSample],
+    b: usize,
+    window: usize,
+    dtype: DType,
+    device: Device,
+) -> Result<Recall> {
+    let tape = Tape::new();
+    let w = Weights::inference(&tape, &model.params, dtype)?;
+    let t = probes.iter().map(|p| p.tokens.len()).max().unwrap_or(1);
+    let mut r = Recall::default();
+    for group in probes.chunks(b.max(1)) {
+        // Padding goes after each probe: causal layers never let it reach the answers.
+        let mut flat = Vec::with_capacity(group.len() * t);
+        for p in group {
+            flat.extend_from_slice(&p.tokens);
+            flat.resize(flat.len() + t - p.tokens.len(), 0);
+        }
+        let logits = model.logits(&w, &ids(&flat, group.len(), t, device)?, window)?;
+        let pred = logits.argmax(-1, false)?.to_vec::<u32>()?;
+        for (row, p) in group.iter().enumerate() {
+            for a in &p.answers {
+                let right = a
+                    .tokens
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, &tok)| pred[row * t + a.pos - 1 + j] == tok)
+                    .count();
+                r.tokens.0 += a.tokens.len();
+                r.tokens.1 += right;
+                let bucket = if a.distance() < window {
+                    &mut r.near
+                } else {
+                    &mut r.far
+                };
+                bucket.0 += 1;
+                bucket.1 += usize::from(right == a.tokens.len());
+            }
+        }
+    }
+    Ok(r)
+}

@@ -1,0 +1,42 @@
+//! The pre-norm residual block: `x + mixer(norm(x))`, then `x + mlp(norm(x))`.
+use crate::layers::basic::{RmsNorm, SwiGlu};
+use crate::layers::{Mixer, MixerDims};
+use crate::params::{Params, Weights};
+use swax_tensor::{Result, Tensor};
+
+#[derive(Clone, Debug)]
+pub struct Block {
+    pub mixer_norm: RmsNorm,
+    pub mixer: Mixer,
+    pub mlp_norm: RmsNorm,
+    pub mlp: SwiGlu,
+}
+
+impl Block {
+    /// A block whose mixer is pattern letter `kind`, with a SwiGLU of `hidden` units.
+    pub fn new(
+        p: &mut Params,
+        name: &str,
+        kind: char,
+        dims: MixerDims,
+        hidden: usize,
+    ) -> Result<Block> {
+        let c = dims.d_model;
+        Ok(Block {
+            mixer_norm: RmsNorm::new(p, &format!("{name}.mixer_norm"), c, dims.eps)?,
+            mixer: Mixer::new(p, &format!("{name}.mixer"), kind, dims)?,
+            mlp_norm: RmsNorm::new(p, &format!("{name}.mlp_norm"), c, dims.eps)?,
+            mlp: SwiGlu::new(p, &format!("{name}.mlp"), c, hidden, dims.out_std)?,
+        })
+    }
+
+    pub fn forward(&self, w: &Weights, x: &Tensor, window: usize) -> Result<Tensor> {
+        let tape = w.tape;
+        let mixed = self
+            .mixer
+            .forward(w, &self.mixer_norm.forward(w, x)?, window)?;
+        let x = tape.add(x, &mixed)?;
+        let y = self.mlp.forward(w, &self.mlp_norm.forward(w, &x)?)?;
+        tape.add(&x, &y)
+    }
+}

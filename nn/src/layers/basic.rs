@@ -1,0 +1,101 @@
+//! The plain layers: Linear (no bias; weight `[in, out]`, so `y = x W`), Embedding, RMSNorm and
+//! the SwiGLU MLP. Each is a handful of [`ParamId`]s and a `forward` over tape ops.
+use crate::params::{Init, ParamId, Params, Weights};
+use swax_tensor::{Result, Tensor};
+
+/// The standard deviation of every projection's initial weights (GPT-2's).
+pub const INIT_STD: f64 = 0.02;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Linear {
+    pub w: ParamId,
+    pub d_in: usize,
+    pub d_out: usize,
+}
+
+impl Linear {
+    pub fn new(p: &mut Params, name: &str, d_in: usize, d_out: usize, std: f64) -> Result<Linear> {
+        let w = p.add(
+            format!("{name}.weight"),
+            vec![d_in, d_out],
+            Init::Normal(std),
+        )?;
+        Ok(Linear { w, d_in, d_out })
+    }
+
+    /// `x W` over the last axis of x `[.., in]`.
+    pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
+        let tape = w.tape;
+        let dims = x.dims().to_vec();
+        let rows = dims[..dims.len() - 1].iter().product::<usize>();
+        let y = tape.matmul(&tape.reshape(x, vec![rows, self.d_in])?, w.get(self.w))?;
+        let mut out = dims;
+        *out.last_mut().expect("x has an axis") = self.d_out;
+        tape.reshape(&y, out)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Embedding {
+    pub table: ParamId,
+}
+
+impl Embedding {
+    pub fn new(p: &mut Params, name: &str, vocab: usize, d: usize) -> Result<Embedding> {
+        let table = p.add(
+            format!("{name}.weight"),
+            vec![vocab, d],
+            Init::Normal(INIT_STD),
+        )?;
+        Ok(Embedding { table })
+    }
+
+    /// Rows of the table for U32 ids `[..]`: `[.., d]`.
+    pub fn forward(&self, w: &Weights, ids: &Tensor) -> Result<Tensor> {
+        w.tape.embedding(w.get(self.table), ids)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct RmsNorm {
+    pub weight: ParamId,
+    pub eps: f64,
+}
+
+impl RmsNorm {
+    pub fn new(p: &mut Params, name: &str, d: usize, eps: f64) -> Result<RmsNorm> {
+        let weight = p.add(format!("{name}.weight"), vec![d], Init::Const(1.0))?;
+        Ok(RmsNorm { weight, eps })
+    }
+
+    pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
+        w.tape.rms_norm(x, w.get(self.weight), self.eps)
+    }
+}
+
+/// `down(silu(x W_gate) * x W_up)`, gate and up as one `[C, 2F]` matmul.
+#[derive(Clone, Copy, Debug)]
+pub struct SwiGlu {
+    pub gate_up: Linear,
+    pub down: Linear,
+    pub hidden: usize,
+}
+
+impl SwiGlu {
+    /// `out_std` initializes the down projection (scaled down with depth by the model).
+    pub fn new(p: &mut Params, name: &str, d: usize, hidden: usize, out_std: f64) -> Result<Self> {
+        Ok(SwiGlu {
+            gate_up: Linear::new(p, &format!("{name}.gate_up"), d, 2 * hidden, INIT_STD)?,
+            down: Linear::new(p, &format!("{name}.down"), hidden, d, out_std)?,
+            hidden,
+        })
+    }
+
+    pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
+        let tape = w.tape;
+        let gu = self.gate_up.forward(w, x)?;
+        let gate = tape.narrow(&gu, -1, 0, self.hidden)?;
+        let up = tape.narrow(&gu, -1, self.hidden, self.hidden)?;
+        self.down.forward(w, &tape.mul(&tape.silu(&gate)?, &up)?)
+    }
+}

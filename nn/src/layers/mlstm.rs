@@ -1,0 +1,97 @@
+//! The mLSTM layer of xLSTM-7B: q, k (head dim C / 2H) and v (C / H) from one projection; the
+//! input and forget gate preactivations per head from x (with biases), soft-capped at 15; the
+//! chunkwise mLSTM; a per-head LayerNorm; a sigmoid output gate from x; the out projection.
+use super::basic::{Linear, INIT_STD};
+use super::{fused, in_f32, MixerDims};
+use crate::mixers::mlstm;
+use crate::params::{ParamId, Params, Weights};
+use swax_tensor::backend::FusedKernel;
+use swax_tensor::{DType, Error, Result, Tensor};
+
+/// xLSTM-7B caps its gate preactivations at 15.
+const GATE_CAP: f64 = 15.0;
+
+#[derive(Clone, Debug)]
+pub struct Mlstm {
+    qkv: Linear,
+    /// `[C, 2H]`: input then forget gate preactivations.
+    gates: Linear,
+    gate_bias: ParamId,
+    ogate: Linear,
+    norm: ParamId,
+    out: Linear,
+    h: usize,
+    dk: usize,
+    dv: usize,
+    chunk: usize,
+    eps: f64,
+}
+
+impl Mlstm {
+    pub fn new(p: &mut Params, name: &str, dims: MixerDims) -> Result<Mlstm> {
+        let (c, h) = (dims.d_model, dims.heads);
+        let dv = dims.head_dim();
+        if !dv.is_multiple_of(2) || h * dv != c {
+            return Err(Error::Invalid {
+                op: "Mlstm::new",
+                msg: format!("heads {h} must divide d_model {c} into an even head dim"),
+            });
+        }
+        let dk = dv / 2;
+        // xLSTM-7B: input gate bias -10 (gates start nearly shut), forget gate biases spread
+        // over 3..6 so heads start with memories of different lengths.
+        let bias: Vec<f64> = (0..2 * h)
+            .map(|j| match j < h {
+                true => -10.0,
+                false => 3.0 + 3.0 * (j - h) as f64 / (h.max(2) - 1) as f64,
+            })
+            .collect();
+        let bias = Tensor::from_f64s(&bias, vec![2 * h], DType::F32, p.device())?;
+        Ok(Mlstm {
+            qkv: Linear::new(p, &format!("{name}.qkv"), c, h * (2 * dk + dv), INIT_STD)?,
+            gates: Linear::new(p, &format!("{name}.gates"), c, 2 * h, INIT_STD)?,
+            gate_bias: p.push(format!("{name}.gates.bias"), bias, false)?,
+            ogate: Linear::new(p, &format!("{name}.ogate"), c, h * dv, INIT_STD)?,
+            norm: p.add(
+                format!("{name}.norm.weight"),
+                vec![h, dv],
+                crate::params::Init::Const(1.0),
+            )?,
+            out: Linear::new(p, &format!("{name}.out"), h * dv, c, dims.out_std)?,
+            h,
+            dk,
+            dv,
+            chunk: dims.chunk,
+            eps: dims.eps,
+        })
+    }
+
+    pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
+        let tape = w.tape;
+        let (b, t) = (x.dims()[0], x.dims()[1]);
+        let (h, dk, dv) = (self.h, self.dk, self.dv);
+        let qkv = self.qkv.forward(w, x)?;
+        let part = |start: usize, d: usize| {
+            tape.reshape(&tape.narrow(&qkv, -1, start, h * d)?, vec![b, t, h, d])
+        };
+        let (q, k, v) = (part(0, dk)?, part(h * dk, dk)?, part(2 * h * dk, dv)?);
+        let gates = tape.add(&self.gates.forward(w, x)?, w.get(self.gate_bias))?;
+        let gates = tape.soft_cap(&gates, GATE_CAP)?;
+        let (i, f) = (
+            tape.narrow(&gates, -1, 0, h)?,
+            tape.narrow(&gates, -1, h, h)?,
+        );
+        let hs = if fused(x, &[FusedKernel::Mlstm]) {
+            mlstm::chunkwise(tape, &q, &k, &v, &i, &f, None, self.chunk, mlstm::EPS)?.0
+        } else {
+            in_f32(w, [&q, &k, &v, &i, &f], |[q, k, v, i, f]| {
+                Ok(mlstm::parallel(tape, &q, &k, &v, &i, &f, None, mlstm::EPS)?.0)
+            })?
+        };
+        let normed = tape.head_layer_norm(&hs, w.get(self.norm), None, self.eps)?;
+        let o = tape.reshape(&self.ogate.forward(w, x)?, vec![b, t, h, dv])?;
+        let gated = tape.mul(&normed, &tape.sigmoid(&o)?)?;
+        self.out
+            .forward(w, &tape.reshape(&gated, vec![b, t, h * dv])?)
+    }
+}
