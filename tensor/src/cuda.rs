@@ -210,11 +210,28 @@ fn cu_unary(op: UnaryOp) -> Option<k::unary::UnaryOp> {
 /// here is used by the models with no change elsewhere.
 pub fn has_fused(kernel: FusedKernel) -> bool {
     match kernel {
-        FusedKernel::Swa
-        | FusedKernel::Rla
-        | FusedKernel::Mlstm
-        | FusedKernel::GatedDelta
-        | FusedKernel::ShortConv => false,
+        FusedKernel::Mlstm | FusedKernel::ShortConv => true,
+        FusedKernel::Swa | FusedKernel::Rla | FusedKernel::GatedDelta => false,
+    }
+}
+
+fn recurrent_shape(d: RecurrentDims) -> k::chunk::RecurrentShape {
+    k::chunk::RecurrentShape {
+        b: d.b,
+        t: d.t,
+        h: d.h,
+        dk: d.dk,
+        dv: d.dv,
+        chunk: d.chunk,
+    }
+}
+
+fn conv_shape(d: ConvDims) -> k::short_conv::ConvShape {
+    k::short_conv::ConvShape {
+        b: d.b,
+        t: d.t,
+        c: d.c,
+        k: d.k,
     }
 }
 
@@ -737,37 +754,82 @@ impl Backend for CudaStorage {
 
     fn mlstm_chunk_forward(
         &self,
-        _k: &Self,
-        _v: &Self,
-        _i: &Self,
-        _f: &Self,
-        _c0: &Self,
-        _n0: &Self,
-        _m0: &Self,
-        _dims: RecurrentDims,
-        _eps: f64,
+        k: &Self,
+        v: &Self,
+        i: &Self,
+        f: &Self,
+        c0: &Self,
+        n0: &Self,
+        m0: &Self,
+        dims: RecurrentDims,
+        eps: f64,
     ) -> Result<(Self, Self, Self, Self)> {
-        Err(no_kernel("mlstm_chunk_forward"))
+        let x = k::mlstm::MlstmInputs {
+            q: &self.buf,
+            k: &k.buf,
+            v: &v.buf,
+            i: &i.buf,
+            f: &f.buf,
+        };
+        let s0 = k::mlstm::MlstmState {
+            c: &c0.buf,
+            n: &n0.buf,
+            m: &m0.buf,
+        };
+        let r = k::mlstm::mlstm_forward(self.dev(), &x, &s0, recurrent_shape(dims), eps as f32)?;
+        Ok((
+            Self::wrap(r.h),
+            Self::wrap(r.c),
+            Self::wrap(r.n),
+            Self::wrap(r.m),
+        ))
     }
 
     fn mlstm_chunk_backward(
         &self,
-        _k: &Self,
-        _v: &Self,
-        _i: &Self,
-        _f: &Self,
-        _c: &Self,
-        _n: &Self,
-        _m: &Self,
-        _h: &Self,
-        _dh: &Self,
-        _dc: &Self,
-        _dn: &Self,
-        _dm: &Self,
-        _dims: RecurrentDims,
-        _eps: f64,
+        k: &Self,
+        v: &Self,
+        i: &Self,
+        f: &Self,
+        c: &Self,
+        n: &Self,
+        m: &Self,
+        h: &Self,
+        dh: &Self,
+        dc: &Self,
+        dn: &Self,
+        dm: &Self,
+        dims: RecurrentDims,
+        eps: f64,
     ) -> Result<Vec<Self>> {
-        Err(no_kernel("mlstm_chunk_backward"))
+        let x = k::mlstm::MlstmInputs {
+            q: &self.buf,
+            k: &k.buf,
+            v: &v.buf,
+            i: &i.buf,
+            f: &f.buf,
+        };
+        let states = k::mlstm::MlstmState {
+            c: &c.buf,
+            n: &n.buf,
+            m: &m.buf,
+        };
+        let ds = k::mlstm::MlstmState {
+            c: &dc.buf,
+            n: &dn.buf,
+            m: &dm.buf,
+        };
+        let g = k::mlstm::mlstm_backward(
+            self.dev(),
+            &x,
+            &states,
+            &h.buf,
+            &dh.buf,
+            &ds,
+            recurrent_shape(dims),
+            eps as f32,
+        )?;
+        Ok(g.into_iter().map(Self::wrap).collect())
     }
 
     fn gated_delta_forward(
@@ -796,17 +858,33 @@ impl Backend for CudaStorage {
         Err(no_kernel("gated_delta_backward"))
     }
 
-    fn short_conv(&self, _w: &Self, _bias: &Self, _dims: ConvDims) -> Result<Self> {
-        Err(no_kernel("short_conv"))
+    fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self> {
+        let mut y = self.alloc_like(self.buf.len())?;
+        k::short_conv::short_conv(
+            self.dev(),
+            &self.buf,
+            &w.buf,
+            &bias.buf,
+            conv_shape(dims),
+            &mut y,
+        )?;
+        Ok(Self::wrap(y))
     }
 
     fn short_conv_backward(
         &self,
-        _w: &Self,
-        _dy: &Self,
-        _dims: ConvDims,
+        w: &Self,
+        dy: &Self,
+        dims: ConvDims,
     ) -> Result<(Self, Self, Self)> {
-        Err(no_kernel("short_conv_backward"))
+        let (dx, dw, db) = k::short_conv::short_conv_backward(
+            self.dev(),
+            &self.buf,
+            &w.buf,
+            &dy.buf,
+            conv_shape(dims),
+        )?;
+        Ok((Self::wrap(dx), Self::wrap(dw), Self::wrap(db)))
     }
 
     /// bf16 tensor cores for either dtype: f32 operands are rounded to bf16 on the way in and

@@ -9,16 +9,19 @@
 pub mod attention;
 pub mod binary;
 pub mod cast;
+pub mod chunk;
 pub mod copy;
 pub mod cross_entropy;
 pub mod embedding;
 mod layout;
 pub mod mask;
+pub mod mlstm;
 pub mod norm;
 pub mod optim;
 pub mod reduce;
 pub mod rope;
 pub mod scatter;
+pub mod short_conv;
 pub mod softmax;
 pub mod unary;
 

@@ -1,0 +1,59 @@
+//! GPU benchmark of the fused mLSTM chunkwise kernels at the shape of the recurrent-mixers issue
+//! (B=8, T=8192, H=16, D=128, bf16, chunk 64): forward alone and forward + backward, event-timed
+//! medians after warm-up, on random inputs. Needs a GPU; the peers are timed in the same run by
+//! nn/peers/recurrent_peers.py.
+//!
+//!     .gpu/bin/bench-recurrent-gpu [T]
+use swax_cuda::timing::median_ms;
+use swax_tensor::{DType, Device, Result, Tensor};
+
+const B: usize = 8;
+const H: usize = 16;
+const D: usize = 128;
+const CHUNK: usize = 64;
+const REPS: usize = 10;
+
+fn main() -> Result<()> {
+    let t: usize = match std::env::args().nth(1) {
+        Some(s) => s.parse().map_err(|e| swax_tensor::Error::Invalid {
+            op: "bench-recurrent-gpu",
+            msg: format!("T {s:?}: {e}"),
+        })?,
+        None => 8192,
+    };
+    let dev = swax_tensor::cuda::device(0)?;
+    let gpu = Device::Cuda(0);
+    let randn = |dims: Vec<usize>, std: f64, seed| -> Result<Tensor> {
+        Tensor::randn(dims, std, seed, DType::F32, Device::Cpu)?
+            .to_dtype(DType::BF16)?
+            .to_device(gpu)
+    };
+    let (q, k, v) = (
+        randn(vec![B, t, H, D], 1.0, 1)?,
+        randn(vec![B, t, H, D], 1.0, 2)?,
+        randn(vec![B, t, H, D], 1.0, 3)?,
+    );
+    let (i, f) = (randn(vec![B, t, H], 1.0, 4)?, randn(vec![B, t, H], 1.0, 5)?);
+    let zeros = |dims: Vec<usize>| Tensor::zeros(dims, DType::BF16, gpu);
+    let (c0, n0, m0) = (
+        zeros(vec![B, H, D, D])?,
+        zeros(vec![B, H, D])?,
+        zeros(vec![B, H])?,
+    );
+    let dh = randn(vec![B, t, H, D], 1.0, 6)?;
+    let eps = 1e-6;
+    let fwd = median_ms(&dev, 2, REPS, || {
+        q.mlstm_chunkwise(&k, &v, &i, &f, &c0, &n0, &m0, CHUNK, eps)
+            .map(drop)
+    })?;
+    let both = median_ms(&dev, 2, REPS, || {
+        let (h, st) = q.mlstm_chunkwise(&k, &v, &i, &f, &c0, &n0, &m0, CHUNK, eps)?;
+        q.mlstm_chunkwise_backward(&k, &v, &i, &f, &st, &h, &dh, [&c0, &n0, &m0], CHUNK, eps)
+            .map(drop)
+    })?;
+    println!("swax mLSTM chunkwise, B={B} T={t} H={H} D={D} chunk={CHUNK} bf16, median of {REPS}");
+    println!("| mixer | fwd ms | fwd+bwd ms |");
+    println!("|---|---|---|");
+    println!("| swax mLSTM | {fwd:.3} | {both:.3} |");
+    Ok(())
+}
