@@ -250,12 +250,11 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         }
 
         let done = state.step == end;
-        if (t.eval_every > 0 && state.step % t.eval_every == 0) || (done && !data.val.is_empty()) {
-            if !data.val.is_empty() {
-                let v = eval::val_loss(&model, &data.val, eval_window, dtype, device)?;
-                metrics.log(json!({"step": state.step, "val_loss": v, "window": eval_window}))?;
-                val_loss = Some(v);
-            }
+        let due = (t.eval_every > 0 && state.step % t.eval_every == 0) || done;
+        if due && !data.val.is_empty() {
+            let v = eval::val_loss(&model, &data.val, eval_window, dtype, device)?;
+            metrics.log(json!({"step": state.step, "val_loss": v, "window": eval_window}))?;
+            val_loss = Some(v);
         }
         interrupted = opts.stop.load(Ordering::SeqCst);
         if done || interrupted || (t.save_every > 0 && state.step % t.save_every == 0) {

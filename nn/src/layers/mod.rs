@@ -5,6 +5,7 @@
 //! (`Device::has_fused`, whose CUDA list lives in `swax_tensor::cuda::has_fused`) and the
 //! reference form otherwise. The reference runs in f32 whatever the activations' dtype: it is the
 //! slow, exact fallback, and its exponentials and running sums need f32's range.
+//! `SWAX_REFERENCE_MIXERS=1` forces the reference forms on every device.
 pub mod attention;
 pub mod basic;
 pub mod gated_delta;
@@ -38,9 +39,11 @@ impl MixerDims {
     }
 }
 
-/// Whether `x`'s device runs every kernel of `kernels` fused.
+/// Whether `x`'s device runs every kernel of `kernels` fused. `SWAX_REFERENCE_MIXERS=1` forces
+/// the reference forms everywhere (to check a model against its spec, or a kernel suspected).
 pub(crate) fn fused(x: &Tensor, kernels: &[FusedKernel]) -> bool {
-    kernels.iter().all(|&k| x.device().has_fused(k))
+    std::env::var_os("SWAX_REFERENCE_MIXERS").is_none_or(|v| v != "1")
+        && kernels.iter().all(|&k| x.device().has_fused(k))
 }
 
 /// Runs the reference `f` on f32 copies of `xs` and casts its result back to their dtype.

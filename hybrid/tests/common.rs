@@ -1,0 +1,63 @@
+//! What the trainer tests share: a micro model (trains a step in milliseconds) and a runner.
+#![allow(dead_code)]
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+use swax_hybrid::config::Config;
+use swax_hybrid::train::{self, Options, Summary};
+use swax_tensor::Device;
+
+pub static NEVER: AtomicBool = AtomicBool::new(false);
+
+/// swax-tiny shrunk: d 32, 2 heads, T 64, B 4, a small corpus; `extra` overrides on top.
+pub fn micro(pattern: &str, steps: u64, extra: &[&str]) -> Config {
+    let mut sets: Vec<String> = [
+        format!("model.pattern={pattern:?}"),
+        format!("model.n_layers={}", pattern.len().max(2)),
+        "model.d_model=32".into(),
+        "model.n_heads=2".into(),
+        "model.n_kv_heads=1".into(),
+        "model.d_ff=64".into(),
+        "model.chunk=16".into(),
+        "data.seq_len=64".into(),
+        "data.batch_size=4".into(),
+        "data.corpus_train_tokens=40000".into(),
+        "data.corpus_val_tokens=2048".into(),
+        "data.corpus_max_doc_tokens=128".into(),
+        format!("train.steps={steps}"),
+        "train.w_short=8".into(),
+        "train.w_long=32".into(),
+        "train.eval_every=0".into(),
+        "train.eval_batches=2".into(),
+        "train.save_every=0".into(),
+        "train.recall_probes=4".into(),
+        "optim.warmup_steps=2".into(),
+    ]
+    .into();
+    sets.extend(extra.iter().map(|s| s.to_string()));
+    Config::resolve(Some("swax-tiny"), &sets).expect("the micro config is valid")
+}
+
+pub fn run(
+    cfg: &Config,
+    out: &Path,
+    device: Device,
+    resume: bool,
+    stop_at: Option<u64>,
+) -> Summary {
+    let opts = Options {
+        out: out.to_path_buf(),
+        device,
+        data: None,
+        resume,
+        stop_at,
+        progress: false,
+        stop: &NEVER,
+    };
+    train::train(cfg, &opts).expect("training runs")
+}
+
+/// The training losses of a run, by step.
+pub fn losses(out: &Path) -> Vec<(f64, f64)> {
+    train::metrics::series(&out.join("metrics.jsonl"), "loss")
+}
