@@ -99,22 +99,21 @@ pub fn load(run: &Path, params: &mut Params, opt: &mut AdamW, device: Device) ->
     let state: State = serde_json::from_str(&std::fs::read_to_string(dir.join("state.json"))?)?;
     let (mut weights, _) = checkpoint::load(&dir.join("model.safetensors"))?;
     let (mut moments, _) = checkpoint::load(&dir.join("optimizer.safetensors"))?;
-    let take =
-        |map: &mut HashMap<String, Tensor>, name: &str, like: &Tensor| -> Result<Tensor> {
-            let t = map
-                .remove(name)
-                .ok_or_else(|| format!("{}: checkpoint lacks {name}", dir.display()))?;
-            if t.dims() != like.dims() {
-                return Err(format!(
-                    "{}: {name} has shape {:?}, the model {:?}",
-                    dir.display(),
-                    t.dims(),
-                    like.dims()
-                )
-                .into());
-            }
-            Ok(t.to_device(device)?)
-        };
+    let take = |map: &mut HashMap<String, Tensor>, name: &str, like: &Tensor| -> Result<Tensor> {
+        let t = map
+            .remove(name)
+            .ok_or_else(|| format!("{}: checkpoint lacks {name}", dir.display()))?;
+        if t.dims() != like.dims() {
+            return Err(format!(
+                "{}: {name} has shape {:?}, the model {:?}",
+                dir.display(),
+                t.dims(),
+                like.dims()
+            )
+            .into());
+        }
+        Ok(t.to_device(device)?)
+    };
     let names: Vec<(String, Tensor)> = params
         .iter()
         .map(|p| (p.name.clone(), p.value.clone()))
