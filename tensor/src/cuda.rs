@@ -205,13 +205,19 @@ fn cu_unary(op: UnaryOp) -> Option<k::unary::UnaryOp> {
     })
 }
 
-/// The fused mixer kernels that have a CUDA version. The one place that says so: layers read it
-/// (through `Device::has_fused`) to pick the fused or the reference form, so a kernel that lands
-/// here is used by the models with no change elsewhere.
-pub fn has_fused(kernel: FusedKernel) -> bool {
+/// Whether a fused mixer kernel has a CUDA version for this dtype and head dim (the mixer's
+/// query `[B, T, H, D]`). The one place that says so: layers read it (through
+/// `Device::has_fused`) to pick the fused or the reference form, so a kernel that lands here is
+/// used by the models with no change elsewhere.
+pub fn has_fused(kernel: FusedKernel, dtype: DType, head_dim: usize) -> bool {
     match kernel {
-        FusedKernel::Mlstm | FusedKernel::ShortConv => true,
-        FusedKernel::Swa | FusedKernel::Rla | FusedKernel::GatedDelta => false,
+        // bf16 tensor-core tiles of 64 or 128 columns; f32 would be rounded to bf16 inside, so an
+        // f32 model keeps the exact reference.
+        FusedKernel::Swa => dtype == DType::BF16 && matches!(head_dim, 64 | 128),
+        // The bf16 path feeds m16n8k16 tiles; the f32 path takes any size.
+        FusedKernel::Mlstm => dtype == DType::F32 || head_dim.is_multiple_of(16),
+        FusedKernel::ShortConv => true,
+        FusedKernel::Rla | FusedKernel::GatedDelta => false,
     }
 }
 

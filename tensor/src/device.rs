@@ -17,12 +17,18 @@ impl std::fmt::Display for Device {
 }
 
 impl Device {
-    /// Whether this device has the fused kernel `kernel` (the CPU has them all; CUDA's list is
-    /// `cuda::has_fused`). Layers use the fused form where it is true, the reference otherwise.
-    pub fn has_fused(self, kernel: crate::backend::FusedKernel) -> bool {
+    /// Whether this device has the fused kernel `kernel` for this dtype and head dim (the CPU
+    /// has them all; CUDA's list is `cuda::has_fused`). Layers use the fused form where it is
+    /// true, the reference otherwise.
+    pub fn has_fused(
+        self,
+        kernel: crate::backend::FusedKernel,
+        dtype: crate::DType,
+        head_dim: usize,
+    ) -> bool {
         match self {
             Device::Cpu => true,
-            Device::Cuda(_) => crate::cuda::has_fused(kernel),
+            Device::Cuda(_) => crate::cuda::has_fused(kernel, dtype, head_dim),
         }
     }
 }

@@ -55,7 +55,7 @@ impl Attention {
         let q = tape.rope(&part(0, h)?, 0, self.rope_theta)?;
         let k = tape.rope(&part(h, hkv)?, 0, self.rope_theta)?;
         let v = part(h + hkv, hkv)?;
-        let o = if fused(x, &[FusedKernel::Swa]) {
+        let o = if fused(&q, &[FusedKernel::Swa]) {
             fused_swa::swa(tape, &q, &k, &v, window, None)?
         } else {
             in_f32(w, [&q, &k, &v], |[q, k, v]| {

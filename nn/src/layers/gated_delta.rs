@@ -84,7 +84,7 @@ impl GatedDelta {
             w.get(self.a_log),
             w.get(self.dt_bias),
         )?;
-        let o = if fused(x, &[FusedKernel::GatedDelta]) {
+        let o = if fused(&q, &[FusedKernel::GatedDelta]) {
             gated_delta::chunkwise(tape, &q, &k, &v, &beta, &g, None, self.chunk)?.0
         } else {
             in_f32(w, [&q, &k, &v, &beta, &g], |[q, k, v, beta, g]| {

@@ -81,7 +81,7 @@ impl Mlstm {
             tape.narrow(&gates, -1, 0, h)?,
             tape.narrow(&gates, -1, h, h)?,
         );
-        let hs = if fused(x, &[FusedKernel::Mlstm]) {
+        let hs = if fused(&q, &[FusedKernel::Mlstm]) {
             mlstm::chunkwise(tape, &q, &k, &v, &i, &f, None, self.chunk, mlstm::EPS)?.0
         } else {
             in_f32(w, [&q, &k, &v, &i, &f], |[q, k, v, i, f]| {

@@ -39,11 +39,15 @@ impl MixerDims {
     }
 }
 
-/// Whether `x`'s device runs every kernel of `kernels` fused. `SWAX_REFERENCE_MIXERS=1` forces
-/// the reference forms everywhere (to check a model against its spec, or a kernel suspected).
+/// Whether every kernel of `kernels` runs fused for `x`, the mixer's input (its dtype, device
+/// and last dim: the head dim of a `[B, T, H, D]` query). `SWAX_REFERENCE_MIXERS=1` forces the
+/// reference forms everywhere (to check a model against its spec, or a kernel suspected).
 pub(crate) fn fused(x: &Tensor, kernels: &[FusedKernel]) -> bool {
+    let head_dim = x.dims().last().copied().unwrap_or(0);
     std::env::var_os("SWAX_REFERENCE_MIXERS").is_none_or(|v| v != "1")
-        && kernels.iter().all(|&k| x.device().has_fused(k))
+        && kernels
+            .iter()
+            .all(|&k| x.device().has_fused(k, x.dtype(), head_dim))
 }
 
 /// Runs the reference `f` on f32 copies of `xs` and casts its result back to their dtype.

@@ -70,7 +70,7 @@ impl RAttention {
             chunk: self.chunk,
         };
         let (ns, nr) = (w.get(self.norm_swa), w.get(self.norm_rla));
-        let o = if fused(x, &[FusedKernel::Swa, FusedKernel::Rla]) {
+        let o = if fused(&q, &[FusedKernel::Swa, FusedKernel::Rla]) {
             fused_ra::rattention(tape, &q, &k, &v, ns, nr, &cfg)?
         } else {
             in_f32(w, [&q, &k, &v, ns, nr], |[q, k, v, ns, nr]| {
