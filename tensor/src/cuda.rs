@@ -209,6 +209,10 @@ fn cu_unary(op: UnaryOp) -> Option<k::unary::UnaryOp> {
 /// query `[B, T, H, D]`). The one place that says so: layers read it (through
 /// `Device::has_fused`) to pick the fused or the reference form, so a kernel that lands here is
 /// used by the models with no change elsewhere.
+///
+/// The gated delta rule's CUDA kernels (`gated_delta_forward/backward` below) are written and
+/// compile, but have not yet run on a GPU: GatedDelta stays false, so the models keep the
+/// reference form there, until tests/tests/gpu_recurrent.rs has passed on an H200.
 pub fn has_fused(kernel: FusedKernel, dtype: DType, head_dim: usize) -> bool {
     match kernel {
         // bf16 tensor-core tiles of 64 or 128 columns; f32 would be rounded to bf16 inside, so an
@@ -840,28 +844,52 @@ impl Backend for CudaStorage {
 
     fn gated_delta_forward(
         &self,
-        _k: &Self,
-        _v: &Self,
-        _beta: &Self,
-        _g: &Self,
-        _s0: &Self,
-        _dims: RecurrentDims,
+        k: &Self,
+        v: &Self,
+        beta: &Self,
+        g: &Self,
+        s0: &Self,
+        dims: RecurrentDims,
     ) -> Result<(Self, Self)> {
-        Err(no_kernel("gated_delta_forward"))
+        let x = k::gated_delta::GatedDeltaInputs {
+            q: &self.buf,
+            k: &k.buf,
+            v: &v.buf,
+            beta: &beta.buf,
+            g: &g.buf,
+        };
+        let (o, s) =
+            k::gated_delta::gated_delta_forward(self.dev(), &x, &s0.buf, recurrent_shape(dims))?;
+        Ok((Self::wrap(o), Self::wrap(s)))
     }
 
     fn gated_delta_backward(
         &self,
-        _k: &Self,
-        _v: &Self,
-        _beta: &Self,
-        _g: &Self,
-        _states: &Self,
-        _dout: &Self,
-        _ds: &Self,
-        _dims: RecurrentDims,
+        k: &Self,
+        v: &Self,
+        beta: &Self,
+        g: &Self,
+        states: &Self,
+        dout: &Self,
+        ds: &Self,
+        dims: RecurrentDims,
     ) -> Result<Vec<Self>> {
-        Err(no_kernel("gated_delta_backward"))
+        let x = k::gated_delta::GatedDeltaInputs {
+            q: &self.buf,
+            k: &k.buf,
+            v: &v.buf,
+            beta: &beta.buf,
+            g: &g.buf,
+        };
+        let grads = k::gated_delta::gated_delta_backward(
+            self.dev(),
+            &x,
+            &states.buf,
+            &dout.buf,
+            &ds.buf,
+            recurrent_shape(dims),
+        )?;
+        Ok(grads.into_iter().map(Self::wrap).collect())
     }
 
     fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self> {

@@ -1,7 +1,8 @@
-//! The fused recurrent-mixer kernels on the GPU (mLSTM chunkwise, short convolution) against the
-//! CPU fused kernels, on values, boundary states and every gradient, in f32 and bf16: T not a
-//! multiple of the chunk, T = 1, long T (4096) where the stabilizer matters, a value dim unlike
-//! the key dim, and extreme gates (no NaN or Inf). Skips without a GPU (see `swax_tests::gpu`).
+//! The fused recurrent-mixer kernels on the GPU (mLSTM chunkwise, gated delta rule, short
+//! convolution) against the CPU fused kernels, on values, boundary states and every gradient, in
+//! f32 and bf16: T not a multiple of the chunk, T = 1, long T (4096) where the stabilizer
+//! matters, a value dim unlike the key dim, f32 at odd sizes, and extreme gates (no NaN or Inf).
+//! Skips without a GPU (see `swax_tests::gpu`).
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::{gpu, relative_error};
 
@@ -180,6 +181,147 @@ fn mlstm_extreme_gates_stay_finite() -> Result<()> {
     };
     mlstm_case(&extreme, DType::BF16, 50)?;
     mlstm_case(&extreme, DType::F32, 50)
+}
+
+struct GdnCase {
+    b: usize,
+    t: usize,
+    h: usize,
+    dk: usize,
+    dv: usize,
+    chunk: usize,
+    /// beta = sigmoid(N(beta_mean, gate_std)); log decay g = -softplus(N(g_mean, gate_std)).
+    gate_std: f64,
+    beta_mean: f64,
+    g_mean: f64,
+}
+
+/// `f` of every element, on the CPU in f32.
+fn map(x: &Tensor, f: impl Fn(f64) -> f64) -> Tensor {
+    let v: Vec<f64> = x.to_f64_vec().unwrap().into_iter().map(f).collect();
+    Tensor::from_f64s(&v, x.dims().to_vec(), DType::F32, Device::Cpu).unwrap()
+}
+
+fn gated_delta_case(c: &GdnCase, dtype: DType, seed: u64) -> Result<()> {
+    let Some(dev) = gpu() else { return Ok(()) };
+    let (b, t, h) = (c.b, c.t, c.h);
+    let softplus = |x: f64| x.max(0.0) + (-x.abs()).exp().ln_1p();
+    let raw = [
+        randn(&[b, t, h, c.dk], 1.0, seed),
+        randn(&[b, t, h, c.dk], 1.0, seed + 1),
+        randn(&[b, t, h, c.dv], 1.0, seed + 2),
+        map(&randn(&[b, t, h], c.gate_std, seed + 3), |x| {
+            1.0 / (1.0 + (-(x + c.beta_mean)).exp())
+        }),
+        map(&randn(&[b, t, h], c.gate_std, seed + 4), |x| {
+            -softplus(x + c.g_mean)
+        }),
+        randn(&[b, h, c.dk, c.dv], 0.3, seed + 5),
+    ];
+    let (cpu, dvc): (Vec<Tensor>, Vec<Tensor>) = raw.iter().map(|x| pair(x, dtype, dev)).unzip();
+    let run = |x: &[Tensor], grads: &[Tensor]| -> Result<Vec<Tensor>> {
+        let (o, st) = x[0].gated_delta_chunkwise(&x[1], &x[2], &x[3], &x[4], &x[5], c.chunk)?;
+        let g = x[0].gated_delta_chunkwise_backward(
+            &x[1], &x[2], &x[3], &x[4], &st, &grads[0], &grads[1], c.chunk,
+        )?;
+        Ok(vec![o, st, g.dq, g.dk, g.dv, g.dbeta, g.dg, g.ds0])
+    };
+    let graw = [
+        randn(&[b, t, h, c.dv], 1.0, seed + 8),
+        randn(&[b, h, c.dk, c.dv], 0.1, seed + 9),
+    ];
+    let (gcpu, gdev): (Vec<Tensor>, Vec<Tensor>) = graw.iter().map(|x| pair(x, dtype, dev)).unzip();
+    let want = run(&cpu, &gcpu)?;
+    let got = run(&dvc, &gdev)?;
+    let names = ["o", "states", "dq", "dk", "dv", "dbeta", "dg", "ds0"];
+    for ((name, g), w) in names.iter().zip(&got).zip(&want) {
+        let label = format!(
+            "gated delta {dtype:?} B={b} T={t} H={h} Dk={} Dv={} chunk={} {name}",
+            c.dk, c.dv, c.chunk
+        );
+        check(&label, g, w, tolerance(dtype));
+    }
+    Ok(())
+}
+
+const GDN_ODD_T: GdnCase = GdnCase {
+    b: 2,
+    t: 150,
+    h: 3,
+    dk: 64,
+    dv: 128,
+    chunk: 64,
+    gate_std: 1.0,
+    beta_mean: 0.0,
+    g_mean: -2.0,
+};
+
+#[test]
+fn gated_delta_t_not_a_multiple_of_the_chunk() -> Result<()> {
+    for dtype in [DType::F32, DType::BF16] {
+        gated_delta_case(&GDN_ODD_T, dtype, 110)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn gated_delta_single_step() -> Result<()> {
+    let one = GdnCase {
+        t: 1,
+        dk: 128,
+        dv: 64,
+        ..GDN_ODD_T
+    };
+    gated_delta_case(&one, DType::BF16, 120)?;
+    gated_delta_case(&one, DType::F32, 120)
+}
+
+#[test]
+fn gated_delta_f32_odd_sizes() -> Result<()> {
+    // f32 takes any head size and chunk (no tensor-core tiles).
+    let odd = GdnCase {
+        t: 45,
+        dk: 24,
+        dv: 40,
+        chunk: 13,
+        ..GDN_ODD_T
+    };
+    gated_delta_case(&odd, DType::F32, 130)?;
+    let tiny = GdnCase {
+        t: 70,
+        dk: 5,
+        dv: 3,
+        chunk: 32,
+        ..GDN_ODD_T
+    };
+    gated_delta_case(&tiny, DType::F32, 131)
+}
+
+#[test]
+fn gated_delta_long_sequence() -> Result<()> {
+    let long = GdnCase {
+        b: 1,
+        t: 4096,
+        h: 2,
+        dk: 128,
+        dv: 128,
+        ..GDN_ODD_T
+    };
+    gated_delta_case(&long, DType::BF16, 140)?;
+    gated_delta_case(&long, DType::F32, 140)
+}
+
+#[test]
+fn gated_delta_extreme_gates_stay_finite() -> Result<()> {
+    // beta near 0 and 1, decays from ~1 to underflowing exp(G) within a chunk.
+    let extreme = GdnCase {
+        t: 300,
+        gate_std: 30.0,
+        g_mean: 0.0,
+        ..GDN_ODD_T
+    };
+    gated_delta_case(&extreme, DType::BF16, 150)?;
+    gated_delta_case(&extreme, DType::F32, 150)
 }
 
 #[test]

@@ -13,6 +13,7 @@ pub mod chunk;
 pub mod copy;
 pub mod cross_entropy;
 pub mod embedding;
+pub mod gated_delta;
 mod layout;
 pub mod mask;
 pub mod mlstm;

@@ -1,6 +1,7 @@
-//! GPU benchmark of the fused mLSTM chunkwise kernels at the shape of the recurrent-mixers issue
-//! (B=8, T=8192, H=16, D=128, bf16, chunk 64): forward alone and forward + backward, event-timed
-//! medians after warm-up, on random inputs. Needs a GPU; the peers are timed in the same run by
+//! GPU benchmark of the fused mLSTM and gated delta rule chunkwise kernels at the shape of the
+//! recurrent-mixers issue (B=8, T=8192, H=16, D=128, bf16, chunk 64): forward alone and forward +
+//! backward, event-timed medians after warm-up, on random inputs (the gated delta rule's beta in
+//! (0, 1) and log decay below 0, as its layer makes them). Needs a GPU; the peers are timed in the same run by
 //! nn/peers/recurrent_peers.py.
 //!
 //!     .gpu/bin/bench-recurrent-gpu [T]
@@ -51,9 +52,22 @@ fn main() -> Result<()> {
         q.mlstm_chunkwise_backward(&k, &v, &i, &f, &st, &h, &dh, [&c0, &n0, &m0], CHUNK, eps)
             .map(drop)
     })?;
-    println!("swax mLSTM chunkwise, B={B} T={t} H={H} D={D} chunk={CHUNK} bf16, median of {REPS}");
+    let beta = randn(vec![B, t, H], 1.0, 7)?.sigmoid()?;
+    let g = randn(vec![B, t, H], 1.0, 8)?.softplus()?.scale(-0.1)?;
+    let s0 = zeros(vec![B, H, D, D])?;
+    let gdn_fwd = median_ms(&dev, 2, REPS, || {
+        q.gated_delta_chunkwise(&k, &v, &beta, &g, &s0, CHUNK)
+            .map(drop)
+    })?;
+    let gdn_both = median_ms(&dev, 2, REPS, || {
+        let (o, st) = q.gated_delta_chunkwise(&k, &v, &beta, &g, &s0, CHUNK)?;
+        q.gated_delta_chunkwise_backward(&k, &v, &beta, &g, &st, &o, &s0, CHUNK)
+            .map(drop)
+    })?;
+    println!("swax chunkwise mixers, B={B} T={t} H={H} D={D} chunk={CHUNK} bf16, median of {REPS}");
     println!("| mixer | fwd ms | fwd+bwd ms |");
     println!("|---|---|---|");
     println!("| swax mLSTM | {fwd:.3} | {both:.3} |");
+    println!("| swax gated delta rule | {gdn_fwd:.3} | {gdn_both:.3} |");
     Ok(())
 }

@@ -1,0 +1,149 @@
+//! The gated delta rule's chunkwise forward and backward (`kernels/gated_delta.cu`, after
+//! `kernels/chunk.cuh`): one block per (batch, head); f32 data is multiplied in f32, bf16 data on
+//! tensor cores.
+
+use super::chunk::{check_operands, head_launch, RecArgs, RecurrentShape};
+use super::{float_kernel, launch};
+use crate::nvrtc::KernelSource;
+use crate::{Buffer, CudaError, DType, Device};
+
+const SOURCE: KernelSource = KernelSource {
+    name: "gated_delta",
+    source: concat!(
+        include_str!("../../kernels/chunk.cuh"),
+        include_str!("../../kernels/gated_delta.cu")
+    ),
+};
+
+/// q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`, beta and the log decay g `[B, T, H]`, of one dtype
+/// (f32 or bf16).
+pub struct GatedDeltaInputs<'a> {
+    pub q: &'a Buffer,
+    pub k: &'a Buffer,
+    pub v: &'a Buffer,
+    pub beta: &'a Buffer,
+    pub g: &'a Buffer,
+}
+
+impl GatedDeltaInputs<'_> {
+    fn check(
+        &self,
+        op: &'static str,
+        dev: &Device,
+        s: RecurrentShape,
+    ) -> Result<(RecArgs, DType), CudaError> {
+        let dt = self.q.dtype();
+        let args = RecArgs::new(op, s, dt, 0.0)?;
+        check_operands(
+            op,
+            dev,
+            &[
+                ("q", self.q, dt, s.rows(s.dk)),
+                ("k", self.k, dt, s.rows(s.dk)),
+                ("v", self.v, dt, s.rows(s.dv)),
+                ("beta", self.beta, dt, s.rows(1)),
+                ("g", self.g, dt, s.rows(1)),
+            ],
+        )?;
+        Ok((args, dt))
+    }
+}
+
+/// Shared-memory floats (`carve_tiles` in gated_delta.cu): `row_tiles` `[lp, max(Dk, Dv) + 4]`
+/// tiles, two `[lp, lp + 4]` tiles, the inversion scratch `[lp, 16]` and `vectors` per-row
+/// vectors.
+fn shared_floats(s: RecurrentShape, row_tiles: usize, vectors: usize) -> usize {
+    let lp = s.chunk.next_multiple_of(16);
+    let lda = s.dk.max(s.dv) + 4;
+    row_tiles * lp * lda + 2 * lp * (lp + 4) + lp * 16 + vectors * lp
+}
+
+/// The chunkwise forward from the state `s0` `[B, H, Dk, Dv]` (of the inputs' dtype); see
+/// `Backend::gated_delta_forward` in swax-tensor for the equations. Returns o `[B, T, H, Dv]`
+/// of the inputs' dtype and the f32 boundary states `[B, H, N + 1, Dk, Dv]`.
+pub fn gated_delta_forward(
+    dev: &Device,
+    x: &GatedDeltaInputs,
+    s0: &Buffer,
+    s: RecurrentShape,
+) -> Result<(Buffer, Buffer), CudaError> {
+    const OP: &str = "gated_delta_forward";
+    let (args, dt) = x.check(OP, dev, s)?;
+    check_operands(OP, dev, &[("s0", s0, dt, s.heads() * s.dk * s.dv)])?;
+    let out = dev.alloc(dt, s.rows(s.dv))?;
+    let states = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
+    let name = float_kernel!(OP, "gated_delta_forward", dt)?;
+    let cfg = head_launch(OP, dev, s, shared_floats(s, 4, 6))?;
+    // SAFETY: gated_delta_forward_T(q, k, v, beta, g, s0, out, states, RecDims); every buffer was
+    // checked (or allocated) at the length the sizes in `args` imply, and the shared memory
+    // asked for is what the kernel carves for those sizes.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            cfg,
+            &[x.q, x.k, x.v, x.beta, x.g, s0, &out, &states, &args],
+        )?;
+    }
+    Ok((out, states))
+}
+
+/// The gradients `[dq, dk, dv, dbeta, dg, ds0]` (the inputs' dtype; dq, dk with respect to the
+/// raw q, k) given the inputs, the forward's f32 boundary states, the gradient `dout` of the
+/// output and `ds` `[B, H, Dk, Dv]` of the final state.
+pub fn gated_delta_backward(
+    dev: &Device,
+    x: &GatedDeltaInputs,
+    states: &Buffer,
+    dout: &Buffer,
+    ds: &Buffer,
+    s: RecurrentShape,
+) -> Result<Vec<Buffer>, CudaError> {
+    const OP: &str = "gated_delta_backward";
+    let (args, dt) = x.check(OP, dev, s)?;
+    let ssz = s.heads() * s.dk * s.dv;
+    check_operands(
+        OP,
+        dev,
+        &[
+            ("states", states, DType::F32, s.boundaries(s.dk * s.dv)),
+            ("dout", dout, dt, s.rows(s.dv)),
+            ("ds", ds, dt, ssz),
+        ],
+    )?;
+    let sizes = [
+        s.rows(s.dk),
+        s.rows(s.dk),
+        s.rows(s.dv),
+        s.rows(1),
+        s.rows(1),
+        ssz,
+    ];
+    let g = sizes
+        .iter()
+        .map(|&n| dev.alloc(dt, n))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Per head: dS [Dk, Dv], and the chunk's dq and dk [lp, Dk], all f32.
+    let lp = s.chunk.next_multiple_of(16);
+    let scratch = dev.alloc(DType::F32, s.heads() * (s.dk * s.dv + 2 * lp * s.dk))?;
+    let name = float_kernel!(OP, "gated_delta_backward", dt)?;
+    let cfg = head_launch(OP, dev, s, shared_floats(s, 5, 10))?;
+    // SAFETY: gated_delta_backward_T(q, k, v, beta, g, states, dout, ds, dq, dk, dv, dbeta, dg,
+    // ds0, scratch, RecDims); inputs checked and outputs allocated at the lengths the sizes
+    // imply, the scratch holds what the kernel carves per head, and the shared memory asked for
+    // is what the kernel carves.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            cfg,
+            &[
+                x.q, x.k, x.v, x.beta, x.g, states, dout, ds, &g[0], &g[1], &g[2], &g[3], &g[4],
+                &g[5], &scratch, &args,
+            ],
+        )?;
+    }
+    Ok(g)
+}
