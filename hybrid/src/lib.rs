@@ -2,6 +2,7 @@
 //! stochastic window schedule (`window`) and the trainer (`train`); the `swax` CLI (`main.rs`,
 //! `cli/`) is built on them.
 pub mod config;
+pub mod eval;
 pub mod model;
 pub mod train;
 pub mod window;

@@ -1,7 +1,9 @@
 //! The `swax` subcommands. Each lives in its own file with its arguments and its `run`; adding
 //! one is a new file, a variant of [`Command`] and an arm in [`Command::run`].
 
+mod eval;
 mod prepare;
+mod report;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +25,10 @@ pub enum Command {
     Prepare(prepare::PrepareArgs),
     /// Train a hybrid model (default: swax-tiny on the embedded recall corpus).
     Train(train::TrainArgs),
+    /// Long-context tasks and the loss by position for a trained run's checkpoint.
+    Eval(eval::EvalArgs),
+    /// Several runs' evaluation results side by side: one table, one plot per measure.
+    Report(report::ReportArgs),
 }
 
 /// Subcommands report any error (data, model, I/O) to `main`, which prints it.
@@ -33,6 +39,8 @@ impl Command {
         match self {
             Command::Prepare(args) => prepare::run(args),
             Command::Train(args) => train::run(args),
+            Command::Eval(args) => eval::run(args),
+            Command::Report(args) => report::run(args),
         }
     }
 }

@@ -1,0 +1,162 @@
+//! `swax eval RUN_OR_CHECKPOINT`: the long-context tasks at a list of lengths and depths and
+//! the loss by position past the training length, for one checkpoint at one window; results,
+//! tables and plots go to `RUN/eval/w<WINDOW>/` (see `swax_hybrid::eval`).
+use std::path::PathBuf;
+
+use clap::Args;
+use swax_data::TokenizerKind;
+use swax_hybrid::eval::report::{markdown, write_eval};
+use swax_hybrid::eval::results::EvalResults;
+use swax_hybrid::eval::run::{eval_task, held_out, load, loss_curve, OneShot, Task};
+use swax_hybrid::train::compute_dtype;
+use swax_tensor::Device;
+
+use super::CliResult;
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// A run folder (its latest checkpoint) or a checkpoint folder (RUN/checkpoints/step-N).
+    path: PathBuf,
+    /// Comma-separated: niah, passkey, mqar, loss.
+    #[arg(long, default_value = "niah,passkey,mqar,loss", value_delimiter = ',')]
+    tasks: Vec<String>,
+    /// Comma-separated lengths in tokens (`1k` = 1024). Default: 1, 2, 4, 8 and 16 times the
+    /// training length.
+    #[arg(long, value_delimiter = ',', value_parser = parse_len)]
+    lengths: Vec<usize>,
+    /// Needle depths in [0, 1] for niah and passkey.
+    #[arg(long, default_value = "0,0.25,0.5,0.75,1", value_delimiter = ',')]
+    depths: Vec<f64>,
+    /// The attention window. Default: the run's long training window (train.w_long).
+    #[arg(long)]
+    window: Option<usize>,
+    /// Samples per task, length and depth; held-out sequences for the loss.
+    #[arg(long, default_value_t = 8)]
+    samples: usize,
+    /// Positions per bucket of the loss curve. Default: the training length.
+    #[arg(long)]
+    bucket: Option<usize>,
+    /// The shards the run was trained on (`swax prepare`), for the held-out loss; default: the
+    /// embedded corpus.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// `cpu` or `cuda[:N]`. Default: the first GPU if there is one, else the CPU.
+    #[arg(long)]
+    device: Option<String>,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn parse_len(s: &str) -> Result<usize, String> {
+    let (digits, scale) = match s.strip_suffix(['k', 'K']) {
+        Some(d) => (d, 1024),
+        None => (s, 1),
+    };
+    digits
+        .trim()
+        .parse::<usize>()
+        .map(|n| n * scale)
+        .map_err(|e| format!("length {s}: {e}"))
+}
+
+pub fn run(args: EvalArgs) -> CliResult {
+    let device = match args.device.as_deref() {
+        None if swax_tensor::cuda::device(0).is_ok() => Device::Cuda(0),
+        None | Some("cpu") => Device::Cpu,
+        Some("cuda") => Device::Cuda(0),
+        Some(s) => Device::Cuda(
+            s.strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| format!("--device {s}: expected cpu, cuda or cuda:N"))?,
+        ),
+    };
+    let loaded = load(&args.path, device)?;
+    let cfg = &loaded.cfg;
+    let train_len = cfg.data.seq_len;
+    let window = args.window.unwrap_or(cfg.train.w_long);
+    let lengths = match args.lengths.is_empty() {
+        true => [1, 2, 4, 8, 16].map(|k| k * train_len).to_vec(),
+        false => args.lengths.clone(),
+    };
+    let want_loss = args.tasks.iter().any(|t| t == "loss");
+    let tasks: Vec<Task> = args
+        .tasks
+        .iter()
+        .filter(|t| *t != "loss")
+        .map(|t| t.parse())
+        .collect::<Result<_, _>>()?;
+    let kind = cfg.data.tokenizer.parse::<TokenizerKind>()?;
+    let tok = kind.build()?;
+    let f = OneShot {
+        model: &loaded.model,
+        window,
+        dtype: compute_dtype(cfg, device),
+        device,
+    };
+    eprintln!(
+        "evaluating {} (step {}) at window {window} on {device}: lengths {lengths:?}",
+        loaded.checkpoint.display(),
+        loaded.step
+    );
+    let mut cells = Vec::new();
+    for &task in &tasks {
+        let depths: Vec<Option<f64>> = match task.has_depth() {
+            true => args.depths.iter().map(|&d| Some(d)).collect(),
+            false => vec![None],
+        };
+        'lengths: for &len in &lengths {
+            for &depth in &depths {
+                match eval_task(&f, &*tok, task, len, depth, args.samples, args.seed) {
+                    Ok(cell) => {
+                        eprintln!(
+                            "  {} len {len} depth {}: {:.1}%",
+                            task.name(),
+                            depth.map_or("-".into(), |d| format!("{d:.2}")),
+                            cell.accuracy()
+                        );
+                        cells.push(cell);
+                    }
+                    // A task that cannot be laid out at a short length is left out, not fatal.
+                    Err(e) => {
+                        eprintln!("  {} len {len}: skipped ({e})", task.name());
+                        continue 'lengths;
+                    }
+                }
+            }
+        }
+    }
+    let loss = match want_loss {
+        true => {
+            let len = *lengths.iter().max().expect("at least one length");
+            let seqs = held_out(cfg, args.data.as_deref(), len, args.samples)?;
+            let unit = match kind {
+                TokenizerKind::Bytes => "bits/byte",
+                _ => "bits/token",
+            };
+            Some(loss_curve(
+                &f,
+                &seqs,
+                args.bucket.unwrap_or(train_len),
+                unit,
+            )?)
+        }
+        false => None,
+    };
+    let results = EvalResults {
+        run: loaded.run.display().to_string(),
+        checkpoint: loaded.checkpoint.display().to_string(),
+        step: loaded.step,
+        model: cfg.model.name.clone(),
+        pattern: cfg.model.pattern.clone(),
+        train_len,
+        window,
+        tokenizer: kind.name().into(),
+        tasks: cells,
+        loss,
+    };
+    let dir = loaded.run.join("eval").join(format!("w{window}"));
+    let files = write_eval(&dir, &results)?;
+    print!("{}", markdown(&[results]));
+    eprintln!("wrote {} files to {}", files.len(), dir.display());
+    Ok(())
+}

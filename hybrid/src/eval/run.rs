@@ -1,0 +1,316 @@
+//! Running a model on the evaluation: the tasks at each length and depth, scored from one
+//! teacher-forced pass each (`score`), and the loss by position on held-out sequences. The
+//! model is behind [`Forward`] (token ids in, logits out), so the scoring runs the same on a
+//! checkpoint, on hand-made test predictors, or on any other way of producing the logits.
+use std::path::{Path, PathBuf};
+
+use swax_autograd::Tape;
+use swax_data::{
+    mqar, niah, passkey, MqarConfig, NiahConfig, NiahKind, PasskeyConfig, TaskSample, Tokenizer,
+};
+use swax_nn::Weights;
+use swax_tensor::{DType, Device, Tensor};
+
+use super::results::{LossBucket, LossCurve, TaskCell};
+use super::score::{exact_answers, scored_prefix};
+use crate::config::Config;
+use crate::model::Model;
+use crate::train::eval::ids;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Something that gives next-token logits `[T, V]` for a sequence of T token ids.
+pub trait Forward {
+    fn logits(&self, tokens: &[u32]) -> Result<Tensor>;
+}
+
+/// The whole sequence in one pass, without a tape (`Weights::inference`).
+pub struct OneShot<'a> {
+    pub model: &'a Model,
+    pub window: usize,
+    pub dtype: DType,
+    pub device: Device,
+}
+
+impl Forward for OneShot<'_> {
+    fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
+        let tape = Tape::new();
+        let w = Weights::inference(&tape, &self.model.params, self.dtype)?;
+        let t = tokens.len();
+        let logits = self
+            .model
+            .logits(&w, &ids(tokens, 1, t, self.device)?, self.window)?;
+        let v = logits.dims()[2];
+        Ok(logits.reshape(vec![t, v])?)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Task {
+    /// RULER's single needle in a haystack, at each depth.
+    Niah,
+    /// Passkey retrieval, at each depth.
+    Passkey,
+    /// Multi-query associative recall (no depth: its queries are spread by a power law).
+    Mqar,
+}
+
+impl Task {
+    pub fn name(self) -> &'static str {
+        match self {
+            Task::Niah => "niah",
+            Task::Passkey => "passkey",
+            Task::Mqar => "mqar",
+        }
+    }
+
+    pub fn has_depth(self) -> bool {
+        self != Task::Mqar
+    }
+
+    /// Sample `seed` of this task at `len` tokens (`depth` for the depth tasks).
+    pub fn sample(
+        self,
+        tok: &dyn Tokenizer,
+        len: usize,
+        depth: f64,
+        seed: u64,
+    ) -> swax_data::Result<TaskSample> {
+        match self {
+            Task::Niah => niah(
+                tok,
+                &NiahConfig {
+                    kind: NiahKind::Single,
+                    len,
+                    depths: Some(vec![depth]),
+                },
+                seed,
+            ),
+            Task::Passkey => passkey(
+                tok,
+                &PasskeyConfig {
+                    len,
+                    depth: Some(depth),
+                },
+                seed,
+            ),
+            // Zoology's power law; pairs grow with the length up to 64, and stay under half
+            // the vocabulary (keys come from its lower half).
+            Task::Mqar => {
+                let half = (tok.vocab_size() as usize - 1) / 2;
+                let pairs = (len / 16).clamp(1, 64).min(half.saturating_sub(1).max(1));
+                mqar(
+                    tok,
+                    &MqarConfig {
+                        len,
+                        num_kv_pairs: pairs,
+                        power_a: 0.01,
+                    },
+                    seed,
+                )
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for Task {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Task, String> {
+        [Task::Niah, Task::Passkey, Task::Mqar]
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| format!("unknown task {s:?}: expected niah, passkey, mqar or loss"))
+    }
+}
+
+/// Greedy argmax after every token of `tokens`.
+pub fn predictions(f: &dyn Forward, tokens: &[u32]) -> Result<Vec<u32>> {
+    Ok(f.logits(tokens)?.argmax(-1, false)?.to_vec::<u32>()?)
+}
+
+/// Per answer of `sample`, whether the greedy model gets it exactly (one pass over its prefix).
+pub fn score_sample(f: &dyn Forward, sample: &TaskSample) -> Result<Vec<bool>> {
+    Ok(exact_answers(
+        sample,
+        &predictions(f, scored_prefix(sample))?,
+    )?)
+}
+
+/// `samples` samples of `task` at `len` and `depth`, each run once and scored by exact match.
+pub fn eval_task(
+    f: &dyn Forward,
+    tok: &dyn Tokenizer,
+    task: Task,
+    len: usize,
+    depth: Option<f64>,
+    samples: usize,
+    seed: u64,
+) -> Result<TaskCell> {
+    let mut cell = TaskCell {
+        task: task.name().into(),
+        length: len,
+        depth,
+        samples,
+        answers: 0,
+        correct: 0,
+    };
+    for i in 0..samples as u64 {
+        // A different stream per (length, depth, sample), the same for every model.
+        let depth_key = depth.map_or(0, |d| (d * 1e6) as u64);
+        let seed = seed ^ (len as u64).rotate_left(24) ^ depth_key.rotate_left(44) ^ i;
+        let sample = task.sample(tok, len, depth.unwrap_or(0.0), seed)?;
+        let exact = score_sample(f, &sample)?;
+        cell.answers += exact.len();
+        cell.correct += exact.iter().filter(|&&ok| ok).count();
+    }
+    Ok(cell)
+}
+
+/// Mean loss in bits per bucket of `bucket` positions over `seqs` (each L + 1 tokens: the
+/// model reads the first L and predicts the last L). Bucket k holds the predictions made after
+/// reading positions `k * bucket ..`, i.e. with that much context.
+pub fn loss_curve(
+    f: &dyn Forward,
+    seqs: &[Vec<u32>],
+    bucket: usize,
+    unit: &str,
+) -> Result<LossCurve> {
+    let len = seqs.first().map_or(0, |s| s.len().saturating_sub(1));
+    let bucket = bucket.max(1);
+    let n = len.div_ceil(bucket);
+    let mut sums = vec![0.0f64; n];
+    for seq in seqs {
+        if seq.len() != len + 1 {
+            return Err(format!(
+                "held-out sequences differ in length: {} and {}",
+                seq.len(),
+                len + 1
+            )
+            .into());
+        }
+        let logp = f.logits(&seq[..len])?.log_softmax()?.to_dtype(DType::F32)?;
+        let v = logp.dims()[1];
+        let logp = logp.to_vec::<f32>()?;
+        for t in 0..len {
+            sums[t / bucket] -= f64::from(logp[t * v + seq[t + 1] as usize]);
+        }
+    }
+    let count = seqs.len().max(1) as f64;
+    Ok(LossCurve {
+        length: len,
+        samples: seqs.len(),
+        unit: unit.into(),
+        buckets: (0..n)
+            .map(|k| {
+                let (start, end) = (k * bucket, ((k + 1) * bucket).min(len));
+                LossBucket {
+                    start,
+                    end,
+                    bits: sums[k] / (count * (end - start) as f64) / std::f64::consts::LN_2,
+                }
+            })
+            .collect(),
+    })
+}
+
+/// A trained model as a checkpoint left it.
+pub struct Loaded {
+    pub cfg: Config,
+    pub model: Model,
+    pub run: PathBuf,
+    pub checkpoint: PathBuf,
+    pub step: u64,
+}
+
+/// Loads a run folder's latest checkpoint, or a checkpoint folder (`RUN/checkpoints/step-N`),
+/// with the run's `config.toml`, onto `device`.
+pub fn load(path: &Path, device: Device) -> Result<Loaded> {
+    let (run, dir) = match crate::train::checkpoint::latest(path) {
+        Some(dir) => (path.to_path_buf(), dir),
+        None if path.join("model.safetensors").is_file() => {
+            let run = path.parent().and_then(Path::parent).ok_or_else(|| {
+                format!(
+                    "{}: a checkpoint folder lies in RUN/checkpoints/",
+                    path.display()
+                )
+            })?;
+            (run.to_path_buf(), path.to_path_buf())
+        }
+        None => {
+            return Err(format!(
+                "{}: neither a run with a checkpoint nor a checkpoint folder",
+                path.display()
+            )
+            .into())
+        }
+    };
+    let cfg_path = run.join("config.toml");
+    let text =
+        std::fs::read_to_string(&cfg_path).map_err(|e| format!("{}: {e}", cfg_path.display()))?;
+    let cfg = Config::parse(&text, &cfg_path.display().to_string())?;
+    let mut model = Model::new(&cfg.model, cfg.train.seed, device)?;
+    let (mut weights, _) = swax_nn::checkpoint::load(&dir.join("model.safetensors"))?;
+    let names: Vec<(String, Vec<usize>)> = model
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), p.value.dims().to_vec()))
+        .collect();
+    for (i, (name, dims)) in names.into_iter().enumerate() {
+        let t = weights
+            .remove(&name)
+            .ok_or_else(|| format!("{}: lacks {name}", dir.display()))?;
+        if t.dims() != dims {
+            return Err(format!(
+                "{}: {name} is {:?}, the model's {dims:?}",
+                dir.display(),
+                t.dims()
+            )
+            .into());
+        }
+        model.params.set(i, t.to_device(device)?);
+    }
+    let step = std::fs::read_to_string(dir.join("state.json"))
+        .ok()
+        .and_then(|s| {
+            serde_json::from_str::<serde_json::Value>(&s)
+                .ok()?
+                .get("step")?
+                .as_u64()
+        })
+        .unwrap_or(0);
+    Ok(Loaded {
+        cfg,
+        model,
+        run,
+        checkpoint: dir,
+        step,
+    })
+}
+
+/// `samples` held-out sequences of `len + 1` tokens from the run's validation split (the
+/// embedded corpus, or `data`'s shards), as the trainer's validation loader draws them.
+pub fn held_out(
+    cfg: &Config,
+    data: Option<&Path>,
+    len: usize,
+    samples: usize,
+) -> Result<Vec<Vec<u32>>> {
+    let mut c = cfg.clone();
+    c.data.seq_len = len;
+    c.data.batch_size = 1;
+    c.train.eval_batches = samples;
+    c.train.recall_probes = 0;
+    // Only the validation split is read: keep the generated training stream small, and the
+    // validation stream long enough for the samples.
+    c.data.corpus_train_tokens = 2 * (len + 1);
+    c.data.corpus_val_tokens = c.data.corpus_val_tokens.max(2 * samples * (len + 1));
+    let d = crate::train::data::open(&c, data, None)?;
+    Ok(d.val
+        .into_iter()
+        .map(|b| {
+            let mut s = b.inputs;
+            s.push(*b.targets.last().expect("a batch has tokens"));
+            s
+        })
+        .collect())
+}

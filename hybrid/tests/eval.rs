@@ -1,0 +1,311 @@
+//! Long-context evaluation without a trained model: the exact-match scorer on hand-made
+//! predictors (always right, never right, right but for one answer token), the loss curve of a
+//! uniform predictor, and reports rendered from saved results files alone.
+use std::path::Path;
+
+use swax_data::{Answer, TaskSample, Tokenizer, TokenizerKind};
+use swax_hybrid::eval::report::{load, markdown, write_eval, write_report};
+use swax_hybrid::eval::results::{EvalResults, LossBucket, LossCurve, TaskCell};
+use swax_hybrid::eval::run::{eval_task, loss_curve, score_sample, Forward, Task};
+use swax_hybrid::eval::score::exact_answers;
+use swax_tensor::{Device, Tensor};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+const V: usize = 256;
+
+/// Logits `[T, V]` with a 1 at `pick(t)` after token t and 0 elsewhere.
+fn one_hot(t: usize, pick: impl Fn(usize) -> u32) -> Result<Tensor> {
+    let mut v = vec![0f32; t * V];
+    for i in 0..t {
+        v[i * V + pick(i) as usize] = 1.0;
+    }
+    Ok(Tensor::from_vec(v, vec![t, V], Device::Cpu)?)
+}
+
+/// Predicts `truth[t + 1]` after token t, except at the positions in `wrong`.
+struct Oracle<'a> {
+    truth: &'a [u32],
+    wrong: Vec<usize>,
+}
+
+impl Forward for Oracle<'_> {
+    fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
+        assert_eq!(
+            tokens,
+            &self.truth[..tokens.len()],
+            "teacher forcing feeds the truth"
+        );
+        one_hot(tokens.len(), |t| {
+            let right = self.truth[t + 1];
+            match self.wrong.contains(&t) {
+                true => (right + 1) % V as u32,
+                false => right,
+            }
+        })
+    }
+}
+
+/// Always predicts token 0.
+struct Constant;
+
+impl Forward for Constant {
+    fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
+        one_hot(tokens.len(), |_| 0)
+    }
+}
+
+/// Every logit 0: the uniform distribution.
+struct Uniform;
+
+impl Forward for Uniform {
+    fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
+        Ok(Tensor::zeros(
+            vec![tokens.len(), V],
+            swax_tensor::DType::F32,
+            Device::Cpu,
+        )?)
+    }
+}
+
+fn bytes() -> Box<dyn Tokenizer> {
+    TokenizerKind::Bytes.build().unwrap()
+}
+
+#[test]
+fn a_hand_made_sample_scores_by_exact_match() {
+    let sample = TaskSample {
+        tokens: vec![5, 6, 7, 8, 9, 5, 6, 7, 8, 9],
+        answers: vec![
+            Answer {
+                pos: 6,
+                tokens: vec![6, 7],
+                source: 1,
+            },
+            Answer {
+                pos: 9,
+                tokens: vec![9],
+                source: 4,
+            },
+        ],
+    };
+    // pred[t] predicts token t + 1; the last answer token needs no prediction past it.
+    let truth: Vec<u32> = sample.tokens[1..].to_vec();
+    assert_eq!(exact_answers(&sample, &truth).unwrap(), [true, true]);
+    let mut partial = truth.clone();
+    partial[6] = 0; // the answer at 6..8 has its second token wrong
+    assert_eq!(exact_answers(&sample, &partial).unwrap(), [false, true]);
+    assert!(
+        exact_answers(&sample, &truth[..8]).is_err(),
+        "too few predictions is an error"
+    );
+}
+
+#[test]
+fn always_right_scores_100_never_right_0_and_partial_answers_do_not_count() {
+    let tok = bytes();
+    for task in [Task::Niah, Task::Passkey, Task::Mqar] {
+        let sample = task.sample(&*tok, 600, 0.5, 7).unwrap();
+        assert!(sample.answers.iter().all(|a| !a.tokens.is_empty()));
+        let right = Oracle {
+            truth: &sample.tokens,
+            wrong: vec![],
+        };
+        assert!(
+            score_sample(&right, &sample).unwrap().iter().all(|&ok| ok),
+            "{task:?}"
+        );
+        // Wrong at the first token of each answer: nothing counts.
+        let first = sample.answers.iter().map(|a| a.pos - 1).collect();
+        let wrong = Oracle {
+            truth: &sample.tokens,
+            wrong: first,
+        };
+        assert!(
+            score_sample(&wrong, &sample).unwrap().iter().all(|&ok| !ok),
+            "{task:?}"
+        );
+        // Wrong only at the last token of each multi-token answer: those do not count.
+        let last = sample
+            .answers
+            .iter()
+            .filter(|a| a.tokens.len() > 1)
+            .map(|a| a.pos + a.tokens.len() - 2)
+            .collect();
+        let partial = Oracle {
+            truth: &sample.tokens,
+            wrong: last,
+        };
+        let exact = score_sample(&partial, &sample).unwrap();
+        for (a, ok) in sample.answers.iter().zip(exact) {
+            assert_eq!(
+                ok,
+                a.tokens.len() == 1,
+                "{task:?}: a partial answer counted"
+            );
+        }
+    }
+}
+
+#[test]
+fn eval_task_tallies_samples_and_answers() {
+    let tok = bytes();
+    // Passkey answers are digits: a model that always says token 0 never gets one.
+    let cell = eval_task(&Constant, &*tok, Task::Passkey, 400, Some(0.25), 3, 1).unwrap();
+    assert_eq!(
+        (cell.task.as_str(), cell.length, cell.samples),
+        ("passkey", 400, 3)
+    );
+    assert_eq!(cell.depth, Some(0.25));
+    assert!(cell.answers >= 3);
+    assert_eq!((cell.correct, cell.accuracy()), (0, 0.0));
+    assert!(eval_task(&Constant, &*tok, Task::Niah, 50, Some(0.5), 1, 0).is_err());
+}
+
+#[test]
+fn the_uniform_predictor_has_log2_v_bits_in_every_bucket() {
+    let seqs: Vec<Vec<u32>> = (0..2)
+        .map(|s| (0..101).map(|t| (t * 7 + s) % 256).collect())
+        .collect();
+    let curve = loss_curve(&Uniform, &seqs, 30, "bits/byte").unwrap();
+    assert_eq!((curve.length, curve.samples), (100, 2));
+    let spans: Vec<(usize, usize)> = curve.buckets.iter().map(|b| (b.start, b.end)).collect();
+    assert_eq!(spans, [(0, 30), (30, 60), (60, 90), (90, 100)]);
+    for b in &curve.buckets {
+        assert!((b.bits - 8.0).abs() < 1e-5, "{b:?}");
+    }
+    let ragged = vec![vec![1u32; 10], vec![1u32; 11]];
+    assert!(loss_curve(&Uniform, &ragged, 4, "bits/byte").is_err());
+}
+
+fn results(run: &Path, window: usize, niah: [usize; 2]) -> EvalResults {
+    let cell = |task: &str, length, depth, correct| TaskCell {
+        task: task.into(),
+        length,
+        depth,
+        samples: 4,
+        answers: 4,
+        correct,
+    };
+    EvalResults {
+        run: run.display().to_string(),
+        checkpoint: run.join("checkpoints/step-0000100").display().to_string(),
+        step: 100,
+        model: "swax-tiny".into(),
+        pattern: "SM".into(),
+        train_len: 256,
+        window,
+        tokenizer: "bytes".into(),
+        tasks: vec![
+            cell("niah", 256, Some(0.0), niah[0]),
+            cell("niah", 256, Some(1.0), 4),
+            cell("niah", 512, Some(0.0), niah[1]),
+            cell("niah", 512, Some(1.0), 0),
+            cell("mqar", 256, None, 1),
+        ],
+        loss: Some(LossCurve {
+            length: 512,
+            samples: 2,
+            unit: "bits/byte".into(),
+            buckets: vec![
+                LossBucket {
+                    start: 0,
+                    end: 256,
+                    bits: 2.0,
+                },
+                LossBucket {
+                    start: 256,
+                    end: 512,
+                    bits: 2.5 + window as f64 / 1000.0,
+                },
+            ],
+        }),
+    }
+}
+
+#[test]
+fn reports_render_from_saved_results_without_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("swax-w32");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        "{\"step\":1,\"loss\":5.0}\n{\"step\":2,\"loss\":4.0}\n",
+    )
+    .unwrap();
+    let short = results(&run, 32, [2, 1]);
+    let long = results(&run, 128, [4, 3]);
+    for r in [&short, &long] {
+        let files = write_eval(&run.join(format!("eval/w{}", r.window)), r).unwrap();
+        assert!(files.iter().any(|f| f.ends_with("niah-heatmap.svg")));
+    }
+    // Both evaluations come back from the run folder, in window order, unchanged.
+    let back = load(&run).unwrap();
+    assert_eq!(back, vec![short.clone(), long.clone()]);
+    assert_eq!(
+        load(&run.join("eval/w32/results.json")).unwrap(),
+        vec![short.clone()]
+    );
+    assert!(load(dir.path()).is_err());
+
+    let table = markdown(&back);
+    assert!(
+        table.contains("| swax-w32 w=32 | swax-w32 w=128 |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| niah acc % | 256 | 75.0 | 100.0 |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| niah acc % | 512 | 12.5 | 37.5 |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| mqar acc % | 256 | 25.0 | 25.0 |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| loss bits/byte | 256..512 | 2.532 | 2.628 |"),
+        "{table}"
+    );
+
+    let out = dir.path().join("report");
+    let files = write_report(&out, &back).unwrap();
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for want in [
+        "report.md",
+        "accuracy-mqar.svg",
+        "accuracy-niah.svg",
+        "loss-by-position.svg",
+        "train-loss.svg",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "{want} missing from {names:?}"
+        );
+    }
+    for f in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "svg"))
+    {
+        let svg = std::fs::read_to_string(f).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.ends_with("</svg>\n"),
+            "{}",
+            f.display()
+        );
+        assert!(
+            !svg.contains("NaN") && !svg.contains("inf"),
+            "{}",
+            f.display()
+        );
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains(&table));
+    let heat = std::fs::read_to_string(run.join("eval/w128/niah-heatmap.svg")).unwrap();
+    assert_eq!(heat.matches("<rect x=").count(), 4, "2 depths x 2 lengths");
+}
