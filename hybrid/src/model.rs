@@ -3,6 +3,7 @@
 //! RMSNorm and an untied output projection.
 use crate::config::ModelConfig;
 use swax_nn::layers::basic::{Embedding, Linear, RmsNorm, INIT_STD};
+use swax_nn::layers::chunked::MixerState;
 use swax_nn::layers::MixerDims;
 use swax_nn::{Block, Params, Weights};
 use swax_tensor::{DType, Device, Result, Tensor};
@@ -83,5 +84,36 @@ impl Model {
             DType::F32 => Ok(loss),
             _ => tape.to_dtype(&loss, DType::F32),
         }
+    }
+}
+
+/// What evaluation in pieces carries from one piece to the next: the position reached and each
+/// layer's [`MixerState`] (see `swax_nn::layers::chunked`).
+#[derive(Clone, Debug, Default)]
+pub struct EvalState {
+    pub pos: usize,
+    pub layers: Vec<MixerState>,
+}
+
+impl Model {
+    /// Logits `[B, Tc, V]` for the next piece `[B, Tc]` of a sequence, continuing from `state`
+    /// (start from `EvalState::default()`). Pieces in order give the logits of one pass over
+    /// the whole sequence, while memory holds only a piece, the windows and the states.
+    pub fn forward_chunk(
+        &self,
+        w: &Weights,
+        ids: &Tensor,
+        window: usize,
+        state: &mut EvalState,
+    ) -> Result<Tensor> {
+        state
+            .layers
+            .resize_with(self.blocks.len(), MixerState::default);
+        let mut x = self.embed.forward(w, ids)?;
+        for (block, layer) in self.blocks.iter().zip(&mut state.layers) {
+            x = block.forward_chunk(w, &x, window, state.pos, layer)?;
+        }
+        state.pos += ids.dims()[1];
+        self.head.forward(w, &self.norm.forward(w, &x)?)
     }
 }

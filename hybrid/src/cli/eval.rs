@@ -7,7 +7,9 @@ use clap::Args;
 use swax_data::TokenizerKind;
 use swax_hybrid::eval::report::{markdown, write_eval};
 use swax_hybrid::eval::results::EvalResults;
-use swax_hybrid::eval::run::{eval_task, held_out, load, loss_curve, OneShot, Task};
+use swax_hybrid::eval::run::{
+    eval_task, held_out, load, loss_curve, Chunked, Forward, OneShot, Task,
+};
 use swax_hybrid::train::compute_dtype;
 use swax_tensor::Device;
 
@@ -43,6 +45,10 @@ pub struct EvalArgs {
     /// `cpu` or `cuda[:N]`. Default: the first GPU if there is one, else the CPU.
     #[arg(long)]
     device: Option<String>,
+    /// Evaluate in pieces of this many tokens, carrying window tails and recurrent states
+    /// (memory bounded by the piece, not the sequence). Default: one pass per sequence.
+    #[arg(long)]
+    chunk: Option<usize>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
 }
@@ -87,11 +93,22 @@ pub fn run(args: EvalArgs) -> CliResult {
         .collect::<Result<_, _>>()?;
     let kind = cfg.data.tokenizer.parse::<TokenizerKind>()?;
     let tok = kind.build()?;
-    let f = OneShot {
-        model: &loaded.model,
-        window,
-        dtype: compute_dtype(cfg, device),
-        device,
+    let dtype = compute_dtype(cfg, device);
+    let model = &loaded.model;
+    let f: Box<dyn Forward> = match args.chunk {
+        Some(chunk) => Box::new(Chunked {
+            model,
+            window,
+            chunk,
+            dtype,
+            device,
+        }),
+        None => Box::new(OneShot {
+            model,
+            window,
+            dtype,
+            device,
+        }),
     };
     eprintln!(
         "evaluating {} (step {}) at window {window} on {device}: lengths {lengths:?}",
@@ -106,7 +123,7 @@ pub fn run(args: EvalArgs) -> CliResult {
         };
         'lengths: for &len in &lengths {
             for &depth in &depths {
-                match eval_task(&f, &*tok, task, len, depth, args.samples, args.seed) {
+                match eval_task(&*f, &*tok, task, len, depth, args.samples, args.seed) {
                     Ok(cell) => {
                         eprintln!(
                             "  {} len {len} depth {}: {:.1}%",
@@ -134,7 +151,7 @@ pub fn run(args: EvalArgs) -> CliResult {
                 _ => "bits/token",
             };
             Some(loss_curve(
-                &f,
+                &*f,
                 &seqs,
                 args.bucket.unwrap_or(train_len),
                 unit,

@@ -14,7 +14,7 @@ use swax_tensor::{DType, Device, Tensor};
 use super::results::{LossBucket, LossCurve, TaskCell};
 use super::score::{exact_answers, scored_prefix};
 use crate::config::Config;
-use crate::model::Model;
+use crate::model::{EvalState, Model};
 use crate::train::eval::ids;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -42,6 +42,35 @@ impl Forward for OneShot<'_> {
             .logits(&w, &ids(tokens, 1, t, self.device)?, self.window)?;
         let v = logits.dims()[2];
         Ok(logits.reshape(vec![t, v])?)
+    }
+}
+
+/// The sequence in pieces of `chunk` tokens, each layer carrying its window tail or recurrent
+/// state to the next (`Model::forward_chunk`): the same logits as [`OneShot`], while the
+/// activations held stay those of one piece.
+pub struct Chunked<'a> {
+    pub model: &'a Model,
+    pub window: usize,
+    pub chunk: usize,
+    pub dtype: DType,
+    pub device: Device,
+}
+
+impl Forward for Chunked<'_> {
+    fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
+        let tape = Tape::new();
+        let w = Weights::inference(&tape, &self.model.params, self.dtype)?;
+        let mut state = EvalState::default();
+        let pieces = tokens
+            .chunks(self.chunk.max(1))
+            .map(|piece| {
+                let x = ids(piece, 1, piece.len(), self.device)?;
+                let logits = self.model.forward_chunk(&w, &x, self.window, &mut state)?;
+                let v = logits.dims()[2];
+                Ok(logits.reshape(vec![piece.len(), v])?)
+            })
+            .collect::<Result<Vec<Tensor>>>()?;
+        Ok(Tensor::concat(&pieces.iter().collect::<Vec<_>>(), 0)?)
     }
 }
 

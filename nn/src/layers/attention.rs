@@ -65,3 +65,52 @@ impl Attention {
         self.out.forward(w, &tape.reshape(&o, vec![b, t, h * d])?)
     }
 }
+
+impl Attention {
+    /// `forward` over one piece x `[B, Tc, C]` of a longer sequence (evaluation, no tape):
+    /// `tail` is the qkv projection of the tokens just before x (those within the window), `pos`
+    /// the absolute position of x's first token. The piece runs joined to its tail, whose
+    /// queries are computed and dropped, so it uses the same kernel as `forward`. Returns the
+    /// output for x and the joined qkv, to cut the next tail from.
+    pub fn forward_chunk(
+        &self,
+        w: &Weights,
+        x: &Tensor,
+        window: usize,
+        pos: usize,
+        tail: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor)> {
+        let tape = w.tape;
+        let (b, tc) = (x.dims()[0], x.dims()[1]);
+        let (h, hkv, d) = (self.h, self.hkv, self.d);
+        let qkv = self.qkv.forward(w, x)?;
+        let qkv = match tail {
+            Some(tail) => tape.concat(&[tail, &qkv], 1)?,
+            None => qkv,
+        };
+        let t = qkv.dims()[1];
+        let start = pos.checked_sub(t - tc).ok_or_else(|| Error::Invalid {
+            op: "Attention::forward_chunk",
+            msg: format!("a tail of {} tokens before position {pos}", t - tc),
+        })?;
+        let part = |first: usize, heads: usize| {
+            tape.reshape(
+                &tape.narrow(&qkv, -1, first * d, heads * d)?,
+                vec![b, t, heads, d],
+            )
+        };
+        let q = tape.rope(&part(0, h)?, start, self.rope_theta)?;
+        let k = tape.rope(&part(h, hkv)?, start, self.rope_theta)?;
+        let v = part(h + hkv, hkv)?;
+        let window = window.min(t);
+        let o = if fused(&q, &[FusedKernel::Swa]) {
+            fused_swa::swa(tape, &q, &k, &v, window, None)?
+        } else {
+            in_f32(w, [&q, &k, &v], |[q, k, v]| {
+                reference::swa(tape, &q, &k, &v, window, None)
+            })?
+        };
+        let o = tape.reshape(&tape.narrow(&o, 1, t - tc, tc)?, vec![b, tc, h * d])?;
+        Ok((self.out.forward(w, &o)?, qkv))
+    }
+}

@@ -115,3 +115,49 @@ fn short_conv_silu(tape: &Tape, x: &Tensor, w: &Tensor) -> Result<Tensor> {
     }
     tape.silu(&y.expect("the kernel has taps"))
 }
+
+impl GatedDelta {
+    /// `forward` over one piece of a longer sequence (evaluation, no tape): `conv_tail` is the
+    /// pre-convolution qkv of the tokens just before x (the last K - 1 count), `state` the delta
+    /// rule's state after them (`None` for both: the sequence starts here). Returns the output,
+    /// the next piece's `conv_tail` and the state after x.
+    pub fn forward_chunk(
+        &self,
+        w: &Weights,
+        x: &Tensor,
+        conv_tail: Option<&Tensor>,
+        state: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let tape = w.tape;
+        let (b, t) = (x.dims()[0], x.dims()[1]);
+        let (h, d) = (self.h, self.d);
+        let raw = self.qkv.forward(w, x)?;
+        let joined = match conv_tail {
+            Some(tail) => tape.concat(&[tail, &raw], 1)?,
+            None => raw,
+        };
+        let lead = joined.dims()[1] - t;
+        let qkv = short_conv_silu(tape, &joined, w.get(self.conv))?;
+        let qkv = tape.narrow(&qkv, 1, lead, t)?;
+        let part =
+            |i: usize| tape.reshape(&tape.narrow(&qkv, -1, i * h * d, h * d)?, vec![b, t, h, d]);
+        let (q, k, v) = (part(0)?, part(1)?, part(2)?);
+        let beta = tape.sigmoid(&self.beta.forward(w, x)?)?;
+        let g = tape.log_decay(
+            &self.decay.forward(w, x)?,
+            w.get(self.a_log),
+            w.get(self.dt_bias),
+        )?;
+        let (o, state) = if fused(&q, &[FusedKernel::GatedDelta]) {
+            gated_delta::chunkwise(tape, &q, &k, &v, &beta, &g, state, self.chunk)?
+        } else {
+            gated_delta::recurrent(tape, &q, &k, &v, &beta, &g, state)?
+        };
+        let gate = tape.reshape(&self.gate.forward(w, x)?, vec![b, t, h, d])?;
+        let y = tape.gated_rms_norm(&o, &gate, w.get(self.norm), self.eps)?;
+        let y = self.out.forward(w, &tape.reshape(&y, vec![b, t, h * d])?)?;
+        let keep = joined.dims()[1].min(CONV - 1);
+        let tail = tape.narrow(&joined, 1, joined.dims()[1] - keep, keep)?;
+        Ok((y, tail, state))
+    }
+}

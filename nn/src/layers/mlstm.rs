@@ -95,3 +95,43 @@ impl Mlstm {
             .forward(w, &tape.reshape(&gated, vec![b, t, h * dv])?)
     }
 }
+
+impl Mlstm {
+    /// `forward` over one piece of a longer sequence (evaluation, no tape), from the state the
+    /// previous piece left (`None`: zeros); returns the output and the state after the piece.
+    pub fn forward_chunk(
+        &self,
+        w: &Weights,
+        x: &Tensor,
+        state: Option<&mlstm::MlstmState>,
+    ) -> Result<(Tensor, mlstm::MlstmState)> {
+        let tape = w.tape;
+        let (b, t) = (x.dims()[0], x.dims()[1]);
+        let (h, dk, dv) = (self.h, self.dk, self.dv);
+        let qkv = self.qkv.forward(w, x)?;
+        let part = |start: usize, d: usize| {
+            tape.reshape(&tape.narrow(&qkv, -1, start, h * d)?, vec![b, t, h, d])
+        };
+        let (q, k, v) = (part(0, dk)?, part(h * dk, dk)?, part(2 * h * dk, dv)?);
+        let gates = tape.add(&self.gates.forward(w, x)?, w.get(self.gate_bias))?;
+        let gates = tape.soft_cap(&gates, GATE_CAP)?;
+        let (i, f) = (
+            tape.narrow(&gates, -1, 0, h)?,
+            tape.narrow(&gates, -1, h, h)?,
+        );
+        // The reference runs in the activations' dtype here: evaluation on a device without
+        // the kernel is f32 (the CPU always has it).
+        let (hs, state) = if fused(&q, &[FusedKernel::Mlstm]) {
+            mlstm::chunkwise(tape, &q, &k, &v, &i, &f, state, self.chunk, mlstm::EPS)?
+        } else {
+            mlstm::parallel(tape, &q, &k, &v, &i, &f, state, mlstm::EPS)?
+        };
+        let normed = tape.head_layer_norm(&hs, w.get(self.norm), None, self.eps)?;
+        let o = tape.reshape(&self.ogate.forward(w, x)?, vec![b, t, h, dv])?;
+        let gated = tape.mul(&normed, &tape.sigmoid(&o)?)?;
+        let y = self
+            .out
+            .forward(w, &tape.reshape(&gated, vec![b, t, h * dv])?)?;
+        Ok((y, state))
+    }
+}

@@ -8,6 +8,7 @@
 //! `SWAX_REFERENCE_MIXERS=1` forces the reference forms on every device.
 pub mod attention;
 pub mod basic;
+pub mod chunked;
 pub mod gated_delta;
 pub mod mlstm;
 pub mod rattention;

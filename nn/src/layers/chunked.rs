@@ -1,0 +1,84 @@
+//! Evaluation of a long sequence in pieces, without a tape: each mixer carries what the next
+//! piece needs, so memory grows with the piece and the window, not with the sequence (except
+//! full attention, whose window is the whole past). Sliding-window attention carries the qkv
+//! projection of the last W - 1 tokens, the mLSTM and the gated delta rule their recurrent
+//! state (and the delta rule the inputs of its short convolution). The pieces give the same
+//! outputs as one pass over the whole sequence.
+use super::Mixer;
+use crate::block::Block;
+use crate::mixers::mlstm::MlstmState;
+use crate::params::Weights;
+use swax_tensor::{Error, Result, Tensor};
+
+/// What one mixer carries from a piece to the next (`None`s before the first piece).
+#[derive(Clone, Debug, Default)]
+pub struct MixerState {
+    /// Attention: the qkv projection of the tokens still within the window.
+    pub kv_tail: Option<Tensor>,
+    /// mLSTM.
+    pub mlstm: Option<MlstmState>,
+    /// Gated delta rule: the pre-convolution qkv of the last K - 1 tokens, and its state.
+    pub conv_tail: Option<Tensor>,
+    pub delta: Option<Tensor>,
+}
+
+impl Mixer {
+    /// `forward` over the piece x `[B, Tc, C]` whose first token sits at `pos`, carrying
+    /// `state` from the previous piece to the next.
+    pub fn forward_chunk(
+        &self,
+        w: &Weights,
+        x: &Tensor,
+        window: usize,
+        pos: usize,
+        state: &mut MixerState,
+    ) -> Result<Tensor> {
+        let tape = w.tape;
+        let attend = |m: &super::attention::Attention, window: usize, state: &mut MixerState| {
+            let (y, joined) = m.forward_chunk(w, x, window, pos, state.kv_tail.as_ref())?;
+            // A query sees itself and the window - 1 keys before it.
+            let t = joined.dims()[1];
+            let keep = t.min(window.saturating_sub(1));
+            state.kv_tail = Some(tape.narrow(&joined, 1, t - keep, keep)?);
+            Ok(y)
+        };
+        match self {
+            Mixer::Swa(m) => attend(m, window, state),
+            Mixer::Full(m) => attend(m, usize::MAX, state),
+            Mixer::Mlstm(m) => {
+                let (y, s) = m.forward_chunk(w, x, state.mlstm.as_ref())?;
+                state.mlstm = Some(s);
+                Ok(y)
+            }
+            Mixer::GatedDelta(m) => {
+                let (y, tail, s) =
+                    m.forward_chunk(w, x, state.conv_tail.as_ref(), state.delta.as_ref())?;
+                (state.conv_tail, state.delta) = (Some(tail), Some(s));
+                Ok(y)
+            }
+            Mixer::RAttention(_) => Err(Error::Invalid {
+                op: "Mixer::forward_chunk",
+                msg: "RAttention has no chunked form yet (its linear branch takes no state)".into(),
+            }),
+        }
+    }
+}
+
+impl Block {
+    /// `forward` over one piece of a longer sequence; see [`Mixer::forward_chunk`].
+    pub fn forward_chunk(
+        &self,
+        w: &Weights,
+        x: &Tensor,
+        window: usize,
+        pos: usize,
+        state: &mut MixerState,
+    ) -> Result<Tensor> {
+        let tape = w.tape;
+        let normed = self.mixer_norm.forward(w, x)?;
+        let mixed = self.mixer.forward_chunk(w, &normed, window, pos, state)?;
+        let x = tape.add(x, &mixed)?;
+        let y = self.mlp.forward(w, &self.mlp_norm.forward(w, &x)?)?;
+        tape.add(&x, &y)
+    }
+}
