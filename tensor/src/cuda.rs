@@ -208,20 +208,19 @@ fn cu_unary(op: UnaryOp) -> Option<k::unary::UnaryOp> {
 /// Whether a fused mixer kernel has a CUDA version for this dtype and head dim (the mixer's
 /// query `[B, T, H, D]`). The one place that says so: layers read it (through
 /// `Device::has_fused`) to pick the fused or the reference form, so a kernel that lands here is
-/// used by the models with no change elsewhere.
-///
-/// The gated delta rule's CUDA kernels (`gated_delta_forward/backward` below) are written and
-/// compile, but have not yet run on a GPU: GatedDelta stays false, so the models keep the
-/// reference form there, until tests/tests/gpu_recurrent.rs has passed on an H200.
+/// used by the models with no change elsewhere. RAttention's linear branch has no CUDA kernel
+/// yet.
 pub fn has_fused(kernel: FusedKernel, dtype: DType, head_dim: usize) -> bool {
     match kernel {
         // bf16 tensor-core tiles of 64 or 128 columns; f32 would be rounded to bf16 inside, so an
         // f32 model keeps the exact reference.
         FusedKernel::Swa => dtype == DType::BF16 && matches!(head_dim, 64 | 128),
-        // The bf16 path feeds m16n8k16 tiles; the f32 path takes any size.
-        FusedKernel::Mlstm => dtype == DType::F32 || head_dim.is_multiple_of(16),
+        // The bf16 paths feed m16n8k16 tiles; the f32 paths take any size.
+        FusedKernel::Mlstm | FusedKernel::GatedDelta => {
+            dtype == DType::F32 || head_dim.is_multiple_of(16)
+        }
         FusedKernel::ShortConv => true,
-        FusedKernel::Rla | FusedKernel::GatedDelta => false,
+        FusedKernel::Rla => false,
     }
 }
 
