@@ -52,6 +52,7 @@ pub fn run(
         resume,
         stop_at,
         progress: false,
+        profile: false,
         stop: &NEVER,
     };
     train::train(cfg, &opts).expect("training runs")

@@ -60,6 +60,7 @@ fn refuses_to_overwrite_a_run() {
         resume: false,
         stop_at: None,
         progress: false,
+        profile: false,
         stop: &common::NEVER,
     };
     let err = swax_hybrid::train::train(&cfg, &opts)
@@ -90,6 +91,7 @@ fn nan_loss_stops_and_keeps_the_last_checkpoint() {
         resume: true,
         stop_at: None,
         progress: false,
+        profile: false,
         stop: &common::NEVER,
     };
     let err = swax_hybrid::train::train(&cfg, &opts)
@@ -101,4 +103,42 @@ fn nan_loss_stops_and_keeps_the_last_checkpoint() {
         swax_hybrid::train::checkpoint::latest(dir.path()).unwrap(),
         ckpt
     );
+}
+
+#[test]
+fn a_profiled_run_says_where_the_step_time_went() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = micro("SM", 3, &["train.recall_probes=0"]);
+    let opts = swax_hybrid::train::Options {
+        out: dir.path().to_path_buf(),
+        device: Device::Cpu,
+        data: None,
+        resume: false,
+        stop_at: None,
+        progress: false,
+        profile: true,
+        stop: &common::NEVER,
+    };
+    let summary = swax_hybrid::train::train(&cfg, &opts).unwrap();
+    let p = summary.profile.expect("a profiled run has a profile");
+    // Every phase does real work on every step; the forward and backward dominate a CPU step.
+    assert!(
+        p.data > 0.0 && p.forward > 0.0 && p.backward > 0.0 && p.optimizer > 0.0,
+        "{p:?}"
+    );
+    assert!(p.forward + p.backward > p.data + p.optimizer, "{p:?}");
+    assert!(
+        summary.report().contains("backward"),
+        "{}",
+        summary.report()
+    );
+    assert!(run(
+        &micro("SM", 1, &["train.recall_probes=0"]),
+        tempfile::tempdir().unwrap().path(),
+        Device::Cpu,
+        false,
+        None
+    )
+    .profile
+    .is_none());
 }

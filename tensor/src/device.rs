@@ -17,6 +17,14 @@ impl std::fmt::Display for Device {
 }
 
 impl Device {
+    /// Waits for the work queued on the device (nothing to wait for on the CPU): for timing.
+    pub fn synchronize(self) -> crate::Result<()> {
+        match self {
+            Device::Cpu => Ok(()),
+            Device::Cuda(ordinal) => Ok(crate::cuda::device(ordinal)?.synchronize()?),
+        }
+    }
+
     /// Whether this device has the fused kernel `kernel` for this dtype and head dim (the CPU
     /// has them all; CUDA's list is `cuda::has_fused`). Layers use the fused form where it is
     /// true, the reference otherwise.

@@ -39,6 +39,10 @@ pub struct TrainArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Time the phases of each step (data, forward, backward, optimizer) with the device
+    /// synchronized between them, and print where the time went. Slows training a little.
+    #[arg(long)]
+    profile: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -105,6 +109,7 @@ pub fn run(args: TrainArgs) -> CliResult {
         resume: args.resume,
         stop_at: args.stop_at,
         progress: !args.quiet,
+        profile: args.profile,
         stop: &STOP,
     };
     let summary = train::train(&cfg, &opts)?;

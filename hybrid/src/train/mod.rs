@@ -47,8 +47,46 @@ pub struct Options {
     /// Stop (with a checkpoint) once this many steps are done in total, short of `train.steps`.
     pub stop_at: Option<u64>,
     pub progress: bool,
+    /// Synchronize the device between the phases of each step and time them (see
+    /// [`StepProfile`]); costs the overlap of host and device work at the phase boundaries.
+    pub profile: bool,
     /// Set (by Ctrl-C) to stop after the current step, saving a checkpoint.
     pub stop: &'static AtomicBool,
+}
+
+/// Where the steps' time went, in seconds summed over the steps run, measured with the device
+/// synchronized at each phase boundary.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepProfile {
+    /// Drawing the batch and moving it to the device.
+    pub data: f64,
+    /// The forward pass and the loss.
+    pub forward: f64,
+    /// The tape's backward and gathering the gradients.
+    pub backward: f64,
+    /// Clipping and the AdamW update.
+    pub optimizer: f64,
+}
+
+/// A stopwatch that, when on, synchronizes the device before reading the clock, so each lap is
+/// the device time of the work queued since the last one.
+struct Laps {
+    device: Device,
+    on: bool,
+    last: Instant,
+}
+
+impl Laps {
+    fn lap(&mut self) -> swax_tensor::Result<f64> {
+        if !self.on {
+            return Ok(0.0);
+        }
+        self.device.synchronize()?;
+        let now = Instant::now();
+        let secs = (now - self.last).as_secs_f64();
+        self.last = now;
+        Ok(secs)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -69,6 +107,8 @@ pub struct Summary {
     pub interrupted: bool,
     pub data: String,
     pub eval_window: usize,
+    /// Where the time went, when the run was profiled.
+    pub profile: Option<StepProfile>,
 }
 
 /// The compute dtype of `cfg` on `device`.
@@ -183,9 +223,16 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
     let mut recent: Vec<f64> = Vec::new();
     let mut val_loss = None;
     let mut interrupted = false;
+    let mut laps = Laps {
+        device,
+        on: opts.profile,
+        last: Instant::now(),
+    };
+    let mut profile = StepProfile::default();
 
     for step in start_step..end {
         let step_clock = Instant::now();
+        laps.lap()?;
         let window = windows.window(step);
         let lr = lrs.lr(step);
         let mut loss_sum = 0.0;
@@ -196,7 +243,9 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
             let w = Weights::training(&tape, &model.params, dtype)?;
             let x = eval::ids(&batch.inputs, batch.b, batch.t, device)?;
             let y = eval::ids(&batch.targets, batch.b, batch.t, device)?;
+            profile.data += laps.lap()?;
             let loss = model.loss(&w, &x, &y, window)?;
+            profile.forward += laps.lap()?;
             let scaled = tape.scale(&loss, 1.0 / t.grad_accum as f64)?;
             let g = tape.backward(&scaled)?;
             let micro: Vec<Tensor> = model
@@ -215,6 +264,7 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
                     .map(|(a, m)| a.add(m))
                     .collect::<swax_tensor::Result<_>>()?,
             });
+            profile.backward += laps.lap()?;
             loss_sum += loss.to_scalar()?;
         }
         let loss = loss_sum / t.grad_accum as f64;
@@ -233,6 +283,7 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         let grads = grads.expect("grad_accum >= 1");
         let stats = opt.step(&mut model.params, &grads, lr)?;
         let grad_norm = stats.grad_norm.to_scalar()?;
+        profile.optimizer += laps.lap()?;
         state.step = step + 1;
         state.adamw_step = opt.step;
         state.tokens_seen += tokens_per_step;
@@ -303,6 +354,7 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         device,
         dtype,
         interrupted,
+        profile: opts.profile.then_some(profile),
         data: data.origin.clone(),
         eval_window,
     };
@@ -363,6 +415,18 @@ impl Summary {
             "metrics {run}/metrics.jsonl, loss curve {run}/loss.svg, checkpoint {}\n",
             checkpoint::latest(&self.run).map_or("none".into(), |d| d.display().to_string())
         );
+        if let Some(p) = &self.profile {
+            let total = p.data + p.forward + p.backward + p.optimizer;
+            let share = |x: f64| 100.0 * x / total.max(1e-12);
+            s += &format!(
+                "step time (device synchronized between phases): data {:.1}%, forward {:.1}%, \
+                 backward {:.1}%, optimizer {:.1}%\n",
+                share(p.data),
+                share(p.forward),
+                share(p.backward),
+                share(p.optimizer)
+            );
+        }
         if self.interrupted || self.steps < self.total_steps {
             s += &format!("continue with: swax train --out {run} --resume\n");
         }
