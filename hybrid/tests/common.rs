@@ -38,6 +38,20 @@ pub fn micro(pattern: &str, steps: u64, extra: &[&str]) -> Config {
     Config::resolve(Some("swax-tiny"), &sets).expect("the micro config is valid")
 }
 
+/// Options for a quiet run into `out` on `device`, from the start, to the configured end.
+pub fn options(out: &Path, device: Device) -> Options {
+    Options {
+        out: out.to_path_buf(),
+        device,
+        data: None,
+        resume: false,
+        stop_at: None,
+        progress: false,
+        profile: false,
+        stop: &NEVER,
+    }
+}
+
 pub fn run(
     cfg: &Config,
     out: &Path,
@@ -46,14 +60,9 @@ pub fn run(
     stop_at: Option<u64>,
 ) -> Summary {
     let opts = Options {
-        out: out.to_path_buf(),
-        device,
-        data: None,
         resume,
         stop_at,
-        progress: false,
-        profile: false,
-        stop: &NEVER,
+        ..options(out, device)
     };
     train::train(cfg, &opts).expect("training runs")
 }

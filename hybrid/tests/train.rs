@@ -53,17 +53,7 @@ fn refuses_to_overwrite_a_run() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = micro("SM", 1, &["train.recall_probes=0"]);
     run(&cfg, dir.path(), Device::Cpu, false, None);
-    let opts = swax_hybrid::train::Options {
-        out: dir.path().to_path_buf(),
-        device: Device::Cpu,
-        data: None,
-        resume: false,
-        stop_at: None,
-        progress: false,
-        profile: false,
-        stop: &common::NEVER,
-    };
-    let err = swax_hybrid::train::train(&cfg, &opts)
+    let err = swax_hybrid::train::train(&cfg, &common::options(dir.path(), Device::Cpu))
         .unwrap_err()
         .to_string();
     assert!(err.contains("--resume"), "{err}");
@@ -110,14 +100,8 @@ fn a_profiled_run_says_where_the_step_time_went() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = micro("SM", 3, &["train.recall_probes=0"]);
     let opts = swax_hybrid::train::Options {
-        out: dir.path().to_path_buf(),
-        device: Device::Cpu,
-        data: None,
-        resume: false,
-        stop_at: None,
-        progress: false,
         profile: true,
-        stop: &common::NEVER,
+        ..common::options(dir.path(), Device::Cpu)
     };
     let summary = swax_hybrid::train::train(&cfg, &opts).unwrap();
     let p = summary.profile.expect("a profiled run has a profile");
