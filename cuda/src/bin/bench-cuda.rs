@@ -5,14 +5,17 @@
 //! - memory-bound kernels on >= 256 MiB inputs against a device-to-device copy, GB/s counting
 //!   bytes read + written once;
 //! - an allocation served by the pool against cuMemAlloc + cuMemFree;
-//! - the host cost of one kernel launch (this crate keeps no cudarc-managed buffers, so there
-//!   is no event tracking to compare against).
+//! - the host cost of one kernel launch, and what cudarc's per-buffer event tracking (its issue
+//!   #386) would add to it: a launch through cudarc's own `launch_builder` on a `CudaSlice`
+//!   created with tracking on, then off (swax keeps no cudarc-managed buffers, so it never pays
+//!   for tracking).
 //!
 //! GPU work is timed with CUDA events around each repetition after warm-up; the median is
 //! reported. Inputs are random, never zeros. Run: `bench-cuda [--quick]`.
 
 use cudarc::cublas::{result as cublas, sys as cublas_sys};
 use cudarc::driver::result as driver;
+use cudarc::driver::PushKernelArg;
 use half::bf16;
 use std::time::Instant;
 use swax_cuda::kernels::binary::{binary_same_shape, BinaryOp};
@@ -296,6 +299,59 @@ fn bench_launch(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
+fn bench_event_tracking(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
+    let ptx = cudarc::nvrtc::compile_ptx(
+        "extern \"C\" __global__ void touch(float* x) { x[0] += 1.0f; }",
+    )?;
+    let ctx = dev.context();
+    let touch = ctx.load_module(ptx)?.load_function("touch")?;
+    let stream = dev.stream();
+    let launch_us = |tracking: bool| -> Result<f64> {
+        // SAFETY: one stream only, so there is no cross-stream use for tracking to order; the
+        // flag only decides whether the slice made next records events. It is switched back off,
+        // as swax-cuda leaves it.
+        unsafe {
+            if tracking {
+                ctx.enable_event_tracking()
+            } else {
+                ctx.disable_event_tracking()
+            }
+        }
+        let mut x = stream.alloc_zeros::<f32>(1)?;
+        // SAFETY: as above.
+        unsafe { ctx.disable_event_tracking() };
+        let cfg = cudarc::driver::LaunchConfig::for_num_elems(1);
+        let mut launch = || -> Result<()> {
+            let mut args = stream.launch_builder(&touch);
+            args.arg(&mut x);
+            // SAFETY: `touch` takes one float pointer and writes its first element; `x` holds one.
+            unsafe { args.launch(cfg)? };
+            Ok(())
+        };
+        for _ in 0..100 {
+            launch()?;
+        }
+        stream.synchronize()?;
+        let iters = 20_000;
+        let t = Instant::now();
+        for _ in 0..iters {
+            launch()?;
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+        stream.synchronize()?;
+        Ok(us)
+    };
+    let (on, off) = (launch_us(true)?, launch_us(false)?);
+    rows.push(Row {
+        what: "cudarc launch_builder: event tracking off vs on (cudarc #386)".into(),
+        size: "1 element".into(),
+        ours: format!("{off:.2} us"),
+        reference: format!("{on:.2} us"),
+        ratio: Some(on / off),
+    });
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
     let reps = if quick { 5 } else { 51 };
@@ -303,6 +359,7 @@ fn main() -> Result<()> {
     println!("device: {dev:?}, {} SMs\n", dev.sm_count());
     let mut rows = Vec::new();
     bench_launch(&dev, &mut rows)?;
+    bench_event_tracking(&dev, &mut rows)?;
     bench_alloc(&dev, &mut rows)?;
     bench_gemm(&dev, &mut rows, reps)?;
     bench_memory(&dev, &mut rows, reps)?;
