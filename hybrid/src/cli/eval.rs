@@ -2,6 +2,7 @@
 //! the loss by position past the training length, for one checkpoint at one window; results,
 //! tables and plots go to `RUN/eval/w<WINDOW>/` (see `swax_hybrid::eval`).
 use std::path::PathBuf;
+use std::time::Instant;
 
 use clap::Args;
 use swax_data::TokenizerKind;
@@ -123,13 +124,15 @@ pub fn run(args: EvalArgs) -> CliResult {
         };
         'lengths: for &len in &lengths {
             for &depth in &depths {
+                let clock = Instant::now();
                 match eval_task(&*f, &*tok, task, len, depth, args.samples, args.seed) {
                     Ok(cell) => {
                         eprintln!(
-                            "  {} len {len} depth {}: {:.1}%",
+                            "  {} len {len} depth {}: {:.1}% ({})",
                             task.name(),
                             depth.map_or("-".into(), |d| format!("{d:.2}")),
-                            cell.accuracy()
+                            cell.accuracy(),
+                            throughput(len * args.samples, clock)
                         );
                         cells.push(cell);
                     }
@@ -146,16 +149,14 @@ pub fn run(args: EvalArgs) -> CliResult {
         true => {
             let len = *lengths.iter().max().expect("at least one length");
             let seqs = held_out(cfg, args.data.as_deref(), len, args.samples)?;
+            let clock = Instant::now();
             let unit = match kind {
                 TokenizerKind::Bytes => "bits/byte",
                 _ => "bits/token",
             };
-            Some(loss_curve(
-                &*f,
-                &seqs,
-                args.bucket.unwrap_or(train_len),
-                unit,
-            )?)
+            let curve = loss_curve(&*f, &seqs, args.bucket.unwrap_or(train_len), unit)?;
+            eprintln!("  loss len {len}: {}", throughput(len * seqs.len(), clock));
+            Some(curve)
         }
         false => None,
     };
@@ -176,4 +177,14 @@ pub fn run(args: EvalArgs) -> CliResult {
     print!("{}", markdown(&[results]));
     eprintln!("wrote {} files to {}", files.len(), dir.display());
     Ok(())
+}
+
+/// Tokens per second since `clock` (every token is read back through the logits, so the device
+/// work is finished), for the progress lines.
+fn throughput(tokens: usize, clock: Instant) -> String {
+    let secs = clock.elapsed().as_secs_f64();
+    format!(
+        "{tokens} tokens in {secs:.2} s, {:.0} tokens/s",
+        tokens as f64 / secs.max(1e-9)
+    )
 }
