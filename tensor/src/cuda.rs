@@ -154,19 +154,13 @@ impl CudaStorage {
         )
     }
 
-    /// An f32 copy of a float buffer (norm weights: the kernels read them in f32).
-    fn as_f32(&self, b: &Buffer) -> Result<Buffer> {
-        let mut y = self.alloc(cu::DType::F32, b.len())?;
-        k::cast::cast(self.dev(), b, &mut y)?;
-        Ok(y)
-    }
-
-    /// A bf16 copy of `b`, or None when it already is bf16 (the caller then reads `b`).
-    fn bf16(&self, b: &Buffer) -> Result<Option<Buffer>> {
-        if b.dtype() == cu::DType::BF16 {
+    /// A `dtype` copy of `b`, or None when `b` already is `dtype` (the caller then reads `b`):
+    /// norm weights and dloss go to the kernels in f32, attention operands in bf16.
+    fn converted(&self, b: &Buffer, dtype: cu::DType) -> Result<Option<Buffer>> {
+        if b.dtype() == dtype {
             return Ok(None);
         }
-        let mut y = self.alloc(cu::DType::BF16, b.len())?;
+        let mut y = self.alloc(dtype, b.len())?;
         k::cast::cast(self.dev(), b, &mut y)?;
         Ok(Some(y))
     }
@@ -596,10 +590,11 @@ impl Backend for CudaStorage {
     }
 
     fn rms_norm(&self, weight: &Self, n: usize, eps: f64) -> Result<(Self, Self)> {
-        let w = self.as_f32(&weight.buf)?;
+        let w32 = self.converted(&weight.buf, cu::DType::F32)?;
+        let w = w32.as_ref().unwrap_or(&weight.buf);
         let mut y = self.alloc_like(self.buf.len())?;
         let mut rstd = self.alloc(cu::DType::F32, self.buf.len() / n.max(1))?;
-        k::norm::rms_norm(self.dev(), &self.buf, n, &w, eps as f32, &mut y, &mut rstd)?;
+        k::norm::rms_norm(self.dev(), &self.buf, n, w, eps as f32, &mut y, &mut rstd)?;
         Ok((Self::wrap(y), Self::wrap(rstd)))
     }
 
@@ -610,14 +605,15 @@ impl Backend for CudaStorage {
         dy: &Self,
         n: usize,
     ) -> Result<(Self, Self)> {
-        let w = self.as_f32(&weight.buf)?;
+        let w32 = self.converted(&weight.buf, cu::DType::F32)?;
+        let w = w32.as_ref().unwrap_or(&weight.buf);
         let mut dx = self.alloc_like(self.buf.len())?;
         let mut dw = self.alloc(cu::DType::F32, n)?;
         k::norm::rms_norm_backward(
             self.dev(),
             &self.buf,
             n,
-            &w,
+            w,
             &rstd.buf,
             &dy.buf,
             &mut dx,
@@ -636,7 +632,14 @@ impl Backend for CudaStorage {
         n: usize,
         eps: f64,
     ) -> Result<(Self, Self, Self)> {
-        let (w, b) = (self.as_f32(&weight.buf)?, self.as_f32(&bias.buf)?);
+        let (w32, b32) = (
+            self.converted(&weight.buf, cu::DType::F32)?,
+            self.converted(&bias.buf, cu::DType::F32)?,
+        );
+        let (w, b) = (
+            w32.as_ref().unwrap_or(&weight.buf),
+            b32.as_ref().unwrap_or(&bias.buf),
+        );
         let rows = self.buf.len() / n.max(1);
         let mut y = self.alloc_like(self.buf.len())?;
         let mut mean = self.alloc(cu::DType::F32, rows)?;
@@ -645,8 +648,8 @@ impl Backend for CudaStorage {
             self.dev(),
             &self.buf,
             n,
-            &w,
-            &b,
+            w,
+            b,
             eps as f32,
             &mut y,
             &mut mean,
@@ -663,7 +666,8 @@ impl Backend for CudaStorage {
         dy: &Self,
         n: usize,
     ) -> Result<(Self, Self, Self)> {
-        let w = self.as_f32(&weight.buf)?;
+        let w32 = self.converted(&weight.buf, cu::DType::F32)?;
+        let w = w32.as_ref().unwrap_or(&weight.buf);
         let mut dx = self.alloc_like(self.buf.len())?;
         let mut dw = self.alloc(cu::DType::F32, n)?;
         let mut db = self.alloc(cu::DType::F32, n)?;
@@ -671,7 +675,7 @@ impl Backend for CudaStorage {
             self.dev(),
             &self.buf,
             n,
-            &w,
+            w,
             &mean.buf,
             &rstd.buf,
             &dy.buf,
@@ -728,7 +732,8 @@ impl Backend for CudaStorage {
         ignore_index: Option<u32>,
     ) -> Result<Self> {
         let mut dlogits = self.alloc_like(self.buf.len())?;
-        let dloss = self.as_f32(&dloss.buf)?;
+        let dloss32 = self.converted(&dloss.buf, cu::DType::F32)?;
+        let dloss = dloss32.as_ref().unwrap_or(&dloss.buf);
         k::cross_entropy::cross_entropy_backward(
             self.dev(),
             &self.buf,
@@ -737,7 +742,7 @@ impl Backend for CudaStorage {
             ignore_index.unwrap_or(u32::MAX),
             &lse.buf,
             &count.buf,
-            &dloss,
+            dloss,
             &mut dlogits,
         )?;
         Ok(Self::wrap(dlogits))
@@ -931,9 +936,9 @@ impl Backend for CudaStorage {
         scale: f64,
     ) -> Result<(Self, Self)> {
         let (qc, kc, vc) = (
-            self.bf16(&self.buf)?,
-            self.bf16(&k.buf)?,
-            self.bf16(&v.buf)?,
+            self.converted(&self.buf, cu::DType::BF16)?,
+            self.converted(&k.buf, cu::DType::BF16)?,
+            self.converted(&v.buf, cu::DType::BF16)?,
         );
         let mut o = self.alloc(cu::DType::BF16, self.buf.len())?;
         let mut lse = self.alloc(cu::DType::F32, dims.b * dims.h * dims.t)?;
@@ -963,8 +968,8 @@ impl Backend for CudaStorage {
         window: usize,
         scale: f64,
     ) -> Result<(Self, Self, Self)> {
-        let [qc, kc, vc, oc, dc] =
-            [&self.buf, &k.buf, &v.buf, &o.buf, &dout.buf].map(|b| self.bf16(b));
+        let [qc, kc, vc, oc, dc] = [&self.buf, &k.buf, &v.buf, &o.buf, &dout.buf]
+            .map(|b| self.converted(b, cu::DType::BF16));
         let (qc, kc, vc, oc, dc) = (qc?, kc?, vc?, oc?, dc?);
         let mut dq = self.alloc_like(self.buf.len())?;
         let mut dk = self.alloc(cu::DType::BF16, k.buf.len())?;
