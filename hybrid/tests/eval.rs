@@ -1,12 +1,13 @@
 //! Long-context evaluation without a trained model: the exact-match scorer on hand-made
 //! predictors (always right, never right, right but for one answer token), the loss curve of a
-//! uniform predictor, and reports rendered from saved results files alone.
+//! uniform predictor and of one whose loss depends on the position, each handing its logits over
+//! in pieces, and reports rendered from saved results files alone.
 use std::path::Path;
 
 use swax_data::{Answer, TaskSample, Tokenizer, TokenizerKind};
 use swax_hybrid::eval::report::{load, markdown, write_eval, write_report};
 use swax_hybrid::eval::results::{EvalResults, LossBucket, LossCurve, TaskCell};
-use swax_hybrid::eval::run::{eval_task, loss_curve, score_sample, Forward, Task};
+use swax_hybrid::eval::run::{eval_task, loss_curve, row_nll, score_sample, Forward, Task};
 use swax_hybrid::eval::score::exact_answers;
 use swax_tensor::{Device, Tensor};
 
@@ -23,6 +24,19 @@ fn one_hot(t: usize, pick: impl Fn(usize) -> u32) -> Result<Tensor> {
     Ok(Tensor::from_vec(v, vec![t, V], Device::Cpu)?)
 }
 
+/// Hands `logits` `[T, V]` to `each` in pieces of `size` rows, as a chunked model would.
+fn in_pieces(
+    logits: Tensor,
+    size: usize,
+    each: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
+) -> Result<()> {
+    let t = logits.dims()[0];
+    for start in (0..t).step_by(size) {
+        each(start, &logits.narrow(0, start, size.min(t - start))?)?;
+    }
+    Ok(())
+}
+
 /// Predicts `truth[t + 1]` after token t, except at the positions in `wrong`.
 struct Oracle<'a> {
     truth: &'a [u32],
@@ -30,19 +44,24 @@ struct Oracle<'a> {
 }
 
 impl Forward for Oracle<'_> {
-    fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
+    fn pieces(
+        &self,
+        tokens: &[u32],
+        each: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
+    ) -> Result<()> {
         assert_eq!(
             tokens,
             &self.truth[..tokens.len()],
             "teacher forcing feeds the truth"
         );
-        one_hot(tokens.len(), |t| {
+        let logits = one_hot(tokens.len(), |t| {
             let right = self.truth[t + 1];
             match self.wrong.contains(&t) {
                 true => (right + 1) % V as u32,
                 false => right,
             }
-        })
+        })?;
+        in_pieces(logits, 37, each)
     }
 }
 
@@ -50,8 +69,12 @@ impl Forward for Oracle<'_> {
 struct Constant;
 
 impl Forward for Constant {
-    fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
-        one_hot(tokens.len(), |_| 0)
+    fn pieces(
+        &self,
+        tokens: &[u32],
+        each: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
+    ) -> Result<()> {
+        each(0, &one_hot(tokens.len(), |_| 0)?)
     }
 }
 
@@ -59,12 +82,40 @@ impl Forward for Constant {
 struct Uniform;
 
 impl Forward for Uniform {
-    fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
-        Ok(Tensor::zeros(
-            vec![tokens.len(), V],
-            swax_tensor::DType::F32,
-            Device::Cpu,
-        )?)
+    fn pieces(
+        &self,
+        tokens: &[u32],
+        each: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
+    ) -> Result<()> {
+        let logits = Tensor::zeros(vec![tokens.len(), V], swax_tensor::DType::F32, Device::Cpu)?;
+        in_pieces(logits, 7, each)
+    }
+}
+
+/// After token t, a logit of `t / 10` on the token that follows it in `truth` and 0 elsewhere:
+/// the loss falls with the position, `ln(V - 1 + e^a) - a` at `a = t / 10`.
+struct Sharpening<'a> {
+    truth: &'a [u32],
+}
+
+impl Sharpening<'_> {
+    fn logit(t: usize) -> f32 {
+        t as f32 / 10.0
+    }
+}
+
+impl Forward for Sharpening<'_> {
+    fn pieces(
+        &self,
+        tokens: &[u32],
+        each: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
+    ) -> Result<()> {
+        let t = tokens.len();
+        let mut v = vec![0f32; t * V];
+        for i in 0..t {
+            v[i * V + self.truth[i + 1] as usize] = Self::logit(i);
+        }
+        in_pieces(Tensor::from_vec(v, vec![t, V], Device::Cpu)?, 13, each)
     }
 }
 
@@ -176,6 +227,49 @@ fn the_uniform_predictor_has_log2_v_bits_in_every_bucket() {
     }
     let ragged = vec![vec![1u32; 10], vec![1u32; 11]];
     assert!(loss_curve(&Uniform, &ragged, 4, "bits/byte").is_err());
+}
+
+#[test]
+fn the_loss_curve_places_each_pieces_rows_at_their_positions() {
+    let seq: Vec<u32> = (0..61).map(|t| (t * 11 + 3) % 256).collect();
+    let curve = loss_curve(&Sharpening { truth: &seq }, &[seq.clone()], 16, "bits/byte").unwrap();
+    let nll = |t: usize| {
+        let a = f64::from(Sharpening::logit(t));
+        ((V - 1) as f64 + a.exp()).ln() - a
+    };
+    for b in &curve.buckets {
+        let want = (b.start..b.end).map(nll).sum::<f64>()
+            / (b.end - b.start) as f64
+            / std::f64::consts::LN_2;
+        assert!((b.bits - want).abs() < 1e-4, "{b:?}: want {want}");
+    }
+    assert!(curve.buckets[0].bits > curve.buckets[3].bits + 1.0);
+}
+
+#[test]
+fn row_nll_is_the_log_softmax_at_the_target_and_rejects_a_token_outside_the_vocabulary() {
+    let (t, v) = (5, 7);
+    let x: Vec<f32> = (0..t * v)
+        .map(|i| ((i * 13) % 11) as f32 * 0.3 - 1.0)
+        .collect();
+    let logits = Tensor::from_vec(x.clone(), vec![t, v], Device::Cpu).unwrap();
+    let targets = [0u32, 6, 3, 3, 1];
+    let got = row_nll(&logits, &targets).unwrap();
+    for (r, &y) in targets.iter().enumerate() {
+        let row = &x[r * v..(r + 1) * v];
+        let lse = row.iter().map(|&a| f64::from(a).exp()).sum::<f64>().ln();
+        let want = lse - f64::from(row[y as usize]);
+        assert!((f64::from(got[r]) - want).abs() < 1e-5, "row {r}");
+    }
+    let err = row_nll(&logits, &[0, 1, 7, 0, 0]).unwrap_err().to_string();
+    assert!(
+        err.contains("token 7") && err.contains("vocabulary of 7"),
+        "{err}"
+    );
+    assert!(
+        row_nll(&logits, &[0, 1]).is_err(),
+        "fewer targets than rows"
+    );
 }
 
 fn results(run: &Path, window: usize, niah: [usize; 2]) -> EvalResults {
@@ -310,16 +404,17 @@ fn reports_render_from_saved_results_without_a_model() {
     assert_eq!(heat.matches("<rect x=").count(), 4, "2 depths x 2 lengths");
 }
 
-/// A micro model of every mixer with a chunked form, evaluated in pieces that do not divide
-/// the sequence, with windows shorter and longer than a piece.
+/// A micro model of every mixer, evaluated in pieces that do not divide the sequence, with
+/// windows shorter and longer than a piece (RAttention's linear branch then reads keys from
+/// the carried state, from the tail and from the piece itself).
 #[test]
 fn chunked_evaluation_equals_one_shot() {
     use swax_hybrid::config::Config;
-    use swax_hybrid::eval::run::{Chunked, OneShot};
+    use swax_hybrid::eval::run::{all_logits, Chunked, OneShot};
     use swax_hybrid::model::Model;
     let sets: Vec<String> = [
-        "model.pattern=SMGF",
-        "model.n_layers=4",
+        "model.pattern=SMGRF",
+        "model.n_layers=5",
         "model.d_model=32",
         "model.n_heads=2",
         "model.n_kv_heads=1",
@@ -346,8 +441,8 @@ fn chunked_evaluation_equals_one_shot() {
             dtype,
             device: Device::Cpu,
         };
-        let a = one.logits(&tokens).unwrap().to_f64_vec().unwrap();
-        let b = pieces.logits(&tokens).unwrap().to_f64_vec().unwrap();
+        let a = all_logits(&one, &tokens).unwrap().to_f64_vec().unwrap();
+        let b = all_logits(&pieces, &tokens).unwrap().to_f64_vec().unwrap();
         assert_eq!(a.len(), b.len());
         let err = a
             .iter()
@@ -359,17 +454,4 @@ fn chunked_evaluation_equals_one_shot() {
             "window {window} chunk {chunk}: max |one-shot - chunked| {err}"
         );
     }
-    let rcfg = Config::resolve(Some("swax-tiny"), &["model.pattern=R".to_string()]).unwrap();
-    let r = Model::new(&rcfg.model, 0, Device::Cpu).unwrap();
-    let pieces = Chunked {
-        model: &r,
-        window: 4,
-        chunk: 8,
-        dtype: swax_tensor::DType::F32,
-        device: Device::Cpu,
-    };
-    assert!(
-        pieces.logits(&tokens).is_err(),
-        "RAttention has no chunked form yet"
-    );
 }

@@ -19,9 +19,15 @@ use crate::train::eval::ids;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-/// Something that gives next-token logits `[T, V]` for a sequence of T token ids.
+/// Something that gives next-token logits for a sequence of token ids, piece by piece: `each`
+/// gets the logits `[Tc, V]` of consecutive pieces in order (with the position of each piece's
+/// first row), so a caller that scores a piece as it comes holds one piece's logits at a time.
 pub trait Forward {
-    fn logits(&self, tokens: &[u32]) -> Result<Tensor>;
+    fn pieces(
+        &self,
+        tokens: &[u32],
+        each: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
+    ) -> Result<()>;
 }
 
 /// The whole sequence in one pass, without a tape (`Weights::inference`).
@@ -33,7 +39,11 @@ pub struct OneShot<'a> {
 }
 
 impl Forward for OneShot<'_> {
-    fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
+    fn pieces(
+        &self,
+        tokens: &[u32],
+        each: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
+    ) -> Result<()> {
         let tape = Tape::new();
         let w = Weights::inference(&tape, &self.model.params, self.dtype)?;
         let t = tokens.len();
@@ -41,7 +51,7 @@ impl Forward for OneShot<'_> {
             .model
             .logits(&w, &ids(tokens, 1, t, self.device)?, self.window)?;
         let v = logits.dims()[2];
-        Ok(logits.reshape(vec![t, v])?)
+        each(0, &logits.reshape(vec![t, v])?)
     }
 }
 
@@ -57,21 +67,70 @@ pub struct Chunked<'a> {
 }
 
 impl Forward for Chunked<'_> {
-    fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
+    fn pieces(
+        &self,
+        tokens: &[u32],
+        each: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
+    ) -> Result<()> {
         let tape = Tape::new();
         let w = Weights::inference(&tape, &self.model.params, self.dtype)?;
         let mut state = EvalState::default();
-        let pieces = tokens
-            .chunks(self.chunk.max(1))
-            .map(|piece| {
-                let x = ids(piece, 1, piece.len(), self.device)?;
-                let logits = self.model.forward_chunk(&w, &x, self.window, &mut state)?;
-                let v = logits.dims()[2];
-                Ok(logits.reshape(vec![piece.len(), v])?)
-            })
-            .collect::<Result<Vec<Tensor>>>()?;
-        Ok(Tensor::concat(&pieces.iter().collect::<Vec<_>>(), 0)?)
+        let step = self.chunk.max(1);
+        for (i, piece) in tokens.chunks(step).enumerate() {
+            let x = ids(piece, 1, piece.len(), self.device)?;
+            let logits = self.model.forward_chunk(&w, &x, self.window, &mut state)?;
+            let v = logits.dims()[2];
+            each(i * step, &logits.reshape(vec![piece.len(), v])?)?;
+        }
+        Ok(())
     }
+}
+
+/// The logits `[T, V]` of the whole sequence, joined from `f`'s pieces (for tests and small
+/// inputs: scoring never needs them all at once).
+pub fn all_logits(f: &dyn Forward, tokens: &[u32]) -> Result<Tensor> {
+    let mut parts = Vec::new();
+    f.pieces(tokens, &mut |_, logits| {
+        parts.push(logits.clone());
+        Ok(())
+    })?;
+    Ok(Tensor::concat(&parts.iter().collect::<Vec<_>>(), 0)?)
+}
+
+/// The negative log-likelihood (nats, f32) of each row's target under logits `[T, V]`:
+/// `lse(row) - row[target]`, computed where the logits are, so only T numbers come back.
+pub fn row_nll(logits: &Tensor, targets: &[u32]) -> Result<Vec<f32>> {
+    let (t, v) = (logits.dims()[0], logits.dims()[1]);
+    if targets.len() != t {
+        return Err(format!("{} targets for {t} logit rows", targets.len()).into());
+    }
+    if let Some(&bad) = targets.iter().find(|&&y| y as usize >= v) {
+        return Err(format!("target token {bad} is outside the vocabulary of {v}").into());
+    }
+    // The flat index of a row's target must fit a U32 id: take the rows in blocks.
+    let rows = (u32::MAX as usize / v.max(1)).max(1);
+    let mut out = Vec::with_capacity(t);
+    for start in (0..t).step_by(rows) {
+        let n = rows.min(t - start);
+        let block = logits.narrow(0, start, n)?;
+        let tg = &targets[start..start + n];
+        let (_, stats) =
+            block.cross_entropy(&ids(tg, 1, n, block.device())?.reshape(vec![n])?, None)?;
+        let at: Vec<u32> = tg
+            .iter()
+            .enumerate()
+            .map(|(r, &y)| (r * v) as u32 + y)
+            .collect();
+        let picked = block
+            .reshape(vec![n * v])?
+            .index_select(0, &Tensor::from_vec(at, vec![n], block.device())?)?;
+        let nll = stats
+            .lse
+            .to_dtype(DType::F32)?
+            .sub(&picked.to_dtype(DType::F32)?)?;
+        out.extend(nll.to_vec::<f32>()?);
+    }
+    Ok(out)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,9 +211,14 @@ impl std::str::FromStr for Task {
     }
 }
 
-/// Greedy argmax after every token of `tokens`.
+/// Greedy argmax after every token of `tokens`, taken piece by piece where the logits are.
 pub fn predictions(f: &dyn Forward, tokens: &[u32]) -> Result<Vec<u32>> {
-    Ok(f.logits(tokens)?.argmax(-1, false)?.to_vec::<u32>()?)
+    let mut pred = Vec::with_capacity(tokens.len());
+    f.pieces(tokens, &mut |_, logits| {
+        pred.extend(logits.argmax(-1, false)?.to_vec::<u32>()?);
+        Ok(())
+    })?;
+    Ok(pred)
 }
 
 /// Per answer of `sample`, whether the greedy model gets it exactly (one pass over its prefix).
@@ -217,12 +281,14 @@ pub fn loss_curve(
             )
             .into());
         }
-        let logp = f.logits(&seq[..len])?.log_softmax()?.to_dtype(DType::F32)?;
-        let v = logp.dims()[1];
-        let logp = logp.to_vec::<f32>()?;
-        for t in 0..len {
-            sums[t / bucket] -= f64::from(logp[t * v + seq[t + 1] as usize]);
-        }
+        f.pieces(&seq[..len], &mut |start, logits| {
+            let rows = logits.dims()[0];
+            let nll = row_nll(logits, &seq[start + 1..start + 1 + rows])?;
+            for (r, x) in nll.into_iter().enumerate() {
+                sums[(start + r) / bucket] += f64::from(x);
+            }
+            Ok(())
+        })?;
     }
     let count = seqs.len().max(1) as f64;
     Ok(LossCurve {

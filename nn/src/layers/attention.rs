@@ -1,6 +1,7 @@
 //! The attention layer (sliding-window or full): q, k, v from one projection, RoPE on q and k,
 //! grouped-query heads, the SWA mixer, the output projection.
 use super::basic::{Linear, INIT_STD};
+use super::chunked::join_tail;
 use super::{fused, in_f32, MixerDims};
 use crate::mixers::attention::{fused as fused_swa, reference};
 use crate::params::{Params, Weights};
@@ -40,38 +41,16 @@ impl Attention {
         })
     }
 
-    /// x `[B, T, C]`; each query sees `window` keys (itself included).
+    /// x `[B, T, C]`; each query sees `window` keys (itself included). A whole sequence is
+    /// one piece with nothing before it.
     pub fn forward(&self, w: &Weights, x: &Tensor, window: usize) -> Result<Tensor> {
-        let tape = w.tape;
-        let (b, t) = (x.dims()[0], x.dims()[1]);
-        let (h, hkv, d) = (self.h, self.hkv, self.d);
-        let qkv = self.qkv.forward(w, x)?;
-        let part = |start: usize, heads: usize| {
-            tape.reshape(
-                &tape.narrow(&qkv, -1, start * d, heads * d)?,
-                vec![b, t, heads, d],
-            )
-        };
-        let q = tape.rope(&part(0, h)?, 0, self.rope_theta)?;
-        let k = tape.rope(&part(h, hkv)?, 0, self.rope_theta)?;
-        let v = part(h + hkv, hkv)?;
-        let o = if fused(&q, &[FusedKernel::Swa]) {
-            fused_swa::swa(tape, &q, &k, &v, window, None)?
-        } else {
-            in_f32(w, [&q, &k, &v], |[q, k, v]| {
-                reference::swa(tape, &q, &k, &v, window, None)
-            })?
-        };
-        self.out.forward(w, &tape.reshape(&o, vec![b, t, h * d])?)
+        Ok(self.forward_chunk(w, x, window, 0, None)?.0)
     }
-}
 
-impl Attention {
-    /// `forward` over one piece x `[B, Tc, C]` of a longer sequence (evaluation, no tape):
-    /// `tail` is the qkv projection of the tokens just before x (those within the window), `pos`
-    /// the absolute position of x's first token. The piece runs joined to its tail, whose
-    /// queries are computed and dropped, so it uses the same kernel as `forward`. Returns the
-    /// output for x and the joined qkv, to cut the next tail from.
+    /// One piece x `[B, Tc, C]` of a longer sequence whose first token is at `pos`: `tail` is
+    /// the qkv projection of the tokens just before it (those within the window). The piece runs
+    /// joined to its tail, whose queries are computed and dropped. Returns the output for x and
+    /// the joined qkv, to cut the next tail from.
     pub fn forward_chunk(
         &self,
         w: &Weights,
@@ -83,16 +62,8 @@ impl Attention {
         let tape = w.tape;
         let (b, tc) = (x.dims()[0], x.dims()[1]);
         let (h, hkv, d) = (self.h, self.hkv, self.d);
-        let qkv = self.qkv.forward(w, x)?;
-        let qkv = match tail {
-            Some(tail) => tape.concat(&[tail, &qkv], 1)?,
-            None => qkv,
-        };
+        let (qkv, start) = join_tail(tape, &self.qkv.forward(w, x)?, tail, pos)?;
         let t = qkv.dims()[1];
-        let start = pos.checked_sub(t - tc).ok_or_else(|| Error::Invalid {
-            op: "Attention::forward_chunk",
-            msg: format!("a tail of {} tokens before position {pos}", t - tc),
-        })?;
         let part = |first: usize, heads: usize| {
             tape.reshape(
                 &tape.narrow(&qkv, -1, first * d, heads * d)?,

@@ -1,20 +1,24 @@
 //! Evaluation of a long sequence in pieces, without a tape: each mixer carries what the next
 //! piece needs, so memory grows with the piece and the window, not with the sequence (except
 //! full attention, whose window is the whole past). Sliding-window attention carries the qkv
-//! projection of the last W - 1 tokens, the mLSTM and the gated delta rule their recurrent
-//! state (and the delta rule the inputs of its short convolution). The pieces give the same
-//! outputs as one pass over the whole sequence.
+//! projection of the last W - 1 tokens, RAttention those and its linear branch's state over the
+//! keys before them, the mLSTM and the gated delta rule their recurrent state (and the delta rule
+//! the inputs of its short convolution). The pieces give the same outputs as one pass over the
+//! whole sequence.
 use super::Mixer;
 use crate::block::Block;
 use crate::mixers::mlstm::MlstmState;
 use crate::params::Weights;
+use swax_autograd::Tape;
 use swax_tensor::{Error, Result, Tensor};
 
 /// What one mixer carries from a piece to the next (`None`s before the first piece).
 #[derive(Clone, Debug, Default)]
 pub struct MixerState {
-    /// Attention: the qkv projection of the tokens still within the window.
+    /// Attention and RAttention: the qkv projection of the tokens still within the window.
     pub kv_tail: Option<Tensor>,
+    /// RAttention: `sum phi(k)^T v` over the keys before the tail (`mixers::rattention::carry`).
+    pub linear: Option<Tensor>,
     /// mLSTM.
     pub mlstm: Option<MlstmState>,
     /// Gated delta rule: the pre-convolution qkv of the last K - 1 tokens, and its state.
@@ -36,9 +40,8 @@ impl Mixer {
         let tape = w.tape;
         let attend = |m: &super::attention::Attention, window: usize, state: &mut MixerState| {
             let (y, joined) = m.forward_chunk(w, x, window, pos, state.kv_tail.as_ref())?;
-            // A query sees itself and the window - 1 keys before it.
             let t = joined.dims()[1];
-            let keep = t.min(window.saturating_sub(1));
+            let keep = tail_len(t, window);
             state.kv_tail = Some(tape.narrow(&joined, 1, t - keep, keep)?);
             Ok(y)
         };
@@ -56,12 +59,35 @@ impl Mixer {
                 (state.conv_tail, state.delta) = (Some(tail), Some(s));
                 Ok(y)
             }
-            Mixer::RAttention(_) => Err(Error::Invalid {
-                op: "Mixer::forward_chunk",
-                msg: "RAttention has no chunked form yet (its linear branch takes no state)".into(),
-            }),
+            Mixer::RAttention(m) => m.forward_chunk(w, x, window, pos, state),
         }
     }
+}
+
+/// A piece's qkv projection `[B, Tc, ..]` joined after the tail carried to it, and the position
+/// of the joined span's first token (the piece's first is at `pos`).
+pub(crate) fn join_tail(
+    tape: &Tape,
+    qkv: &Tensor,
+    tail: Option<&Tensor>,
+    pos: usize,
+) -> Result<(Tensor, usize)> {
+    let joined = match tail {
+        Some(tail) => tape.concat(&[tail, qkv], 1)?,
+        None => qkv.clone(),
+    };
+    let before = joined.dims()[1] - qkv.dims()[1];
+    let start = pos.checked_sub(before).ok_or_else(|| Error::Invalid {
+        op: "forward_chunk",
+        msg: format!("a tail of {before} tokens before position {pos}"),
+    })?;
+    Ok((joined, start))
+}
+
+/// How many of a joined span's last `t` tokens the next piece needs: a query sees itself and the
+/// window - 1 keys before it.
+pub(crate) fn tail_len(t: usize, window: usize) -> usize {
+    t.min(window.saturating_sub(1))
 }
 
 impl Block {

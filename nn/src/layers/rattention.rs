@@ -1,12 +1,16 @@
 //! The RAttention layer: q, k, v from one projection (grouped-query heads), the RAttention
 //! mixer (sliding-window attention with RoPE plus the residual linear attention over older
-//! keys, each branch RMS-normalized, summed), the out projection.
+//! keys, each branch RMS-normalized, summed), the out projection; and the same over one piece of
+//! a longer sequence, for evaluation in pieces.
 use super::basic::{Linear, INIT_STD};
+use super::chunked::{join_tail, tail_len, MixerState};
 use super::{fused, in_f32, MixerDims};
-use crate::mixers::rattention::{fused as fused_ra, reference, Config, Rope};
+use crate::mixers::attention::{fused as fused_swa, reference as swa_reference};
+use crate::mixers::rattention::{carry, fused as fused_ra, reference, Config, Rope};
 use crate::params::{Init, ParamId, Params, Weights};
-use swax_tensor::backend::FusedKernel;
-use swax_tensor::{Error, Result, Tensor};
+use swax_autograd::Tape;
+use swax_tensor::backend::{AttnDims, FusedKernel};
+use swax_tensor::{DType, Error, Result, Tensor};
 
 #[derive(Clone, Debug)]
 pub struct RAttention {
@@ -47,28 +51,38 @@ impl RAttention {
         })
     }
 
-    pub fn forward(&self, w: &Weights, x: &Tensor, window: usize) -> Result<Tensor> {
-        let tape = w.tape;
-        let (b, t) = (x.dims()[0], x.dims()[1]);
+    /// q `[B, T, H, D]`, k and v `[B, T, Hkv, D]` from a qkv projection `[B, T, (H + 2 Hkv) D]`.
+    fn heads(&self, tape: &Tape, qkv: &Tensor) -> Result<[Tensor; 3]> {
+        let (b, t) = (qkv.dims()[0], qkv.dims()[1]);
         let (h, hkv, d) = (self.h, self.hkv, self.d);
-        let qkv = self.qkv.forward(w, x)?;
         let part = |start: usize, heads: usize| {
             tape.reshape(
-                &tape.narrow(&qkv, -1, start * d, heads * d)?,
+                &tape.narrow(qkv, -1, start * d, heads * d)?,
                 vec![b, t, heads, d],
             )
         };
-        let (q, k, v) = (part(0, h)?, part(h, hkv)?, part(h + hkv, hkv)?);
-        let cfg = Config {
+        Ok([part(0, h)?, part(h, hkv)?, part(h + hkv, hkv)?])
+    }
+
+    /// The mixer's settings for a span whose first token is at `offset`.
+    fn config(&self, window: usize, offset: usize) -> Config {
+        Config {
             window,
             scale: None,
             rope: Some(Rope {
-                offset: 0,
+                offset,
                 theta: self.rope_theta,
             }),
             eps: self.eps,
             chunk: self.chunk,
-        };
+        }
+    }
+
+    pub fn forward(&self, w: &Weights, x: &Tensor, window: usize) -> Result<Tensor> {
+        let tape = w.tape;
+        let (b, t) = (x.dims()[0], x.dims()[1]);
+        let [q, k, v] = self.heads(tape, &self.qkv.forward(w, x)?)?;
+        let cfg = self.config(window, 0);
         let (ns, nr) = (w.get(self.norm_swa), w.get(self.norm_rla));
         let o = if fused(&q, &[FusedKernel::Swa, FusedKernel::Rla]) {
             fused_ra::rattention(tape, &q, &k, &v, ns, nr, &cfg)?
@@ -77,6 +91,74 @@ impl RAttention {
                 reference::rattention(tape, &q, &k, &v, &ns, &nr, &cfg)
             })?
         };
-        self.out.forward(w, &tape.reshape(&o, vec![b, t, h * d])?)
+        self.out
+            .forward(w, &tape.reshape(&o, vec![b, t, self.h * self.d])?)
+    }
+
+    /// `forward` over one piece x `[B, Tc, C]` of a longer sequence whose first token is at `pos`
+    /// (evaluation: no gradient flows through it). As in `Attention::forward_chunk` the piece
+    /// runs joined to the qkv of the window's tokens before it, which serves the SWA branch and
+    /// the linear branch's keys inside that span; the keys before it reach the linear branch
+    /// through the carried state (`carry`). Both branches are computed whole and normed here,
+    /// the state read in between. Updates `state`'s tail and linear state.
+    pub fn forward_chunk(
+        &self,
+        w: &Weights,
+        x: &Tensor,
+        window: usize,
+        pos: usize,
+        state: &mut MixerState,
+    ) -> Result<Tensor> {
+        let tape = w.tape;
+        let (b, tc) = (x.dims()[0], x.dims()[1]);
+        let (qkv, start) = join_tail(tape, &self.qkv.forward(w, x)?, state.kv_tail.as_ref(), pos)?;
+        let t = qkv.dims()[1];
+        let [q, k, v] = self.heads(tape, &qkv)?;
+        // A window past the span sees all of it: the same as the span's length.
+        let cfg = self.config(window.min(t), start);
+        let (ns, nr) = (w.get(self.norm_swa), w.get(self.norm_rla));
+        let dims = AttnDims::check("RAttention::forward_chunk", &q, &k, &v, cfg.window)?;
+        let rope = |x: &Tensor| tape.rope(x, start, self.rope_theta);
+        let o_swa = if fused(&q, &[FusedKernel::Swa]) {
+            fused_swa::swa(tape, &rope(&q)?, &rope(&k)?, &v, cfg.window, None)?
+        } else {
+            in_f32(w, [&rope(&q)?, &rope(&k)?, &v], |[q, k, v]| {
+                swa_reference::swa(tape, &q, &k, &v, cfg.window, None)
+            })?
+        };
+        let o_rla = if fused(&q, &[FusedKernel::Rla]) {
+            q.rla(&k, &v, cfg.window, cfg.chunk)?
+        } else {
+            in_f32(w, [&q, &k, &v], |[q, k, v]| {
+                reference::linear(tape, &q, &k, &v, dims, cfg.window)
+            })?
+        };
+        let piece = |x: &Tensor| tape.narrow(x, 1, t - tc, tc);
+        let (o_swa, mut o_rla) = (piece(&o_swa)?, piece(&o_rla)?);
+        if let Some(s) = &state.linear {
+            let dtype = o_rla.dtype();
+            let sum = tape.add(
+                &tape.to_dtype(&o_rla, DType::F32)?,
+                &carry::read(tape, &piece(&q)?, s)?,
+            )?;
+            o_rla = tape.to_dtype(&sum, dtype)?;
+        }
+        let o = tape.add(
+            &tape.rms_norm(&o_swa, ns, cfg.eps)?,
+            &tape.rms_norm(&o_rla, nr, cfg.eps)?,
+        )?;
+        let keep = tail_len(t, window);
+        if keep < t {
+            let old = |x: &Tensor| tape.narrow(x, 1, 0, t - keep);
+            state.linear = Some(carry::add(
+                tape,
+                state.linear.as_ref(),
+                &old(&k)?,
+                &old(&v)?,
+            )?);
+        }
+        state.kv_tail = Some(tape.narrow(&qkv, 1, t - keep, keep)?);
+        self.out
+            .forward(w, &tape.reshape(&o, vec![b, tc, self.h * self.d])?)
     }
 }

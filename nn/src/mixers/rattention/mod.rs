@@ -13,6 +13,7 @@
 //!   one learned scale, as the model's other norms), one for each branch.
 //! - The norms run in the inputs' dtype (f32 in training, f64 in tests).
 //! - Grouped-query attention as in `attention`: q head h reads kv head `h / (H / Hkv)`.
+pub mod carry;
 pub mod fused;
 pub mod reference;
 

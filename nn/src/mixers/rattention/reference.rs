@@ -34,12 +34,12 @@ pub fn rattention(
 }
 
 /// `[softmax(x), softmax(-x)]` over the last axis.
-fn feature(tape: &Tape, x: &Tensor) -> Result<Tensor> {
+pub fn feature(tape: &Tape, x: &Tensor) -> Result<Tensor> {
     tape.concat(&[&tape.softmax(x)?, &tape.softmax(&tape.neg(x)?)?], -1)
 }
 
 /// The residual linear attention: each query against the keys older than its window.
-fn linear(
+pub fn linear(
     tape: &Tape,
     q: &Tensor,
     k: &Tensor,
