@@ -232,7 +232,8 @@ fn the_uniform_predictor_has_log2_v_bits_in_every_bucket() {
 #[test]
 fn the_loss_curve_places_each_pieces_rows_at_their_positions() {
     let seq: Vec<u32> = (0..61).map(|t| (t * 11 + 3) % 256).collect();
-    let curve = loss_curve(&Sharpening { truth: &seq }, &[seq.clone()], 16, "bits/byte").unwrap();
+    let seqs = std::slice::from_ref(&seq);
+    let curve = loss_curve(&Sharpening { truth: &seq }, seqs, 16, "bits/byte").unwrap();
     let nll = |t: usize| {
         let a = f64::from(Sharpening::logit(t));
         ((V - 1) as f64 + a.exp()).ln() - a

@@ -47,7 +47,8 @@ pub struct EvalArgs {
     #[arg(long)]
     device: Option<String>,
     /// Evaluate in pieces of this many tokens, carrying window tails and recurrent states
-    /// (memory bounded by the piece, not the sequence). Default: one pass per sequence.
+    /// (memory bounded by the piece, not the sequence); 0 for one pass per sequence. Default:
+    /// the training length.
     #[arg(long)]
     chunk: Option<usize>,
     #[arg(long, default_value_t = 0)]
@@ -96,17 +97,17 @@ pub fn run(args: EvalArgs) -> CliResult {
     let tok = kind.build()?;
     let dtype = compute_dtype(cfg, device);
     let model = &loaded.model;
-    let f: Box<dyn Forward> = match args.chunk {
-        Some(chunk) => Box::new(Chunked {
+    let f: Box<dyn Forward> = match args.chunk.unwrap_or(train_len) {
+        0 => Box::new(OneShot {
             model,
             window,
-            chunk,
             dtype,
             device,
         }),
-        None => Box::new(OneShot {
+        chunk => Box::new(Chunked {
             model,
             window,
+            chunk,
             dtype,
             device,
         }),

@@ -1,0 +1,132 @@
+//! `swax eval` and `swax report` as a user runs them, on a run that `swax train` made: a micro
+//! RAttention/SWA/mLSTM model trained for a few steps on the CPU, evaluated in pieces (the default
+//! piece is the training length, shorter than the sequences), then reported; and the errors a
+//! wrong path or task name gives.
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn swax(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_swax"))
+        .args(args)
+        .output()
+        .expect("swax runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn train(run: &Path) {
+    let sets = [
+        "model.pattern=\"SMR\"",
+        "model.n_layers=3",
+        "model.d_model=32",
+        "model.n_heads=2",
+        "model.n_kv_heads=1",
+        "model.d_ff=64",
+        "model.chunk=16",
+        "data.seq_len=64",
+        "data.batch_size=2",
+        "data.corpus_train_tokens=20000",
+        "data.corpus_val_tokens=4096",
+        "train.steps=3",
+        "train.w_short=8",
+        "train.w_long=32",
+        "train.eval_every=0",
+        "train.recall_probes=0",
+    ];
+    let mut args = vec!["train", "--device", "cpu", "--quiet"];
+    args.extend(["--out", run.to_str().unwrap()]);
+    for s in &sets {
+        args.extend(["--set", s]);
+    }
+    let out = swax(&args);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn eval_and_report_work_on_a_run_made_by_train() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    train(&run);
+    let path = run.to_str().unwrap();
+    let out = swax(&[
+        "eval",
+        path,
+        "--device",
+        "cpu",
+        "--tasks",
+        "passkey,mqar,loss",
+        "--lengths",
+        "256,512",
+        "--depths",
+        "0.5",
+        "--samples",
+        "1",
+    ]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    // The window defaults to the run's long window; every task and the loss ran at each length.
+    let results = std::fs::read_to_string(run.join("eval/w32/results.json")).expect(&log);
+    let json: serde_json::Value = serde_json::from_str(&results).unwrap();
+    let cells = json["tasks"].as_array().unwrap();
+    for (task, len) in [
+        ("passkey", 256),
+        ("passkey", 512),
+        ("mqar", 256),
+        ("mqar", 512),
+    ] {
+        assert!(
+            cells.iter().any(|c| c["task"] == task
+                && c["length"] == len
+                && c["answers"].as_u64() > Some(0)),
+            "{task} at {len} missing from {results}"
+        );
+    }
+    let buckets = json["loss"]["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 512 / 64, "buckets of the training length");
+    for b in buckets {
+        let bits = b["bits"].as_f64().unwrap();
+        assert!(bits.is_finite() && bits > 0.0, "{b}");
+    }
+    assert!(
+        log.contains("| passkey acc %"),
+        "the markdown table is printed: {log}"
+    );
+
+    let report = dir.path().join("report");
+    let out = swax(&["report", path, "--out", report.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let md = std::fs::read_to_string(report.join("report.md")).unwrap();
+    assert!(md.contains("passkey") && md.contains("mqar"), "{md}");
+}
+
+#[test]
+fn eval_names_a_missing_run_and_an_unknown_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-run");
+    let out = swax(&["eval", missing.to_str().unwrap(), "--device", "cpu"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("no-such-run"), "{}", text(&out));
+
+    let run = dir.path().join("run");
+    train(&run);
+    let out = swax(&[
+        "eval",
+        run.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--tasks",
+        "niha",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("unknown task \"niha\""),
+        "{}",
+        text(&out)
+    );
+}
