@@ -7,7 +7,6 @@ mod recurrent_support;
 
 use proptest::prelude::*;
 use recurrent_support::*;
-use swax_autograd::gradcheck::{check, Tolerance};
 use swax_autograd::Tape;
 use swax_nn::mixers::gated_delta;
 use swax_tensor::{DType, Result, Tensor};
@@ -66,13 +65,6 @@ fn chunkwise(chunk: usize) -> impl Fn(&Tape, &[Tensor]) -> Result<Vec<Tensor>> {
     }
 }
 
-fn gradcheck(f: impl Fn(&Tape, &[Tensor]) -> Result<Vec<Tensor>>, x: &[Tensor], seed: u64) {
-    let scalar = |tape: &Tape, x: &[Tensor]| joined(tape, &f(tape, x)?);
-    if let Err(e) = check(scalar, x, Tolerance::default(), seed) {
-        panic!("gradient check failed: {e}");
-    }
-}
-
 #[test]
 fn reference_gradients() {
     for (dims, seed) in [([2, 4, 2, 3, 2], 1), ([1, 3, 1, 2, 3], 2)] {
@@ -113,11 +105,8 @@ fn chunkwise_gradients_by_finite_differences() {
 #[test]
 fn long_sequence_matches_recurrent() {
     let x = inputs([1, 4096, 1, 4, 3], (0.5, 1.0), (-0.01, 0.0), 30, DType::F64);
-    let values = |outs: Vec<Tensor>| -> Vec<Vec<f64>> {
-        outs.iter().map(|o| o.to_f64_vec().unwrap()).collect()
-    };
-    let rv = values(recurrent(&Tape::new(), &x).unwrap());
-    let cv = values(chunkwise(64)(&Tape::new(), &x).unwrap());
+    let rv = values(&recurrent(&Tape::new(), &x).unwrap());
+    let cv = values(&chunkwise(64)(&Tape::new(), &x).unwrap());
     assert_all_close("values", &cv, &rv, 1e-8, 1e-7);
 }
 
@@ -181,25 +170,12 @@ fn steps_match_chunkwise() {
 #[test]
 fn pieces_carrying_state_match_one_shot() {
     let x = inputs([1, 23, 2, 3, 2], BETA, DECAY, 60, DType::F64);
-    let pieces = |tape: &Tape, x: &[Tensor]| -> Result<Vec<Tensor>> {
-        let mut s = x[5].clone();
-        let mut os = Vec::new();
-        for (start, len) in [(0, 5), (5, 11), (16, 7)] {
-            let cut = |y: &Tensor| tape.narrow(y, 1, start, len);
-            let (o, next) = gated_delta::chunkwise(
-                tape,
-                &cut(&x[0])?,
-                &cut(&x[1])?,
-                &cut(&x[2])?,
-                &cut(&x[3])?,
-                &cut(&x[4])?,
-                Some(&s),
-                4,
-            )?;
-            os.push(o);
-            s = next;
-        }
-        Ok(vec![tape.concat(&os.iter().collect::<Vec<_>>(), 1)?, s])
+    let pieces = |tape: &Tape, x: &[Tensor]| {
+        in_pieces(tape, x, 5, &[5, 11, 7], vec![x[5].clone()], |p, s| {
+            let (o, next) =
+                gated_delta::chunkwise(tape, &p[0], &p[1], &p[2], &p[3], &p[4], Some(&s[0]), 4)?;
+            Ok((o, vec![next]))
+        })
     };
     let (pv, pg) = value_and_grads(pieces, &x, 60);
     let (ov, og) = value_and_grads(chunkwise(8), &x, 60);

@@ -6,7 +6,6 @@ mod recurrent_support;
 
 use proptest::prelude::*;
 use recurrent_support::*;
-use swax_autograd::gradcheck::{check, Tolerance};
 use swax_autograd::Tape;
 use swax_nn::mixers::mlstm::{self, MlstmState};
 use swax_tensor::{DType, Result, Tensor};
@@ -94,13 +93,6 @@ fn chunkwise(chunk: usize, eps: f64) -> impl Fn(&Tape, &[Tensor]) -> Result<Vec<
     }
 }
 
-fn gradcheck(f: impl Fn(&Tape, &[Tensor]) -> Result<Vec<Tensor>>, x: &[Tensor], seed: u64) {
-    let scalar = |tape: &Tape, x: &[Tensor]| joined(tape, &f(tape, x)?);
-    if let Err(e) = check(scalar, x, Tolerance::default(), seed) {
-        panic!("gradient check failed: {e}");
-    }
-}
-
 #[test]
 fn recurrent_reference_gradients() {
     for (dims, eps, seed) in [([2, 4, 2, 3, 2], mlstm::EPS, 1), ([1, 3, 1, 2, 3], 0.3, 2)] {
@@ -162,11 +154,8 @@ fn chunkwise_gradients_by_finite_differences() {
 #[test]
 fn long_sequence_matches_recurrent() {
     let x = inputs([1, 4096, 1, 4, 3], (20.0, 5.0), (6.0, 2.0), 30, DType::F64);
-    let values = |outs: Vec<Tensor>| -> Vec<Vec<f64>> {
-        outs.iter().map(|o| o.to_f64_vec().unwrap()).collect()
-    };
-    let rv = values(recurrent(mlstm::EPS)(&Tape::new(), &x).unwrap());
-    let cv = values(chunkwise(64, mlstm::EPS)(&Tape::new(), &x).unwrap());
+    let rv = values(&recurrent(mlstm::EPS)(&Tape::new(), &x).unwrap());
+    let cv = values(&chunkwise(64, mlstm::EPS)(&Tape::new(), &x).unwrap());
     assert_all_close("values", &cv, &rv, 1e-8, 1e-7);
 }
 
@@ -244,27 +233,27 @@ fn steps_match_chunkwise() {
 fn pieces_carrying_state_match_one_shot() {
     let [b, t, h, dk, dv] = [1, 23, 2, 3, 2];
     let x = inputs([b, t, h, dk, dv], (0.0, 2.0), (1.0, 2.0), 60, DType::F64);
-    let pieces = |tape: &Tape, x: &[Tensor]| -> Result<Vec<Tensor>> {
-        let mut s = state(x);
-        let mut hs = Vec::new();
-        for (start, len) in [(0, 5), (5, 11), (16, 7)] {
-            let cut = |y: &Tensor| tape.narrow(y, 1, start, len);
-            let (h_p, next) = mlstm::chunkwise(
+    let pieces = |tape: &Tape, x: &[Tensor]| {
+        let s = state(x);
+        in_pieces(tape, x, 5, &[5, 11, 7], vec![s.c, s.n, s.m], |p, s| {
+            let s = MlstmState {
+                c: s[0].clone(),
+                n: s[1].clone(),
+                m: s[2].clone(),
+            };
+            let (h, next) = mlstm::chunkwise(
                 tape,
-                &cut(&x[0])?,
-                &cut(&x[1])?,
-                &cut(&x[2])?,
-                &cut(&x[3])?,
-                &cut(&x[4])?,
+                &p[0],
+                &p[1],
+                &p[2],
+                &p[3],
+                &p[4],
                 Some(&s),
                 4,
                 mlstm::EPS,
             )?;
-            hs.push(h_p);
-            s = next;
-        }
-        let h_all = tape.concat(&hs.iter().collect::<Vec<_>>(), 1)?;
-        Ok(vec![h_all, s.c, s.n, s.m])
+            Ok((h, vec![next.c, next.n, next.m]))
+        })
     };
     let (pv, pg) = value_and_grads(pieces, &x, 60);
     let (ov, og) = value_and_grads(chunkwise(8, mlstm::EPS), &x, 60);

@@ -1,6 +1,8 @@
 //! What the mLSTM and gated-delta tests share: random inputs, a weighted-sum loss over every
-//! output (so no gradient can cancel), gradients of named inputs, and closeness checks.
+//! output (so no gradient can cancel), gradients of named inputs, the finite-difference check,
+//! a sequence run in pieces carrying a state, and closeness checks.
 #![allow(dead_code)]
+use swax_autograd::gradcheck::{check, Tolerance};
 use swax_autograd::Tape;
 use swax_tensor::{DType, Device, Result, Tensor};
 
@@ -19,6 +21,47 @@ pub fn joined(tape: &Tape, outs: &[Tensor]) -> Result<Tensor> {
         .map(|o| tape.reshape(o, vec![o.numel()]))
         .collect::<Result<_>>()?;
     tape.concat(&flat.iter().collect::<Vec<_>>(), 0)
+}
+
+/// The finite-difference check of every input's gradient of `f`'s joined outputs.
+pub fn gradcheck(f: impl Fn(&Tape, &[Tensor]) -> Result<Vec<Tensor>>, x: &[Tensor], seed: u64) {
+    let scalar = |tape: &Tape, x: &[Tensor]| joined(tape, &f(tape, x)?);
+    if let Err(e) = check(scalar, x, Tolerance::default(), seed) {
+        panic!("gradient check failed: {e}");
+    }
+}
+
+/// The values of outputs, for the closeness checks.
+pub fn values(outs: &[Tensor]) -> Vec<Vec<f64>> {
+    outs.iter().map(|o| o.to_f64_vec().unwrap()).collect()
+}
+
+/// A sequence run in pieces of the given lengths: the first `seq` inputs `[B, T, ..]` are cut
+/// along time, `run(piece inputs, state)` gives a piece's output and the state it ends in, and
+/// each piece starts from the last one's state (`state` first). Returns the pieces' outputs
+/// joined along time, then the final state.
+pub fn in_pieces(
+    tape: &Tape,
+    x: &[Tensor],
+    seq: usize,
+    lens: &[usize],
+    state: Vec<Tensor>,
+    run: impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>,
+) -> Result<Vec<Tensor>> {
+    let (mut s, mut outs, mut start) = (state, Vec::new(), 0);
+    for &len in lens {
+        let cut: Vec<Tensor> = x[..seq]
+            .iter()
+            .map(|y| tape.narrow(y, 1, start, len))
+            .collect::<Result<_>>()?;
+        let (o, next) = run(&cut, &s)?;
+        outs.push(o);
+        s = next;
+        start += len;
+    }
+    let mut all = vec![tape.concat(&outs.iter().collect::<Vec<_>>(), 1)?];
+    all.extend(s);
+    Ok(all)
 }
 
 /// The outputs of `f` on `inputs` and the gradients of a fixed random weighted sum of them
