@@ -1,7 +1,8 @@
 //! The first training steps on the GPU (bf16 activations, f32 master weights, the reference
 //! mixers where CUDA has no fused kernel yet) agree with the CPU's (f32, fused kernels) within
-//! bf16 tolerance, for a model with every mixer. Skips without a GPU (fails under
-//! SWAX_REQUIRE_CUDA=1), like every GPU test.
+//! bf16 tolerance, for a model with every mixer; a GPU run resumes; evaluation in pieces on the
+//! GPU gives one pass's logits. Skips without a GPU (fails under SWAX_REQUIRE_CUDA=1), like
+//! every GPU test.
 mod common;
 
 use common::{losses, micro, run};
@@ -43,4 +44,65 @@ fn a_gpu_run_resumes() {
         [1, 2, 3, 4]
     );
     assert!(l.iter().all(|p| p.1.is_finite()));
+}
+
+/// Evaluation in pieces on the GPU (bf16, head dim 64 so every mixer has its fused kernel),
+/// pieces that do not divide the sequence and a window shorter than a piece, against one pass
+/// on the GPU and one pass on the CPU (f32), for a model with every mixer.
+#[test]
+fn evaluation_in_pieces_on_the_gpu_matches_one_pass() {
+    use swax_hybrid::eval::run::{all_logits, Chunked, OneShot};
+    use swax_hybrid::model::Model;
+    use swax_tensor::DType;
+    let Some(gpu) = swax_tests::gpu() else { return };
+    let sets = ["model.d_model=128", "model.n_heads=2", "model.d_ff=128"];
+    let cfg = micro("SMGRF", 1, &sets);
+    let on_cpu = Model::new(&cfg.model, 5, Device::Cpu).unwrap();
+    let mut on_gpu = on_cpu.clone();
+    for (i, p) in on_cpu.params.iter().enumerate() {
+        on_gpu.params.set(i, p.value.to_device(gpu).unwrap());
+    }
+    let tokens: Vec<u32> = (0..700u32).map(|t| (t * 37 + 11) % 256).collect();
+    let window = 100;
+    let cpu = OneShot {
+        model: &on_cpu,
+        window,
+        dtype: DType::F32,
+        device: Device::Cpu,
+    };
+    let one = OneShot {
+        model: &on_gpu,
+        window,
+        dtype: DType::BF16,
+        device: gpu,
+    };
+    let pieces = Chunked {
+        model: &on_gpu,
+        window,
+        chunk: 256,
+        dtype: DType::BF16,
+        device: gpu,
+    };
+    let want = all_logits(&cpu, &tokens).unwrap();
+    let one = all_logits(&one, &tokens)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
+    let got = all_logits(&pieces, &tokens)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
+    let to_cpu = |x: &swax_tensor::Tensor| x.to_device(Device::Cpu).unwrap();
+    let (one, got) = (to_cpu(&one), to_cpu(&got));
+    // bf16 activations through five layers: about a percent, the same as training's tolerance.
+    let e_one = swax_tests::relative_error(&got, &one).unwrap();
+    let e_cpu = swax_tests::relative_error(&got, &want).unwrap();
+    assert!(
+        e_one < 2e-2,
+        "pieces against one pass on the GPU: {e_one:.2e}"
+    );
+    assert!(
+        e_cpu < 2e-2,
+        "pieces on the GPU against the CPU: {e_cpu:.2e}"
+    );
 }
