@@ -5,7 +5,8 @@
 // Tensor cores through mma.sync m16n8k16 (bf16 in, f32 accumulate), fragments fed by ldmatrix
 // from shared tiles whose 16-byte chunks are XOR-swizzled by row (ldmatrix's eight row addresses
 // then fall in distinct banks with no padding, which keeps two backward blocks on an SM at head
-// dim 128), tiles fetched by cp.async (rows past T arrive as zeros).
+// dim 128), tiles fetched by cp.async (rows past T arrive as zeros); those helpers live in
+// mma.cuh, which the Rust wrapper prepends to this file.
 // Tiles are 64 rows, aligned to multiples of 64 in time, so only the tiles that cross the
 // diagonal or the window's lower edge pay for the mask, and only tiles that meet the band are
 // visited at all: the work grows with T·window, not T².
@@ -23,134 +24,13 @@
 // dS^T in shared memory and adds its share of dQ = dS K to an f32 accumulator with vector
 // atomic reductions (dQ of a query tile comes from every key tile in its band; the atomics
 // spare a second pass that would recompute S and dP).
-#include "common.cuh"
-
 #define TILE 64
 #define THREADS 128
-#define LOG2E 1.4426950408889634f
-
-__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-// 16 bytes from global to shared memory, bypassing L1; zeros where !valid (src is not read).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// Four 8x8 b16 matrices; lane l addresses row l % 8 of matrix l / 8 and receives, from matrix i,
-// elements (l / 4, 2 (l % 4) .. +1) into r[i] (with TRANS, the transposed matrix's).
-template <bool TRANS> __device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const bf16* p) {
-    if constexpr (TRANS) {
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(smem_addr(p)));
-    } else {
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(smem_addr(p)));
-    }
-}
-
-// c += a b for a 16x16 A (row-major fragment) and a 16x8 B (column-major fragment).
-__device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// p[0] += a, p[1] += b in one atomic reduction (sm_90); p 8-byte aligned.
-__device__ __forceinline__ void red_add2(float* p, float a, float b) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-
-// Element offset of (r, c) in a shared tile of COLS bf16 columns: chunk c / 8 of row r is
-// stored at chunk (c / 8) ^ (r % 8).
-template <int COLS> __device__ __forceinline__ int swz(int r, int c) {
-    return r * COLS + ((((c >> 3) ^ r) & 7) | ((c >> 3) & ~7)) * 8 + (c & 7);
-}
-
-// Where lane l points ldmatrix for a 16x16 block at (r0, c0) of a row-major tile with row length
-// COLS columns. A_ORDER: matrices in A-fragment order (rows 0-7 / 8-15 first, then columns 8-15) — the
-// A operand from a row-major tile, or, with .trans, the B operand of two 8-column n-tiles from a
-// k-major tile. Otherwise columns 0-7 / 8-15 first, then rows 8-15: the B operand of two 8-row
-// n-tiles from an n-major tile, or, with .trans, the A operand from a k-major (transposed) tile.
-template <int COLS, bool A_ORDER> __device__ __forceinline__ const bf16* lane_ptr(const bf16* tile, int r0, int c0) {
-    const int l = threadIdx.x & 31;
-    const int r = A_ORDER ? (l & 7) + ((l >> 3) & 1) * 8 : (l & 7) + (l >> 4) * 8;
-    const int c = A_ORDER ? (l >> 4) * 8 : ((l >> 3) & 1) * 8;
-    return tile + swz<COLS>(r0 + r, c0 + c);
-}
-
-// The A fragment of k-slice kk from an m16 x n8 accumulator row (C layout to A layout).
-template <int N> __device__ __forceinline__ void c_to_a(const float (&c)[N][4], int kk, u32 (&a)[4]) {
-    a[0] = bf16x2_bits(c[2 * kk][0], c[2 * kk][1]);
-    a[1] = bf16x2_bits(c[2 * kk][2], c[2 * kk][3]);
-    a[2] = bf16x2_bits(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-    a[3] = bf16x2_bits(c[2 * kk + 1][2], c[2 * kk + 1][3]);
-}
-
-// c[16 x 8 NT] += A (16 x 16 KT, from a) times B (16 KT x 8 NT), B from a shared tile: NMAJOR
-// when stored n-major ([n][k], as K for Q K^T), else k-major ([k][n], as V for P V).
-// (A k-major tile read with .trans, an n-major one without, both give B fragments.)
-template <int BCOLS, bool NMAJOR> __device__ __forceinline__ void b_frag(u32 (&f)[4], const bf16* b, int kk, int nn) {
-    if constexpr (NMAJOR) {
-        ldsm_x4<false>(f, lane_ptr<BCOLS, false>(b, nn * 16, kk * 16));
-    } else {
-        ldsm_x4<true>(f, lane_ptr<BCOLS, true>(b, kk * 16, nn * 16));
-    }
-}
-template <int KT, int NT, int BCOLS, bool NMAJOR>
-__device__ __forceinline__ void mma_tile(float (&c)[NT][4], const u32 (&a)[KT][4], const bf16* b) {
-#pragma unroll
-    for (int kk = 0; kk < KT; ++kk)
-#pragma unroll
-        for (int nn = 0; nn < NT / 2; ++nn) {
-            u32 f[4];
-            b_frag<BCOLS, NMAJOR>(f, b, kk, nn);
-            mma(c[2 * nn], a[kk], f[0], f[1]);
-            mma(c[2 * nn + 1], a[kk], f[2], f[3]);
-        }
-}
-
-// Like mma_tile with the A operand read per k-slice from rows r0..r0+15 of a row-major shared
-// tile of ACOLS columns, and B n-major of BCOLS columns.
-template <int KT, int NT, int ACOLS, int BCOLS>
-__device__ __forceinline__ void mma_smem_a(float (&c)[NT][4], const bf16* a, int r0, const bf16* b) {
-#pragma unroll
-    for (int kk = 0; kk < KT; ++kk) {
-        u32 f[4];
-        ldsm_x4<false>(f, lane_ptr<ACOLS, true>(a, r0, kk * 16));
-#pragma unroll
-        for (int nn = 0; nn < NT / 2; ++nn) {
-            u32 g[4];
-            b_frag<BCOLS, true>(g, b, kk, nn);
-            mma(c[2 * nn], f, g[0], g[1]);
-            mma(c[2 * nn + 1], f, g[2], g[3]);
-        }
-    }
-}
 
 // TILE rows of D columns from global (row r at g + r * rs) into a shared tile; rows at or past
 // `limit` become zeros.
 template <int D> __device__ __forceinline__ void load_rows(bf16* s, const bf16* g, u64 rs, int r0, int limit) {
-    constexpr int CH = D / 8;
-#pragma unroll
-    for (int i = threadIdx.x; i < TILE * CH; i += THREADS) {
-        const int r = i / CH, c = i % CH;
-        const bool ok = r0 + r < limit;
-        cp_async16(s + swz<D>(r, c * 8), g + (u64)(ok ? r0 + r : 0) * rs + c * 8, ok);
-    }
+    load_tile<D, TILE, THREADS, false>(s, g, rs, r0, limit, 0);
 }
 
 // Whether key s is in query t's band.

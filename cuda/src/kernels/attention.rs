@@ -7,7 +7,10 @@ use crate::{Buffer, CudaError, DType, Device};
 
 const SOURCE: KernelSource = KernelSource {
     name: "attention",
-    source: include_str!("../../kernels/attention.cu"),
+    source: concat!(
+        include_str!("../../kernels/mma.cuh"),
+        include_str!("../../kernels/attention.cu")
+    ),
 };
 
 /// Query rows and keys per tile, and threads per block (`TILE`, `THREADS` in attention.cu).
