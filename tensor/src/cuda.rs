@@ -202,8 +202,7 @@ fn cu_unary(op: UnaryOp) -> Option<k::unary::UnaryOp> {
 /// Whether a fused mixer kernel has a CUDA version for this dtype and head dim (the mixer's
 /// query `[B, T, H, D]`). The one place that says so: layers read it (through
 /// `Device::has_fused`) to pick the fused or the reference form, so a kernel that lands here is
-/// used by the models with no change elsewhere. RAttention's linear branch has no CUDA kernel
-/// yet.
+/// used by the models with no change elsewhere.
 pub fn has_fused(kernel: FusedKernel, dtype: DType, head_dim: usize) -> bool {
     match kernel {
         // bf16 tensor-core tiles of 64 or 128 columns; f32 would be rounded to bf16 inside, so an
@@ -214,7 +213,8 @@ pub fn has_fused(kernel: FusedKernel, dtype: DType, head_dim: usize) -> bool {
             dtype == DType::F32 || head_dim.is_multiple_of(16)
         }
         FusedKernel::ShortConv => true,
-        FusedKernel::Rla => false,
+        // Like SWA: bf16 tiles of head dims 64 and 128, f32 models keep the reference.
+        FusedKernel::Rla => dtype == DType::BF16 && matches!(head_dim, 64 | 128),
     }
 }
 
@@ -238,15 +238,6 @@ fn conv_shape(d: ConvDims) -> k::short_conv::ConvShape {
     }
 }
 
-/// The fused sequence mixers run on the CPU today; their CUDA kernels are the next step. Asking
-/// for one on the GPU says so rather than falling back silently to a slow path.
-fn no_kernel(op: &'static str) -> Error {
-    Error::Invalid {
-        op,
-        msg: "this fused mixer kernel has no CUDA version yet; run it on the CPU".into(),
-    }
-}
-
 fn attn(d: AttnDims, window: usize, scale: f64) -> k::attention::Attn {
     k::attention::Attn {
         b: d.b,
@@ -256,6 +247,17 @@ fn attn(d: AttnDims, window: usize, scale: f64) -> k::attention::Attn {
         d: d.d,
         window,
         scale,
+    }
+}
+
+fn rla(d: AttnDims, window: usize) -> k::rla::Rla {
+    k::rla::Rla {
+        b: d.b,
+        t: d.t,
+        h: d.h,
+        hkv: d.hkv,
+        d: d.d,
+        window,
     }
 }
 
@@ -998,27 +1000,65 @@ impl Backend for CudaStorage {
         ))
     }
 
+    /// bf16 tensor cores for either dtype, like `swa_forward`; `chunk` is ignored (the kernels
+    /// run chunks of 64 steps, and every chunk size gives the same values).
     fn rla_forward(
         &self,
-        _k: &Self,
-        _v: &Self,
-        _dims: AttnDims,
-        _window: usize,
+        k: &Self,
+        v: &Self,
+        dims: AttnDims,
+        window: usize,
         _chunk: usize,
     ) -> Result<Self> {
-        Err(no_kernel("rla_forward"))
+        let [qc, kc, vc] = [&self.buf, &k.buf, &v.buf].map(|b| self.converted(b, cu::DType::BF16));
+        let (qc, kc, vc) = (qc?, kc?, vc?);
+        let mut o = self.alloc(cu::DType::BF16, self.buf.len())?;
+        k::rla::rla_forward(
+            self.dev(),
+            rla(dims, window),
+            qc.as_ref().unwrap_or(&self.buf),
+            kc.as_ref().unwrap_or(&k.buf),
+            vc.as_ref().unwrap_or(&v.buf),
+            &mut o,
+        )?;
+        Ok(Self::wrap(self.cast_to(o, self.buf.dtype())?))
     }
 
     fn rla_backward(
         &self,
-        _k: &Self,
-        _v: &Self,
-        _dout: &Self,
-        _dims: AttnDims,
-        _window: usize,
+        k: &Self,
+        v: &Self,
+        dout: &Self,
+        dims: AttnDims,
+        window: usize,
         _chunk: usize,
     ) -> Result<(Self, Self, Self)> {
-        Err(no_kernel("rla_backward"))
+        let [qc, kc, vc, dc] =
+            [&self.buf, &k.buf, &v.buf, &dout.buf].map(|b| self.converted(b, cu::DType::BF16));
+        let (qc, kc, vc, dc) = (qc?, kc?, vc?, dc?);
+        let mut dq = self.alloc(cu::DType::BF16, self.buf.len())?;
+        let mut dk = self.alloc(cu::DType::BF16, k.buf.len())?;
+        let mut dv = self.alloc(cu::DType::BF16, v.buf.len())?;
+        let inputs = (
+            qc.as_ref().unwrap_or(&self.buf),
+            kc.as_ref().unwrap_or(&k.buf),
+            vc.as_ref().unwrap_or(&v.buf),
+            dc.as_ref().unwrap_or(&dout.buf),
+        );
+        k::rla::rla_backward(
+            self.dev(),
+            rla(dims, window),
+            inputs,
+            &mut dq,
+            &mut dk,
+            &mut dv,
+        )?;
+        let dtype = self.buf.dtype();
+        Ok((
+            Self::wrap(self.cast_to(dq, dtype)?),
+            Self::wrap(self.cast_to(dk, dtype)?),
+            Self::wrap(self.cast_to(dv, dtype)?),
+        ))
     }
 
     fn adamw(

@@ -20,6 +20,7 @@ pub mod mlstm;
 pub mod norm;
 pub mod optim;
 pub mod reduce;
+pub mod rla;
 pub mod rope;
 pub mod scatter;
 pub mod short_conv;

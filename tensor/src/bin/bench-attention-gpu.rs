@@ -1,51 +1,59 @@
-//! GPU benchmark of the fused sliding-window attention kernels at the shape of the attention
-//! issue (B=8, T=8192, H=16, D=128, bf16): forward alone and forward + backward, event-timed
-//! medians after warm-up, on random inputs, with TFLOP/s counting only in-window query-key pairs
-//! (forward 4·B·H·T·avg_keys·D, forward + backward 3.5 times that). Needs a GPU; the peers are
+//! GPU benchmark of the fused attention mixers at the shape of the attention issue (B=8, T=8192,
+//! H=16, D=128, bf16): forward alone and forward + backward, event-timed medians after warm-up,
+//! on random inputs. Sliding-window attention at windows 128, 512, 2048 and T, with TFLOP/s
+//! counting only in-window query-key pairs (forward 4·B·H·T·avg_keys·D, forward + backward 3.5
+//! times that); RAttention at window 512: its linear branch alone (`rla`) and the whole fused
+//! mixer node (RoPE, SWA, the linear branch, both RMSNorms and their sum, forward and backward:
+//! the ops of nn's `mixers::rattention::fused`, called here directly). Needs a GPU; the peers are
 //! timed in the same run by nn/peers/attention_peers.py.
 //!
-//!     .gpu/bin/bench-attention-gpu [T]
+//!     .gpu/bin/bench-attention-gpu [T] [all|swa|rattention]
 use swax_cuda::timing::median_ms;
-use swax_tensor::{DType, Device, Result, Tensor};
+use swax_tensor::{DType, Device, Error, Result, Tensor};
 
 const B: usize = 8;
 const H: usize = 16;
 const D: usize = 128;
 const REPS: usize = 20;
+/// RAttention's window, and its peer's time (FlexAttention w=512 + fla chunk_linear_attn,
+/// ../shared/GPU.md).
+const RA_WINDOW: usize = 512;
+const RA_PEER_MS: f64 = 11.96;
 
 /// Mean keys a query sees: sum over t of min(t + 1, w), divided by T.
 fn avg_keys(t: usize, w: usize) -> f64 {
     (0..t).map(|i| (i + 1).min(w) as f64).sum::<f64>() / t as f64
 }
 
-fn main() -> Result<()> {
-    let t: usize = match std::env::args().nth(1) {
-        Some(s) => s.parse().map_err(|e| swax_tensor::Error::Invalid {
-            op: "bench-attention-gpu",
-            msg: format!("T {s:?}: {e}"),
-        })?,
-        None => 8192,
-    };
-    let dev = swax_tensor::cuda::device(0)?;
-    let gpu = Device::Cuda(0);
-    let randn = |seed| -> Result<Tensor> {
-        Tensor::randn(vec![B, t, H, D], 1.0, seed, DType::F32, Device::Cpu)?
-            .to_dtype(DType::BF16)?
-            .to_device(gpu)
-    };
-    let (q, k, v, dout) = (randn(1)?, randn(2)?, randn(3)?, randn(4)?);
-    let scale = 1.0 / (D as f64).sqrt();
+struct Inputs {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    dout: Tensor,
+    t: usize,
+    scale: f64,
+}
+
+fn swa(dev: &swax_cuda::Device, x: &Inputs) -> Result<()> {
+    let Inputs {
+        q,
+        k,
+        v,
+        dout,
+        t,
+        scale,
+    } = x;
     println!("swax SWA, B={B} T={t} H={H} D={D} bf16, median of {REPS}");
     println!("| window | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |");
     println!("|---|---|---|---|---|");
-    for w in [128, 512, 2048, t] {
-        let fwd = median_ms(&dev, 3, REPS, || q.swa(&k, &v, w, scale).map(drop))?;
-        let both = median_ms(&dev, 3, REPS, || {
-            let (o, lse) = q.swa(&k, &v, w, scale)?;
-            q.swa_backward(&k, &v, &o, &lse, &dout, w, scale).map(drop)
+    for w in [128, 512, 2048, *t] {
+        let fwd = median_ms(dev, 3, REPS, || q.swa(k, v, w, *scale).map(drop))?;
+        let both = median_ms(dev, 3, REPS, || {
+            let (o, lse) = q.swa(k, v, w, *scale)?;
+            q.swa_backward(k, v, &o, &lse, dout, w, *scale).map(drop)
         })?;
-        let flop = 4.0 * (B * H * t * D) as f64 * avg_keys(t, w);
-        let label = if w >= t {
+        let flop = 4.0 * (B * H * t * D) as f64 * avg_keys(*t, w);
+        let label = if w >= *t {
             format!("full ({w})")
         } else {
             w.to_string()
@@ -57,4 +65,108 @@ fn main() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The fused RAttention node's forward and, with `backward`, its backward (as nn's
+/// `mixers::rattention::fused` runs them, RoPE from position 0 with theta 10000, eps 1e-6).
+fn rattention_node(x: &Inputs, norms: (&Tensor, &Tensor), backward: bool) -> Result<()> {
+    let Inputs {
+        q,
+        k,
+        v,
+        dout,
+        scale,
+        ..
+    } = x;
+    let (w, theta, eps) = (RA_WINDOW, 10_000.0, 1e-6);
+    let (qr, kr) = (q.rope(0, theta)?, k.rope(0, theta)?);
+    let (o_swa, lse) = qr.swa(&kr, v, w, *scale)?;
+    let o_rla = q.rla(k, v, w, 64)?;
+    let (y_swa, stats_swa) = o_swa.rms_norm(norms.0, eps)?;
+    let (y_rla, stats_rla) = o_rla.rms_norm(norms.1, eps)?;
+    let y = y_swa.add(&y_rla)?;
+    if !backward {
+        return Ok(());
+    }
+    drop(y);
+    let (do_swa, _) = o_swa.rms_norm_backward(norms.0, &stats_swa, dout)?;
+    let (do_rla, _) = o_rla.rms_norm_backward(norms.1, &stats_rla, dout)?;
+    let (dqr, dkr, dv_swa) = qr.swa_backward(&kr, v, &o_swa, &lse, &do_swa, w, *scale)?;
+    let (dq_swa, dk_swa) = (dqr.rope_backward(0, theta)?, dkr.rope_backward(0, theta)?);
+    let (dq_rla, dk_rla, dv_rla) = q.rla_backward(k, v, &do_rla, w, 64)?;
+    dq_swa.add(&dq_rla)?;
+    dk_swa.add(&dk_rla)?;
+    dv_swa.add(&dv_rla)?;
+    Ok(())
+}
+
+fn rattention(dev: &swax_cuda::Device, x: &Inputs) -> Result<()> {
+    let Inputs {
+        q, k, v, dout, t, ..
+    } = x;
+    let w = RA_WINDOW;
+    let norm = |seed| {
+        Tensor::randn(vec![D], 0.3, seed, DType::F32, Device::Cpu)?
+            .add_scalar(1.0)?
+            .to_dtype(DType::BF16)?
+            .to_device(Device::Cuda(0))
+    };
+    let (ns, nr) = (norm(5)?, norm(6)?);
+    println!("swax RAttention w={w}, B={B} T={t} H={H} D={D} bf16, median of {REPS}; peer {RA_PEER_MS} ms fwd+bwd");
+    println!("| part | fwd ms | fwd+bwd ms | fwd+bwd TFLOP/s (in-window pairs) | speed vs peer |");
+    println!("|---|---|---|---|---|");
+    let rla_fwd = median_ms(dev, 3, REPS, || q.rla(k, v, w, 64).map(drop))?;
+    let rla_both = median_ms(dev, 3, REPS, || {
+        q.rla(k, v, w, 64)?;
+        q.rla_backward(k, v, dout, w, 64).map(drop)
+    })?;
+    println!("| linear branch | {rla_fwd:.3} | {rla_both:.3} | | |");
+    let fwd = median_ms(dev, 3, REPS, || rattention_node(x, (&ns, &nr), false))?;
+    let both = median_ms(dev, 3, REPS, || rattention_node(x, (&ns, &nr), true))?;
+    let flop = 3.5 * 4.0 * (B * H * t * D) as f64 * avg_keys(*t, w);
+    println!(
+        "| whole node | {fwd:.3} | {both:.3} | {:.0} | {:.2}x |",
+        flop / both / 1e9,
+        RA_PEER_MS / both
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let t: usize = match args.next() {
+        Some(s) => s.parse().map_err(|e| Error::Invalid {
+            op: "bench-attention-gpu",
+            msg: format!("T {s:?}: {e}"),
+        })?,
+        None => 8192,
+    };
+    let which = args.next().unwrap_or_else(|| "all".into());
+    let dev = swax_tensor::cuda::device(0)?;
+    let gpu = Device::Cuda(0);
+    let randn = |seed| -> Result<Tensor> {
+        Tensor::randn(vec![B, t, H, D], 1.0, seed, DType::F32, Device::Cpu)?
+            .to_dtype(DType::BF16)?
+            .to_device(gpu)
+    };
+    let x = Inputs {
+        q: randn(1)?,
+        k: randn(2)?,
+        v: randn(3)?,
+        dout: randn(4)?,
+        t,
+        scale: 1.0 / (D as f64).sqrt(),
+    };
+    match which.as_str() {
+        "all" => {
+            swa(&dev, &x)?;
+            rattention(&dev, &x)
+        }
+        "swa" => swa(&dev, &x),
+        "rattention" => rattention(&dev, &x),
+        other => Err(Error::Invalid {
+            op: "bench-attention-gpu",
+            msg: format!("{other:?}: expected all, swa or rattention"),
+        }),
+    }
 }

@@ -1,0 +1,495 @@
+// rla.cu: RAttention's residual linear attention on bf16 [B, T, H, D] q and [B, T, Hkv, D] k, v
+// (q head h reads kv head h / (H / Hkv)): o_t = phi(q_t) · sum_{s <= t - W} phi(k_s)^T v_s with
+// phi(x) = [softmax(x), softmax(-x)] over the head dim (F = 2D features).
+//
+// Keys and values shifted W steps later (k'_t = k_{t-W}, zero for t < W) make it plain causal
+// linear attention of q against k', run in chunks of CH = 64 steps as in fla's chunk_linear_attn:
+//
+// - rla_scan: the state at every chunk boundary, h_c = sum over chunks before c of
+//   phi(k')^T v' ([F, D] per kv head), by a sequential walk over the chunks (as fla's
+//   chunk_fwd_h); a block owns one sign half of the features and 64 columns of v, so
+//   B·Hkv·2·(D/64) blocks walk in parallel, the state tile in registers (f32), each boundary
+//   stored as bf16 [B, Hkv, NC, F, D], the next step's rows fetched during the current one.
+//   Walked backwards over q and do, summed over a kv head's q heads, the same kernel gives the
+//   state gradients dh_c = sum over chunks after c of phi(q)^T do.
+// - rla_fwd: a block per (chunk, q head and 64 columns, batch):
+//   o = phi(q) h_c + mask(phi(q) phi(k')^T) v'.
+// - rla_bwd_dq: a block per (chunk, q head, batch): dphi(q) = do h_c^T + mask(do v'^T) phi(k').
+// - rla_bwd_dkdv: a block per (chunk, kv head, batch), over the group's q heads:
+//   dphi(k') = v' dh_c^T + sum_j mask(do_j v'^T)^T phi(q_j), dv' = phi(k') dh_c + sum_j
+//   mask(phi(q_j) phi(k')^T)^T do_j, written back W steps earlier.
+//
+// phi is computed as rows are loaded (a warp per row: max, min and both exponential sums by
+// shuffles) and kept in shared memory as bf16, never in global memory; the feature gradients go
+// back through phi in the same kernels. The chunk kernels run eight warps: warp w takes rows
+// 16 (w % 4) of the chunk and half w / 4 of the block's output columns (for dq and dk that half
+// is one sign of the features, whose softmax backward needs only its own row dot; the two halves
+// meet in shared memory). Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh).
+
+#define CH 64
+#define THREADS 256
+
+// CH rows of x as one warp's share: with NW warps, warp w holds rows w, w + NW, ..., each lane
+// D/32 consecutive elements (packed bf16 pairs). Row r is time t0 + r - shift, zero unless
+// shift <= t0 + r < T; x's rows lie rs apart. Every row's load is issued before any is used, so
+// a warp waits for memory once per tile, not once per row.
+template <int D, int NW>
+struct Rows {
+    static constexpr int R = CH / NW, P = D / 64;  // rows per warp, u32 pairs per lane
+    u32 w[R][P];
+
+    __device__ __forceinline__ void load(const bf16* __restrict__ x, u64 rs, int t0, int shift, int T) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int t = t0 + warp + i * NW;
+            const u32* src = reinterpret_cast<const u32*>(x + (u64)(t - shift) * rs + lane * 2 * P);
+#pragma unroll
+            for (int j = 0; j < P; ++j) w[i][j] = t >= shift && t < T ? src[j] : 0u;
+        }
+    }
+
+    // phi of the rows into a shared tile of OCOLS columns: the features of sign s in [S0, S1] at
+    // columns (s - S0) D + i, where sign 0 is softmax(x) and 1 is softmax(-x); rows outside
+    // [shift, T) get zeros (not the softmax of zeros).
+    template <int OCOLS>
+    __device__ __forceinline__ void phi(bf16* out, int t0, int shift, int T, int s0, int s1) const {
+        constexpr int E = 2 * P;
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int r = warp + i * NW, t = t0 + r;
+            float p[E], n[E];
+            if (t >= shift && t < T) {
+                float xv[E];
+#pragma unroll
+                for (int j = 0; j < P; ++j) {
+                    xv[2 * j] = __uint_as_float(w[i][j] << 16);
+                    xv[2 * j + 1] = __uint_as_float(w[i][j] & 0xffff0000u);
+                }
+                float mx = xv[0], mn = xv[0];
+#pragma unroll
+                for (int e = 1; e < E; ++e) {
+                    mx = fmaxf(mx, xv[e]);
+                    mn = fminf(mn, xv[e]);
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    mx = fmaxf(mx, shfl_xor(mx, o));
+                    mn = fminf(mn, shfl_xor(mn, o));
+                }
+                float sp = 0.0f, sn = 0.0f;
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    p[e] = fast_exp2((xv[e] - mx) * LOG2E);
+                    n[e] = fast_exp2((mn - xv[e]) * LOG2E);
+                    sp += p[e];
+                    sn += n[e];
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    sp += shfl_xor(sp, o);
+                    sn += shfl_xor(sn, o);
+                }
+                const float ip = 1.0f / sp, in = 1.0f / sn;
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    p[e] *= ip;
+                    n[e] *= in;
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < E; ++e) p[e] = n[e] = 0.0f;
+            }
+            for (int s = s0; s <= s1; ++s)
+#pragma unroll
+                for (int j = 0; j < P; ++j)
+                    *reinterpret_cast<u32*>(out + swz<OCOLS>(r, (s - s0) * D + lane * E + 2 * j)) =
+                        s == 0 ? bf16x2_bits(p[2 * j], p[2 * j + 1]) : bf16x2_bits(n[2 * j], n[2 * j + 1]);
+        }
+    }
+};
+
+// The states at every chunk boundary (REV false) or their gradients (REV true); see the top.
+// Block (blockIdx.x = sign * D/64 + column tile, kv head, batch), D/16 warps, warp w owning
+// feature rows 16w.. of its sign half. x and y are [B, T, heads, D]; the block sums the heads
+// kv head * group .. + group - 1 (one head for the states, a group of q heads for their
+// gradients), x's and y's row t' read at time t' - shift. out [B, Hkv, NC, 2D, D]: the value
+// before chunk c (REV: after it) is added.
+template <int D, bool REV>
+__device__ void rla_scan(const bf16* __restrict__ x, const bf16* __restrict__ y, bf16* __restrict__ out, u32 t_len,
+                         u32 heads, u32 group, u32 shift) {
+    constexpr int NTH = 2 * D, NW = D / 16;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16* sx = reinterpret_cast<bf16*>(smem);  // phi of one sign, [CH][D]: phi^T read k-major
+    bf16* sy = sx + CH * D;                     // [2][CH][64]
+
+    const int T = (int)t_len, nc = (T + CH - 1) / CH, sh = (int)shift;
+    const int sign = blockIdx.x / (D / 64), vt = blockIdx.x % (D / 64);
+    const int g = blockIdx.y, b = blockIdx.z, hkv = gridDim.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    const u64 rs = (u64)heads * D;
+    bf16* og = out + ((u64)b * hkv + g) * nc * (2 * D * D) + (u64)(sign * D + warp * 16 + gq) * D + vt * 64 + 2 * tq;
+
+    // Step i reads head j = i % group of chunk i / group (walked backwards with REV); each
+    // step's x rows (registers) and y tile (cp.async, double-buffered) are fetched during the
+    // step before.
+    const int steps = nc * (int)group;
+    auto chunk_of = [&](int i) { return REV ? nc - 1 - i / (int)group : i / (int)group; };
+    auto offset_of = [&](int i) { return ((u64)b * T * heads + g * group + i % (int)group) * D; };
+    Rows<D, NW> rows;
+    rows.load(x + offset_of(0), rs, chunk_of(0) * CH, sh, T);
+    load_tile<64, CH, NTH, true>(sy, y + offset_of(0) + vt * 64, rs, chunk_of(0) * CH, T, sh);
+    cp_async_commit();
+
+    float st[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.0f;
+
+    for (int i = 0; i < steps; ++i) {
+        const int c = chunk_of(i), c0 = c * CH;
+        if (i % (int)group == 0) {  // the value before the chunk (REV: after it)
+            bf16* oc = og + (u64)c * (2 * D * D);
+#pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                *reinterpret_cast<u32*>(oc + n * 8) = bf16x2_bits(st[n][0], st[n][1]);
+                *reinterpret_cast<u32*>(oc + 8 * D + n * 8) = bf16x2_bits(st[n][2], st[n][3]);
+            }
+        }
+        rows.template phi<D>(sx, c0, sh, T, sign, sign);
+        cp_async_wait<0>();
+        __syncthreads();
+        const bf16* y_s = sy + (i & 1) * CH * 64;
+        if (i + 1 < steps) {
+            const int cn = chunk_of(i + 1) * CH;
+            rows.load(x + offset_of(i + 1), rs, cn, sh, T);
+            load_tile<64, CH, NTH, true>(sy + ((i + 1) & 1) * CH * 64, y + offset_of(i + 1) + vt * 64, rs, cn, T, sh);
+            cp_async_commit();
+        }
+#pragma unroll
+        for (int kk = 0; kk < CH / 16; ++kk) {
+            u32 a[4];
+            ldsm_x4<true>(a, lane_ptr<D, false>(sx, kk * 16, warp * 16));
+#pragma unroll
+            for (int nn = 0; nn < 4; ++nn) {
+                u32 f[4];
+                b_frag<64, false>(f, y_s, kk, nn);
+                mma(st[2 * nn], a, f[0], f[1]);
+                mma(st[2 * nn + 1], a, f[2], f[3]);
+            }
+        }
+        __syncthreads();  // the next step rewrites sx and the other y buffer
+    }
+}
+
+// Both signs' features of a chunk's rows into a [CH][2D] shared tile, by the THREADS threads of
+// a chunk kernel.
+template <int D>
+__device__ __forceinline__ void phi_tile(const bf16* __restrict__ x, u64 rs, int t0, int shift, int T, bf16* out) {
+    Rows<D, THREADS / 32> r;
+    r.load(x, rs, t0, shift, T);
+    r.template phi<2 * D>(out, t0, shift, T, 0, 1);
+}
+
+// phi of q's rows (unshifted) and k's rows (shifted), both loads in flight together.
+template <int D>
+__device__ __forceinline__ void phi_pair(const bf16* __restrict__ q, u64 qrs, const bf16* __restrict__ k, u64 krs,
+                                         int t0, int shift, int T, bf16* sq, bf16* sk) {
+    Rows<D, THREADS / 32> rq, rk;
+    rq.load(q, qrs, t0, 0, T);
+    rk.load(k, krs, t0, shift, T);
+    rq.template phi<2 * D>(sq, t0, 0, T, 0, 1);
+    rk.template phi<2 * D>(sk, t0, shift, T, 0, 1);
+}
+
+// Zeroes rows c0 .. c0 + CH - 1 (those below T) of head `head` of a [B, T, heads, D] bf16 tensor.
+template <int D>
+__device__ __forceinline__ void zero_rows(bf16* __restrict__ o, int T, u32 heads, int b, int head, int c0) {
+    for (int i = threadIdx.x; i < CH * D / 8; i += THREADS) {
+        const int r = i / (D / 8), t = c0 + r;
+        if (t < T) reinterpret_cast<uint4*>(o + (((u64)b * T + t) * heads + head) * D)[i % (D / 8)] = make_uint4(0, 0, 0, 0);
+    }
+}
+
+// Keeps the lower triangle of a warp's 16 x 64 score fragment: row i sees columns s <= i.
+__device__ __forceinline__ void causal_mask(float (&s)[8][4], int row0) {
+    const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (n * 8 + 2 * tq + (e & 1) > row0 + gq + (e >> 1) * 8) s[n][e] = 0.0f;
+}
+
+// Each block computes 64 columns of o (part blockIdx.y % (D / 64)), so that it holds only those
+// columns of v' and h_c and two blocks fit on an SM.
+template <int D>
+__device__ void rla_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                        const bf16* __restrict__ states, bf16* __restrict__ o, u32 t_len, u32 heads, u32 kv_heads,
+                        u32 shift) {
+    constexpr int F = 2 * D, PARTS = D / 64;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16* sq = reinterpret_cast<bf16*>(smem);  // phi(q) [CH][F]
+    bf16* sk = sq + CH * F;                     // phi(k') [CH][F]
+    bf16* sv = sk + CH * F;                     // v' [CH][64]
+    bf16* sh = sv + CH * 64;                    // h_c [F][64]
+
+    const int T = (int)t_len, nc = (T + CH - 1) / CH, sf = (int)shift;
+    const int c = blockIdx.x, c0 = c * CH, h = blockIdx.y / PARTS, cb = (blockIdx.y % PARTS) * 64, b = blockIdx.z;
+    const int g = h / (heads / kv_heads);
+    if (c0 + CH <= sf) {
+        if (cb == 0) zero_rows<D>(o, T, heads, b, h, c0);
+        return;
+    }
+    const u64 krs = (u64)kv_heads * D, qrs = (u64)heads * D, koff = ((u64)b * T * kv_heads + g) * D;
+    load_tile<64, CH, THREADS, true>(sv, v + koff + cb, krs, c0, T, sf);
+    load_tile<64, F, THREADS, false>(sh, states + (((u64)b * kv_heads + g) * nc + c) * F * D + cb, D, 0, F, 0);
+    cp_async_commit();
+    phi_pair<D>(q + ((u64)b * T * heads + h) * D, qrs, k + koff, krs, c0, sf, T, sq, sk);
+    cp_async_wait<0>();
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    const int r0 = (warp & 3) * 16, n0 = (warp >> 2) * 32;
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    mma_smem_a<F / 16, 8, F, F>(s, sq, r0, sk);
+    causal_mask(s, r0);
+    u32 pf[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) c_to_a(s, kk, pf[kk]);
+    float acc[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    mma_tile<4, 4, 64, false>(acc, pf, sv, n0);
+    mma_smem_a<F / 16, 4, F, 64, false>(acc, sq, r0, sh, n0);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int t = c0 + r0 + gq + 8 * r;
+        if (t >= T) continue;
+        bf16* out = o + ((u64)b * T + t) * qrs + (u64)h * D + cb + n0 + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < 4; ++n) *reinterpret_cast<u32*>(out + n * 8) = bf16x2_bits(acc[n][2 * r], acc[n][2 * r + 1]);
+    }
+}
+
+// The feature gradient g (a warp's 16 rows, D features of sign `half` held as mma accumulators)
+// carried back through that half of phi: p (g - <p, g>) for sign 0, -n (g - <n, g>) for sign 1,
+// with phi's values read from the [CH][2D] shared tile `ph`; written over g.
+template <int D>
+__device__ __forceinline__ void phi_backward(float (&gr)[D / 8][4], const bf16* ph, int r0, int half) {
+    const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    float p[D / 8][4], dot[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const u32 w = *reinterpret_cast<const u32*>(ph + swz<2 * D>(r0 + gq + 8 * r, half * D + n * 8 + 2 * tq));
+            p[n][2 * r] = __uint_as_float(w << 16);
+            p[n][2 * r + 1] = __uint_as_float(w & 0xffff0000u);
+            dot[r] += p[n][2 * r] * gr[n][2 * r] + p[n][2 * r + 1] * gr[n][2 * r + 1];
+        }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        dot[r] += shfl_xor(dot[r], 1);
+        dot[r] += shfl_xor(dot[r], 2);
+    }
+    const float sgn = half ? -1.0f : 1.0f;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) gr[n][e] = sgn * p[n][e] * (gr[n][e] - dot[e >> 1]);
+}
+
+// Sums the two halves' phi_backward results and writes rows of a [B, T, heads, D] bf16 tensor:
+// warps of half 1 leave theirs in `buf` (f32 [CH][D], shared memory nobody reads any more),
+// warps of half 0 add and store row r0 + i of the chunk at time c0 + r0 + i - shift when that
+// is in [0, T). Every thread of the block must call it.
+template <int D>
+__device__ __forceinline__ void sum_halves_store(const float (&gr)[D / 8][4], float* buf, int r0, int half,
+                                                 bf16* __restrict__ dst, int T, u32 heads, int b, int head, int c0,
+                                                 int shift) {
+    const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    __syncthreads();  // `buf` is free
+    if (half) {
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                *reinterpret_cast<float2*>(buf + (r0 + gq + 8 * r) * D + n * 8 + 2 * tq) =
+                    make_float2(gr[n][2 * r], gr[n][2 * r + 1]);
+    }
+    __syncthreads();
+    if (half) return;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = r0 + gq + 8 * r, t = c0 + row - shift;
+        if (c0 + row < shift || t >= T) continue;
+        bf16* out = dst + (((u64)b * T + t) * heads + head) * D + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            const float2 o = *reinterpret_cast<const float2*>(buf + row * D + n * 8 + 2 * tq);
+            *reinterpret_cast<u32*>(out + n * 8) = bf16x2_bits(gr[n][2 * r] + o.x, gr[n][2 * r + 1] + o.y);
+        }
+    }
+}
+
+template <int D>
+__device__ void rla_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                           const bf16* __restrict__ dout, const bf16* __restrict__ states, bf16* __restrict__ dq,
+                           u32 t_len, u32 heads, u32 kv_heads, u32 shift) {
+    constexpr int F = 2 * D;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16* sq = reinterpret_cast<bf16*>(smem);  // phi(q) [CH][F]
+    bf16* sk = sq + CH * F;                     // phi(k') [CH][F]
+    bf16* sv = sk + CH * F;                     // v' [CH][D]
+    bf16* sdo = sv + CH * D;                    // do [CH][D]
+    bf16* sh = sdo + CH * D;                    // h_c [F][D], then the halves' sum (f32 [CH][D])
+
+    const int T = (int)t_len, nc = (T + CH - 1) / CH, sf = (int)shift;
+    const int c = blockIdx.x, c0 = c * CH, h = blockIdx.y, b = blockIdx.z;
+    const int g = h / (heads / kv_heads);
+    if (c0 + CH <= sf) {
+        zero_rows<D>(dq, T, heads, b, h, c0);
+        return;
+    }
+    const u64 krs = (u64)kv_heads * D, qrs = (u64)heads * D;
+    const u64 qoff = ((u64)b * T * heads + h) * D, koff = ((u64)b * T * kv_heads + g) * D;
+    load_tile<D, CH, THREADS, true>(sv, v + koff, krs, c0, T, sf);
+    load_tile<D, CH, THREADS, false>(sdo, dout + qoff, qrs, c0, T, 0);
+    load_tile<D, F, THREADS, false>(sh, states + (((u64)b * kv_heads + g) * nc + c) * F * D, D, 0, F, 0);
+    cp_async_commit();
+    phi_pair<D>(q + qoff, qrs, k + koff, krs, c0, sf, T, sq, sk);
+    cp_async_wait<0>();
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, half = warp >> 2, r0 = (warp & 3) * 16;
+    float gr[D / 8][4];
+    {
+        float ds[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) ds[n][0] = ds[n][1] = ds[n][2] = ds[n][3] = 0.0f;
+        mma_smem_a<D / 16, 8, D, D>(ds, sdo, r0, sv);
+        causal_mask(ds, r0);
+        u32 af[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) c_to_a(ds, kk, af[kk]);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) gr[n][0] = gr[n][1] = gr[n][2] = gr[n][3] = 0.0f;
+        mma_tile<4, D / 8, F, false>(gr, af, sk, half * D);
+    }
+    mma_smem_a<D / 16, D / 8, D, D>(gr, sdo, r0, sh, half * D);
+    phi_backward<D>(gr, sq, r0, half);
+    sum_halves_store<D>(gr, reinterpret_cast<float*>(sh), r0, half, dq, T, heads, b, h, c0, 0);
+}
+
+template <int D>
+__device__ void rla_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                             const bf16* __restrict__ dout, const bf16* __restrict__ dstates, bf16* __restrict__ dk,
+                             bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {
+    constexpr int F = 2 * D, NV = D / 16;  // n8-tiles of a half row of dv
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16* sk = reinterpret_cast<bf16*>(smem);  // phi(k') [CH][F]
+    bf16* sv = sk + CH * F;                     // v' [CH][D]
+    bf16* sds = sv + CH * D;                    // dh_c [F][D], then the halves' sum (f32 [CH][D])
+    bf16* sq = sds + F * D;                     // phi(q_j) [CH][F]
+    bf16* sdo = sq + CH * F;                    // do_j [CH][D]
+
+    const int T = (int)t_len, nc = (T + CH - 1) / CH, sf = (int)shift;
+    const int c = blockIdx.x, c0 = c * CH, g = blockIdx.y, b = blockIdx.z;
+    const int group = heads / kv_heads;
+    if (c0 + CH <= sf) return;  // no key of the chunk exists; dk, dv come zeroed
+    const u64 krs = (u64)kv_heads * D, qrs = (u64)heads * D, koff = ((u64)b * T * kv_heads + g) * D;
+    load_tile<D, CH, THREADS, true>(sv, v + koff, krs, c0, T, sf);
+    load_tile<D, F, THREADS, false>(sds, dstates + (((u64)b * kv_heads + g) * nc + c) * F * D, D, 0, F, 0);
+    cp_async_commit();
+    phi_tile<D>(k + koff, krs, c0, sf, T, sk);
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    const int half = warp >> 2, r0 = (warp & 3) * 16;
+    float dva[NV][4], gr[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < NV; ++n) dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) gr[n][0] = gr[n][1] = gr[n][2] = gr[n][3] = 0.0f;
+
+    // group >= 1, so the loop's first wait also lands dh_c and its barrier publishes phi(k').
+    for (int j = 0; j < group; ++j) {
+        const u64 qoff = ((u64)b * T * heads + g * group + j) * D;
+        if (j > 0) __syncthreads();  // the last head's reads of sq, sdo are done
+        load_tile<D, CH, THREADS, false>(sdo, dout + qoff, qrs, c0, T, 0);
+        cp_async_commit();
+        phi_tile<D>(q + qoff, qrs, c0, 0, T, sq);
+        cp_async_wait<0>();
+        __syncthreads();
+        // Keys along rows: a^T = phi(k') phi(q)^T, then dv' += mask(a^T) do.
+        float s[8][4];
+        u32 af[4][4];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        mma_smem_a<F / 16, 8, F, F>(s, sk, r0, sq);
+        // Key row i sees query columns >= i: the upper triangle.
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (n * 8 + 2 * tq + (e & 1) < r0 + gq + (e >> 1) * 8) s[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) c_to_a(s, kk, af[kk]);
+        mma_tile<4, NV, D, false>(dva, af, sdo, half * (D / 2));
+        // da^T = v' do^T, then dphi(k') += mask(da^T) phi(q).
+#pragma unroll
+        for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        mma_smem_a<D / 16, 8, D, D>(s, sv, r0, sdo);
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (n * 8 + 2 * tq + (e & 1) < r0 + gq + (e >> 1) * 8) s[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) c_to_a(s, kk, af[kk]);
+        mma_tile<4, D / 8, F, false>(gr, af, sq, half * D);
+    }
+    // What later chunks read through the state: dphi(k') += v' dh^T, dv' += phi(k') dh.
+    mma_smem_a<D / 16, D / 8, D, D>(gr, sv, r0, sds, half * D);
+    mma_smem_a<F / 16, NV, F, D, false>(dva, sk, r0, sds, half * (D / 2));
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = r0 + gq + 8 * r, t = c0 + row - sf;
+        if (c0 + row < sf || t >= T) continue;
+        bf16* out = dv + ((u64)b * T + t) * krs + (u64)g * D + half * (D / 2) + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < NV; ++n) *reinterpret_cast<u32*>(out + n * 8) = bf16x2_bits(dva[n][2 * r], dva[n][2 * r + 1]);
+    }
+    phi_backward<D>(gr, sk, r0, half);
+    sum_halves_store<D>(gr, reinterpret_cast<float*>(sds), r0, half, dk, T, kv_heads, b, g, c0, sf);
+}
+
+#define INSTANTIATE(D)                                                                                          \
+    extern "C" __global__ void __launch_bounds__(2 * D) rla_scan_fwd_d##D(                                     \
+        const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads, u32 group, u32 shift) {                 \
+        rla_scan<D, false>(x, y, out, t_len, heads, group, shift);                                              \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(2 * D) rla_scan_bwd_d##D(                                     \
+        const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads, u32 group, u32 shift) {                 \
+        rla_scan<D, true>(x, y, out, t_len, heads, group, shift);                                               \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_fwd_d##D(                                        \
+        const bf16* q, const bf16* k, const bf16* v, const bf16* states, bf16* o, u32 t_len, u32 heads,        \
+        u32 kv_heads, u32 shift) {                                                                              \
+        rla_fwd<D>(q, k, v, states, o, t_len, heads, kv_heads, shift);                                          \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dq_d##D(                                     \
+        const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const bf16* states, bf16* dq,           \
+        u32 t_len, u32 heads, u32 kv_heads, u32 shift) {                                                        \
+        rla_bwd_dq<D>(q, k, v, dout, states, dq, t_len, heads, kv_heads, shift);                                \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dkdv_d##D(                                   \
+        const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const bf16* dstates, bf16* dk,          \
+        bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {                                              \
+        rla_bwd_dkdv<D>(q, k, v, dout, dstates, dk, dv, t_len, heads, kv_heads, shift);                         \
+    }
+
+INSTANTIATE(64)
+INSTANTIATE(128)

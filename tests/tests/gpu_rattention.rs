@@ -1,0 +1,226 @@
+//! RAttention on CUDA against the CPU fused kernels. The linear branch alone (`rla`, its output
+//! and dq, dk, dv) at lengths and windows that are not multiples of the 64-step chunk (T = 1, 7,
+//! 64, 1000 and more; windows 1, 3, 64, 128 and larger than T, where the branch sees nothing),
+//! head dims 64 and 128, grouped-query ratios 1 and 4; then the whole fused RAttention node (SWA
+//! with RoPE, the linear branch, both RMSNorms, the sum): output and the gradients of q, k, v
+//! and both norm scales. Skips without a GPU (see `swax_tests::gpu`).
+use swax_autograd::Tape;
+use swax_nn::mixers::rattention::{fused, Config};
+use swax_tensor::{DType, Device, Result, Tensor};
+use swax_tests::{gpu, relative_error};
+
+/// The GPU rounds the features, the chunk states and the score tiles to bf16 before their
+/// products (f32 accumulation); the CPU computes in f32 from the same bf16-rounded inputs.
+const TOLERANCE: f64 = 2e-2;
+
+/// ‖got − want‖ relative to ‖want‖, or to 1e-2 per element where ‖want‖ is smaller (a branch
+/// that sees no key gives zeros on both devices).
+fn error(got: &Tensor, want: &Tensor) -> Result<f64> {
+    let got = got.to_device(Device::Cpu)?.to_dtype(DType::F32)?;
+    let norm = want.to_f64_vec()?.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let floor = 1e-2 * (want.shape().numel() as f64).sqrt();
+    let rel = relative_error(&got, want)?;
+    let diff = if norm == 0.0 { rel } else { rel * norm };
+    Ok(diff / norm.max(floor))
+}
+
+/// Normal values of the given shape rounded to bf16, held in f32 on the CPU.
+fn input(dims: Vec<usize>, std: f64, seed: u64) -> Result<Tensor> {
+    Tensor::randn(dims, std, seed, DType::F32, Device::Cpu)?
+        .to_dtype(DType::BF16)?
+        .to_dtype(DType::F32)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    b: usize,
+    t: usize,
+    h: usize,
+    hkv: usize,
+    d: usize,
+    window: usize,
+}
+
+fn case(b: usize, t: usize, h: usize, hkv: usize, d: usize, window: usize) -> Case {
+    Case {
+        b,
+        t,
+        h,
+        hkv,
+        d,
+        window,
+    }
+}
+
+/// q, k, v and an output gradient of a case.
+fn qkv(c: Case) -> Result<[Tensor; 4]> {
+    let Case {
+        b, t, h, hkv, d, ..
+    } = c;
+    let seed = (t * 131 + c.window * 7 + d + h) as u64;
+    Ok([
+        input(vec![b, t, h, d], 1.0, seed)?,
+        input(vec![b, t, hkv, d], 1.0, seed + 1)?,
+        input(vec![b, t, hkv, d], 1.0, seed + 2)?,
+        input(vec![b, t, h, d], 1.0, seed + 3)?,
+    ])
+}
+
+fn assert_close(
+    c: Case,
+    what: &str,
+    names: &[&str],
+    got: &[Tensor],
+    want: &[Tensor],
+) -> Result<f64> {
+    let mut worst = 0.0f64;
+    for (name, (g, w)) in names.iter().zip(got.iter().zip(want)) {
+        let err = error(g, w)?;
+        assert!(
+            err < TOLERANCE,
+            "{c:?} {what}: {name} relative error {err:.2e}"
+        );
+        worst = worst.max(err);
+    }
+    Ok(worst)
+}
+
+/// The linear branch in `dtype` on the GPU against the CPU in f32; the worst relative error over
+/// o, dq, dk, dv. The chunk sizes differ on purpose (the GPU runs chunks of 64 whatever it is
+/// given; the CPU takes 16): every chunk size gives the same values.
+fn check_rla(c: Case, dtype: DType, gpu: Device) -> Result<f64> {
+    let [q, k, v, dout] = qkv(c)?;
+    let w = c.window;
+    let o = q.rla(&k, &v, w, 16)?;
+    let (dq, dk, dv) = q.rla_backward(&k, &v, &dout, w, 16)?;
+    let on_gpu = |x: &Tensor| x.to_dtype(dtype)?.to_device(gpu);
+    let (gq, gk, gv, gd) = (on_gpu(&q)?, on_gpu(&k)?, on_gpu(&v)?, on_gpu(&dout)?);
+    let go = gq.rla(&gk, &gv, w, 64)?;
+    let (gdq, gdk, gdv) = gq.rla_backward(&gk, &gv, &gd, w, 64)?;
+    assert_eq!(go.dtype(), dtype);
+    assert_close(
+        c,
+        &format!("rla {dtype:?}"),
+        &["o", "dq", "dk", "dv"],
+        &[go, gdq, gdk, gdv],
+        &[o, dq, dk, dv],
+    )
+}
+
+#[test]
+fn rla_matches_cpu_at_short_lengths() -> Result<()> {
+    let Some(gpu) = gpu() else { return Ok(()) };
+    for t in [1, 7, 64, 200] {
+        for window in [1, 3, 64, 128, 1000] {
+            for (h, hkv) in [(2, 2), (4, 1)] {
+                for d in [64, 128] {
+                    let err = check_rla(case(2, t, h, hkv, d, window), DType::BF16, gpu)?;
+                    println!("t {t} w {window} h {h}/{hkv} d {d}: {err:.2e}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn rla_matches_cpu_at_long_lengths() -> Result<()> {
+    let Some(gpu) = gpu() else { return Ok(()) };
+    let cases = [
+        case(1, 1000, 2, 2, 64, 1),
+        case(1, 1000, 4, 1, 128, 3),
+        case(2, 1000, 2, 2, 128, 64),
+        case(1, 1031, 4, 1, 64, 128),
+        case(1, 1500, 8, 2, 128, 200),
+        case(1, 1000, 4, 1, 64, 4096),
+        case(1, 2100, 2, 2, 128, 512),
+    ];
+    for c in cases {
+        let err = check_rla(c, DType::BF16, gpu)?;
+        println!("{c:?}: {err:.2e}");
+    }
+    Ok(())
+}
+
+/// f32 operands go through the same bf16 tensor cores (rounded on the way in).
+#[test]
+fn rla_takes_f32_operands() -> Result<()> {
+    let Some(gpu) = gpu() else { return Ok(()) };
+    for c in [case(1, 100, 4, 1, 64, 30), case(1, 300, 2, 2, 128, 5)] {
+        check_rla(c, DType::F32, gpu)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn rla_rejects_head_dims_without_a_kernel() -> Result<()> {
+    let Some(gpu) = gpu() else { return Ok(()) };
+    let x = input(vec![1, 80, 2, 32], 1.0, 1)?
+        .to_dtype(DType::BF16)?
+        .to_device(gpu)?;
+    assert!(x.rla(&x, &x, 4, 64).is_err());
+    Ok(())
+}
+
+/// The fused RAttention node's output and the gradients of `sum(out * weights)` with respect to
+/// q, k, v and both norm scales. On the GPU everything is bf16, as in a model (its `Weights` cast
+/// the scales to the activations' dtype).
+fn rattention(inputs: &[Tensor], weights: &Tensor, cfg: &Config) -> Result<Vec<Tensor>> {
+    let tape = Tape::new();
+    inputs.iter().for_each(|x| tape.watch(x));
+    let [q, k, v, ns, nr] = inputs else {
+        unreachable!("five inputs")
+    };
+    let out = fused::rattention(&tape, q, k, v, ns, nr, cfg)?;
+    let loss = tape.sum_all(&tape.mul(&out, weights)?)?;
+    let grads = tape.backward(&loss)?;
+    let mut all = vec![out];
+    for x in inputs {
+        all.push(grads.get(x).cloned().expect("every input has a gradient"));
+    }
+    Ok(all)
+}
+
+#[test]
+fn rattention_node_matches_cpu() -> Result<()> {
+    let Some(gpu) = gpu() else { return Ok(()) };
+    let cases = [
+        case(2, 7, 4, 1, 64, 3),
+        case(2, 300, 4, 1, 64, 64),
+        case(1, 1100, 2, 2, 128, 128),
+        case(1, 100, 2, 2, 128, 1000),
+    ];
+    for c in cases {
+        let [q, k, v, _] = qkv(c)?;
+        // Scales around 1, rounded to bf16 so that both devices see the same values.
+        let scale = |seed| {
+            input(vec![c.d], 0.3, seed)?
+                .add_scalar(1.0)?
+                .to_dtype(DType::BF16)?
+                .to_dtype(DType::F32)
+        };
+        let (ns, nr) = (scale(5)?, scale(6)?);
+        let weights = input(vec![c.b, c.t, c.h, c.d], 1.0, 7)?;
+        let cfg = Config::new(c.window);
+        let want = rattention(
+            &[q.clone(), k.clone(), v.clone(), ns.clone(), nr.clone()],
+            &weights,
+            &cfg,
+        )?;
+        let bf = |x: &Tensor| x.to_dtype(DType::BF16)?.to_device(gpu);
+        let got = rattention(
+            &[bf(&q)?, bf(&k)?, bf(&v)?, bf(&ns)?, bf(&nr)?],
+            &bf(&weights)?,
+            &cfg,
+        )?;
+        let err = assert_close(
+            c,
+            "rattention",
+            &["out", "dq", "dk", "dv", "dnorm_swa", "dnorm_rla"],
+            &got,
+            &want,
+        )?;
+        println!("{c:?}: {err:.2e}");
+    }
+    Ok(())
+}
