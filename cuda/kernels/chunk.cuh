@@ -4,11 +4,20 @@
 // - Strided f32 matrix views over shared or global memory, so one product routine serves every
 //   transposition the chunk algebra needs without copying tiles.
 // - block_mm: a product of two views computed by the whole block, handing each output element to
-//   a functor exactly once (store, scale, accumulate or write out, chosen by the caller). With
+//   a functor exactly once (store, scale, accumulate or write out, chosen by the caller), and
+//   block_mm_sums, whose functor also returns the element's shares of row and column sums. With
 //   TC, bf16 tensor cores (mma.sync m16n8k16, f32 accumulation), operands rounded to bf16 as
 //   fragments are loaded; without, f32 FMAs, so f32 data keeps f32 products.
 // - Row dots, block sums, the stable log-sigmoid and the per-(batch, head) row addressing.
 #include "common.cuh"
+
+// Threads of a chunkwise block (CHUNK_THREADS in src/kernels/chunk.rs): 16 warps, as many as
+// the registers allow at this kernel size; a block holds a whole SM (registers and shared
+// memory), so its warps are all there is to hide latencies with. REC_KU: the k-steps of a
+// product whose fragments a thread loads at once (block_mm), as many as fit in the registers
+// left at 128 a thread.
+#define REC_THREADS 512
+#define REC_KU 2
 
 // A read-only f32 matrix: element (r, c) at p[r * rs + c * cs].
 struct Mat {
@@ -34,40 +43,96 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const u32 (&a)[4], u32 b
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// out(r, c, value) for every element of the M x N product a · b (inner size K). With TC, M, N
+// Elements (r, c) and (r, c + 1) of m as a bf16 pair, the first in the low half: one 8-byte load
+// where they are adjacent (c is even in the fragments, and the tensor-core tiles' strides and
+// offsets are even, so the pair is aligned), else two.
+__device__ __forceinline__ u32 k_pair(Mat m, int r, int c) {
+    const float* p = m.p + r * m.rs + c * m.cs;
+    if (m.cs == 1) {
+        const float2 x = *reinterpret_cast<const float2*>(p);
+        return bf16x2_bits(x.x, x.y);
+    }
+    return bf16x2_bits(p[0], p[m.cs]);
+}
+
+// out(r, c, value) for every element of the M x N product a · b (inner size K); out returns a
+// pair (x, y) of that element's shares of a sum by rows and a sum by columns, added to rows[r]
+// and cols[c] (shared memory; either may be null where a caller has no such sum). With TC, M, N
 // and K must be multiples of 16 (callers zero-pad their tiles). Every thread of the block must
 // call it; it does not synchronize, so the caller does before the operands are read and after
 // the results are written.
 template <bool TC, typename Out>
-__device__ __forceinline__ void block_mm(Mat a, Mat b, int M, int K, int N, Out out) {
+__device__ __forceinline__ void block_mm_sums(Mat a, Mat b, int M, int K, int N, Out out, float* rows,
+                                              float* cols) {
     if constexpr (TC) {
-        // Warp tiles of 16 x 16 (two mma n-halves sharing the A fragment).
+        // Warp tiles of 16 x 16 (two mma n-halves sharing the A fragment). The fragments of KU
+        // k-steps are loaded before any of their products, so that their loads (from shared
+        // memory, or from global memory for the boundary states) overlap instead of each
+        // waiting out the previous product.
+        constexpr int KU = REC_KU;
         const int g = lane_id() >> 2, q = (lane_id() & 3) * 2;
         const int tn = N / 16, tiles = (M / 16) * tn;
         for (int tile = warp_id(); tile < tiles; tile += nwarps()) {
             const int r0 = (tile / tn) * 16, c0 = (tile % tn) * 16;
             float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-            for (int k0 = 0; k0 < K; k0 += 16) {
-                const u32 af[4] = {
-                    bf16x2_bits(a.at(r0 + g, k0 + q), a.at(r0 + g, k0 + q + 1)),
-                    bf16x2_bits(a.at(r0 + g + 8, k0 + q), a.at(r0 + g + 8, k0 + q + 1)),
-                    bf16x2_bits(a.at(r0 + g, k0 + q + 8), a.at(r0 + g, k0 + q + 9)),
-                    bf16x2_bits(a.at(r0 + g + 8, k0 + q + 8), a.at(r0 + g + 8, k0 + q + 9)),
-                };
+            for (int kb = 0; kb < K; kb += 16 * KU) {
+                u32 af[KU][4], bf[KU][2][2];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int n = c0 + h * 8 + g;
-                    mma_bf16(acc[h], af, bf16x2_bits(b.at(k0 + q, n), b.at(k0 + q + 1, n)),
-                             bf16x2_bits(b.at(k0 + q + 8, n), b.at(k0 + q + 9, n)));
+                for (int u = 0; u < KU; ++u) {
+                    const int k0 = kb + 16 * u;
+                    if (k0 < K) {
+                        af[u][0] = k_pair(a, r0 + g, k0 + q);
+                        af[u][1] = k_pair(a, r0 + g + 8, k0 + q);
+                        af[u][2] = k_pair(a, r0 + g, k0 + q + 8);
+                        af[u][3] = k_pair(a, r0 + g + 8, k0 + q + 8);
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int n = c0 + h * 8 + g;
+                            bf[u][h][0] = k_pair(b.t(), n, k0 + q);
+                            bf[u][h][1] = k_pair(b.t(), n, k0 + q + 8);
+                        }
+                    }
                 }
+#pragma unroll
+                for (int u = 0; u < KU; ++u)
+                    if (kb + 16 * u < K) {
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) mma_bf16(acc[h], af[u], bf[u][h][0], bf[u][h][1]);
+                    }
             }
+            // The sums are reduced across the lanes holding the same rows (a quad) or columns
+            // (lanes q apart) before one atomic each: shared-memory float atomics are
+            // compare-and-swap loops, slow when lanes contend for an address.
+            float rs[2] = {0.f, 0.f}, cs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int c = c0 + h * 8 + q;
-                out(r0 + g, c, acc[h][0]);
-                out(r0 + g, c + 1, acc[h][1]);
-                out(r0 + g + 8, c, acc[h][2]);
-                out(r0 + g + 8, c + 1, acc[h][3]);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float2 v = out(r0 + g + (i >> 1) * 8, c + (i & 1), acc[h][i]);
+                    rs[i >> 1] += v.x;
+                    cs[h][i & 1] += v.y;
+                }
+            }
+            if (rows) {
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const float x = rs[i] + shfl_xor(rs[i], 1);
+                    const float y = x + shfl_xor(x, 2);
+                    if (q == 0) atomicAdd(&rows[r0 + g + i * 8], y);
+                }
+            }
+            if (cols) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        float x = cs[h][i];
+                        x += shfl_xor(x, 4);
+                        x += shfl_xor(x, 8);
+                        x += shfl_xor(x, 16);
+                        if (g == 0) atomicAdd(&cols[c0 + h * 8 + q + i], x);
+                    }
             }
         }
     } else {
@@ -75,9 +140,23 @@ __device__ __forceinline__ void block_mm(Mat a, Mat b, int M, int K, int N, Out 
             const int r = idx / N, c = idx % N;
             float s = 0.0f;
             for (int k = 0; k < K; ++k) s = fmaf(a.at(r, k), b.at(k, c), s);
-            out(r, c, s);
+            const float2 v = out(r, c, s);
+            if (rows && v.x != 0.0f) atomicAdd(&rows[r], v.x);
+            if (cols && v.y != 0.0f) atomicAdd(&cols[c], v.y);
         }
     }
+}
+
+// block_mm_sums without sums: out(r, c, value) for every element of a · b.
+template <bool TC, typename Out>
+__device__ __forceinline__ void block_mm(Mat a, Mat b, int M, int K, int N, Out out) {
+    block_mm_sums<TC>(
+        a, b, M, K, N,
+        [&](int r, int c, float x) {
+            out(r, c, x);
+            return make_float2(0.0f, 0.0f);
+        },
+        nullptr, nullptr);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -113,20 +192,59 @@ struct Heads {
     __device__ __forceinline__ u64 at(int b, int hh, int ti, int d) const { return (((u64)b * t + ti) * h + hh) * d; }
 };
 
-// Rows t0..t0+len of head (b, h) of a [B, T, H, d] buffer into a [rows, ld] f32 tile, times
-// `scale`; rows len..rows (the zero padding the tensor-core products need) are zeroed.
+// Columns c0..c0+w of rows t0..t0+len of head (b, h) of a [B, T, H, D] buffer into a [rows, ld]
+// f32 tile, times `scale`; rows len..rows (the zero padding the tensor-core products need) are
+// zeroed. Where the columns are whole 16-byte vectors, each thread issues LOAD_BATCH vector
+// loads before storing any of them: a tile then costs about one memory latency, not one per
+// element a thread loads.
+#define LOAD_BATCH 4
+template <typename T>
+__device__ __forceinline__ void load_cols(float* dst, int ld, const T* src, Heads hd, int b, int hh, int t0,
+                                          int len, int rows, int D, int c0, int w, float scale) {
+    constexpr int V = 16 / sizeof(T);
+    if (w % V == 0 && D % V == 0 && c0 % V == 0) {
+        const int per = w / V, n = rows * per;
+        for (int base = threadIdx.x; base < n; base += LOAD_BATCH * nthreads()) {
+            float x[LOAD_BATCH][V];
+#pragma unroll
+            for (int u = 0; u < LOAD_BATCH; ++u) {
+                const int idx = base + u * nthreads(), r = idx / per, c = (idx % per) * V;
+                if (idx < n && r < len) {
+                    load_vec(src + hd.at(b, hh, t0 + r, D) + c0 + c, x[u]);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < V; ++i) x[u][i] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < LOAD_BATCH; ++u) {
+                const int idx = base + u * nthreads(), r = idx / per, c = (idx % per) * V;
+                if (idx < n) {
+#pragma unroll
+                    for (int i = 0; i < V; ++i) dst[r * ld + c + i] = x[u][i] * scale;
+                }
+            }
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < rows * w; idx += nthreads()) {
+            const int r = idx / w, c = idx % w;
+            dst[r * ld + c] = r < len ? to_float(src[hd.at(b, hh, t0 + r, D) + c0 + c]) * scale : 0.0f;
+        }
+    }
+}
+
+// Whole rows (d columns) of a [B, T, H, d] buffer; see load_cols.
 template <typename T>
 __device__ __forceinline__ void load_rows(float* dst, int ld, const T* src, Heads hd, int b, int hh, int t0,
                                           int len, int rows, int d, float scale) {
-    for (int idx = threadIdx.x; idx < rows * d; idx += nthreads()) {
-        const int r = idx / d, c = idx % d;
-        dst[r * ld + c] = r < len ? to_float(src[hd.at(b, hh, t0 + r, d) + c]) * scale : 0.0f;
-    }
+    load_cols(dst, ld, src, hd, b, hh, t0, len, rows, d, 0, d, scale);
 }
 
 __device__ __forceinline__ int round16(int x) { return (x + 15) & ~15; }
 
-// Sizes of a chunkwise call; matches `RecArgs` in src/kernels/chunk.rs.
+// Sizes of a chunkwise call; matches `RecArgs` in src/kernels/chunk.rs. The value dimension is
+// split into nv tiles of bv columns (the last one narrower where bv does not divide Dv), one
+// block each (blockIdx.y): the state's columns evolve independently in both recurrences.
 struct RecDims {
     int b;
     int t;
@@ -134,6 +252,53 @@ struct RecDims {
     int dk;
     int dv;
     int chunk;
+    int bv;
+    int nv;
     float eps;
     float scale;
 };
+
+// The block's value tile: columns e0..e0+w of Dv.
+struct VTile {
+    int e0;
+    int w;
+};
+__device__ __forceinline__ VTile value_tile(const RecDims& d) {
+    const int e0 = blockIdx.y * d.bv;
+    return VTile{e0, min(d.bv, d.dv - e0)};
+}
+
+// Where a block writes a gradient that sums over the value tiles (every term of such a gradient
+// is linear in one tile's columns, so each tile computes its own share): straight to the output
+// with one tile, else to the tile's row of an f32 buffer [nv, stride] that rec_reduce sums.
+template <typename T>
+struct Sink {
+    T* out;
+    float* part;
+    u64 stride;
+    bool split;
+    __device__ __forceinline__ void put(u64 i, float x) const {
+        if (split)
+            part[blockIdx.y * stride + i] = x;
+        else
+            out[i] = from_float<T>(x);
+    }
+};
+
+// out[i] = sum over tiles v of part[v * stride + off + i], for i < n.
+template <typename T>
+__device__ __forceinline__ void reduce_tiles(const float* __restrict__ part, u64 off, u64 stride, int nv, u64 n,
+                                             T* __restrict__ out) {
+    for (u64 i = global_thread(); i < n; i += grid_threads()) {
+        float s = 0.0f;
+        for (int v = 0; v < nv; ++v) s += part[v * stride + off + i];
+        out[i] = from_float<T>(s);
+    }
+}
+
+extern "C" __global__ void rec_reduce_f32(const float* part, u64 off, u64 stride, int nv, u64 n, float* out) {
+    reduce_tiles(part, off, stride, nv, n, out);
+}
+extern "C" __global__ void rec_reduce_bf16(const float* part, u64 off, u64 stride, int nv, u64 n, bf16* out) {
+    reduce_tiles(part, off, stride, nv, n, out);
+}

@@ -2,14 +2,15 @@
 // Equations and layouts: `Backend::mlstm_chunk_forward` in tensor/src/backend.rs; the CPU kernel
 // tensor/src/cpu/mlstm.rs is the reference, and this file follows its steps.
 //
-// One block per (batch, head) walks its chunks in order (forward) or in reverse (backward),
-// keeping the chunk's q, k, v and the L x L weight tiles in shared memory as f32; the products
-// run on tensor cores for bf16 data (block_mm). At B·H >= the number of SMs every SM is busy,
-// and the recurrent state never leaves the SM in the forward. The backward reads the saved
-// boundary states and carries dC (in a global f32 scratch, L2-resident) and dn.
+// One block per (batch, head, value tile) walks its chunks in order (forward) or in reverse
+// (backward), keeping the chunk's q, k, v and the L x L weight tiles in shared memory as f32; the
+// products run on tensor cores for bf16 data (block_mm). At B·H >= the number of SMs every SM is
+// busy, and the recurrent state never leaves the SM in the forward. The backward reads the saved
+// boundary states and carries dC (in a global f32 scratch, L2-resident) and dn. The value
+// dimension is split into tiles only where one block's tiles would not fit shared memory
+// (chunk.rs): each tile redoes the chunk's L x L work, which costs more than the extra blocks
+// gain once a block fills an SM.
 #include "common.cuh"
-
-#define MLSTM_THREADS 256
 
 // The chunk's gates: i, log forget gate, its running sum F from the chunk's start, the
 // stabilizer m, and the carried state's weight a_j = exp(m_prev + F_j - m_j) (0 on padding rows).
@@ -74,7 +75,9 @@ __device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, 
                               float* __restrict__ cs, float* __restrict__ ns, float* __restrict__ ms, RecDims d) {
     extern __shared__ float smem[];
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h;
-    const int lp = round16(d.chunk), ldk = d.dk + 4, ldv = d.dv + 4, ldl = lp + 4;
+    const VTile vt = value_tile(d);
+    const bool lead = blockIdx.y == 0;
+    const int lp = round16(d.chunk), ldk = d.dk + 4, ldv = d.bv + 4, ldl = lp + 4;
     const int nc = (d.t + d.chunk - 1) / d.chunk;
     const Heads hd{d.t, d.h};
     float* p = smem;
@@ -102,30 +105,38 @@ __device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, 
     const u64 csz = (u64)d.dk * d.dv;
     float* c_out = cs + (u64)bh * (nc + 1) * csz;
     float* n_out = ns + (u64)bh * (nc + 1) * d.dk;
-    for (int idx = threadIdx.x; idx < d.dk * d.dv; idx += nthreads()) {
-        const float x = to_float(c0[bh * csz + idx]);
-        C[(idx / d.dv) * ldv + idx % d.dv] = x;
-        c_out[idx] = x;
+    for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
+        const int r = idx / vt.w, e = idx % vt.w;
+        const float x = to_float(c0[bh * csz + r * d.dv + vt.e0 + e]);
+        C[r * ldv + e] = x;
+        c_out[r * d.dv + vt.e0 + e] = x;
     }
-    for (int e = threadIdx.x; e < d.dk; e += nthreads()) n_out[e] = nv[e] = to_float(n0[(u64)bh * d.dk + e]);
-    if (threadIdx.x == 0) ms[(u64)bh * (nc + 1)] = m_prev = to_float(m0[bh]);
+    // n and m do not depend on v: every value tile carries them, the first one stores them.
+    for (int e = threadIdx.x; e < d.dk; e += nthreads()) {
+        nv[e] = to_float(n0[(u64)bh * d.dk + e]);
+        if (lead) n_out[e] = nv[e];
+    }
+    if (threadIdx.x == 0) {
+        m_prev = to_float(m0[bh]);
+        if (lead) ms[(u64)bh * (nc + 1)] = m_prev;
+    }
     __syncthreads();
 
     for (int ci = 0; ci < nc; ++ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
         load_rows(Q, ldk, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
         load_rows(K, ldk, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_rows(V, ldv, v, hd, b, hh, t0, len, lc, d.dv, 1.0f);
+        load_cols(V, ldv, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
         chunk_scores<TC>(P, ldl, Q, K, ldk, d.dk, g, len, lc, d.scale);
         for (int j = warp_id(); j < lc; j += nwarps()) {
             const float x = warp_dot(Q + j * ldk, nv, d.dk);
             if (lane_id() == 0) qn[j] = x * d.scale;
         }
-        block_mm<TC>(rows_of(P, ldl), rows_of(V, ldv), lc, lc, d.dv,
+        block_mm<TC>(rows_of(P, ldl), rows_of(V, ldv), lc, lc, vt.w,
                      [&](int j, int e, float x) { HB[j * ldv + e] = x; });
         __syncthreads();
-        block_mm<TC>(rows_of(Q, ldk), rows_of(C, ldv), lc, d.dk, d.dv,
+        block_mm<TC>(rows_of(Q, ldk), rows_of(C, ldv), lc, d.dk, vt.w,
                      [&](int j, int e, float x) { HB[j * ldv + e] += g.a[j] * d.scale * x; });
         for (int j = warp_id(); j < lc; j += nwarps()) {
             float s = 0.0f;
@@ -137,9 +148,9 @@ __device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, 
             }
         }
         __syncthreads();
-        for (int idx = threadIdx.x; idx < len * d.dv; idx += nthreads()) {
-            const int j = idx / d.dv, e = idx % d.dv;
-            hout[hd.at(b, hh, t0 + j, d.dv) + e] = from_float<T>(HB[j * ldv + e] * rden[j]);
+        for (int idx = threadIdx.x; idx < len * vt.w; idx += nthreads()) {
+            const int j = idx / vt.w, e = idx % vt.w;
+            hout[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + e] = from_float<T>(HB[j * ldv + e] * rden[j]);
         }
         // K becomes diag(w_last) K: each step's weight in the state at the chunk's end.
         for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
@@ -149,18 +160,22 @@ __device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, 
         __syncthreads();
         const float a_end = g.a[len - 1];
         float* c_next = c_out + (u64)(ci + 1) * csz;
-        block_mm<TC>(rows_of(K, ldk).t(), rows_of(V, ldv), d.dk, lc, d.dv, [&](int r, int e, float x) {
+        block_mm<TC>(rows_of(K, ldk).t(), rows_of(V, ldv), d.dk, lc, vt.w, [&](int r, int e, float x) {
             const float c = a_end * C[r * ldv + e] + x;
             C[r * ldv + e] = c;
-            c_next[r * d.dv + e] = c;
+            c_next[r * d.dv + vt.e0 + e] = c;
         });
         for (int e = threadIdx.x; e < d.dk; e += nthreads()) {
             float s = 0.0f;
             for (int j = 0; j < len; ++j) s += K[j * ldk + e];
-            n_out[(u64)(ci + 1) * d.dk + e] = nv[e] = a_end * nv[e] + s;
+            nv[e] = a_end * nv[e] + s;
+            if (lead) n_out[(u64)(ci + 1) * d.dk + e] = nv[e];
         }
         __syncthreads();
-        if (threadIdx.x == 0) ms[(u64)bh * (nc + 1) + ci + 1] = m_prev = g.m[len - 1];
+        if (threadIdx.x == 0) {
+            m_prev = g.m[len - 1];
+            if (lead) ms[(u64)bh * (nc + 1) + ci + 1] = m_prev;
+        }
         __syncthreads();
     }
 }
@@ -176,10 +191,12 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
                                const T* __restrict__ dnT, const T* __restrict__ dmT, T* __restrict__ dq,
                                T* __restrict__ dk, T* __restrict__ dv, T* __restrict__ di, T* __restrict__ df,
                                T* __restrict__ dc0, T* __restrict__ dn0, T* __restrict__ dm0,
-                               float* __restrict__ dcs, RecDims d) {
+                               float* __restrict__ dcs, float* __restrict__ part_buf, RecDims d) {
     extern __shared__ float smem[];
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h;
-    const int lp = round16(d.chunk), ldk = d.dk + 4, ldv = d.dv + 4, ldl = lp + 4, lda = max(ldk, ldv);
+    const VTile vt = value_tile(d);
+    const bool lead = blockIdx.y == 0;
+    const int lp = round16(d.chunk), ldk = d.dk + 4, ldv = d.bv + 4, ldl = lp + 4, lda = max(ldk, ldv);
     const int nc = (d.t + d.chunk - 1) / d.chunk;
     const Heads hd{d.t, d.h};
     float* p = smem;
@@ -219,22 +236,34 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
     __shared__ float scratch[32];
     __shared__ float carry;
 
+    // With several value tiles, each computes its share of the gradients summed over v (dq, dk,
+    // the gates, dn0, dm0): the terms through dn and dm, which have no v, are linear in dden =
+    // -(dh·h) / (den + eps), a sum over v too, so each tile carries its own dn and dm shares,
+    // and the first one adds the incoming dn and dm.
+    const u64 rk = (u64)d.b * d.t * d.h * d.dk, r1 = (u64)d.b * d.t * d.h, nh = (u64)d.b * d.h;
+    const u64 stride = 2 * rk + 2 * r1 + nh * d.dk + nh;
+    const bool split = d.nv > 1;
+    const Sink<T> s_dq{dq, part_buf, stride, split}, s_dk{dk, part_buf + rk, stride, split};
+    const Sink<T> s_di{di, part_buf + 2 * rk, stride, split}, s_df{df, part_buf + 2 * rk + r1, stride, split};
+    const Sink<T> s_dn{dn0, part_buf + 2 * rk + 2 * r1, stride, split};
+    const Sink<T> s_dm{dm0, part_buf + 2 * rk + 2 * r1 + nh * d.dk, stride, split};
     const u64 csz = (u64)d.dk * d.dv;
-    const float* c_all = cs + (u64)bh * (nc + 1) * csz;
+    const float* c_all = cs + (u64)bh * (nc + 1) * csz + vt.e0;
     const float* n_all = ns + (u64)bh * (nc + 1) * d.dk;
     const float* m_all = ms + (u64)bh * (nc + 1);
-    float* dc = dcs + (u64)bh * csz;
+    float* dc = dcs + (u64)bh * csz + vt.e0;
     float part = 0.0f;
-    for (int idx = threadIdx.x; idx < d.dk * d.dv; idx += nthreads()) {
-        dc[idx] = to_float(dcT[bh * csz + idx]);
-        part -= dc[idx] * c_all[nc * csz + idx];
+    for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
+        const int at = (idx / vt.w) * d.dv + idx % vt.w;
+        dc[at] = to_float(dcT[bh * csz + vt.e0 + at]);
+        part -= dc[at] * c_all[nc * csz + at];
     }
     for (int e = threadIdx.x; e < d.dk; e += nthreads()) {
-        dnv[e] = to_float(dnT[(u64)bh * d.dk + e]);
+        dnv[e] = lead ? to_float(dnT[(u64)bh * d.dk + e]) : 0.0f;
         part -= dnv[e] * n_all[(u64)nc * d.dk + e];
     }
     // dL/dm at the last step, from the final state: every state is exp(-m) times a stable one.
-    const float dm_last = to_float(dmT[bh]) + block_sum(part, scratch);
+    const float dm_last = (lead ? to_float(dmT[bh]) : 0.0f) + block_sum(part, scratch);
     if (threadIdx.x == 0) carry = 0.0f;
 
     for (int ci = nc - 1; ci >= 0; --ci) {
@@ -243,12 +272,15 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
         const float m_prev = m_all[ci];
         load_rows(Q, ldk, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
         load_rows(K, ldk, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_rows(V, ldv, v, hd, b, hh, t0, len, lc, d.dv, 1.0f);
+        load_cols(V, ldv, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        // dh into DN (scaled by 1 / (den + eps) below) and h into ACC, free until dv's product.
+        load_cols(DN, ldv, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        load_cols(ACC, lda, hfw, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
         for (int e = threadIdx.x; e < d.dk; e += nthreads()) np[e] = n_all[(u64)ci * d.dk + e];
         for (int j = threadIdx.x; j < lc; j += nthreads()) dlend[j] = 0.0f;
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
         chunk_scores<TC>(P, ldl, Q, K, ldk, d.dk, g, len, lc, d.scale);
-        // Per row: the denominator, dnum = dh / (den + eps) into DN, dden's shares.
+        // Per row: the denominator, dnum = dh / (den + eps) in DN, dden's shares.
         for (int j = warp_id(); j < lc; j += nwarps()) {
             const float qnj = warp_dot(Q + j * ldk, np, d.dk) * d.scale;
             float s = 0.0f;
@@ -257,10 +289,9 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
             const float nq = s + g.a[j] * qnj, den = fmaxf(fabsf(nq), expf(-g.m[j]));
             const float r = j < len ? 1.0f / (den + d.eps) : 0.0f;
             float hd_dot = 0.0f;
-            for (int e = lane_id(); e < d.dv; e += 32) {
-                const float y = j < len ? to_float(dh[hd.at(b, hh, t0 + j, d.dv) + e]) : 0.0f;
-                if (j < len) hd_dot = fmaf(y, to_float(hfw[hd.at(b, hh, t0 + j, d.dv) + e]), hd_dot);
-                DN[j * ldv + e] = y * r;
+            for (int e = lane_id(); e < vt.w; e += 32) {
+                hd_dot = fmaf(DN[j * ldv + e], ACC[j * lda + e], hd_dot);
+                DN[j * ldv + e] *= r;
             }
             const float dden = -warp_sum(hd_dot) * r;
             if (lane_id() == 0) {
@@ -273,16 +304,19 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
         __syncthreads();
         const float a_end = g.a[len - 1];
         // dv = P^T dnum + diag(w_last) K dC.
-        block_mm<TC>(rows_of(K, ldk), Mat{dc, d.dv, 1}, lc, d.dk, d.dv, [&](int s, int e, float x) {
-            const float w = weight(g, len - 1, s, len) * x;
-            ACC[s * lda + e] = w;
-            atomicAdd(&dlend[s], w * V[s * ldv + e]);
-        });
+        block_mm_sums<TC>(
+            rows_of(K, ldk), Mat{dc, d.dv, 1}, lc, d.dk, vt.w,
+            [&](int s, int e, float x) {
+                const float w = weight(g, len - 1, s, len) * x;
+                ACC[s * lda + e] = w;
+                return make_float2(w * V[s * ldv + e], 0.0f);
+            },
+            dlend, nullptr);
         __syncthreads();
-        block_mm<TC>(rows_of(P, ldl).t(), rows_of(DN, ldv), lc, lc, d.dv, [&](int s, int e, float x) {
-            if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + e] = from_float<T>(ACC[s * lda + e] + x);
+        block_mm<TC>(rows_of(P, ldl).t(), rows_of(DN, ldv), lc, lc, vt.w, [&](int s, int e, float x) {
+            if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + e] = from_float<T>(ACC[s * lda + e] + x);
         });
-        block_mm<TC>(rows_of(DN, ldv), rows_of(V, ldv).t(), lc, d.dv, lc, [&](int j, int s, float x) {
+        block_mm<TC>(rows_of(DN, ldv), rows_of(V, ldv).t(), lc, vt.w, lc, [&](int j, int s, float x) {
             DP[j * ldl + s] = (s <= j && j < len) ? x + dnq[j] : 0.0f;
         });
         __syncthreads();
@@ -302,16 +336,16 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
             DP[j * ldl + s] *= weight(g, j, s, len);
         }
         // dk = dS^T Q + diag(w_last) (V dC^T + dn).
-        block_mm<TC>(rows_of(V, ldv), Mat{dc, 1, d.dv}, lc, d.dv, d.dk, [&](int s, int e, float x) {
+        block_mm<TC>(rows_of(V, ldv), Mat{dc, 1, d.dv}, lc, vt.w, d.dk, [&](int s, int e, float x) {
             ACC[s * lda + e] = weight(g, len - 1, s, len) * (x + dnv[e]);
         });
         __syncthreads();
         block_mm<TC>(rows_of(DP, ldl).t(), rows_of(Q, ldk), lc, lc, d.dk, [&](int s, int e, float x) {
-            if (s < len) dk[hd.at(b, hh, t0 + s, d.dk) + e] = from_float<T>(ACC[s * lda + e] + x * d.scale);
+            if (s < len) s_dk.put(hd.at(b, hh, t0 + s, d.dk) + e, ACC[s * lda + e] + x * d.scale);
         });
         __syncthreads();
         // dq = (dS K + diag(a) (dnum C_prev^T + dnq n_prev^T)) / sqrt(Dk).
-        block_mm<TC>(rows_of(DN, ldv), Mat{c_prev, 1, d.dv}, lc, d.dv, d.dk,
+        block_mm<TC>(rows_of(DN, ldv), Mat{c_prev, 1, d.dv}, lc, vt.w, d.dk,
                      [&](int j, int e, float x) { ACC[j * lda + e] = x; });
         __syncthreads();
         for (int j = warp_id(); j < lc; j += nwarps()) {
@@ -324,11 +358,13 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
         }
         block_mm<TC>(rows_of(DP, ldl), rows_of(K, ldk), lc, lc, d.dk, [&](int j, int e, float x) {
             if (j < len)
-                dq[hd.at(b, hh, t0 + j, d.dk) + e] =
-                    from_float<T>((x + g.a[j] * (ACC[j * lda + e] + dnq[j] * np[e])) * d.scale);
+                s_dq.put(hd.at(b, hh, t0 + j, d.dk) + e, (x + g.a[j] * (ACC[j * lda + e] + dnq[j] * np[e])) * d.scale);
         });
         part = 0.0f;
-        for (int idx = threadIdx.x; idx < d.dk * d.dv; idx += nthreads()) part = fmaf(dc[idx], c_prev[idx], part);
+        for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
+            const int at = (idx / vt.w) * d.dv + idx % vt.w;
+            part = fmaf(dc[at], c_prev[at], part);
+        }
         for (int e = threadIdx.x; e < d.dk; e += nthreads()) part = fmaf(dnv[e], np[e], part);
         const float dlog_carry = a_end * block_sum(part, scratch);
         // The gates: log w_js = i_s + F_j - F_s - m_j and log a_j = m_prev + F_j - m_j (m held
@@ -352,8 +388,8 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
                 }
                 // d lf / d f = sigmoid(-f) = 1 - exp(lf), without cancellation near lf = 0.
                 const u64 at = hd.at(b, hh, t0 + j, 1);
-                di[at] = from_float<T>(dij);
-                df[at] = from_float<T>(-dlf * expm1f(g.lf[j]));
+                s_di.put(at, dij);
+                s_df.put(at, -dlf * expm1f(g.lf[j]));
             }
             carry = c;
         }
@@ -361,7 +397,7 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
         for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads())
             Q[(idx / d.dk) * ldk + idx % d.dk] *= g.a[idx / d.dk] * d.scale;
         __syncthreads();
-        block_mm<TC>(rows_of(Q, ldk).t(), rows_of(DN, ldv), d.dk, lc, d.dv,
+        block_mm<TC>(rows_of(Q, ldk).t(), rows_of(DN, ldv), d.dk, lc, vt.w,
                      [&](int r, int e, float x) { dc[r * d.dv + e] = a_end * dc[r * d.dv + e] + x; });
         for (int e = threadIdx.x; e < d.dk; e += nthreads()) {
             float s = 0.0f;
@@ -371,30 +407,31 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
         __syncthreads();
     }
     part = 0.0f;
-    for (int idx = threadIdx.x; idx < d.dk * d.dv; idx += nthreads()) {
-        dc0[bh * csz + idx] = from_float<T>(dc[idx]);
-        part = fmaf(dc[idx], c_all[idx], part);
+    for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
+        const int at = (idx / vt.w) * d.dv + idx % vt.w;
+        dc0[bh * csz + vt.e0 + at] = from_float<T>(dc[at]);
+        part = fmaf(dc[at], c_all[at], part);
     }
     for (int e = threadIdx.x; e < d.dk; e += nthreads()) {
-        dn0[(u64)bh * d.dk + e] = from_float<T>(dnv[e]);
+        s_dn.put((u64)bh * d.dk + e, dnv[e]);
         part = fmaf(dnv[e], n_all[e], part);
     }
     const float gm = block_sum(part, scratch);
-    if (threadIdx.x == 0) dm0[bh] = from_float<T>(gm + carry);
+    if (threadIdx.x == 0) s_dm.put(bh, gm + carry);
 }
 
 #define MLSTM_KERNELS(T, SUFFIX, TC)                                                                               \
-    extern "C" __global__ void __launch_bounds__(MLSTM_THREADS)                                                    \
+    extern "C" __global__ void __launch_bounds__(REC_THREADS)                                                      \
         mlstm_forward_##SUFFIX(const T* q, const T* k, const T* v, const T* gi, const T* gf, const T* c0,          \
                                const T* n0, const T* m0, T* h, float* cs, float* ns, float* ms, RecDims d) {       \
-        mlstm_forward<T, TC>(q, k, v, gi, gf, c0, n0, m0, h, cs, ns, ms, d);                                      \
+        mlstm_forward<T, TC>(q, k, v, gi, gf, c0, n0, m0, h, cs, ns, ms, d);                                       \
     }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(MLSTM_THREADS) mlstm_backward_##SUFFIX(                          \
-        const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,          \
-        const float* ms, const T* h, const T* dh, const T* dcT, const T* dnT, const T* dmT, T* dq, T* dk, T* dv,  \
-        T* di, T* df, T* dc0, T* dn0, T* dm0, float* dcs, RecDims d) {                                            \
-        mlstm_backward<T, TC>(q, k, v, gi, gf, cs, ns, ms, h, dh, dcT, dnT, dmT, dq, dk, dv, di, df, dc0, dn0,   \
-                              dm0, dcs, d);                                                                        \
+    extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_backward_##SUFFIX(                             \
+        const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
+        const float* ms, const T* h, const T* dh, const T* dcT, const T* dnT, const T* dmT, T* dq, T* dk, T* dv,   \
+        T* di, T* df, T* dc0, T* dn0, T* dm0, float* dcs, float* part, RecDims d) {                                \
+        mlstm_backward<T, TC>(q, k, v, gi, gf, cs, ns, ms, h, dh, dcT, dnT, dmT, dq, dk,                           \
+                              dv, di, df, dc0, dn0, dm0, dcs, part, d);                                            \
     }
 
 MLSTM_KERNELS(float, f32, false)

@@ -1,7 +1,8 @@
 //! The fused recurrent-mixer kernels on the GPU (mLSTM chunkwise, gated delta rule, short
 //! convolution) against the CPU fused kernels, on values, boundary states and every gradient, in
 //! f32 and bf16: T not a multiple of the chunk, T = 1, long T (4096) where the stabilizer
-//! matters, a value dim unlike the key dim, f32 at odd sizes, and extreme gates (no NaN or Inf).
+//! matters, a value dim unlike the key dim, a value dim split into tiles, f32 at odd sizes, and
+//! extreme gates (no NaN or Inf).
 //! Skips without a GPU (see `swax_tests::gpu`).
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::{gpu, relative_error};
@@ -158,6 +159,21 @@ fn mlstm_single_step_and_odd_sizes() -> Result<()> {
 }
 
 #[test]
+fn mlstm_value_tiles() -> Result<()> {
+    // A value dim too large for one block's shared memory is split into tiles, one block each
+    // (bf16: 112 + 96 columns; f32: 101 + 100), their shares of dq, dk and the gates summed.
+    let wide = MlstmCase {
+        b: 1,
+        h: 2,
+        dk: 128,
+        dv: 208,
+        ..ODD_T
+    };
+    mlstm_case(&wide, DType::BF16, 60)?;
+    mlstm_case(&MlstmCase { dv: 201, ..wide }, DType::F32, 60)
+}
+
+#[test]
 fn mlstm_long_sequence() -> Result<()> {
     let long = MlstmCase {
         b: 1,
@@ -295,6 +311,20 @@ fn gated_delta_f32_odd_sizes() -> Result<()> {
         ..GDN_ODD_T
     };
     gated_delta_case(&tiny, DType::F32, 131)
+}
+
+#[test]
+fn gated_delta_value_tiles() -> Result<()> {
+    // As mlstm_value_tiles: Dv split into tiles of 112 + 96 (bf16) and 101 + 100 (f32).
+    let wide = GdnCase {
+        b: 1,
+        h: 2,
+        dk: 128,
+        dv: 208,
+        ..GDN_ODD_T
+    };
+    gated_delta_case(&wide, DType::BF16, 160)?;
+    gated_delta_case(&GdnCase { dv: 201, ..wide }, DType::F32, 160)
 }
 
 #[test]

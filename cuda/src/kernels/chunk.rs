@@ -1,8 +1,10 @@
 //! What the chunkwise recurrent kernel wrappers (mLSTM, gated delta rule) share: the sizes
-//! struct the kernels take, the checks of their operands, and the launch of one block per
-//! (batch, head) with its shared memory (`kernels/chunk.cuh`).
+//! struct the kernels take, the checks of their operands, the launch of one block per (batch,
+//! head, value tile) with its shared memory, and the sum of the value tiles' shares of a
+//! gradient (`kernels/chunk.cuh`).
 
-use super::{check_device, check_dtype, check_len, to_u32, KernelArg, Launch};
+use super::{check_device, check_dtype, check_len, launch, to_u32, KernelArg, Launch};
+use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 use std::ffi::c_void;
 
@@ -46,6 +48,8 @@ pub(crate) struct RecArgs {
     dk: i32,
     dv: i32,
     chunk: i32,
+    bv: i32,
+    nv: i32,
     eps: f32,
     scale: f32,
 }
@@ -56,10 +60,64 @@ impl KernelArg for RecArgs {
     }
 }
 
-/// Threads of a chunkwise block (`MLSTM_THREADS` in mlstm.cu).
-pub(crate) const CHUNK_THREADS: u32 = 256;
+/// Threads of a chunkwise block (`REC_THREADS` in chunk.cuh).
+pub(crate) const CHUNK_THREADS: u32 = 512;
+
+/// Columns of a value tile asked for with `SWAX_REC_BV` (for measuring), if any.
+fn value_tile_override() -> Option<usize> {
+    static BV: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *BV.get_or_init(|| {
+        std::env::var("SWAX_REC_BV")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&v| v > 0)
+    })
+}
 
 impl RecArgs {
+    /// Columns of a value tile.
+    pub fn bv(&self) -> usize {
+        self.bv as usize
+    }
+    /// Value tiles: blocks per (batch, head).
+    pub fn nv(&self) -> usize {
+        self.nv as usize
+    }
+
+    /// The value dimension in `nv` tiles of equal width (with bf16 tensor cores a multiple of
+    /// 16), the last one narrower where that width does not divide Dv.
+    fn with_tiles(mut self, nv: usize, dtype: DType) -> RecArgs {
+        let dv = self.dv as usize;
+        let bv = dv.div_ceil(nv);
+        let bv = match dtype {
+            DType::BF16 => bv.next_multiple_of(16),
+            _ => bv,
+        }
+        .min(dv);
+        self.bv = bv as i32;
+        self.nv = dv.div_ceil(bv) as i32;
+        self
+    }
+
+    /// The value tiles of a kernel needing `floats(args)` f32 of shared memory: all of Dv in one
+    /// tile where it fits, else the fewest tiles that fit. On the H200 at Dk = Dv = 128, tiles
+    /// of 64 or 32 columns were 1.5x to 2.7x slower than one tile: each tile redoes the chunk's
+    /// L x L work, and a block already fills an SM. `SWAX_REC_BV` sets the width instead.
+    pub fn fit(self, dev: &Device, dtype: DType, floats: impl Fn(&RecArgs) -> usize) -> RecArgs {
+        if let Some(bv) = value_tile_override() {
+            return self.with_tiles((self.dv as usize).div_ceil(bv), dtype);
+        }
+        let limit = dev.max_shared_optin() as usize;
+        let mut nv = 1;
+        loop {
+            let a = self.with_tiles(nv, dtype);
+            if floats(&a) * 4 <= limit || a.bv() <= 16 || a.nv() >= a.dv as usize {
+                return a;
+            }
+            nv += 1;
+        }
+    }
+
     /// Checks the sizes (every one at least 1; with bf16 tensor cores, Dk and Dv multiples of
     /// 16) and converts them.
     pub fn new(
@@ -91,19 +149,22 @@ impl RecArgs {
             dk: int("Dk", s.dk)?,
             dv: int("Dv", s.dv)?,
             chunk: int("chunk", s.chunk)?,
+            bv: int("Dv", s.dv)?,
+            nv: 1,
             eps,
             scale: 1.0 / (s.dk as f32).sqrt(),
         })
     }
 }
 
-/// One block per (batch, head), `floats` f32 of dynamic shared memory, which must fit the
-/// device's opt-in limit (the chunk's tiles live there: a longer chunk or larger heads need
-/// more).
+/// One block per (batch, head, value tile), `floats` f32 of dynamic shared memory, which must
+/// fit the device's opt-in limit (the chunk's tiles live there: a longer chunk or larger heads
+/// need more).
 pub(crate) fn head_launch(
     op: &'static str,
     dev: &Device,
     s: RecurrentShape,
+    args: &RecArgs,
     floats: usize,
 ) -> Result<Launch, CudaError> {
     let bytes = floats * 4;
@@ -120,18 +181,61 @@ pub(crate) fn head_launch(
         ));
     }
     Ok(Launch {
-        grid: (to_u32(op, "B*H", s.heads())?, 1, 1),
+        grid: (to_u32(op, "B*H", s.heads())?, args.nv as u32, 1),
         block: (CHUNK_THREADS, 1, 1),
         shared: bytes as u32,
     })
 }
 
 /// Rows of a chunk tile, padded to whole 16-row tensor-core tiles, and the padded row lengths
-/// of the `[rows, Dk]`, `[rows, Dv]` and `[rows, rows]` tiles (4 floats past the data, so that
-/// the rows of a fragment fall in different shared-memory banks).
-pub(crate) fn tile_sizes(s: RecurrentShape) -> (usize, usize, usize, usize) {
+/// of the `[rows, Dk]`, `[rows, bv]` (a value tile) and `[rows, rows]` tiles (4 floats past the
+/// data, so that the rows of a fragment fall in different shared-memory banks).
+pub(crate) fn tile_sizes(s: RecurrentShape, args: &RecArgs) -> (usize, usize, usize, usize) {
     let lp = s.chunk.next_multiple_of(16);
-    (lp, s.dk + 4, s.dv + 4, lp + 4)
+    (lp, s.dk + 4, args.bv() + 4, lp + 4)
+}
+
+/// With several value tiles, the f32 buffer `[nv, stride]` of the tiles' shares of the gradients
+/// summed over v (`Sink` in chunk.cuh); with one, the kernel writes those gradients directly
+/// and `None` is returned.
+pub(crate) fn tile_shares(
+    dev: &Device,
+    args: &RecArgs,
+    stride: usize,
+) -> Result<Option<Buffer>, CudaError> {
+    if args.nv() > 1 {
+        dev.alloc(DType::F32, args.nv() * stride).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// `out[i] = sum_v shares[v * stride + off + i]` for i < out's length: one gradient from the
+/// value tiles' shares.
+pub(crate) fn sum_tiles(
+    dev: &Device,
+    src: &KernelSource,
+    shares: &Buffer,
+    off: usize,
+    stride: usize,
+    args: &RecArgs,
+    out: &Buffer,
+) -> Result<(), CudaError> {
+    const OP: &str = "rec_reduce";
+    let name = super::float_kernel!(OP, "rec_reduce", out.dtype())?;
+    let n = out.len() as u64;
+    let nv = args.nv;
+    // SAFETY: rec_reduce_T(part, off, stride, nv, n, out); `shares` holds nv rows of `stride`
+    // f32 (tile_shares) and the caller's `off + n` is within a row.
+    unsafe {
+        launch(
+            dev,
+            src,
+            name,
+            Launch::elementwise(dev, n),
+            &[shares, &(off as u64), &(stride as u64), &nv, &n, out],
+        )
+    }
 }
 
 /// Checks device, dtype and length of each `(name, buffer, dtype, len)`.

@@ -1,8 +1,8 @@
 //! The gated delta rule's chunkwise forward and backward (`kernels/gated_delta.cu`, after
-//! `kernels/chunk.cuh`): one block per (batch, head); f32 data is multiplied in f32, bf16 data on
-//! tensor cores.
+//! `kernels/chunk.cuh`): one block per (batch, head, value tile); f32 data is multiplied in f32,
+//! bf16 data on tensor cores.
 
-use super::chunk::{check_operands, head_launch, RecArgs, RecurrentShape};
+use super::chunk::{check_operands, head_launch, sum_tiles, tile_shares, RecArgs, RecurrentShape};
 use super::{float_kernel, launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
@@ -49,12 +49,12 @@ impl GatedDeltaInputs<'_> {
     }
 }
 
-/// Shared-memory floats (`carve_tiles` in gated_delta.cu): `row_tiles` `[lp, max(Dk, Dv) + 4]`
+/// Shared-memory floats (`carve_tiles` in gated_delta.cu): `row_tiles` `[lp, max(Dk, bv) + 4]`
 /// tiles, two `[lp, lp + 4]` tiles, the inversion scratch `[lp, 16]` and `vectors` per-row
 /// vectors.
-fn shared_floats(s: RecurrentShape, row_tiles: usize, vectors: usize) -> usize {
+fn shared_floats(s: RecurrentShape, args: &RecArgs, row_tiles: usize, vectors: usize) -> usize {
     let lp = s.chunk.next_multiple_of(16);
-    let lda = s.dk.max(s.dv) + 4;
+    let lda = s.dk.max(args.bv()) + 4;
     row_tiles * lp * lda + 2 * lp * (lp + 4) + lp * 16 + vectors * lp
 }
 
@@ -69,11 +69,12 @@ pub fn gated_delta_forward(
 ) -> Result<(Buffer, Buffer), CudaError> {
     const OP: &str = "gated_delta_forward";
     let (args, dt) = x.check(OP, dev, s)?;
+    let args = args.fit(dev, dt, |a| shared_floats(s, a, 4, 6));
     check_operands(OP, dev, &[("s0", s0, dt, s.heads() * s.dk * s.dv)])?;
     let out = dev.alloc(dt, s.rows(s.dv))?;
     let states = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
     let name = float_kernel!(OP, "gated_delta_forward", dt)?;
-    let cfg = head_launch(OP, dev, s, shared_floats(s, 4, 6))?;
+    let cfg = head_launch(OP, dev, s, &args, shared_floats(s, &args, 4, 6))?;
     // SAFETY: gated_delta_forward_T(q, k, v, beta, g, s0, out, states, RecDims); every buffer was
     // checked (or allocated) at the length the sizes in `args` imply, and the shared memory
     // asked for is what the kernel carves for those sizes.
@@ -102,6 +103,7 @@ pub fn gated_delta_backward(
 ) -> Result<Vec<Buffer>, CudaError> {
     const OP: &str = "gated_delta_backward";
     let (args, dt) = x.check(OP, dev, s)?;
+    let args = args.fit(dev, dt, |a| shared_floats(s, a, 5, 11));
     let ssz = s.heads() * s.dk * s.dv;
     check_operands(
         OP,
@@ -124,15 +126,25 @@ pub fn gated_delta_backward(
         .iter()
         .map(|&n| dev.alloc(dt, n))
         .collect::<Result<Vec<_>, _>>()?;
-    // Per head: dS [Dk, Dv], and the chunk's dq and dk [lp, Dk], all f32.
+    // Per head: dS [Dk, Dv], and per value tile the chunk's dq and dk [lp, Dk], all f32.
     let lp = s.chunk.next_multiple_of(16);
-    let scratch = dev.alloc(DType::F32, s.heads() * (s.dk * s.dv + 2 * lp * s.dk))?;
+    let scratch = dev.alloc(
+        DType::F32,
+        s.heads() * (s.dk * s.dv + args.nv() * 2 * lp * s.dk),
+    )?;
+    // The value tiles' shares of dq, dk, dbeta and dg (g[0, 1, 3, 4]), in that order, per tile.
+    let (rk, r1) = (s.rows(s.dk), s.rows(1));
+    let stride = 2 * rk + 2 * r1;
+    let shares = tile_shares(dev, &args, stride)?;
     let name = float_kernel!(OP, "gated_delta_backward", dt)?;
-    let cfg = head_launch(OP, dev, s, shared_floats(s, 5, 10))?;
+    let cfg = head_launch(OP, dev, s, &args, shared_floats(s, &args, 5, 11))?;
+    // With one tile the kernel never touches `part`: dq stands in.
+    let part = shares.as_ref().unwrap_or(&g[0]);
     // SAFETY: gated_delta_backward_T(q, k, v, beta, g, states, dout, ds, dq, dk, dv, dbeta, dg,
-    // ds0, scratch, RecDims); inputs checked and outputs allocated at the lengths the sizes
-    // imply, the scratch holds what the kernel carves per head, and the shared memory asked for
-    // is what the kernel carves.
+    // ds0, scratch, part, RecDims); inputs checked and outputs allocated at the lengths the
+    // sizes imply, the scratch holds what the kernel carves per head, `part` the tiles' shares
+    // [nv, stride] where there are several, and the shared memory asked for is what the kernel
+    // carves.
     unsafe {
         launch(
             dev,
@@ -141,9 +153,14 @@ pub fn gated_delta_backward(
             cfg,
             &[
                 x.q, x.k, x.v, x.beta, x.g, states, dout, ds, &g[0], &g[1], &g[2], &g[3], &g[4],
-                &g[5], &scratch, &args,
+                &g[5], &scratch, part, &args,
             ],
         )?;
+    }
+    if let Some(shares) = &shares {
+        for (i, off) in [(0, 0), (1, rk), (3, 2 * rk), (4, 2 * rk + r1)] {
+            sum_tiles(dev, &SOURCE, shares, off, stride, &args, &g[i])?;
+        }
     }
     Ok(g)
 }

@@ -1,7 +1,10 @@
 //! The mLSTM's chunkwise forward and backward (`kernels/mlstm.cu`, after `kernels/chunk.cuh`):
-//! one block per (batch, head); f32 data is multiplied in f32, bf16 data on tensor cores.
+//! one block per (batch, head, value tile); f32 data is multiplied in f32, bf16 data on tensor
+//! cores.
 
-use super::chunk::{check_operands, head_launch, tile_sizes, RecArgs, RecurrentShape};
+use super::chunk::{
+    check_operands, head_launch, sum_tiles, tile_shares, tile_sizes, RecArgs, RecurrentShape,
+};
 use super::{float_kernel, launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
@@ -66,16 +69,17 @@ impl MlstmInputs<'_> {
     }
 }
 
-/// Shared-memory floats of the forward: q, k, v and h tiles, the state C, the scores, vectors.
-fn forward_floats(s: RecurrentShape) -> usize {
-    let (lp, ldk, ldv, ldl) = tile_sizes(s);
+/// Shared-memory floats of the forward: q, k, v and h tiles, the state C (a value tile of
+/// each), the scores, vectors.
+fn forward_floats(s: RecurrentShape, args: &RecArgs) -> usize {
+    let (lp, ldk, ldv, ldl) = tile_sizes(s, args);
     2 * lp * ldk + 2 * lp * ldv + s.dk * ldv + lp * ldl + s.dk + 7 * lp
 }
 
 /// Shared-memory floats of the backward: q, k, v, dnum and an accumulator tile, the scores
 /// and their gradient, vectors.
-fn backward_floats(s: RecurrentShape) -> usize {
-    let (lp, ldk, ldv, ldl) = tile_sizes(s);
+fn backward_floats(s: RecurrentShape, args: &RecArgs) -> usize {
+    let (lp, ldk, ldv, ldl) = tile_sizes(s, args);
     2 * lp * ldk + 2 * lp * ldv + lp * ldk.max(ldv) + 2 * lp * ldl + 2 * s.dk + 12 * lp
 }
 
@@ -90,6 +94,7 @@ pub fn mlstm_forward(
 ) -> Result<MlstmForward, CudaError> {
     const OP: &str = "mlstm_forward";
     let (args, dt) = x.check(OP, dev, s, eps)?;
+    let args = args.fit(dev, dt, |a| forward_floats(s, a));
     check_operands(
         OP,
         dev,
@@ -106,7 +111,7 @@ pub fn mlstm_forward(
         m: dev.alloc(DType::F32, s.boundaries(1))?,
     };
     let name = float_kernel!(OP, "mlstm_forward", dt)?;
-    let cfg = head_launch(OP, dev, s, forward_floats(s))?;
+    let cfg = head_launch(OP, dev, s, &args, forward_floats(s, &args))?;
     // SAFETY: mlstm_forward_T(q, k, v, i, f, c0, n0, m0, h, cs, ns, ms, RecDims); every buffer
     // was checked (or allocated) at the length the sizes in `args` imply, and the shared memory
     // asked for is what the kernel carves for those sizes.
@@ -139,6 +144,7 @@ pub fn mlstm_backward(
 ) -> Result<Vec<Buffer>, CudaError> {
     const OP: &str = "mlstm_backward";
     let (args, dt) = x.check(OP, dev, s, eps)?;
+    let args = args.fit(dev, dt, |a| backward_floats(s, a));
     let f32 = DType::F32;
     check_operands(
         OP,
@@ -169,12 +175,29 @@ pub fn mlstm_backward(
         .map(|&n| dev.alloc(dt, n))
         .collect::<Result<Vec<_>, _>>()?;
     let scratch = dev.alloc(f32, s.heads() * s.dk * s.dv)?;
+    // The value tiles' shares of dq, dk, di, df, dn0 and dm0 (g[0, 1, 3, 4, 6, 7]), in that
+    // order, per tile (mlstm.cu).
+    let (rk, r1, nh) = (s.rows(s.dk), s.rows(1), s.heads());
+    let shared = [0, 1, 3, 4, 6, 7];
+    let offsets = [
+        0,
+        rk,
+        2 * rk,
+        2 * rk + r1,
+        2 * rk + 2 * r1,
+        2 * rk + 2 * r1 + nh * s.dk,
+    ];
+    let stride = 2 * rk + 2 * r1 + nh * (s.dk + 1);
+    let shares = tile_shares(dev, &args, stride)?;
     let name = float_kernel!(OP, "mlstm_backward", dt)?;
-    let cfg = head_launch(OP, dev, s, backward_floats(s))?;
+    let cfg = head_launch(OP, dev, s, &args, backward_floats(s, &args))?;
+    // With one tile the kernel never touches `part`: dq stands in.
+    let part = shares.as_ref().unwrap_or(&g[0]);
     // SAFETY: mlstm_backward_T(q, k, v, i, f, cs, ns, ms, h, dh, dc, dn, dm, dq, dk, dv, di, df,
-    // dc0, dn0, dm0, dcs, RecDims); inputs checked and outputs allocated at the lengths the
-    // sizes imply, the scratch holds one f32 [Dk, Dv] per head, and the shared memory asked for
-    // is what the kernel carves.
+    // dc0, dn0, dm0, dcs, part, RecDims); inputs checked and outputs allocated at the lengths
+    // the sizes imply, the scratch holds one f32 [Dk, Dv] per head, `part` the tiles' shares
+    // [nv, stride] where there are several, and the shared memory asked for is what the kernel
+    // carves.
     unsafe {
         launch(
             dev,
@@ -183,9 +206,14 @@ pub fn mlstm_backward(
             cfg,
             &[
                 x.q, x.k, x.v, x.i, x.f, states.c, states.n, states.m, h, dh, ds.c, ds.n, ds.m,
-                &g[0], &g[1], &g[2], &g[3], &g[4], &g[5], &g[6], &g[7], &scratch, &args,
+                &g[0], &g[1], &g[2], &g[3], &g[4], &g[5], &g[6], &g[7], &scratch, part, &args,
             ],
         )?;
+    }
+    if let Some(shares) = &shares {
+        for (&i, &off) in shared.iter().zip(&offsets) {
+            sum_tiles(dev, &SOURCE, shares, off, stride, &args, &g[i])?;
+        }
     }
     Ok(g)
 }

@@ -1,8 +1,8 @@
 //! GPU benchmark of the fused mLSTM and gated delta rule chunkwise kernels at the shape of the
-//! recurrent-mixers issue (B=8, T=8192, H=16, D=128, bf16, chunk 64): forward alone and forward +
-//! backward, event-timed medians after warm-up, on random inputs (the gated delta rule's beta in
-//! (0, 1) and log decay below 0, as its layer makes them). Needs a GPU; the peers are timed in the same run by
-//! nn/peers/recurrent_peers.py.
+//! recurrent-mixers issue (B=8, T=8192, H=16, D=128, bf16, chunk 64): forward alone, backward
+//! alone and forward + backward, event-timed medians after warm-up, on random inputs (the gated
+//! delta rule's beta in (0, 1) and log decay below 0, as its layer makes them). Needs a GPU; the
+//! peers are timed in the same run by nn/peers/recurrent_peers.py.
 //!
 //!     .gpu/bin/bench-recurrent-gpu [T]
 use swax_cuda::timing::median_ms;
@@ -52,6 +52,15 @@ fn main() -> Result<()> {
         q.mlstm_chunkwise_backward(&k, &v, &i, &f, &st, &h, &dh, [&c0, &n0, &m0], CHUNK, eps)
             .map(drop)
     })?;
+    // The backward alone, from the boundary states the forward stored: recomputing them in the
+    // backward instead would add a forward pass (the state pass is the forward kernel).
+    let bwd = {
+        let (h, st) = q.mlstm_chunkwise(&k, &v, &i, &f, &c0, &n0, &m0, CHUNK, eps)?;
+        median_ms(&dev, 2, REPS, || {
+            q.mlstm_chunkwise_backward(&k, &v, &i, &f, &st, &h, &dh, [&c0, &n0, &m0], CHUNK, eps)
+                .map(drop)
+        })?
+    };
     let beta = randn(vec![B, t, H], 1.0, 7)?.sigmoid()?;
     let g = randn(vec![B, t, H], 1.0, 8)?.softplus()?.scale(-0.1)?;
     let s0 = zeros(vec![B, H, D, D])?;
@@ -64,10 +73,17 @@ fn main() -> Result<()> {
         q.gated_delta_chunkwise_backward(&k, &v, &beta, &g, &st, &o, &s0, CHUNK)
             .map(drop)
     })?;
+    let gdn_bwd = {
+        let (o, st) = q.gated_delta_chunkwise(&k, &v, &beta, &g, &s0, CHUNK)?;
+        median_ms(&dev, 2, REPS, || {
+            q.gated_delta_chunkwise_backward(&k, &v, &beta, &g, &st, &o, &s0, CHUNK)
+                .map(drop)
+        })?
+    };
     println!("swax chunkwise mixers, B={B} T={t} H={H} D={D} chunk={CHUNK} bf16, median of {REPS}");
-    println!("| mixer | fwd ms | fwd+bwd ms |");
-    println!("|---|---|---|");
-    println!("| swax mLSTM | {fwd:.3} | {both:.3} |");
-    println!("| swax gated delta rule | {gdn_fwd:.3} | {gdn_both:.3} |");
+    println!("| mixer | fwd ms | bwd ms (stored states) | fwd+bwd ms |");
+    println!("|---|---|---|---|");
+    println!("| swax mLSTM | {fwd:.3} | {bwd:.3} | {both:.3} |");
+    println!("| swax gated delta rule | {gdn_fwd:.3} | {gdn_bwd:.3} | {gdn_both:.3} |");
     Ok(())
 }
