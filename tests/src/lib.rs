@@ -4,6 +4,8 @@
 //! skips), and comparing tensors across devices and dtypes.
 use swax_tensor::{Device, Result, Tensor};
 
+pub mod attention;
+
 /// The GPU to test on. Without one, GPU tests print why and pass, so CI (which has none) stays
 /// green; with `SWAX_REQUIRE_CUDA=1` they fail instead, so a GPU run can never pass by skipping.
 pub fn gpu() -> Option<Device> {

@@ -7,89 +7,14 @@
 use swax_autograd::Tape;
 use swax_nn::mixers::rattention::{fused, Config};
 use swax_tensor::{DType, Device, Result, Tensor};
-use swax_tests::{gpu, relative_error};
-
-/// The GPU rounds the features, the chunk states and the score tiles to bf16 before their
-/// products (f32 accumulation); the CPU computes in f32 from the same bf16-rounded inputs.
-const TOLERANCE: f64 = 2e-2;
-
-/// ‖got − want‖ relative to ‖want‖, or to 1e-2 per element where ‖want‖ is smaller (a branch
-/// that sees no key gives zeros on both devices).
-fn error(got: &Tensor, want: &Tensor) -> Result<f64> {
-    let got = got.to_device(Device::Cpu)?.to_dtype(DType::F32)?;
-    let norm = want.to_f64_vec()?.iter().map(|x| x * x).sum::<f64>().sqrt();
-    let floor = 1e-2 * (want.shape().numel() as f64).sqrt();
-    let rel = relative_error(&got, want)?;
-    let diff = if norm == 0.0 { rel } else { rel * norm };
-    Ok(diff / norm.max(floor))
-}
-
-/// Normal values of the given shape rounded to bf16, held in f32 on the CPU.
-fn input(dims: Vec<usize>, std: f64, seed: u64) -> Result<Tensor> {
-    Tensor::randn(dims, std, seed, DType::F32, Device::Cpu)?
-        .to_dtype(DType::BF16)?
-        .to_dtype(DType::F32)
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Case {
-    b: usize,
-    t: usize,
-    h: usize,
-    hkv: usize,
-    d: usize,
-    window: usize,
-}
-
-fn case(b: usize, t: usize, h: usize, hkv: usize, d: usize, window: usize) -> Case {
-    Case {
-        b,
-        t,
-        h,
-        hkv,
-        d,
-        window,
-    }
-}
-
-/// q, k, v and an output gradient of a case.
-fn qkv(c: Case) -> Result<[Tensor; 4]> {
-    let Case {
-        b, t, h, hkv, d, ..
-    } = c;
-    let seed = (t * 131 + c.window * 7 + d + h) as u64;
-    Ok([
-        input(vec![b, t, h, d], 1.0, seed)?,
-        input(vec![b, t, hkv, d], 1.0, seed + 1)?,
-        input(vec![b, t, hkv, d], 1.0, seed + 2)?,
-        input(vec![b, t, h, d], 1.0, seed + 3)?,
-    ])
-}
-
-fn assert_close(
-    c: Case,
-    what: &str,
-    names: &[&str],
-    got: &[Tensor],
-    want: &[Tensor],
-) -> Result<f64> {
-    let mut worst = 0.0f64;
-    for (name, (g, w)) in names.iter().zip(got.iter().zip(want)) {
-        let err = error(g, w)?;
-        assert!(
-            err < TOLERANCE,
-            "{c:?} {what}: {name} relative error {err:.2e}"
-        );
-        worst = worst.max(err);
-    }
-    Ok(worst)
-}
+use swax_tests::attention::{assert_close, case, input, short_cases, Case};
+use swax_tests::gpu;
 
 /// The linear branch in `dtype` on the GPU against the CPU in f32; the worst relative error over
 /// o, dq, dk, dv. The chunk sizes differ on purpose (the GPU runs chunks of 64 whatever it is
 /// given; the CPU takes 16): every chunk size gives the same values.
 fn check_rla(c: Case, dtype: DType, gpu: Device) -> Result<f64> {
-    let [q, k, v, dout] = qkv(c)?;
+    let [q, k, v, dout] = c.inputs()?;
     let w = c.window;
     let o = q.rla(&k, &v, w, 16)?;
     let (dq, dk, dv) = q.rla_backward(&k, &v, &dout, w, 16)?;
@@ -110,15 +35,9 @@ fn check_rla(c: Case, dtype: DType, gpu: Device) -> Result<f64> {
 #[test]
 fn rla_matches_cpu_at_short_lengths() -> Result<()> {
     let Some(gpu) = gpu() else { return Ok(()) };
-    for t in [1, 7, 64, 200] {
-        for window in [1, 3, 64, 128, 1000] {
-            for (h, hkv) in [(2, 2), (4, 1)] {
-                for d in [64, 128] {
-                    let err = check_rla(case(2, t, h, hkv, d, window), DType::BF16, gpu)?;
-                    println!("t {t} w {window} h {h}/{hkv} d {d}: {err:.2e}");
-                }
-            }
-        }
+    for c in short_cases(&[1, 7, 64, 200]) {
+        let err = check_rla(c, DType::BF16, gpu)?;
+        println!("{c:?}: {err:.2e}");
     }
     Ok(())
 }
@@ -191,7 +110,7 @@ fn rattention_node_matches_cpu() -> Result<()> {
         case(1, 100, 2, 2, 128, 1000),
     ];
     for c in cases {
-        let [q, k, v, _] = qkv(c)?;
+        let [q, k, v, _] = c.inputs()?;
         // Scales around 1, rounded to bf16 so that both devices see the same values.
         let scale = |seed| {
             input(vec![c.d], 0.3, seed)?
