@@ -238,13 +238,19 @@ fn conv_shape(d: ConvDims) -> k::short_conv::ConvShape {
     }
 }
 
-fn attn(d: AttnDims, window: usize, scale: f64) -> k::attention::Attn {
-    k::attention::Attn {
+fn heads(d: AttnDims) -> k::attention::Heads {
+    k::attention::Heads {
         b: d.b,
         t: d.t,
         h: d.h,
         hkv: d.hkv,
         d: d.d,
+    }
+}
+
+fn attn(d: AttnDims, window: usize, scale: f64) -> k::attention::Attn {
+    k::attention::Attn {
+        heads: heads(d),
         window,
         scale,
     }
@@ -252,11 +258,7 @@ fn attn(d: AttnDims, window: usize, scale: f64) -> k::attention::Attn {
 
 fn rla(d: AttnDims, window: usize) -> k::rla::Rla {
     k::rla::Rla {
-        b: d.b,
-        t: d.t,
-        h: d.h,
-        hkv: d.hkv,
-        d: d.d,
+        heads: heads(d),
         window,
     }
 }

@@ -19,15 +19,68 @@ const THREADS: u32 = 128;
 /// Rows of `swa_bwd_delta` per block, a warp each.
 const DELTA_ROWS: u32 = 8;
 
-/// Sizes of an attention call: q `[b, t, h, d]`, k and v `[b, t, hkv, d]` (q head `i` reads kv
-/// head `i / (h / hkv)`); query `s` sees keys `s - window < r <= s`; scores scaled by `scale`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Attn {
+/// The head layout that the attention kernels (SWA here, RAttention's linear branch in `rla`)
+/// share: q `[b, t, h, d]`, k and v `[b, t, hkv, d]`, bf16; q head `i` reads kv head
+/// `i / (h / hkv)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
     pub b: usize,
     pub t: usize,
     pub h: usize,
     pub hkv: usize,
     pub d: usize,
+}
+
+impl Heads {
+    /// A head dim the kernels exist for, and whole groups of q heads per kv head.
+    pub(crate) fn check(&self, op: &'static str) -> Result<(), CudaError> {
+        if !matches!(self.d, 64 | 128) {
+            return Err(CudaError::invalid(
+                op,
+                format!("head dim {}: kernels exist for 64 and 128", self.d),
+            ));
+        }
+        if self.hkv == 0 || self.h % self.hkv != 0 {
+            return Err(CudaError::invalid(
+                op,
+                format!("{self:?}: h must be a multiple of hkv"),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn q_len(&self) -> usize {
+        self.b * self.t * self.h * self.d
+    }
+
+    pub(crate) fn kv_len(&self) -> usize {
+        self.b * self.t * self.hkv * self.d
+    }
+
+    /// Each of `q` (q-shaped) and `kv` (kv-shaped) bf16 and of its length.
+    pub(crate) fn check_io(
+        &self,
+        op: &'static str,
+        q: &[&Buffer],
+        kv: &[&Buffer],
+    ) -> Result<(), CudaError> {
+        for (i, buf) in q.iter().enumerate() {
+            check_dtype(op, &format!("q-shaped operand {i}"), buf, DType::BF16)?;
+            check_len(op, &format!("q-shaped operand {i}"), buf, self.q_len())?;
+        }
+        for (i, buf) in kv.iter().enumerate() {
+            check_dtype(op, &format!("kv-shaped operand {i}"), buf, DType::BF16)?;
+            check_len(op, &format!("kv-shaped operand {i}"), buf, self.kv_len())?;
+        }
+        Ok(())
+    }
+}
+
+/// Sizes of an attention call: query `s` sees keys `s - window < r <= s`; scores scaled by
+/// `scale`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Attn {
+    pub heads: Heads,
     pub window: usize,
     pub scale: f64,
 }
@@ -45,60 +98,34 @@ struct Checked {
 
 impl Attn {
     fn check(&self, op: &'static str) -> Result<Checked, CudaError> {
-        let (fwd, bwd) = match self.d {
-            64 => ("swa_fwd_d64", "swa_bwd_d64"),
-            128 => ("swa_fwd_d128", "swa_bwd_d128"),
-            d => {
-                return Err(CudaError::invalid(
-                    op,
-                    format!("head dim {d}: kernels exist for 64 and 128"),
-                ))
-            }
-        };
-        if self.hkv == 0 || self.h % self.hkv != 0 || self.window == 0 {
-            return Err(CudaError::invalid(
-                op,
-                format!("{self:?}: h must be a multiple of hkv and the window at least 1"),
-            ));
+        let n = self.heads;
+        n.check(op)?;
+        if self.window == 0 {
+            return Err(CudaError::invalid(op, "the window must be at least 1"));
         }
+        let (fwd, bwd) = match n.d {
+            64 => ("swa_fwd_d64", "swa_bwd_d64"),
+            _ => ("swa_fwd_d128", "swa_bwd_d128"),
+        };
         Ok(Checked {
             fwd,
             bwd,
-            t: to_u32(op, "t", self.t)?,
-            h: to_u32(op, "h", self.h)?,
-            hkv: to_u32(op, "hkv", self.hkv)?,
-            window: to_u32(op, "window", self.window.min(self.t.max(1)))?,
-            tiles: to_u32(op, "tiles", self.t.div_ceil(TILE))?,
+            t: to_u32(op, "t", n.t)?,
+            h: to_u32(op, "h", n.h)?,
+            hkv: to_u32(op, "hkv", n.hkv)?,
+            window: to_u32(op, "window", self.window.min(n.t.max(1)))?,
+            tiles: to_u32(op, "tiles", n.t.div_ceil(TILE))?,
         })
     }
 
-    fn q_len(&self) -> usize {
-        self.b * self.t * self.h * self.d
-    }
-
-    fn kv_len(&self) -> usize {
-        self.b * self.t * self.hkv * self.d
-    }
-
+    /// Query rows over all heads: the length of lse.
     fn rows(&self) -> usize {
-        self.b * self.h * self.t
-    }
-
-    fn check_io(&self, op: &'static str, q: &[&Buffer], kv: &[&Buffer]) -> Result<(), CudaError> {
-        for (i, buf) in q.iter().enumerate() {
-            check_dtype(op, &format!("q-shaped operand {i}"), buf, DType::BF16)?;
-            check_len(op, &format!("q-shaped operand {i}"), buf, self.q_len())?;
-        }
-        for (i, buf) in kv.iter().enumerate() {
-            check_dtype(op, &format!("kv-shaped operand {i}"), buf, DType::BF16)?;
-            check_len(op, &format!("kv-shaped operand {i}"), buf, self.kv_len())?;
-        }
-        Ok(())
+        self.heads.b * self.heads.h * self.heads.t
     }
 
     fn grid(&self, c: &Checked, heads: u32, shared: usize) -> Result<Launch, CudaError> {
         Ok(Launch {
-            grid: (c.tiles, heads, to_u32("attention", "b", self.b)?),
+            grid: (c.tiles, heads, to_u32("attention", "b", self.heads.b)?),
             block: (THREADS, 1, 1),
             shared: (shared * 2) as u32,
         })
@@ -120,7 +147,7 @@ pub fn swa_forward(
     const OP: &str = "swa_forward";
     check_device(OP, dev, &[q, k, v, o, lse])?;
     let c = a.check(OP)?;
-    a.check_io(OP, &[q, o], &[k, v])?;
+    a.heads.check_io(OP, &[q, o], &[k, v])?;
     check_dtype(OP, "lse", lse, DType::F32)?;
     check_len(OP, "lse", lse, a.rows())?;
     if a.rows() == 0 {
@@ -128,7 +155,7 @@ pub fn swa_forward(
     }
     let scale_log2 = (a.scale * std::f64::consts::LOG2_E) as f32;
     // Q tile and double-buffered K and V tiles, bf16.
-    let cfg = a.grid(&c, c.h, 5 * TILE * a.d)?;
+    let cfg = a.grid(&c, c.h, 5 * TILE * a.heads.d)?;
     // SAFETY: swa_fwd_dD(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     // u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale_log2); q and o hold b*t*h*d,
     // k and v b*t*hkv*d, lse b*h*t (checked above); the grid covers exactly those.
@@ -166,15 +193,16 @@ pub fn swa_backward(
     const OP: &str = "swa_backward";
     check_device(OP, dev, &[s.q, s.k, s.v, s.o, s.lse, s.dout, dq, dk, dv])?;
     let c = a.check(OP)?;
-    a.check_io(OP, &[s.q, s.o, s.dout], &[s.k, s.v, dk, dv])?;
+    a.heads
+        .check_io(OP, &[s.q, s.o, s.dout], &[s.k, s.v, dk, dv])?;
     check_dtype(OP, "lse", s.lse, DType::F32)?;
     check_len(OP, "lse", s.lse, a.rows())?;
-    check_len(OP, "dq", dq, a.q_len())?;
+    check_len(OP, "dq", dq, a.heads.q_len())?;
     if a.rows() == 0 {
         return Ok(());
     }
     let rows = to_u32(OP, "rows", a.rows())?;
-    let d = to_u32(OP, "d", a.d)?;
+    let d = to_u32(OP, "d", a.heads.d)?;
     let delta = dev.alloc(DType::F32, a.rows())?;
     // SAFETY: swa_bwd_delta(const bf16* o, const bf16* dout, float* delta, u32 rows, u32 t_len,
     // u32 heads, u32 d); o and dout hold rows * d, delta rows; a warp per row.
@@ -193,7 +221,7 @@ pub fn swa_backward(
     }
     let mut acc = match dq.dtype() {
         DType::F32 => None,
-        DType::BF16 => Some(dev.alloc(DType::F32, a.q_len())?),
+        DType::BF16 => Some(dev.alloc(DType::F32, a.heads.q_len())?),
         other => {
             return Err(CudaError::invalid(
                 OP,
@@ -206,7 +234,7 @@ pub fn swa_backward(
     let scale = a.scale as f32;
     // K, V tiles, double-buffered Q and dO tiles, a dS tile (bf16); lse and delta of two query
     // tiles (f32, counted in bf16 units).
-    let cfg = a.grid(&c, c.hkv, 6 * TILE * a.d + TILE * TILE + 8 * TILE)?;
+    let cfg = a.grid(&c, c.hkv, 6 * TILE * a.heads.d + TILE * TILE + 8 * TILE)?;
     // SAFETY: swa_bwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
     // const float* lse, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len,
     // u32 heads, u32 kv_heads, u32 window, float scale); sizes checked above, dq_acc holds

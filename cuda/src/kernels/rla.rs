@@ -4,7 +4,8 @@
 //! The chunk states live only for the call: the forward scans them, then reads them once; the
 //! backward scans them again and their gradients backwards, then forms dq and (dk, dv).
 
-use super::{check_device, check_dtype, check_len, launch, to_u32, Launch};
+use super::attention::Heads;
+use super::{check_device, launch, to_u32, Launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
@@ -21,15 +22,10 @@ const SOURCE: KernelSource = KernelSource {
 const CHUNK: usize = 64;
 const THREADS: u32 = 256;
 
-/// Sizes of a call: q `[b, t, h, d]`, k and v `[b, t, hkv, d]` (q head `i` reads kv head
-/// `i / (h / hkv)`); query `s` reads the keys `r <= s - window`.
+/// Sizes of a call: query `s` reads the keys `r <= s - window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rla {
-    pub b: usize,
-    pub t: usize,
-    pub h: usize,
-    pub hkv: usize,
-    pub d: usize,
+    pub heads: Heads,
     pub window: usize,
 }
 
@@ -47,68 +43,35 @@ struct Checked {
 
 impl Rla {
     fn check(&self, op: &'static str) -> Result<Checked, CudaError> {
-        if !matches!(self.d, 64 | 128) {
-            return Err(CudaError::invalid(
-                op,
-                format!("head dim {}: kernels exist for 64 and 128", self.d),
-            ));
-        }
-        if self.hkv == 0 || self.h % self.hkv != 0 {
-            return Err(CudaError::invalid(
-                op,
-                format!("{self:?}: h must be a multiple of hkv"),
-            ));
-        }
+        let n = self.heads;
+        n.check(op)?;
         Ok(Checked {
-            suffix: self.d,
-            t: to_u32(op, "t", self.t)?,
-            h: to_u32(op, "h", self.h)?,
-            hkv: to_u32(op, "hkv", self.hkv)?,
-            b: to_u32(op, "b", self.b)?,
-            group: to_u32(op, "group", self.h / self.hkv)?,
-            shift: to_u32(op, "window", self.window.min(self.t))?,
-            chunks: to_u32(op, "chunks", self.t.div_ceil(CHUNK))?,
+            suffix: n.d,
+            t: to_u32(op, "t", n.t)?,
+            h: to_u32(op, "h", n.h)?,
+            hkv: to_u32(op, "hkv", n.hkv)?,
+            b: to_u32(op, "b", n.b)?,
+            group: to_u32(op, "group", n.h / n.hkv)?,
+            shift: to_u32(op, "window", self.window.min(n.t))?,
+            chunks: to_u32(op, "chunks", n.t.div_ceil(CHUNK))?,
         })
-    }
-
-    fn q_len(&self) -> usize {
-        self.b * self.t * self.h * self.d
-    }
-
-    fn kv_len(&self) -> usize {
-        self.b * self.t * self.hkv * self.d
     }
 
     /// Whether no query reads any key (every output and gradient is zero).
     fn empty(&self) -> bool {
-        self.q_len() == 0 || self.window >= self.t
-    }
-
-    fn check_io(&self, op: &'static str, q: &[&Buffer], kv: &[&Buffer]) -> Result<(), CudaError> {
-        for (i, buf) in q.iter().enumerate() {
-            check_dtype(op, &format!("q-shaped operand {i}"), buf, DType::BF16)?;
-            check_len(op, &format!("q-shaped operand {i}"), buf, self.q_len())?;
-        }
-        for (i, buf) in kv.iter().enumerate() {
-            check_dtype(op, &format!("kv-shaped operand {i}"), buf, DType::BF16)?;
-            check_len(op, &format!("kv-shaped operand {i}"), buf, self.kv_len())?;
-        }
-        Ok(())
+        self.heads.q_len() == 0 || self.window >= self.heads.t
     }
 
     /// The chunk states (or their gradients) of every kv head: bf16 `[b, hkv, chunks, 2d, d]`.
     fn states(&self, dev: &Device) -> Result<Buffer, CudaError> {
-        let chunks = self.t.div_ceil(CHUNK);
-        dev.alloc(
-            DType::BF16,
-            self.b * self.hkv * chunks * 2 * self.d * self.d,
-        )
+        let Heads { b, t, hkv, d, .. } = self.heads;
+        dev.alloc(DType::BF16, b * hkv * t.div_ceil(CHUNK) * 2 * d * d)
     }
 
     /// The backward's chunk kernels: a block per (chunk, head, batch); shared memory for two
     /// feature tiles `[CHUNK, 2d]`, a state `[2d, d]` and two tiles `[CHUNK, d]`, bf16.
     fn chunk_launch(&self, c: &Checked, heads: u32) -> Launch {
-        let d = self.d;
+        let d = self.heads.d;
         Launch {
             grid: (c.chunks, heads, c.b),
             block: (THREADS, 1, 1),
@@ -137,10 +100,14 @@ fn scan(
         (true, _) => "rla_scan_bwd_d128",
     };
     let cfg = Launch {
-        grid: (to_u32("rla", "column tiles", 2 * a.d / 64)?, c.hkv, c.b),
-        block: (to_u32("rla", "threads", 2 * a.d)?, 1, 1),
+        grid: (
+            to_u32("rla", "column tiles", 2 * a.heads.d / 64)?,
+            c.hkv,
+            c.b,
+        ),
+        block: (to_u32("rla", "threads", 2 * a.heads.d)?, 1, 1),
         // A feature tile [CHUNK, d] and two y tiles [CHUNK, 64], bf16.
-        shared: (2 * (CHUNK * a.d + 2 * CHUNK * 64)) as u32,
+        shared: (2 * (CHUNK * a.heads.d + 2 * CHUNK * 64)) as u32,
     };
     // SAFETY: rla_scan_*_dD(const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads,
     // u32 group, u32 shift); x and y hold b*t*heads*d (checked by the callers), out
@@ -168,7 +135,7 @@ pub fn rla_forward(
     const OP: &str = "rla_forward";
     check_device(OP, dev, &[q, k, v, o])?;
     let c = a.check(OP)?;
-    a.check_io(OP, &[q, o], &[k, v])?;
+    a.heads.check_io(OP, &[q, o], &[k, v])?;
     if a.empty() {
         return dev.memset_zero(o);
     }
@@ -188,10 +155,10 @@ pub fn rla_forward(
             &SOURCE,
             name,
             Launch {
-                grid: (c.chunks, c.h * (a.d / 64) as u32, c.b),
+                grid: (c.chunks, c.h * (a.heads.d / 64) as u32, c.b),
                 block: (THREADS, 1, 1),
                 // Two feature tiles [CHUNK, 2d], 64 columns of v' and of the state, bf16.
-                shared: (2 * (2 * CHUNK * 2 * a.d + 2 * a.d * 64 + CHUNK * 64)) as u32,
+                shared: (2 * (2 * CHUNK * 2 * a.heads.d + 2 * a.heads.d * 64 + CHUNK * 64)) as u32,
             },
             &[q, k, v, &states, o, &c.t, &c.h, &c.hkv, &c.shift],
         )
@@ -212,7 +179,7 @@ pub fn rla_backward(
     const OP: &str = "rla_backward";
     check_device(OP, dev, &[q, k, v, dout, dq, dk, dv])?;
     let c = a.check(OP)?;
-    a.check_io(OP, &[q, dout, dq], &[k, v, dk, dv])?;
+    a.heads.check_io(OP, &[q, dout, dq], &[k, v, dk, dv])?;
     // Keys in the last `window` steps feed no query: their rows are never written.
     dev.memset_zero(dk)?;
     dev.memset_zero(dv)?;
