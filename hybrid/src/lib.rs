@@ -1,6 +1,6 @@
 //! swax-hybrid: hybrid models from a layer pattern (`model`), their configs (`config`), the
-//! stochastic window schedule (`window`) and the trainer (`train`); the `swax` CLI (`main.rs`,
-//! `cli/`) is built on them.
+//! stochastic window schedule (`window`), the trainer (`train`) and long-context evaluation with
+//! its reports (`eval`); the `swax` CLI (`main.rs`, `cli/`) is built on them.
 pub mod config;
 pub mod eval;
 pub mod model;
