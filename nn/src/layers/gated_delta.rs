@@ -3,7 +3,7 @@
 //! `-exp(A) softplus(x W_a + dt_bias)`; the chunkwise gated delta rule (q, k L2-normalized
 //! inside it); an RMSNorm gated by swish(x W_g); the out projection.
 use super::basic::{Linear, INIT_STD};
-use super::{fused, in_f32, MixerDims};
+use super::{cast, fused, MixerDims};
 use crate::mixers::gated_delta;
 use crate::params::{Init, ParamId, Params, Weights};
 use swax_autograd::Tape;
@@ -70,30 +70,9 @@ impl GatedDelta {
         })
     }
 
+    /// x `[B, T, C]`: a whole sequence is one piece, from a zero state.
     pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
-        let tape = w.tape;
-        let (b, t) = (x.dims()[0], x.dims()[1]);
-        let (h, d) = (self.h, self.d);
-        let qkv = short_conv_silu(tape, &self.qkv.forward(w, x)?, w.get(self.conv))?;
-        let part =
-            |i: usize| tape.reshape(&tape.narrow(&qkv, -1, i * h * d, h * d)?, vec![b, t, h, d]);
-        let (q, k, v) = (part(0)?, part(1)?, part(2)?);
-        let beta = tape.sigmoid(&self.beta.forward(w, x)?)?;
-        let g = tape.log_decay(
-            &self.decay.forward(w, x)?,
-            w.get(self.a_log),
-            w.get(self.dt_bias),
-        )?;
-        let o = if fused(&q, &[FusedKernel::GatedDelta]) {
-            gated_delta::chunkwise(tape, &q, &k, &v, &beta, &g, None, self.chunk)?.0
-        } else {
-            in_f32(w, [&q, &k, &v, &beta, &g], |[q, k, v, beta, g]| {
-                Ok(gated_delta::recurrent(tape, &q, &k, &v, &beta, &g, None)?.0)
-            })?
-        };
-        let gate = tape.reshape(&self.gate.forward(w, x)?, vec![b, t, h, d])?;
-        let y = tape.gated_rms_norm(&o, &gate, w.get(self.norm), self.eps)?;
-        self.out.forward(w, &tape.reshape(&y, vec![b, t, h * d])?)
+        Ok(self.forward_chunk(w, x, None, None)?.0)
     }
 }
 
@@ -117,10 +96,10 @@ fn short_conv_silu(tape: &Tape, x: &Tensor, w: &Tensor) -> Result<Tensor> {
 }
 
 impl GatedDelta {
-    /// `forward` over one piece of a longer sequence (evaluation, no tape): `conv_tail` is the
-    /// pre-convolution qkv of the tokens just before x (the last K - 1 count), `state` the delta
-    /// rule's state after them (`None` for both: the sequence starts here). Returns the output,
-    /// the next piece's `conv_tail` and the state after x.
+    /// One piece x `[B, Tc, C]` of a longer sequence: `conv_tail` is the pre-convolution qkv of
+    /// the tokens just before x (the last K - 1 count), `state` the delta rule's state after them
+    /// (`None` for both: the sequence starts here). Returns the output, the next piece's
+    /// `conv_tail` and the state after x.
     pub fn forward_chunk(
         &self,
         w: &Weights,
@@ -138,7 +117,10 @@ impl GatedDelta {
         };
         let lead = joined.dims()[1] - t;
         let qkv = short_conv_silu(tape, &joined, w.get(self.conv))?;
-        let qkv = tape.narrow(&qkv, 1, lead, t)?;
+        let qkv = match lead {
+            0 => qkv,
+            _ => tape.narrow(&qkv, 1, lead, t)?,
+        };
         let part =
             |i: usize| tape.reshape(&tape.narrow(&qkv, -1, i * h * d, h * d)?, vec![b, t, h, d]);
         let (q, k, v) = (part(0)?, part(1)?, part(2)?);
@@ -151,7 +133,12 @@ impl GatedDelta {
         let (o, state) = if fused(&q, &[FusedKernel::GatedDelta]) {
             gated_delta::chunkwise(tape, &q, &k, &v, &beta, &g, state, self.chunk)?
         } else {
-            gated_delta::recurrent(tape, &q, &k, &v, &beta, &g, state)?
+            // The reference in f32 (`in_f32`'s policy), its state carried in f32.
+            let up = |x: &Tensor| cast(w, x, DType::F32);
+            let (q32, k32, v32) = (up(&q)?, up(&k)?, up(&v)?);
+            let (o, s) =
+                gated_delta::recurrent(tape, &q32, &k32, &v32, &up(&beta)?, &up(&g)?, state)?;
+            (cast(w, &o, q.dtype())?, s)
         };
         let gate = tape.reshape(&self.gate.forward(w, x)?, vec![b, t, h, d])?;
         let y = tape.gated_rms_norm(&o, &gate, w.get(self.norm), self.eps)?;

@@ -2,7 +2,7 @@
 //! input and forget gate preactivations per head from x (with biases), soft-capped at 15; the
 //! chunkwise mLSTM; a per-head LayerNorm; a sigmoid output gate from x; the out projection.
 use super::basic::{Linear, INIT_STD};
-use super::{fused, in_f32, MixerDims};
+use super::{cast, fused, MixerDims};
 use crate::mixers::mlstm;
 use crate::params::{ParamId, Params, Weights};
 use swax_tensor::backend::FusedKernel;
@@ -66,39 +66,13 @@ impl Mlstm {
         })
     }
 
+    /// x `[B, T, C]`: a whole sequence is one piece, from a zero state.
     pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
-        let tape = w.tape;
-        let (b, t) = (x.dims()[0], x.dims()[1]);
-        let (h, dk, dv) = (self.h, self.dk, self.dv);
-        let qkv = self.qkv.forward(w, x)?;
-        let part = |start: usize, d: usize| {
-            tape.reshape(&tape.narrow(&qkv, -1, start, h * d)?, vec![b, t, h, d])
-        };
-        let (q, k, v) = (part(0, dk)?, part(h * dk, dk)?, part(2 * h * dk, dv)?);
-        let gates = tape.add(&self.gates.forward(w, x)?, w.get(self.gate_bias))?;
-        let gates = tape.soft_cap(&gates, GATE_CAP)?;
-        let (i, f) = (
-            tape.narrow(&gates, -1, 0, h)?,
-            tape.narrow(&gates, -1, h, h)?,
-        );
-        let hs = if fused(&q, &[FusedKernel::Mlstm]) {
-            mlstm::chunkwise(tape, &q, &k, &v, &i, &f, None, self.chunk, mlstm::EPS)?.0
-        } else {
-            in_f32(w, [&q, &k, &v, &i, &f], |[q, k, v, i, f]| {
-                Ok(mlstm::parallel(tape, &q, &k, &v, &i, &f, None, mlstm::EPS)?.0)
-            })?
-        };
-        let normed = tape.head_layer_norm(&hs, w.get(self.norm), None, self.eps)?;
-        let o = tape.reshape(&self.ogate.forward(w, x)?, vec![b, t, h, dv])?;
-        let gated = tape.mul(&normed, &tape.sigmoid(&o)?)?;
-        self.out
-            .forward(w, &tape.reshape(&gated, vec![b, t, h * dv])?)
+        Ok(self.forward_chunk(w, x, None)?.0)
     }
-}
 
-impl Mlstm {
-    /// `forward` over one piece of a longer sequence (evaluation, no tape), from the state the
-    /// previous piece left (`None`: zeros); returns the output and the state after the piece.
+    /// One piece x `[B, Tc, C]` of a longer sequence, from the state the previous piece left
+    /// (`None`: zeros); returns the output and the state after the piece.
     pub fn forward_chunk(
         &self,
         w: &Weights,
@@ -119,12 +93,23 @@ impl Mlstm {
             tape.narrow(&gates, -1, 0, h)?,
             tape.narrow(&gates, -1, h, h)?,
         );
-        // The reference runs in the activations' dtype here: evaluation on a device without
-        // the kernel is f32 (the CPU always has it).
         let (hs, state) = if fused(&q, &[FusedKernel::Mlstm]) {
             mlstm::chunkwise(tape, &q, &k, &v, &i, &f, state, self.chunk, mlstm::EPS)?
         } else {
-            mlstm::parallel(tape, &q, &k, &v, &i, &f, state, mlstm::EPS)?
+            // The reference in f32 (`in_f32`'s policy), its state carried in f32.
+            let up = |x: &Tensor| cast(w, x, DType::F32);
+            let (q32, k32, v32) = (up(&q)?, up(&k)?, up(&v)?);
+            let (hs, s) = mlstm::parallel(
+                tape,
+                &q32,
+                &k32,
+                &v32,
+                &up(&i)?,
+                &up(&f)?,
+                state,
+                mlstm::EPS,
+            )?;
+            (cast(w, &hs, q.dtype())?, s)
         };
         let normed = tape.head_layer_norm(&hs, w.get(self.norm), None, self.eps)?;
         let o = tape.reshape(&self.ogate.forward(w, x)?, vec![b, t, h, dv])?;
