@@ -1,7 +1,7 @@
 //! `swax eval` and `swax report` as a user runs them, on a run that `swax train` made: a micro
 //! RAttention/SWA/mLSTM model trained for a few steps on the CPU, evaluated in pieces (the default
 //! piece is the training length, shorter than the sequences), then reported; and the errors a
-//! wrong path or task name gives.
+//! wrong path, task name or option value gives.
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -106,7 +106,7 @@ fn eval_and_report_work_on_a_run_made_by_train() {
 }
 
 #[test]
-fn eval_names_a_missing_run_and_an_unknown_task() {
+fn eval_names_a_missing_run_a_mistyped_task_and_an_option_out_of_range() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-such-run");
     let out = swax(&["eval", missing.to_str().unwrap(), "--device", "cpu"]);

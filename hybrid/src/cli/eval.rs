@@ -67,7 +67,30 @@ fn parse_len(s: &str) -> Result<usize, String> {
         .map_err(|e| format!("length {s}: {e}"))
 }
 
+/// The options' own ranges, checked before anything is loaded, each error naming its option.
+fn check(args: &EvalArgs) -> Result<(), String> {
+    if args.samples == 0 {
+        return Err("--samples 0: at least one sample per task, length and depth".into());
+    }
+    if let Some(&d) = args.depths.iter().find(|d| !(0.0..=1.0).contains(*d)) {
+        return Err(format!(
+            "--depths {d}: a depth is a fraction of the context, in [0, 1]"
+        ));
+    }
+    if args.lengths.contains(&0) {
+        return Err("--lengths 0: a length is at least one token".into());
+    }
+    if args.window == Some(0) {
+        return Err("--window 0: a query sees at least itself, so the window is at least 1".into());
+    }
+    if args.bucket == Some(0) {
+        return Err("--bucket 0: a loss bucket holds at least one position".into());
+    }
+    Ok(())
+}
+
 pub fn run(args: EvalArgs) -> CliResult {
+    check(&args)?;
     let device = match args.device.as_deref() {
         None if swax_tensor::cuda::device(0).is_ok() => Device::Cuda(0),
         None | Some("cpu") => Device::Cpu,
