@@ -207,14 +207,12 @@ pub fn has_fused(kernel: FusedKernel, dtype: DType, head_dim: usize) -> bool {
     match kernel {
         // bf16 tensor-core tiles of 64 or 128 columns; f32 would be rounded to bf16 inside, so an
         // f32 model keeps the exact reference.
-        FusedKernel::Swa => dtype == DType::BF16 && matches!(head_dim, 64 | 128),
+        FusedKernel::Swa | FusedKernel::Rla => dtype == DType::BF16 && matches!(head_dim, 64 | 128),
         // The bf16 paths feed m16n8k16 tiles; the f32 paths take any size.
         FusedKernel::Mlstm | FusedKernel::GatedDelta => {
             dtype == DType::F32 || head_dim.is_multiple_of(16)
         }
         FusedKernel::ShortConv => true,
-        // Like SWA: bf16 tiles of head dims 64 and 128, f32 models keep the reference.
-        FusedKernel::Rla => dtype == DType::BF16 && matches!(head_dim, 64 | 128),
     }
 }
 

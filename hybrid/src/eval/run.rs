@@ -114,8 +114,8 @@ pub fn row_nll(logits: &Tensor, targets: &[u32]) -> Result<Vec<f32>> {
         let n = rows.min(t - start);
         let block = logits.narrow(0, start, n)?;
         let tg = &targets[start..start + n];
-        let (_, stats) =
-            block.cross_entropy(&ids(tg, 1, n, block.device())?.reshape(vec![n])?, None)?;
+        let ys = Tensor::from_vec(tg.to_vec(), vec![n], block.device())?;
+        let (_, stats) = block.cross_entropy(&ys, None)?;
         let at: Vec<u32> = tg
             .iter()
             .enumerate()

@@ -3,4 +3,5 @@ pub mod attention;
 pub mod gated_delta;
 mod joined;
 pub mod mlstm;
+mod one_step;
 pub mod rattention;

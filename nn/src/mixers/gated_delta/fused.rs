@@ -6,6 +6,7 @@
 //! recomputes each chunk's WY factors (cheap, parallel work) but never the sequential state pass.
 use super::state_or_zeros;
 use crate::mixers::joined::record_joined;
+use crate::mixers::one_step::{with_time, without_time};
 use swax_autograd::Tape;
 use swax_tensor::backend::RecurrentDims;
 use swax_tensor::{Result, Tensor};
@@ -61,22 +62,16 @@ pub fn step(
     g: &Tensor,
     state: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
-    let with_time = |x: &Tensor| {
-        let mut d = x.dims().to_vec();
-        d.insert(1.min(d.len()), 1);
-        tape.reshape(x, d)
-    };
+    let timed = |x: &Tensor| with_time(tape, x);
     let (o, next) = chunkwise(
         tape,
-        &with_time(q)?,
-        &with_time(k)?,
-        &with_time(v)?,
-        &with_time(beta)?,
-        &with_time(g)?,
+        &timed(q)?,
+        &timed(k)?,
+        &timed(v)?,
+        &timed(beta)?,
+        &timed(g)?,
         Some(state),
         1,
     )?;
-    let mut d = o.dims().to_vec();
-    d.remove(1);
-    Ok((tape.reshape(&o, d)?, next))
+    Ok((without_time(tape, &o)?, next))
 }

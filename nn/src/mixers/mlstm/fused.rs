@@ -7,6 +7,7 @@
 //! per head (a third of q, k, v at chunk 64, D 64).
 use super::MlstmState;
 use crate::mixers::joined::record_joined;
+use crate::mixers::one_step::{with_time, without_time};
 use swax_autograd::Tape;
 use swax_tensor::backend::RecurrentDims;
 use swax_tensor::{Result, Tensor};
@@ -87,23 +88,17 @@ pub fn step(
     state: &MlstmState,
     eps: f64,
 ) -> Result<(Tensor, MlstmState)> {
-    let with_time = |x: &Tensor| {
-        let mut d = x.dims().to_vec();
-        d.insert(1.min(d.len()), 1);
-        tape.reshape(x, d)
-    };
+    let timed = |x: &Tensor| with_time(tape, x);
     let (h, next) = chunkwise(
         tape,
-        &with_time(q)?,
-        &with_time(k)?,
-        &with_time(v)?,
-        &with_time(i)?,
-        &with_time(f)?,
+        &timed(q)?,
+        &timed(k)?,
+        &timed(v)?,
+        &timed(i)?,
+        &timed(f)?,
         Some(state),
         1,
         eps,
     )?;
-    let mut d = h.dims().to_vec();
-    d.remove(1);
-    Ok((tape.reshape(&h, d)?, next))
+    Ok((without_time(tape, &h)?, next))
 }
