@@ -195,15 +195,9 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
     let (b, seq) = (cfg.data.batch_size, cfg.data.seq_len);
     let tokens_per_step = (b * seq * t.grad_accum) as u64;
 
+    let recall = |model: &Model| eval::recall(model, &data.probes, b, eval_window, dtype, device);
     let recall_before = match (&resumed, data.probes.is_empty()) {
-        (None, false) => Some(eval::recall(
-            &model,
-            &data.probes,
-            b,
-            eval_window,
-            dtype,
-            device,
-        )?),
+        (None, false) => Some(recall(&model)?),
         _ => None,
     };
 
@@ -324,14 +318,7 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
     bar.finish_and_clear();
     let recall_after = match data.probes.is_empty() || interrupted {
         true => None,
-        false => Some(eval::recall(
-            &model,
-            &data.probes,
-            b,
-            eval_window,
-            dtype,
-            device,
-        )?),
+        false => Some(recall(&model)?),
     };
     metrics::plot(
         metrics.path(),
