@@ -4,146 +4,177 @@
 //
 // Tensor cores through mma.sync m16n8k16 (bf16 in, f32 accumulate), fragments fed by ldmatrix
 // from shared tiles whose 16-byte chunks are XOR-swizzled by row (ldmatrix's eight row addresses
-// then fall in distinct banks with no padding, which keeps two backward blocks on an SM at head
-// dim 128), tiles fetched by cp.async (rows past T arrive as zeros); those helpers live in
-// mma.cuh, which the Rust wrapper prepends to this file.
-// Tiles are 64 rows, aligned to multiples of 64 in time, so only the tiles that cross the
-// diagonal or the window's lower edge pay for the mask, and only tiles that meet the band are
-// visited at all: the work grows with T·window, not T².
+// then fall in distinct banks with no padding, which leaves shared memory for two forward blocks
+// on an SM at head dim 128), tiles fetched by cp.async (rows past T arrive as zeros); those
+// helpers live in mma.cuh, which the Rust wrapper prepends to this file.
+// Key and query tiles are 64 rows, aligned to multiples of 64 in time, so only the tiles that
+// cross the diagonal or the window's lower edge pay for the mask, and only tiles that meet the
+// band are visited at all: the work grows with T·window, not T². Within a block, a warp whose
+// own rows meet none of a tile's band skips that tile.
 //
-// Forward: a block per (64-query tile, q head, batch), four warps of 16 query rows, K/V tiles
-// double-buffered; the online softmax runs on the score fragments in registers (exp2 with the
-// scale folded into log2 units) and the probabilities go back into mma as A fragments without
-// touching shared memory. Saves each row's natural log-sum-exp, f32 [B, H, T].
+// Forward (flash-attention 2): a block per (128-query block, q head, batch), four warps of 32
+// query rows (two m16 tiles, so that each K or V fragment read from shared memory feeds two
+// products), K/V tiles double-buffered; the online softmax runs on the score fragments in
+// registers (exp2 with the scale folded into log2 units) and the probabilities go back into mma
+// as A fragments without touching shared memory. Saves each row's natural log-sum-exp, f32
+// [B, H, T].
 //
 // Backward (flash-attention 2): `swa_bwd_delta` forms delta_t = do_t · o_t; then a block per
-// (64-key tile, kv head, batch) holds its K and V tile, walks every q head of its group and
-// every query tile that sees it, and keeps dK and dV of its keys in registers (warp w owns keys
-// 16w..16w+15, so the grouped heads' sum is free). Per query tile it recomputes S^T = K Q^T and
-// dP^T = V dO^T, forms P^T and dS^T in registers, adds P^T dO to dV and dS^T Q to dK, stages
-// dS^T in shared memory and adds its share of dQ = dS K to an f32 accumulator with vector
-// atomic reductions (dQ of a query tile comes from every key tile in its band; the atomics
-// spare a second pass that would recompute S and dP).
+// (128-key block, kv head, batch) of eight warps holds its K and V rows, walks every q head of
+// its group and every query tile that sees them, and keeps dK and dV of its keys in registers
+// (warp w owns keys 16w..16w+15, so the grouped heads' sum is free). Per query tile each warp
+// recomputes S^T = K Q^T and dP^T = V dO^T for its keys, forms P^T and dS^T in registers, adds
+// P^T dO to dV and dS^T Q to dK, and stages dS^T in shared memory; then the eight warps share
+// dQ = dS K (32 query rows by D/4 columns each) and add it to an f32 accumulator with vector
+// atomic reductions (dQ of a query tile comes from every key block in its band; the atomics
+// spare a second pass that would recompute S and dP, and 128-key blocks halve them against 64).
 #define TILE 64
-#define THREADS 128
-
-// TILE rows of D columns from global (row r at g + r * rs) into a shared tile; rows at or past
-// `limit` become zeros.
-template <int D> __device__ __forceinline__ void load_rows(bf16* s, const bf16* g, u64 rs, int r0, int limit) {
-    load_tile<D, TILE, THREADS, false>(s, g, rs, r0, limit, 0);
-}
+#define FWD_ROWS 128
+#define FWD_THREADS 128
+#define BWD_THREADS 128
 
 // Whether key s is in query t's band.
 __device__ __forceinline__ bool visible(int t, int s, u32 window) { return s <= t && (u32)(t - s) < window; }
+
+// Whether rows [r0, r0 + nr) and keys [s0, s0 + ns) have a pair in the band (at least one key s
+// with t - window < s <= t), and whether they have one outside it.
+__device__ __forceinline__ bool meets_band(int r0, int nr, int s0, int ns, u32 window) {
+    return s0 <= r0 + nr - 1 && r0 - (s0 + ns - 1) < (int)window;
+}
+__device__ __forceinline__ bool leaves_band(int r0, int nr, int s0, int ns, u32 window) {
+    return s0 + ns - 1 > r0 || r0 + nr - 1 - s0 >= (int)window;
+}
+
+// One m16 tile's online-softmax step over a 64-key tile at s0: the scores s become
+// probabilities exp2(scale_log2 s - shift) (zero outside the band when masked), and the running
+// max m (log2 units), sum l and output accumulator acc of rows row0, row0 + 8 are rescaled.
+template <int DT>
+__device__ __forceinline__ void softmax_step(float (&s)[TILE / 8][4], float (&acc)[DT][4], float (&m)[2],
+                                             float (&l)[2], int row0, int s0, bool masked, u32 window,
+                                             float scale_log2) {
+    const int tq = threadIdx.x & 3;
+    float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+    for (int nt = 0; nt < TILE / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float x = s[nt][e] * scale_log2;
+            if (masked && !visible(row0 + (e >> 1) * 8, s0 + nt * 8 + 2 * tq + (e & 1), window)) x = neg_inf();
+            s[nt][e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+    float shift[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], shfl_xor(mx[r], 1));
+        mx[r] = fmaxf(mx[r], shfl_xor(mx[r], 2));
+        const float mnew = fmaxf(m[r], mx[r]);
+        shift[r] = exp_shift(mnew);
+        const float alpha = fast_exp2(m[r] - shift[r]);
+        m[r] = mnew;
+        l[r] *= alpha;
+#pragma unroll
+        for (int i = 0; i < DT; ++i) {
+            acc[i][2 * r] *= alpha;
+            acc[i][2 * r + 1] *= alpha;
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < TILE / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float p = fast_exp2(s[nt][e] - shift[e >> 1]);
+            s[nt][e] = p;
+            l[e >> 1] += p;
+        }
+}
 
 template <int D>
 __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                         bf16* __restrict__ o, float* __restrict__ lse, u32 t_len, u32 heads, u32 kv_heads,
                         u32 window, float scale_log2) {
-    constexpr int LD = D, KT = D / 16, NT = TILE / 8, DT = D / 8;
+    constexpr int MT = FWD_ROWS / (16 * (FWD_THREADS / 32)), WR = 16 * MT, KT = D / 16, NT = TILE / 8,
+                  DT = D / 8;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16* sq = reinterpret_cast<bf16*>(smem);
-    bf16* sk = sq + TILE * LD;      // [2][TILE][LD]
-    bf16* sv = sk + 2 * TILE * LD;  // [2][TILE][LD]
+    bf16* sq = reinterpret_cast<bf16*>(smem);  // [FWD_ROWS][D]
+    bf16* sk = sq + FWD_ROWS * D;              // [2][TILE][D]
+    bf16* sv = sk + 2 * TILE * D;              // [2][TILE][D]
 
     const int T = (int)t_len;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * TILE;  // the longest rows first (full causal)
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FWD_ROWS;  // the longest rows first (full causal)
     const int h = blockIdx.y, b = blockIdx.z, hk = h / (heads / kv_heads);
     const u64 qrs = (u64)heads * D, krs = (u64)kv_heads * D;
     const bf16* qg = q + ((u64)b * T * heads + h) * D;
     const bf16* kg = k + ((u64)b * T * kv_heads + hk) * D;
     const bf16* vg = v + ((u64)b * T * kv_heads + hk) * D;
-    const int q_last = min(q0 + TILE, T) - 1;
+    const int q_last = min(q0 + FWD_ROWS, T) - 1;
     const int kt0 = max(0, q0 - (int)window + 1) / TILE, kt1 = q_last / TILE;
 
-    load_rows<D>(sq, qg, qrs, q0, T);
-    load_rows<D>(sk, kg, krs, kt0 * TILE, T);
-    load_rows<D>(sv, vg, krs, kt0 * TILE, T);
+    load_tile<D, FWD_ROWS, FWD_THREADS, false>(sq, qg, qrs, q0, T, 0);
+    load_tile<D, TILE, FWD_THREADS, false>(sk, kg, krs, kt0 * TILE, T, 0);
+    load_tile<D, TILE, FWD_THREADS, false>(sv, vg, krs, kt0 * TILE, T, 0);
     cp_async_commit();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int row0 = q0 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
-    u32 qf[KT][4];
-    float acc[DT][4];
+    const int w0 = q0 + warp * WR;  // the warp's rows; this thread's are w0 + g + 16 m + 8 r
+    float acc[MT][DT][4];
+    float m[MT][2], l[MT][2];
 #pragma unroll
-    for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int j = 0; j < DT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+        m[i][0] = m[i][1] = neg_inf();
+        l[i][0] = l[i][1] = 0.0f;
+    }
 
     for (int j = kt0; j <= kt1; ++j) {
         const int buf = (j - kt0) & 1;
         if (j < kt1) {
-            load_rows<D>(sk + (buf ^ 1) * TILE * LD, kg, krs, (j + 1) * TILE, T);
-            load_rows<D>(sv + (buf ^ 1) * TILE * LD, vg, krs, (j + 1) * TILE, T);
+            load_tile<D, TILE, FWD_THREADS, false>(sk + (buf ^ 1) * TILE * D, kg, krs, (j + 1) * TILE, T, 0);
+            load_tile<D, TILE, FWD_THREADS, false>(sv + (buf ^ 1) * TILE * D, vg, krs, (j + 1) * TILE, T, 0);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == kt0) {
-#pragma unroll
-            for (int kk = 0; kk < KT; ++kk) ldsm_x4<false>(qf[kk], lane_ptr<D, true>(sq, warp * 16, kk * 16));
-        }
-        float s[NT][4];
-#pragma unroll
-        for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-        mma_tile<KT, NT, D, true>(s, qf, sk + buf * TILE * LD);
-
         const int s0 = j * TILE;
-        const bool masked = s0 + TILE - 1 > q0 || q0 + TILE - 1 - s0 >= (int)window;
-        float mx[2] = {neg_inf(), neg_inf()};
+        if (w0 < T && meets_band(w0, WR, s0, TILE, window)) {
+            float s[MT][NT][4];
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+            for (int i = 0; i < MT; ++i)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float x = s[nt][e] * scale_log2;
-                if (masked && !visible(row0 + (e >> 1) * 8, s0 + nt * 8 + 2 * tq + (e & 1), window)) x = neg_inf();
-                s[nt][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                for (int n = 0; n < NT; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.0f;
+            mma_smem_a_tiles<MT, KT, NT, D, D>(s, sq, warp * WR, sk + buf * TILE * D);
+            const bool masked = leaves_band(w0, WR, s0, TILE, window);
+            u32 pf[MT][NT / 2][4];
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                softmax_step<DT>(s[i], acc[i], m[i], l[i], w0 + g + 16 * i, s0, masked, window, scale_log2);
+#pragma unroll
+                for (int kk = 0; kk < NT / 2; ++kk) c_to_a(s[i], kk, pf[i][kk]);
             }
-        float shift[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            mx[r] = fmaxf(mx[r], shfl_xor(mx[r], 1));
-            mx[r] = fmaxf(mx[r], shfl_xor(mx[r], 2));
-            const float mnew = fmaxf(m[r], mx[r]);
-            shift[r] = exp_shift(mnew);
-            const float alpha = fast_exp2(m[r] - shift[r]);
-            m[r] = mnew;
-            l[r] *= alpha;
-#pragma unroll
-            for (int i = 0; i < DT; ++i) {
-                acc[i][2 * r] *= alpha;
-                acc[i][2 * r + 1] *= alpha;
-            }
+            mma_tiles<MT, NT / 2, DT, D, false>(acc, pf, sv + buf * TILE * D);
         }
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float p = fast_exp2(s[nt][e] - shift[e >> 1]);
-                s[nt][e] = p;
-                l[e >> 1] += p;
-            }
-        u32 pf[NT / 2][4];
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; ++kk) c_to_a(s, kk, pf[kk]);
-        mma_tile<NT / 2, DT, D, false>(acc, pf, sv + buf * TILE * LD);
         __syncthreads();  // the next iteration's prefetch overwrites this buffer
     }
 
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l[r] += shfl_xor(l[r], 1);
-        l[r] += shfl_xor(l[r], 2);
-        const int row = row0 + r * 8;
-        if (row >= T) continue;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        u32* out = reinterpret_cast<u32*>(o + ((u64)b * T + row) * qrs + (u64)h * D);
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
-        for (int i = 0; i < DT; ++i) out[i * 4 + tq] = bf16x2_bits(acc[i][2 * r] * inv, acc[i][2 * r + 1] * inv);
-        if (tq == 0) lse[((u64)b * heads + h) * T + row] = (m[r] + __log2f(l[r])) / LOG2E;
-    }
+        for (int r = 0; r < 2; ++r) {
+            float sum = l[i][r];
+            sum += shfl_xor(sum, 1);
+            sum += shfl_xor(sum, 2);
+            const int row = w0 + g + 16 * i + 8 * r;
+            if (row >= T) continue;
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            u32* out = reinterpret_cast<u32*>(o + ((u64)b * T + row) * qrs + (u64)h * D);
+#pragma unroll
+            for (int n = 0; n < DT; ++n)
+                out[n * 4 + tq] = bf16x2_bits(acc[i][n][2 * r] * inv, acc[i][n][2 * r + 1] * inv);
+            if (tq == 0) lse[((u64)b * heads + h) * T + row] = (m[i][r] + __log2f(sum)) / LOG2E;
+        }
 }
 
 // delta[b, h, t] = sum_d do · o, a warp per row of [B, T, H].
@@ -159,18 +190,27 @@ extern "C" __global__ void swa_bwd_delta(const bf16* __restrict__ o, const bf16*
     if (lane == 0) delta[((u64)(bt / t_len) * heads + h) * t_len + bt % t_len] = s;
 }
 
+// Whether the backward's products run on wgmma (NVRTC targets sm_90a on Hopper) or on mma.sync.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define BWD_WGMMA true
+#else
+#define BWD_WGMMA false
+#endif
+
 template <int D>
 __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                         const bf16* __restrict__ dout, const float* __restrict__ lse,
                         const float* __restrict__ delta, float* __restrict__ dq_acc, bf16* __restrict__ dk,
                         bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale) {
-    constexpr int LD = D, KT = D / 16, NT = TILE / 8, DT = D / 8;
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16* sk = reinterpret_cast<bf16*>(smem);
-    bf16* sv = sk + TILE * LD;
-    bf16* sq = sv + TILE * LD;       // [2][TILE][LD]
-    bf16* sdo = sq + 2 * TILE * LD;  // [2][TILE][LD]
-    bf16* sds = sdo + 2 * TILE * LD; // dS^T [key][query]
+    constexpr int KT = D / 16, NT = TILE / 8, DT = D / 8;
+    constexpr bool WG = BWD_WGMMA;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    // wgmma's swizzle repeats from 1024-byte boundaries; the launch leaves 1024 bytes to round up.
+    bf16* sk = reinterpret_cast<bf16*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+    bf16* sv = sk + TILE * D;
+    bf16* sq = sv + TILE * D;        // [2][TILE][D]
+    bf16* sdo = sq + 2 * TILE * D;   // [2][TILE][D]
+    bf16* sds = sdo + 2 * TILE * D;  // dS^T [key][query]
     float* slse = reinterpret_cast<float*>(sds + TILE * TILE);  // [2][TILE], log2 units
     float* sdelta = slse + 2 * TILE;                           // [2][TILE]
 
@@ -189,8 +229,8 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
     auto fetch = [&](int i, int buf) {
         const int hq = hk * group + i / nq, t0 = (qt0 + i % nq) * TILE;
         const u64 off = ((u64)b * T * heads + hq) * D;
-        load_rows<D>(sq + buf * TILE * LD, q + off, qrs, t0, T);
-        load_rows<D>(sdo + buf * TILE * LD, dout + off, qrs, t0, T);
+        load_tile<D, TILE, BWD_THREADS, false, WG>(sq + buf * TILE * D, q + off, qrs, t0, T, 0);
+        load_tile<D, TILE, BWD_THREADS, false, WG>(sdo + buf * TILE * D, dout + off, qrs, t0, T, 0);
         if (threadIdx.x < TILE) {
             const int t = t0 + threadIdx.x;
             const u64 at = ((u64)b * heads + hq) * T + t;
@@ -198,8 +238,8 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
             sdelta[buf * TILE + threadIdx.x] = t < T ? delta[at] : 0.0f;
         }
     };
-    load_rows<D>(sk, kg, krs, s0, T);
-    load_rows<D>(sv, vg, krs, s0, T);
+    load_tile<D, TILE, BWD_THREADS, false, WG>(sk, kg, krs, s0, T, 0);
+    load_tile<D, TILE, BWD_THREADS, false, WG>(sv, vg, krs, s0, T, 0);
     fetch(0, 0);
     cp_async_commit();
 
@@ -220,20 +260,36 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
         } else {
             cp_async_wait<0>();
         }
+        if constexpr (WG) fence_proxy_async();
         __syncthreads();
         const int hq = hk * group + i / nq, t0 = (qt0 + i % nq) * TILE;
-        const bf16* q_s = sq + buf * TILE * LD;
-        const bf16* do_s = sdo + buf * TILE * LD;
+        const bf16* q_s = sq + buf * TILE * D;
+        const bf16* do_s = sdo + buf * TILE * D;
         const float* l_s = slse + buf * TILE;
         const float* d_s = sdelta + buf * TILE;
 
+        // S^T = K Q^T and dP^T = V dO^T, the warp's 16 keys by the tile's 64 queries.
         float st[NT][4], dpt[NT][4];
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.0f;
-        mma_smem_a<KT, NT, D, D>(st, sk, warp * 16, q_s);
-        mma_smem_a<KT, NT, D, D>(dpt, sv, warp * 16, do_s);
+        if constexpr (WG) {
+            auto& st_f = reinterpret_cast<float(&)[TILE / 2]>(st);
+            auto& dpt_f = reinterpret_cast<float(&)[TILE / 2]>(dpt);
+            wg_arrive();
+#pragma unroll
+            for (int kk = 0; kk < KT; ++kk) wgmma_ss<0, 0>(st_f, desc_k<TILE>(sk, kk), desc_k<TILE>(q_s, kk));
+#pragma unroll
+            for (int kk = 0; kk < KT; ++kk) wgmma_ss<0, 0>(dpt_f, desc_k<TILE>(sv, kk), desc_k<TILE>(do_s, kk));
+            wg_commit();
+            wg_wait<0>();
+            wg_hold(st_f);
+            wg_hold(dpt_f);
+        } else {
+            mma_smem_a<KT, NT, D, D>(st, sk, warp * 16, q_s);
+            mma_smem_a<KT, NT, D, D>(dpt, sv, warp * 16, do_s);
+        }
 
         const bool masked = t0 < s0 + TILE - 1 || t0 + TILE - 1 - s0 >= (int)window;
 #pragma unroll
@@ -246,50 +302,84 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
                 st[n][e] = p;
                 dpt[n][e] = p * (dpt[n][e] - d_s[col]);
             }
-        u32 af[NT / 2][4];
+        // dV += P^T dO, dK += dS^T Q (the scale is applied at the end).
+        u32 ap[NT / 2][4], ad[NT / 2][4];
 #pragma unroll
-        for (int kk = 0; kk < NT / 2; ++kk) c_to_a(st, kk, af[kk]);
-        mma_tile<NT / 2, DT, D, false>(dv_acc, af, do_s);
+        for (int kk = 0; kk < NT / 2; ++kk) {
+            c_to_a(st, kk, ap[kk]);
+            c_to_a(dpt, kk, ad[kk]);
+        }
+        if constexpr (WG) {
+            auto& dv_f = reinterpret_cast<float(&)[D / 2]>(dv_acc);
+            auto& dk_f = reinterpret_cast<float(&)[D / 2]>(dk_acc);
+            wg_arrive();
 #pragma unroll
-        for (int kk = 0; kk < NT / 2; ++kk) c_to_a(dpt, kk, af[kk]);
-        mma_tile<NT / 2, DT, D, false>(dk_acc, af, q_s);
+            for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(dv_f, ap[kk], desc_mn<TILE>(do_s, kk));
+#pragma unroll
+            for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(dk_f, ad[kk], desc_mn<TILE>(q_s, kk));
+            wg_commit();
+        } else {
+            mma_tile<NT / 2, DT, D, false>(dv_acc, ap, do_s);
+            mma_tile<NT / 2, DT, D, false>(dk_acc, ad, q_s);
+        }
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
             const int at = swz<TILE>(warp * 16 + g, n * 8 + 2 * tq);  // rows g and g + 8 share a swizzle
             *reinterpret_cast<u32*>(sds + at) = bf16x2_bits(dpt[n][0], dpt[n][1]);
             *reinterpret_cast<u32*>(sds + at + 8 * TILE) = bf16x2_bits(dpt[n][2], dpt[n][3]);
         }
+        if constexpr (WG) fence_proxy_async();
         __syncthreads();
 
         // dQ rows t0 + 16 warp .. +15 = dS K, 64 columns of D at a time to bound registers.
-        float* dq_row = dq_acc + ((u64)b * T * heads + hq) * D;
+        float* dq_row = dq_acc + ((u64)b * T * heads + hq) * D + 2 * tq;
 #pragma unroll
         for (int c0 = 0; c0 < D; c0 += 64) {
             float dq[8][4];
 #pragma unroll
             for (int n = 0; n < 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+            if constexpr (WG) {
+                auto& dq_f = reinterpret_cast<float(&)[32]>(dq);
+                wg_arrive();
 #pragma unroll
-            for (int kk = 0; kk < TILE / 16; ++kk) {
-                u32 a[4];
-                ldsm_x4<true>(a, lane_ptr<TILE, false>(sds, kk * 16, warp * 16));
+                for (int kk = 0; kk < TILE / 16; ++kk)
+                    wgmma_ss<1, 1>(dq_f, desc_mn<TILE>(sds, kk), desc_mn<TILE>(sk + c0 * TILE, kk));
+                wg_commit();
+                wg_wait<0>();
+                wg_hold(dq_f);
+            } else {
 #pragma unroll
-                for (int nn = 0; nn < 4; ++nn) {
-                    u32 f[4];
-                    b_frag<D, false>(f, sk, kk, c0 / 16 + nn);
-                    mma(dq[2 * nn], a, f[0], f[1]);
-                    mma(dq[2 * nn + 1], a, f[2], f[3]);
+                for (int kk = 0; kk < TILE / 16; ++kk) {
+                    u32 a[4];
+                    ldsm_x4<true>(a, lane_ptr<TILE, false>(sds, kk * 16, warp * 16));
+#pragma unroll
+                    for (int nn = 0; nn < 4; ++nn) {
+                        u32 f[4];
+                        b_frag<D, false>(f, sk, kk, c0 / 16 + nn);
+                        mma(dq[2 * nn], a, f[0], f[1]);
+                        mma(dq[2 * nn + 1], a, f[2], f[3]);
+                    }
                 }
             }
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int t = t0 + warp * 16 + g + r * 8;
                 if (t >= T) continue;
-                float* dst = dq_row + (u64)t * qrs + c0 + 2 * tq;
+                float* dst = dq_row + (u64)t * qrs + c0;
 #pragma unroll
                 for (int n = 0; n < 8; ++n) red_add2(dst + n * 8, dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
             }
         }
+        if constexpr (WG) {
+            wg_keep(ap);  // the dV and dK products read them until the waits above
+            wg_keep(ad);
+        }
         __syncthreads();  // the next prefetch and dS^T overwrite what this step read
+    }
+    if constexpr (WG) {
+        wg_wait<0>();
+        wg_hold(reinterpret_cast<float(&)[D / 2]>(dk_acc));
+        wg_hold(reinterpret_cast<float(&)[D / 2]>(dv_acc));
     }
 
 #pragma unroll
@@ -308,12 +398,12 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
 }
 
 #define INSTANTIATE(D)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(THREADS) swa_fwd_d##D(                                       \
+    extern "C" __global__ void __launch_bounds__(FWD_THREADS) swa_fwd_d##D(                                   \
         const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, u32 t_len, u32 heads, u32 kv_heads, \
         u32 window, float scale_log2) {                                                                        \
         swa_fwd<D>(q, k, v, o, lse, t_len, heads, kv_heads, window, scale_log2);                               \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS) swa_bwd_d##D(                                       \
+    extern "C" __global__ void __launch_bounds__(BWD_THREADS) swa_bwd_d##D(                                   \
         const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,   \
         float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale) {     \
         swa_bwd<D>(q, k, v, dout, lse, delta, dq_acc, dk, dv, t_len, heads, kv_heads, window, scale);         \

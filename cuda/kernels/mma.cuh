@@ -64,6 +64,13 @@ template <int COLS> __device__ __forceinline__ int swz(int r, int c) {
     return r * COLS + ((((c >> 3) ^ r) & 7) | ((c >> 3) & ~7)) * 8 + (c & 7);
 }
 
+// Element offset of (r, c) in a ROWS-row tile laid out as wgmma reads it with 128-byte
+// swizzling: 64-column blocks one after another, each a swz<64> tile. With 64 columns it is
+// swz<64>.
+template <int ROWS> __device__ __forceinline__ int swz_blocks(int r, int c) {
+    return (c >> 6) * ROWS * 64 + swz<64>(r, c & 63);
+}
+
 // Where lane l points ldmatrix for a 16x16 block at (r0, c0) of a row-major tile with row length
 // COLS columns. A_ORDER: matrices in A-fragment order (rows 0-7 / 8-15 first, then columns 8-15) — the
 // A operand from a row-major tile, or, with .trans, the B operand of two 8-column n-tiles from a
@@ -97,42 +104,67 @@ __device__ __forceinline__ void b_frag(u32 (&f)[4], const bf16* b, int kk, int n
     }
 }
 
-// c[16 x 8 NT] += A (16 x 16 KT, from a) times B (16 KT x 8 NT) read by b_frag.
-template <int KT, int NT, int BCOLS, bool NMAJOR>
-__device__ __forceinline__ void mma_tile(float (&c)[NT][4], const u32 (&a)[KT][4], const bf16* b, int n0 = 0) {
+// c[m][16 x 8 NT] += A[m] (16 x 16 KT, from a[m]) times B (16 KT x 8 NT) read by b_frag, for MT
+// m-tiles: each B fragment read from shared memory serves all MT of them, so MT = 2 halves the
+// B reads per product.
+template <int MT, int KT, int NT, int BCOLS, bool NMAJOR>
+__device__ __forceinline__ void mma_tiles(float (&c)[MT][NT][4], const u32 (&a)[MT][KT][4], const bf16* b,
+                                          int n0 = 0) {
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk)
 #pragma unroll
         for (int nn = 0; nn < NT / 2; ++nn) {
             u32 f[4];
             b_frag<BCOLS, NMAJOR>(f, b, kk, nn, n0);
-            mma(c[2 * nn], a[kk], f[0], f[1]);
-            mma(c[2 * nn + 1], a[kk], f[2], f[3]);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                mma(c[m][2 * nn], a[m][kk], f[0], f[1]);
+                mma(c[m][2 * nn + 1], a[m][kk], f[2], f[3]);
+            }
         }
 }
 
-// Like mma_tile with the A operand read per k-slice from rows r0..r0+15 of a row-major shared
-// tile of ACOLS columns.
-template <int KT, int NT, int ACOLS, int BCOLS, bool NMAJOR = true>
-__device__ __forceinline__ void mma_smem_a(float (&c)[NT][4], const bf16* a, int r0, const bf16* b, int n0 = 0) {
+// mma_tiles for one m-tile.
+template <int KT, int NT, int BCOLS, bool NMAJOR>
+__device__ __forceinline__ void mma_tile(float (&c)[NT][4], const u32 (&a)[KT][4], const bf16* b, int n0 = 0) {
+    mma_tiles<1, KT, NT, BCOLS, NMAJOR>(reinterpret_cast<float(&)[1][NT][4]>(c),
+                                        reinterpret_cast<const u32(&)[1][KT][4]>(a), b, n0);
+}
+
+// Like mma_tiles with the A operand of m-tile m read per k-slice from rows r0 + 16 m .. +15 of a
+// row-major shared tile of ACOLS columns.
+template <int MT, int KT, int NT, int ACOLS, int BCOLS, bool NMAJOR = true>
+__device__ __forceinline__ void mma_smem_a_tiles(float (&c)[MT][NT][4], const bf16* a, int r0, const bf16* b,
+                                                 int n0 = 0) {
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
-        u32 f[4];
-        ldsm_x4<false>(f, lane_ptr<ACOLS, true>(a, r0, kk * 16));
+        u32 f[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) ldsm_x4<false>(f[m], lane_ptr<ACOLS, true>(a, r0 + 16 * m, kk * 16));
 #pragma unroll
         for (int nn = 0; nn < NT / 2; ++nn) {
             u32 g[4];
             b_frag<BCOLS, NMAJOR>(g, b, kk, nn, n0);
-            mma(c[2 * nn], f, g[0], g[1]);
-            mma(c[2 * nn + 1], f, g[2], g[3]);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                mma(c[m][2 * nn], f[m], g[0], g[1]);
+                mma(c[m][2 * nn + 1], f[m], g[2], g[3]);
+            }
         }
     }
 }
 
+// mma_smem_a_tiles for one m-tile.
+template <int KT, int NT, int ACOLS, int BCOLS, bool NMAJOR = true>
+__device__ __forceinline__ void mma_smem_a(float (&c)[NT][4], const bf16* a, int r0, const bf16* b, int n0 = 0) {
+    mma_smem_a_tiles<1, KT, NT, ACOLS, BCOLS, NMAJOR>(reinterpret_cast<float(&)[1][NT][4]>(c), a, r0, b, n0);
+}
+
 // ROWS rows of COLS columns into a shared tile, by NTHREADS threads: tile row r is global row
 // r0 + r - shift (row i at g + i * rs), and zeros unless shift <= r0 + r < limit. SHIFTED false
-// takes shift as 0 and spares the lower bound's test.
-template <int COLS, int ROWS, int NTHREADS, bool SHIFTED>
+// takes shift as 0 and spares the lower bound's test. BLOCKS: in the swz_blocks layout, else
+// swz<COLS>.
+template <int COLS, int ROWS, int NTHREADS, bool SHIFTED, bool BLOCKS = false>
 __device__ __forceinline__ void load_tile(bf16* s, const bf16* g, u64 rs, int r0, int limit, int shift) {
     constexpr int CH = COLS / 8;
     if constexpr (!SHIFTED) shift = 0;
@@ -140,6 +172,6 @@ __device__ __forceinline__ void load_tile(bf16* s, const bf16* g, u64 rs, int r0
     for (int i = threadIdx.x; i < ROWS * CH; i += NTHREADS) {
         const int r = i / CH, c = i % CH;
         const bool ok = (!SHIFTED || r0 + r >= shift) && r0 + r < limit;
-        cp_async16(s + swz<COLS>(r, c * 8), g + (u64)(ok ? r0 + r - shift : 0) * rs + c * 8, ok);
+        cp_async16(s + (BLOCKS ? swz_blocks<ROWS>(r, c * 8) : swz<COLS>(r, c * 8)), g + (u64)(ok ? r0 + r - shift : 0) * rs + c * 8, ok);
     }
 }

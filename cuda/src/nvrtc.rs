@@ -26,9 +26,12 @@ pub(crate) struct KernelSource {
 const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 const COMMON_HEADER_NAME: &str = "common.cuh";
 
+/// Hopper (9.0) gets its architecture-specific target, sm_90a, which wgmma needs (such code
+/// runs on 9.0 devices only, which is what it is compiled for).
 fn options(arch: (u32, u32)) -> Vec<String> {
+    let feature = if arch == (9, 0) { "a" } else { "" };
     vec![
-        format!("--gpu-architecture=sm_{}{}", arch.0, arch.1),
+        format!("--gpu-architecture=sm_{}{}{feature}", arch.0, arch.1),
         "--std=c++17".into(),
     ]
 }

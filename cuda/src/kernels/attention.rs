@@ -9,13 +9,17 @@ const SOURCE: KernelSource = KernelSource {
     name: "attention",
     source: concat!(
         include_str!("../../kernels/mma.cuh"),
+        include_str!("../../kernels/wgmma.cuh"),
         include_str!("../../kernels/attention.cu")
     ),
 };
 
-/// Query rows and keys per tile, and threads per block (`TILE`, `THREADS` in attention.cu).
+/// Rows of a query or key tile (the backward's keys per block), the forward's query rows per
+/// block, and threads per block (the `#define`s of attention.cu).
 const TILE: usize = 64;
-const THREADS: u32 = 128;
+const FWD_ROWS: usize = 128;
+const FWD_THREADS: u32 = 128;
+const BWD_THREADS: u32 = 128;
 /// Rows of `swa_bwd_delta` per block, a warp each.
 const DELTA_ROWS: u32 = 8;
 
@@ -93,7 +97,7 @@ struct Checked {
     h: u32,
     hkv: u32,
     window: u32,
-    tiles: u32,
+    b: u32,
 }
 
 impl Attn {
@@ -114,7 +118,7 @@ impl Attn {
             h: to_u32(op, "h", n.h)?,
             hkv: to_u32(op, "hkv", n.hkv)?,
             window: to_u32(op, "window", self.window.min(n.t.max(1)))?,
-            tiles: to_u32(op, "tiles", n.t.div_ceil(TILE))?,
+            b: to_u32(op, "b", n.b)?,
         })
     }
 
@@ -123,11 +127,23 @@ impl Attn {
         self.heads.b * self.heads.h * self.heads.t
     }
 
-    fn grid(&self, c: &Checked, heads: u32, shared: usize) -> Result<Launch, CudaError> {
+    /// Blocks of `rows` positions over (time, `heads`, batch), `shared` bytes each.
+    fn grid(
+        &self,
+        c: &Checked,
+        rows: usize,
+        heads: u32,
+        threads: u32,
+        shared: usize,
+    ) -> Result<Launch, CudaError> {
         Ok(Launch {
-            grid: (c.tiles, heads, to_u32("attention", "b", self.heads.b)?),
-            block: (THREADS, 1, 1),
-            shared: (shared * 2) as u32,
+            grid: (
+                to_u32("attention", "blocks", self.heads.t.div_ceil(rows))?,
+                heads,
+                c.b,
+            ),
+            block: (threads, 1, 1),
+            shared: to_u32("attention", "shared", shared)?,
         })
     }
 }
@@ -154,8 +170,9 @@ pub fn swa_forward(
         return Ok(());
     }
     let scale_log2 = (a.scale * std::f64::consts::LOG2_E) as f32;
-    // Q tile and double-buffered K and V tiles, bf16.
-    let cfg = a.grid(&c, c.h, 5 * TILE * a.heads.d)?;
+    // The block's Q rows and double-buffered K and V tiles, bf16.
+    let shared = (FWD_ROWS + 4 * TILE) * a.heads.d * 2;
+    let cfg = a.grid(&c, FWD_ROWS, c.h, FWD_THREADS, shared)?;
     // SAFETY: swa_fwd_dD(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     // u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale_log2); q and o hold b*t*h*d,
     // k and v b*t*hkv*d, lse b*h*t (checked above); the grid covers exactly those.
@@ -232,9 +249,10 @@ pub fn swa_backward(
     let dq_acc = acc.as_mut().unwrap_or(dq);
     dev.memset_zero(dq_acc)?;
     let scale = a.scale as f32;
-    // K, V tiles, double-buffered Q and dO tiles, a dS tile (bf16); lse and delta of two query
-    // tiles (f32, counted in bf16 units).
-    let cfg = a.grid(&c, c.hkv, 6 * TILE * a.heads.d + TILE * TILE + 8 * TILE)?;
+    // K and V tiles, double-buffered Q and dO tiles, a dS tile (bf16); lse and delta of two query
+    // tiles (f32); 1024 bytes to align the tiles as wgmma reads them.
+    let shared = (6 * TILE * a.heads.d + TILE * TILE) * 2 + 4 * TILE * 4 + 1024;
+    let cfg = a.grid(&c, TILE, c.hkv, BWD_THREADS, shared)?;
     // SAFETY: swa_bwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
     // const float* lse, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len,
     // u32 heads, u32 kv_heads, u32 window, float scale); sizes checked above, dq_acc holds

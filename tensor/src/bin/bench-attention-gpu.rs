@@ -7,7 +7,9 @@
 //! the ops of nn's `mixers::rattention::fused`, called here directly). Needs a GPU; the peers are
 //! timed in the same run by nn/peers/attention_peers.py.
 //!
-//!     .gpu/bin/bench-attention-gpu [T] [all|swa|rattention]
+//!     .gpu/bin/bench-attention-gpu [T] [all|swa|rattention] [SWA WINDOWS, comma-separated]
+//!
+//! The windows default to 128, 512, 2048 and T (one window alone is what a profiler wants).
 use swax_cuda::timing::median_ms;
 use swax_tensor::{DType, Device, Error, Result, Tensor};
 
@@ -34,7 +36,7 @@ struct Inputs {
     scale: f64,
 }
 
-fn swa(dev: &swax_cuda::Device, x: &Inputs) -> Result<()> {
+fn swa(dev: &swax_cuda::Device, x: &Inputs, windows: &[usize]) -> Result<()> {
     let Inputs {
         q,
         k,
@@ -46,7 +48,7 @@ fn swa(dev: &swax_cuda::Device, x: &Inputs) -> Result<()> {
     println!("swax SWA, B={B} T={t} H={H} D={D} bf16, median of {REPS}");
     println!("| window | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |");
     println!("|---|---|---|---|---|");
-    for w in [128, 512, 2048, *t] {
+    for &w in windows {
         let fwd = median_ms(dev, 3, REPS, || q.swa(k, v, w, *scale).map(drop))?;
         let both = median_ms(dev, 3, REPS, || {
             let (o, lse) = q.swa(k, v, w, *scale)?;
@@ -142,6 +144,19 @@ fn main() -> Result<()> {
         None => 8192,
     };
     let which = args.next().unwrap_or_else(|| "all".into());
+    let windows = match args.next() {
+        Some(list) => list
+            .split(',')
+            .map(|w| match w.parse::<usize>() {
+                Ok(w) if w > 0 => Ok(w),
+                _ => Err(Error::Invalid {
+                    op: "bench-attention-gpu",
+                    msg: format!("window {w:?}: expected a positive integer"),
+                }),
+            })
+            .collect::<Result<Vec<_>>>()?,
+        None => vec![128, 512, 2048, t],
+    };
     let dev = swax_tensor::cuda::device(0)?;
     let gpu = Device::Cuda(0);
     let randn = |seed| -> Result<Tensor> {
@@ -159,10 +174,10 @@ fn main() -> Result<()> {
     };
     match which.as_str() {
         "all" => {
-            swa(&dev, &x)?;
+            swa(&dev, &x, &windows)?;
             rattention(&dev, &x)
         }
-        "swa" => swa(&dev, &x),
+        "swa" => swa(&dev, &x, &windows),
         "rattention" => rattention(&dev, &x),
         other => Err(Error::Invalid {
             op: "bench-attention-gpu",

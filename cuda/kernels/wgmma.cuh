@@ -1,0 +1,132 @@
+// wgmma.cuh: Hopper's warpgroup matrix products (wgmma.mma_async, sm_90a) for attention.cu,
+// prepended after mma.cuh by the Rust wrapper. A warpgroup (four warps) computes a 64 x N tile
+// together, its operands read straight from shared memory through 64-bit descriptors (A may
+// come from registers instead), so a tile that mma.sync would make each warp read for itself is
+// read once. Compiled only where NVRTC targets sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`).
+//
+// Layouts: the accumulator of an m64nN product gives thread (warp w, lane g * 4 + tq) the
+// elements d[4 j + e] at row 16 w + g + 8 (e / 2), column 8 j + 2 tq + e % 2, which is the
+// mma.sync C layout n8-block by n8-block, so c_to_a and the softmax code serve both; an A
+// operand in registers is the mma.sync A fragment of the warp's 16 rows. Shared tiles are in
+// the 128-byte-swizzle layout (swz_blocks in mma.cuh: 64-column blocks, 128-byte rows whose
+// 16-byte chunks are XORed with the row's low three bits, from a 1024-byte boundary). The same
+// tile serves as a K-major operand (its rows are M or N, k runs along its columns) and as an
+// MN-major one (k runs along its rows: the "transposed" flag).
+//
+// The functions exist for every target, so that code choosing between them and mma.sync with
+// `if constexpr` compiles anywhere; their instructions only where NVRTC targets sm_90a.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SM90A_ONLY(...) __VA_ARGS__
+#else
+#define SM90A_ONLY(...)
+#endif
+
+// A shared-memory matrix descriptor with 128-byte swizzling: the start address, the leading
+// byte offset (MN-major: from one 64-column block to the next) and the stride byte offset (from
+// one group of eight rows to the next), each in 16-byte units.
+__device__ __forceinline__ u64 wg_desc(const bf16* p, u32 lbo, u32 sbo) {
+    return (u64)((smem_addr(p) & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) |
+           ((u64)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+// k-slice kk (16 columns) of a ROWS-row tile read K-major, and k-slice kk (16 rows) of one read
+// MN-major.
+template <int ROWS> __device__ __forceinline__ u64 desc_k(const bf16* tile, int kk) {
+    return wg_desc(tile + (kk / 4) * ROWS * 64 + (kk % 4) * 16, 16, 1024);
+}
+template <int ROWS> __device__ __forceinline__ u64 desc_mn(const bf16* tile, int kk) {
+    return wg_desc(tile + kk * 16 * 64, ROWS * 128, 1024);
+}
+
+// Shared-memory writes by ordinary stores and cp.async become visible to wgmma (the async proxy)
+// after this fence and a barrier.
+__device__ __forceinline__ void fence_proxy_async() {
+    SM90A_ONLY(asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"));
+}
+// Orders the registers' earlier writes before the wgmmas that follow.
+__device__ __forceinline__ void wg_arrive() { SM90A_ONLY(asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory")); }
+__device__ __forceinline__ void wg_commit() {
+    SM90A_ONLY(asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"));
+}
+template <int N> __device__ __forceinline__ void wg_wait() {
+    SM90A_ONLY(asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"));
+}
+// After wg_wait: the accumulators are redefined here, so that no read of them is scheduled
+// before the wait; and A fragments stay live (their registers untouched) until here.
+template <int N> __device__ __forceinline__ void wg_hold(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) SM90A_ONLY(asm volatile("" : "+f"(d[i])::"memory"));
+}
+template <int N> __device__ __forceinline__ void wg_keep(const u32 (&a)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+        SM90A_ONLY(asm volatile("" ::"r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]) : "memory"));
+}
+
+// d (m64 x N, f32) += A (64 x 16) B (16 x N), bf16: wgmma_ss with A and B in shared memory (TA,
+// TB: MN-major), wgmma_rs with A in registers. N = 64 or 128.
+template <int TA, int TB> __device__ __forceinline__ void wgmma_ss(float (&d)[32], u64 da, u64 db) {
+    SM90A_ONLY(asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, %35, %36;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB)));
+}
+template <int TB> __device__ __forceinline__ void wgmma_rs(float (&d)[32], const u32 (&a)[4], u64 db) {
+    SM90A_ONLY(asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB)));
+}
+
+template <int TA, int TB> __device__ __forceinline__ void wgmma_ss(float (&d)[64], u64 da, u64 db) {
+    SM90A_ONLY(asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, %67, %68;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB)));
+}
+template <int TB> __device__ __forceinline__ void wgmma_rs(float (&d)[64], const u32 (&a)[4], u64 db) {
+    SM90A_ONLY(asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB)));
+}
