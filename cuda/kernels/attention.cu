@@ -33,6 +33,20 @@
 #define FWD_THREADS 128
 #define BWD_THREADS 128
 
+// Whether the products run on wgmma (NVRTC targets sm_90a on Hopper) or on mma.sync.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define USE_WGMMA true
+#else
+#define USE_WGMMA false
+#endif
+
+// The block's dynamic shared memory from a 1024-byte boundary, where wgmma's swizzle pattern
+// starts (the launch leaves 1024 bytes to round up).
+__device__ __forceinline__ bf16* aligned_smem() {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    return reinterpret_cast<bf16*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+}
+
 // Whether key s is in query t's band.
 __device__ __forceinline__ bool visible(int t, int s, u32 window) { return s <= t && (u32)(t - s) < window; }
 
@@ -95,10 +109,10 @@ __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
                         u32 window, float scale_log2) {
     constexpr int MT = FWD_ROWS / (16 * (FWD_THREADS / 32)), WR = 16 * MT, KT = D / 16, NT = TILE / 8,
                   DT = D / 8;
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16* sq = reinterpret_cast<bf16*>(smem);  // [FWD_ROWS][D]
-    bf16* sk = sq + FWD_ROWS * D;              // [2][TILE][D]
-    bf16* sv = sk + 2 * TILE * D;              // [2][TILE][D]
+    constexpr bool WG = USE_WGMMA;
+    bf16* sq = aligned_smem();     // [FWD_ROWS][D]
+    bf16* sk = sq + FWD_ROWS * D;  // [2][TILE][D]
+    bf16* sv = sk + 2 * TILE * D;  // [2][TILE][D]
 
     const int T = (int)t_len;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FWD_ROWS;  // the longest rows first (full causal)
@@ -109,54 +123,110 @@ __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
     const bf16* vg = v + ((u64)b * T * kv_heads + hk) * D;
     const int q_last = min(q0 + FWD_ROWS, T) - 1;
     const int kt0 = max(0, q0 - (int)window + 1) / TILE, kt1 = q_last / TILE;
+    auto fetch_kv = [&](int j, int buf) {
+        load_tile<D, TILE, FWD_THREADS, false, WG>(sk + buf * TILE * D, kg, krs, j * TILE, T, 0);
+        load_tile<D, TILE, FWD_THREADS, false, WG>(sv + buf * TILE * D, vg, krs, j * TILE, T, 0);
+    };
 
-    load_tile<D, FWD_ROWS, FWD_THREADS, false>(sq, qg, qrs, q0, T, 0);
-    load_tile<D, TILE, FWD_THREADS, false>(sk, kg, krs, kt0 * TILE, T, 0);
-    load_tile<D, TILE, FWD_THREADS, false>(sv, vg, krs, kt0 * TILE, T, 0);
+    load_tile<D, FWD_ROWS, FWD_THREADS, false, WG>(sq, qg, qrs, q0, T, 0);
+    fetch_kv(kt0, 0);
     cp_async_commit();
 
+    // This thread's rows are rows(i) + g and rows(i) + g + 8 of m16 tile i: with mma.sync, warp w
+    // owns rows 32 w .. 32 w + 31; with wgmma, each m64 half i gives warp w rows 16 w .. + 15.
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int w0 = q0 + warp * WR;  // the warp's rows; this thread's are w0 + g + 16 m + 8 r
+    auto rows = [&](int i) { return WG ? q0 + 64 * i + 16 * warp : q0 + warp * WR + 16 * i; };
     float acc[MT][DT][4];
     float m[MT][2], l[MT][2];
+    u32 pf[MT][NT / 2][4];
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
 #pragma unroll
         for (int j = 0; j < DT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
         m[i][0] = m[i][1] = neg_inf();
         l[i][0] = l[i][1] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; ++kk) pf[i][kk][0] = pf[i][kk][1] = pf[i][kk][2] = pf[i][kk][3] = 0;
     }
+    auto hold_all = [&] {  // after a wgmma wait: the P·V products that read pf and wrote acc are done
+        wg_keep(reinterpret_cast<u32(&)[MT * NT / 2][4]>(pf));
+#pragma unroll
+        for (int i = 0; i < MT; ++i) wg_hold(reinterpret_cast<float(&)[D / 2]>(acc[i]));
+    };
 
     for (int j = kt0; j <= kt1; ++j) {
         const int buf = (j - kt0) & 1;
-        if (j < kt1) {
-            load_tile<D, TILE, FWD_THREADS, false>(sk + (buf ^ 1) * TILE * D, kg, krs, (j + 1) * TILE, T, 0);
-            load_tile<D, TILE, FWD_THREADS, false>(sv + (buf ^ 1) * TILE * D, vg, krs, (j + 1) * TILE, T, 0);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
         const int s0 = j * TILE;
-        if (w0 < T && meets_band(w0, WR, s0, TILE, window)) {
-            float s[MT][NT][4];
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-                for (int n = 0; n < NT; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.0f;
-            mma_smem_a_tiles<MT, KT, NT, D, D>(s, sq, warp * WR, sk + buf * TILE * D);
-            const bool masked = leaves_band(w0, WR, s0, TILE, window);
-            u32 pf[MT][NT / 2][4];
+        if constexpr (WG) {
+            // One barrier a tile: once every warp has waited out the last tile's products, the
+            // other buffer is free for the next tile, which then loads under this one's work.
+            wg_wait<0>();
+            hold_all();
+            cp_async_wait<0>();
+            fence_proxy_async();
+            __syncthreads();
+            if (j < kt1) {
+                fetch_kv(j + 1, buf ^ 1);
+                cp_async_commit();
+            }
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
-                softmax_step<DT>(s[i], acc[i], m[i], l[i], w0 + g + 16 * i, s0, masked, window, scale_log2);
+                const int r0 = q0 + 64 * i;
+                if (r0 >= T || !meets_band(r0, 64, s0, TILE, window)) continue;  // uniform over the block
+                float s[NT][4];
 #pragma unroll
-                for (int kk = 0; kk < NT / 2; ++kk) c_to_a(s[i], kk, pf[i][kk]);
+                for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+                auto& s_f = reinterpret_cast<float(&)[TILE / 2]>(s);
+                wg_arrive();
+#pragma unroll
+                for (int kk = 0; kk < KT; ++kk)
+                    wgmma_ss<0, 0>(s_f, desc_k<FWD_ROWS>(sq + 64 * i * 64, kk), desc_k<TILE>(sk + buf * TILE * D, kk));
+                wg_commit();
+                wg_wait<0>();
+                wg_hold(s_f);
+                hold_all();
+                softmax_step<DT>(s, acc[i], m[i], l[i], rows(i) + g, s0, leaves_band(r0, 64, s0, TILE, window),
+                                 window, scale_log2);
+#pragma unroll
+                for (int kk = 0; kk < NT / 2; ++kk) c_to_a(s, kk, pf[i][kk]);
+                wg_arrive();
+#pragma unroll
+                for (int kk = 0; kk < NT / 2; ++kk)
+                    wgmma_rs<1>(reinterpret_cast<float(&)[D / 2]>(acc[i]), pf[i][kk], desc_mn<TILE>(sv + buf * TILE * D, kk));
+                wg_commit();
             }
-            mma_tiles<MT, NT / 2, DT, D, false>(acc, pf, sv + buf * TILE * D);
+        } else {
+            if (j < kt1) {
+                fetch_kv(j + 1, buf ^ 1);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
+            const int w0 = rows(0);
+            if (w0 < T && meets_band(w0, WR, s0, TILE, window)) {
+                float s[MT][NT][4];
+#pragma unroll
+                for (int i = 0; i < MT; ++i)
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.0f;
+                mma_smem_a_tiles<MT, KT, NT, D, D>(s, sq, warp * WR, sk + buf * TILE * D);
+                const bool masked = leaves_band(w0, WR, s0, TILE, window);
+#pragma unroll
+                for (int i = 0; i < MT; ++i) {
+                    softmax_step<DT>(s[i], acc[i], m[i], l[i], rows(i) + g, s0, masked, window, scale_log2);
+#pragma unroll
+                    for (int kk = 0; kk < NT / 2; ++kk) c_to_a(s[i], kk, pf[i][kk]);
+                }
+                mma_tiles<MT, NT / 2, DT, D, false>(acc, pf, sv + buf * TILE * D);
+            }
+            __syncthreads();  // the next iteration's prefetch overwrites this buffer
         }
-        __syncthreads();  // the next iteration's prefetch overwrites this buffer
+    }
+    if constexpr (WG) {
+        wg_wait<0>();
+        hold_all();
     }
 
 #pragma unroll
@@ -166,7 +236,7 @@ __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
             float sum = l[i][r];
             sum += shfl_xor(sum, 1);
             sum += shfl_xor(sum, 2);
-            const int row = w0 + g + 16 * i + 8 * r;
+            const int row = rows(i) + g + 8 * r;
             if (row >= T) continue;
             const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
             u32* out = reinterpret_cast<u32*>(o + ((u64)b * T + row) * qrs + (u64)h * D);
@@ -190,23 +260,14 @@ extern "C" __global__ void swa_bwd_delta(const bf16* __restrict__ o, const bf16*
     if (lane == 0) delta[((u64)(bt / t_len) * heads + h) * t_len + bt % t_len] = s;
 }
 
-// Whether the backward's products run on wgmma (NVRTC targets sm_90a on Hopper) or on mma.sync.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define BWD_WGMMA true
-#else
-#define BWD_WGMMA false
-#endif
-
 template <int D>
 __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                         const bf16* __restrict__ dout, const float* __restrict__ lse,
                         const float* __restrict__ delta, float* __restrict__ dq_acc, bf16* __restrict__ dk,
                         bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale) {
     constexpr int KT = D / 16, NT = TILE / 8, DT = D / 8;
-    constexpr bool WG = BWD_WGMMA;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    // wgmma's swizzle repeats from 1024-byte boundaries; the launch leaves 1024 bytes to round up.
-    bf16* sk = reinterpret_cast<bf16*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+    constexpr bool WG = USE_WGMMA;
+    bf16* sk = aligned_smem();
     bf16* sv = sk + TILE * D;
     bf16* sq = sv + TILE * D;        // [2][TILE][D]
     bf16* sdo = sq + 2 * TILE * D;   // [2][TILE][D]

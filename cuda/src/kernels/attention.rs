@@ -170,8 +170,9 @@ pub fn swa_forward(
         return Ok(());
     }
     let scale_log2 = (a.scale * std::f64::consts::LOG2_E) as f32;
-    // The block's Q rows and double-buffered K and V tiles, bf16.
-    let shared = (FWD_ROWS + 4 * TILE) * a.heads.d * 2;
+    // The block's Q rows and double-buffered K and V tiles, bf16; 1024 bytes to align the tiles
+    // as wgmma reads them.
+    let shared = (FWD_ROWS + 4 * TILE) * a.heads.d * 2 + 1024;
     let cfg = a.grid(&c, FWD_ROWS, c.h, FWD_THREADS, shared)?;
     // SAFETY: swa_fwd_dD(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     // u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale_log2); q and o hold b*t*h*d,
