@@ -2,32 +2,36 @@
 // window >= T is full causal attention), flash-attention style, on bf16 [B, T, H, D] q and
 // [B, T, Hkv, D] k, v (grouped queries: q head h reads kv head h / (H / Hkv)).
 //
-// Tensor cores through mma.sync m16n8k16 (bf16 in, f32 accumulate), fragments fed by ldmatrix
-// from shared tiles whose 16-byte chunks are XOR-swizzled by row (ldmatrix's eight row addresses
-// then fall in distinct banks with no padding, which leaves shared memory for two forward blocks
-// on an SM at head dim 128), tiles fetched by cp.async (rows past T arrive as zeros); those
-// helpers live in mma.cuh, which the Rust wrapper prepends to this file.
+// Tensor cores, bf16 in and f32 accumulate, in one of two ways chosen at compile time:
+// - on Hopper (NVRTC targets sm_90a), wgmma: a warpgroup multiplies 64-row tiles with its
+//   operands read straight from shared memory (wgmma.cuh), so a K, V, Q or dO tile is read once
+//   per product, not once per warp;
+// - elsewhere, mma.sync m16n8k16 with fragments fed by ldmatrix (mma.cuh).
+// The two share everything else, including the register layout of scores and accumulators (the
+// mma.sync C layout), so the softmax and the gradient code are one. Shared tiles have their
+// 16-byte chunks XOR-swizzled by row (no bank conflicts, no padding; for wgmma in its 128-byte
+// swizzle layout), fetched by cp.async (rows past T arrive as zeros).
 // Key and query tiles are 64 rows, aligned to multiples of 64 in time, so only the tiles that
 // cross the diagonal or the window's lower edge pay for the mask, and only tiles that meet the
-// band are visited at all: the work grows with T·window, not T². Within a block, a warp whose
-// own rows meet none of a tile's band skips that tile.
+// band are visited at all: the work grows with T·window, not T².
 //
-// Forward (flash-attention 2): a block per (128-query block, q head, batch), four warps of 32
-// query rows (two m16 tiles, so that each K or V fragment read from shared memory feeds two
-// products), K/V tiles double-buffered; the online softmax runs on the score fragments in
-// registers (exp2 with the scale folded into log2 units) and the probabilities go back into mma
-// as A fragments without touching shared memory. Saves each row's natural log-sum-exp, f32
-// [B, H, T].
+// Forward (flash-attention 2): a block per (128-query block, q head, batch) of four warps, K/V
+// tiles double-buffered. With wgmma the block's two m64 halves take turns (each skipped where it
+// meets none of a tile's band), the next K/V tile loading under the current one's products;
+// with mma.sync each warp owns 32 rows (two m16 tiles, so each K or V fragment read feeds two
+// products) and skips the tiles its rows do not meet. The online softmax runs on the score
+// fragments in registers (exp2 with the scale folded into log2 units) and the probabilities go
+// back into the P·V product as A fragments without touching shared memory. Saves each row's
+// natural log-sum-exp, f32 [B, H, T].
 //
 // Backward (flash-attention 2): `swa_bwd_delta` forms delta_t = do_t · o_t; then a block per
-// (128-key block, kv head, batch) of eight warps holds its K and V rows, walks every q head of
-// its group and every query tile that sees them, and keeps dK and dV of its keys in registers
-// (warp w owns keys 16w..16w+15, so the grouped heads' sum is free). Per query tile each warp
-// recomputes S^T = K Q^T and dP^T = V dO^T for its keys, forms P^T and dS^T in registers, adds
-// P^T dO to dV and dS^T Q to dK, and stages dS^T in shared memory; then the eight warps share
-// dQ = dS K (32 query rows by D/4 columns each) and add it to an f32 accumulator with vector
-// atomic reductions (dQ of a query tile comes from every key block in its band; the atomics
-// spare a second pass that would recompute S and dP, and 128-key blocks halve them against 64).
+// (64-key tile, kv head, batch) of four warps holds its K and V tiles, walks every q head of its
+// group and every query tile that sees it, and keeps dK and dV of its keys in registers (warp w
+// owns keys 16w..16w+15, so the grouped heads' sum is free). Per query tile it recomputes
+// S^T = K Q^T and dP^T = V dO^T, forms P^T and dS^T in registers, adds P^T dO to dV and dS^T Q
+// to dK, stages dS^T in shared memory and adds its share of dQ = dS K to an f32 accumulator with
+// vector atomic reductions (dQ of a query tile comes from every key tile in its band; the
+// atomics spare a second pass that would recompute S and dP).
 #define TILE 64
 #define FWD_ROWS 128
 #define FWD_THREADS 128
