@@ -47,9 +47,15 @@ __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u3
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// p[0] += a, p[1] += b in one atomic reduction (sm_90); p 8-byte aligned.
+// p[0] += a, p[1] += b: one vector atomic reduction from sm_90 on (p 8-byte aligned), two scalar
+// ones before it.
 __device__ __forceinline__ void red_add2(float* p, float a, float b) {
+#if __CUDA_ARCH__ >= 900
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+#endif
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {

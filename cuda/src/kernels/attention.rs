@@ -5,7 +5,7 @@ use super::{check_device, check_dtype, check_len, launch, to_u32, Launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "attention",
     source: concat!(
         include_str!("../../kernels/mma.cuh"),

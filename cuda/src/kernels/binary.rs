@@ -5,7 +5,7 @@ use super::{check_device, check_dtype, check_len, float_kernel, launch, Launch, 
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "binary",
     source: include_str!("../../kernels/binary.cu"),
 };

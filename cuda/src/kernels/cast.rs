@@ -4,7 +4,7 @@ use super::{check_device, check_len, float_kernel, launch, Launch, ELEMENTWISE_V
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "cast",
     source: include_str!("../../kernels/cast.cu"),
 };

@@ -6,7 +6,7 @@ use super::{bits_kernel, check_device, check_dtype, launch, Launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "copy",
     source: include_str!("../../kernels/copy.cu"),
 };

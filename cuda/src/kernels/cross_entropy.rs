@@ -8,7 +8,7 @@ use super::{
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "cross_entropy",
     source: include_str!("../../kernels/cross_entropy.cu"),
 };

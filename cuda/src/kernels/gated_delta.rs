@@ -7,7 +7,7 @@ use super::{float_kernel, launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "gated_delta",
     source: concat!(
         include_str!("../../kernels/chunk.cuh"),

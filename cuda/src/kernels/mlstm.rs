@@ -9,7 +9,7 @@ use super::{float_kernel, launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "mlstm",
     source: concat!(
         include_str!("../../kernels/chunk.cuh"),

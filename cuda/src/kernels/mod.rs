@@ -312,3 +312,52 @@ pub(crate) fn rows_of(op: &'static str, buf: &Buffer, n: usize) -> Result<u32, C
 pub(crate) fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32, CudaError> {
     u32::try_from(v).map_err(|_| CudaError::invalid(op, format!("{what} = {v} exceeds u32")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nvrtc::cubin;
+
+    /// Needs only libnvrtc, no GPU: every kernel source compiles for one architecture of each
+    /// code path (Ampere and Ada: mma.sync with scalar atomics; Hopper: wgmma, sm_90a;
+    /// Blackwell: mma.sync with vector atomics), so a user on another GPU than the one the GPU
+    /// tests ran on gets the kernels, not a compile error. Skips where libnvrtc is missing (CI),
+    /// fails there under SWAX_REQUIRE_CUDA=1 like every GPU test.
+    #[test]
+    fn every_kernel_compiles_for_every_architecture() {
+        let sources = [
+            &attention::SOURCE,
+            &binary::SOURCE,
+            &cast::SOURCE,
+            &copy::SOURCE,
+            &cross_entropy::SOURCE,
+            &embedding::SOURCE,
+            &gated_delta::SOURCE,
+            &mask::SOURCE,
+            &mlstm::SOURCE,
+            &norm::SOURCE,
+            &optim::SOURCE,
+            &reduce::SOURCE,
+            &rla::SOURCE,
+            &rope::SOURCE,
+            &scatter::SOURCE,
+            &short_conv::SOURCE,
+            &softmax::SOURCE,
+            &unary::SOURCE,
+        ];
+        for arch in [(8, 0), (9, 0), (12, 0)] {
+            for src in sources {
+                match cubin(src, arch, false) {
+                    Ok(_) => {}
+                    Err(CudaError::LibraryMissing { reason, .. })
+                        if std::env::var("SWAX_REQUIRE_CUDA").as_deref() != Ok("1") =>
+                    {
+                        eprintln!("skipping: {reason}");
+                        return;
+                    }
+                    Err(e) => panic!("{} for sm_{}{}: {e}", src.name, arch.0, arch.1),
+                }
+            }
+        }
+    }
+}

@@ -8,7 +8,7 @@ use super::{
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "norm",
     source: include_str!("../../kernels/norm.cu"),
 };

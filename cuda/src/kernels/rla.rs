@@ -9,7 +9,7 @@ use super::{check_device, launch, to_u32, Launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "rla",
     source: concat!(
         include_str!("../../kernels/mma.cuh"),

@@ -4,7 +4,7 @@ use super::{check_device, check_like, float_kernel, launch, to_u32, Launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "rope",
     source: include_str!("../../kernels/rope.cu"),
 };

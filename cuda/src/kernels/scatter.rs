@@ -6,7 +6,7 @@ use super::{check_device, check_dtype, check_len, float_kernel, launch, to_u32, 
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "scatter",
     source: include_str!("../../kernels/scatter.cu"),
 };

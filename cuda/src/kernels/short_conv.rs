@@ -5,7 +5,7 @@ use super::{float_kernel, launch, to_u32, Launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "short_conv",
     source: include_str!("../../kernels/short_conv.cu"),
 };

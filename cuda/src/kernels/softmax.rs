@@ -4,7 +4,7 @@ use super::{check_device, check_like, launch, row_kernel, rows_of, to_u32, vecto
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "softmax",
     source: include_str!("../../kernels/softmax.cu"),
 };

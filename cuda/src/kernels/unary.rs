@@ -4,7 +4,7 @@ use super::{check_device, check_like, float_kernel, launch, Launch, ELEMENTWISE_
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, Device};
 
-const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "unary",
     source: include_str!("../../kernels/unary.cu"),
 };
