@@ -345,18 +345,27 @@ mod tests {
             &softmax::SOURCE,
             &unary::SOURCE,
         ];
-        for arch in [(8, 0), (9, 0), (12, 0)] {
-            for src in sources {
-                match cubin(src, arch, false) {
-                    Ok(_) => {}
-                    Err(CudaError::LibraryMissing { reason, .. })
-                        if std::env::var("SWAX_REQUIRE_CUDA").as_deref() != Ok("1") =>
-                    {
-                        eprintln!("skipping: {reason}");
-                        return;
-                    }
-                    Err(e) => panic!("{} for sm_{}{}: {e}", src.name, arch.0, arch.1),
+        // Compiled side by side: NVRTC compiles one program on one thread.
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let jobs: Vec<_> = [(8, 0), (9, 0), (12, 0)]
+                .into_iter()
+                .flat_map(|arch| sources.map(|src| (arch, src)))
+                .map(|(arch, src)| (arch, src.name, scope.spawn(move || cubin(src, arch, false))))
+                .collect();
+            jobs.into_iter()
+                .map(|(arch, name, job)| (arch, name, job.join().expect("compile thread")))
+                .collect()
+        });
+        for (arch, name, result) in results {
+            match result {
+                Ok(_) => {}
+                Err(CudaError::LibraryMissing { reason, .. })
+                    if std::env::var("SWAX_REQUIRE_CUDA").as_deref() != Ok("1") =>
+                {
+                    eprintln!("skipping: {reason}");
+                    return;
                 }
+                Err(e) => panic!("{name} for sm_{}{}: {e}", arch.0, arch.1),
             }
         }
     }
