@@ -193,10 +193,10 @@ __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
                                  window, scale_log2);
 #pragma unroll
                 for (int kk = 0; kk < NT / 2; ++kk) c_to_a(s, kk, pf[i][kk]);
+                auto& acc_f = reinterpret_cast<float(&)[D / 2]>(acc[i]);
                 wg_arrive();
 #pragma unroll
-                for (int kk = 0; kk < NT / 2; ++kk)
-                    wgmma_rs<1>(reinterpret_cast<float(&)[D / 2]>(acc[i]), pf[i][kk], desc_mn<TILE>(sv + buf * TILE * D, kk));
+                for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(acc_f, pf[i][kk], desc_mn<TILE>(sv + buf * TILE * D, kk));
                 wg_commit();
             }
         } else {

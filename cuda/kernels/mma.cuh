@@ -178,6 +178,7 @@ __device__ __forceinline__ void load_tile(bf16* s, const bf16* g, u64 rs, int r0
     for (int i = threadIdx.x; i < ROWS * CH; i += NTHREADS) {
         const int r = i / CH, c = i % CH;
         const bool ok = (!SHIFTED || r0 + r >= shift) && r0 + r < limit;
-        cp_async16(s + (BLOCKS ? swz_blocks<ROWS>(r, c * 8) : swz<COLS>(r, c * 8)), g + (u64)(ok ? r0 + r - shift : 0) * rs + c * 8, ok);
+        const int at = BLOCKS ? swz_blocks<ROWS>(r, c * 8) : swz<COLS>(r, c * 8);
+        cp_async16(s + at, g + (u64)(ok ? r0 + r - shift : 0) * rs + c * 8, ok);
     }
 }
