@@ -80,6 +80,15 @@ fn chunks_grouped_queries_and_options() {
     against_reference((1, 40, 2, 1, 8), offset, 33);
 }
 
+/// A case the property test below once drew (head dim 2): the fused node in f32 differs from the
+/// f64 reference by 0.7% on one element of v's gradient, an element small against the rest of
+/// that gradient, while the f64 fused node matches to 1e-9. Kept as a fixed case of the f32
+/// tolerance.
+#[test]
+fn small_gradient_elements_at_head_dim_two() {
+    against_reference((1, 89, 2, 2, 2), config(40, 24), 689);
+}
+
 #[test]
 fn long_sequences() {
     against_reference((1, 1000, 1, 1, 64), config(128, 64), 40);
