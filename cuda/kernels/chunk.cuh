@@ -1,23 +1,27 @@
 // chunk.cuh: what the chunkwise recurrent kernels (mlstm.cu, gated_delta.cu) share, prepended to
-// each of them by its Rust wrapper (NVRTC gets common.cuh as its only header).
+// each of them (after mma.cuh) by its Rust wrapper (NVRTC gets common.cuh as its only header).
 //
-// - Strided f32 matrix views over shared or global memory, so one product routine serves every
-//   transposition the chunk algebra needs without copying tiles.
+// - Matrix views: strided f32 ones over shared or global memory (Mat), and row-major tiles in
+//   shared memory of f32 or bf16 (STile), each with a transposed view, so one product routine
+//   serves every transposition the chunk algebra needs without copying tiles.
 // - block_mm: a product of two views computed by the whole block, handing each output element to
 //   a functor exactly once (store, scale, accumulate or write out, chosen by the caller), and
 //   block_mm_sums, whose functor also returns the element's shares of row and column sums. With
-//   TC, bf16 tensor cores (mma.sync m16n8k16, f32 accumulation), operands rounded to bf16 as
-//   fragments are loaded; without, f32 FMAs, so f32 data keeps f32 products.
-// - Row dots, block sums, the stable log-sigmoid and the per-(batch, head) row addressing.
+//   TC, bf16 tensor cores (mma.sync m16n8k16, f32 accumulation): bf16 tiles feed them through
+//   ldmatrix, f32 views are rounded to bf16 as fragments are loaded; without, f32 FMAs, so f32
+//   data keeps f32 products.
+// - Row dots, scans, block sums, the stable log-sigmoid and the per-(batch, head) row addressing.
 #include "common.cuh"
 
 // Threads of a chunkwise block (CHUNK_THREADS in src/kernels/chunk.rs): 16 warps, as many as
 // the registers allow at this kernel size; a block holds a whole SM (registers and shared
 // memory), so its warps are all there is to hide latencies with. REC_KU: the k-steps of a
 // product whose fragments a thread loads at once (block_mm), as many as fit in the registers
-// left at 128 a thread.
+// left at 128 a thread; REC_KU_GLOBAL: the same for a product with an operand in global memory
+// (a boundary state), all of Dk = 128 at once.
 #define REC_THREADS 512
 #define REC_KU 2
+#define REC_KU_GLOBAL 8
 
 // A read-only f32 matrix: element (r, c) at p[r * rs + c * cs].
 struct Mat {
@@ -35,14 +39,6 @@ __device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }
 __device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
 __device__ __forceinline__ int nwarps() { return blockDim.x >> 5; }
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Elements (r, c) and (r, c + 1) of m as a bf16 pair, the first in the low half: one 8-byte load
 // where they are adjacent (c is even in the fragments, and the tensor-core tiles' strides and
 // offsets are even, so the pair is aligned), else two.
@@ -55,61 +51,132 @@ __device__ __forceinline__ u32 k_pair(Mat m, int r, int c) {
     return bf16x2_bits(p[0], p[m.cs]);
 }
 
-// out(r, c, value) for every element of the M x N product a · b (inner size K); out returns a
-// pair (x, y) of that element's shares of a sum by rows and a sum by columns, added to rows[r]
-// and cols[c] (shared memory; either may be null where a caller has no such sum). With TC, M, N
-// and K must be multiples of 16 (callers zero-pad their tiles). Every thread of the block must
-// call it; it does not synchronize, so the caller does before the operands are read and after
-// the results are written.
-template <bool TC, typename Out>
-__device__ __forceinline__ void block_mm_sums(Mat a, Mat b, int M, int K, int N, Out out, float* rows,
+// A tile in shared memory: element (r, c) at p[r * ld + c], or at p[c * ld + r] in its
+// transposed view (TR). E is float, or bf16 for bf16 data, whose products run on tensor cores:
+// a bf16 tile's 16-byte row pieces reach them through ldmatrix, so p is 16-byte aligned and ld a
+// multiple of 8 (tile_ld pads each row by 16 bytes, which puts eight consecutive rows' pieces in
+// distinct banks at the widths used here).
+template <typename E, bool TR = false>
+struct STile {
+    E* p;
+    int ld;
+    __device__ __forceinline__ E& ref(int r, int c) const { return TR ? p[c * ld + r] : p[r * ld + c]; }
+    __device__ __forceinline__ float at(int r, int c) const { return to_float(ref(r, c)); }
+    __device__ __forceinline__ void set(int r, int c, float x) const { ref(r, c) = from_float<E>(x); }
+    __device__ __forceinline__ STile<E, !TR> t() const { return STile<E, !TR>{p, ld}; }
+};
+
+// The row length of a tile of n columns of E: n and 16 bytes more.
+template <typename E> __host__ __device__ __forceinline__ int tile_ld(int n) { return n + 16 / (int)sizeof(E); }
+
+// Elements (r, c) and (r, c + 1) of a view as a bf16 pair, the first in the low half.
+template <typename V> __device__ __forceinline__ u32 pair_of(const V& m, int r, int c) {
+    return bf16x2_bits(m.at(r, c), m.at(r, c + 1));
+}
+__device__ __forceinline__ u32 pair_of(const Mat& m, int r, int c) { return k_pair(m, r, c); }
+
+// mma.m16n8k16's A fragment: rows r0..r0+16 and columns k0..k0+16 of a view; from a bf16 tile one
+// ldmatrix (matrix i: rows + (i & 1) * 8, columns + (i >> 1) * 8).
+template <typename V> __device__ __forceinline__ void frag_a(const V& a, int r0, int k0, u32 (&f)[4]) {
+    const int g = lane_id() >> 2, q = (lane_id() & 3) * 2;
+    f[0] = pair_of(a, r0 + g, k0 + q);
+    f[1] = pair_of(a, r0 + g + 8, k0 + q);
+    f[2] = pair_of(a, r0 + g, k0 + q + 8);
+    f[3] = pair_of(a, r0 + g + 8, k0 + q + 8);
+}
+template <bool TR> __device__ __forceinline__ void frag_a(const STile<bf16, TR>& a, int r0, int k0, u32 (&f)[4]) {
+    const int i = lane_id() >> 3, rr = lane_id() & 7;
+    if constexpr (TR)
+        ldsm_x4<true>(f, a.p + (k0 + (i >> 1) * 8 + rr) * a.ld + r0 + (i & 1) * 8);
+    else
+        ldsm_x4<false>(f, a.p + (r0 + (i & 1) * 8 + rr) * a.ld + k0 + (i >> 1) * 8);
+}
+
+// The B fragments of rows k0..k0+16 of a view, for columns c0..c0+8 (f[0]) and c0+8..c0+16
+// (f[1]); from a bf16 tile one ldmatrix (matrix i: columns + (i >> 1) * 8, rows + (i & 1) * 8).
+template <typename V> __device__ __forceinline__ void frag_b(const V& b, int k0, int c0, u32 (&f)[2][2]) {
+    const int g = lane_id() >> 2, q = (lane_id() & 3) * 2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        f[h][0] = pair_of(b.t(), c0 + h * 8 + g, k0 + q);
+        f[h][1] = pair_of(b.t(), c0 + h * 8 + g, k0 + q + 8);
+    }
+}
+template <bool TR> __device__ __forceinline__ void frag_b(const STile<bf16, TR>& b, int k0, int c0, u32 (&f)[2][2]) {
+    const int i = lane_id() >> 3, rr = lane_id() & 7;
+    u32 x[4];
+    if constexpr (TR)
+        ldsm_x4<false>(x, b.p + (c0 + (i >> 1) * 8 + rr) * b.ld + k0 + (i & 1) * 8);
+    else
+        ldsm_x4<true>(x, b.p + (k0 + (i & 1) * 8 + rr) * b.ld + c0 + (i >> 1) * 8);
+    f[0][0] = x[0];
+    f[0][1] = x[1];
+    f[1][0] = x[2];
+    f[1][1] = x[3];
+}
+
+// No prior values (see block_mm_core's `prior`), for products that start from nothing.
+struct NoPrior {
+    __device__ __forceinline__ float at(int, int) const { return 0.0f; }
+};
+
+// out(r, c, value, prior(r, c)) for every element of the M x N product a · b (inner size K);
+// out returns a pair (x, y) of that element's shares of a sum by rows and a sum by columns, added
+// to rows[r] and cols[c] (shared memory; either may be null where a caller has no such sum).
+// `prior` (a view, or NoPrior) is read before any product and used after the last, so that a
+// global-memory read of it (what a product accumulates into) waits under the products instead of
+// after them. KU: the k-steps whose
+// fragments a warp loads before multiplying any, so that their loads overlap instead of each
+// waiting out the previous product; a product with an operand in global memory takes all of K
+// (8 k-steps at Dk = 128) to wait out one latency per tile, not one per pair of k-steps. With
+// TC, M, N and K must be multiples of 16 (callers zero-pad their tiles). Every thread of the
+// block must call it; it does not synchronize, so the caller does before the operands are read
+// and after the results are written.
+template <bool TC, int KU, typename A, typename B, typename Prior, typename Out>
+__device__ __forceinline__ void block_mm_core(A a, B b, int M, int K, int N, Prior prior, Out out, float* rows,
                                               float* cols) {
     if constexpr (TC) {
-        // Warp tiles of 16 x 16 (two mma n-halves sharing the A fragment). The fragments of KU
-        // k-steps are loaded before any of their products, so that their loads (from shared
-        // memory, or from global memory for the boundary states) overlap instead of each
-        // waiting out the previous product.
-        constexpr int KU = REC_KU;
+        // Warp tiles of 16 x 16 (two mma n-halves sharing the A fragment).
         const int g = lane_id() >> 2, q = (lane_id() & 3) * 2;
         const int tn = N / 16, tiles = (M / 16) * tn;
         for (int tile = warp_id(); tile < tiles; tile += nwarps()) {
             const int r0 = (tile / tn) * 16, c0 = (tile % tn) * 16;
-            float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+            float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}}, old[2][4];
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) old[h][i] = prior.at(r0 + g + (i >> 1) * 8, c0 + h * 8 + q + (i & 1));
+            // A deep batch (a B operand in global memory) keeps only B's fragments ahead, to
+            // leave registers: A's come from shared memory, a short wait each k-step.
+            constexpr bool a_ahead = KU <= REC_KU;
             for (int kb = 0; kb < K; kb += 16 * KU) {
-                u32 af[KU][4], bf[KU][2][2];
+                u32 af[a_ahead ? KU : 1][4], bf[KU][2][2];
 #pragma unroll
                 for (int u = 0; u < KU; ++u) {
                     const int k0 = kb + 16 * u;
                     if (k0 < K) {
-                        af[u][0] = k_pair(a, r0 + g, k0 + q);
-                        af[u][1] = k_pair(a, r0 + g + 8, k0 + q);
-                        af[u][2] = k_pair(a, r0 + g, k0 + q + 8);
-                        af[u][3] = k_pair(a, r0 + g + 8, k0 + q + 8);
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            const int n = c0 + h * 8 + g;
-                            bf[u][h][0] = k_pair(b.t(), n, k0 + q);
-                            bf[u][h][1] = k_pair(b.t(), n, k0 + q + 8);
-                        }
+                        if constexpr (a_ahead) frag_a(a, r0, k0, af[u]);
+                        frag_b(b, k0, c0, bf[u]);
                     }
                 }
 #pragma unroll
                 for (int u = 0; u < KU; ++u)
                     if (kb + 16 * u < K) {
+                        if constexpr (!a_ahead) frag_a(a, r0, kb + 16 * u, af[0]);
+                        u32(&f)[4] = af[a_ahead ? u : 0];
 #pragma unroll
-                        for (int h = 0; h < 2; ++h) mma_bf16(acc[h], af[u], bf[u][h][0], bf[u][h][1]);
+                        for (int h = 0; h < 2; ++h) mma(acc[h], f, bf[u][h][0], bf[u][h][1]);
                     }
             }
             // The sums are reduced across the lanes holding the same rows (a quad) or columns
-            // (lanes q apart) before one atomic each: shared-memory float atomics are
-            // compare-and-swap loops, slow when lanes contend for an address.
+            // (lanes q apart) before one atomic each, so lanes do not contend for an address.
             float rs[2] = {0.f, 0.f}, cs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int c = c0 + h * 8 + q;
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    const float2 v = out(r0 + g + (i >> 1) * 8, c + (i & 1), acc[h][i]);
+                    const float2 v = out(r0 + g + (i >> 1) * 8, c + (i & 1), acc[h][i], old[h][i]);
                     rs[i >> 1] += v.x;
                     cs[h][i & 1] += v.y;
                 }
@@ -138,31 +205,68 @@ __device__ __forceinline__ void block_mm_sums(Mat a, Mat b, int M, int K, int N,
     } else {
         for (int idx = threadIdx.x; idx < M * N; idx += nthreads()) {
             const int r = idx / N, c = idx % N;
+            const float old = prior.at(r, c);
             float s = 0.0f;
             for (int k = 0; k < K; ++k) s = fmaf(a.at(r, k), b.at(k, c), s);
-            const float2 v = out(r, c, s);
+            const float2 v = out(r, c, s, old);
             if (rows && v.x != 0.0f) atomicAdd(&rows[r], v.x);
             if (cols && v.y != 0.0f) atomicAdd(&cols[c], v.y);
         }
     }
 }
 
-// block_mm_sums without sums: out(r, c, value) for every element of a · b.
-template <bool TC, typename Out>
-__device__ __forceinline__ void block_mm(Mat a, Mat b, int M, int K, int N, Out out) {
-    block_mm_sums<TC>(
-        a, b, M, K, N,
-        [&](int r, int c, float x) {
-            out(r, c, x);
+// block_mm_core from zero: out(r, c, value) for every element of a · b, with sums.
+template <bool TC, int KU = REC_KU, typename A, typename B, typename Out>
+__device__ __forceinline__ void block_mm_sums(A a, B b, int M, int K, int N, Out out, float* rows, float* cols) {
+    block_mm_core<TC, KU>(
+        a, b, M, K, N, NoPrior{}, [&](int r, int c, float x, float) { return out(r, c, x); }, rows, cols);
+}
+
+// out(r, c, value, prior(r, c)) for every element of a · b, without sums.
+template <bool TC, int KU = REC_KU, typename A, typename B, typename Prior, typename Out>
+__device__ __forceinline__ void block_mm_onto(A a, B b, int M, int K, int N, Prior prior, Out out) {
+    block_mm_core<TC, KU>(
+        a, b, M, K, N, prior,
+        [&](int r, int c, float x, float old) {
+            out(r, c, x, old);
             return make_float2(0.0f, 0.0f);
         },
         nullptr, nullptr);
+}
+
+// out(r, c, value) for every element of a · b.
+template <bool TC, int KU = REC_KU, typename A, typename B, typename Out>
+__device__ __forceinline__ void block_mm(A a, B b, int M, int K, int N, Out out) {
+    block_mm_onto<TC, KU>(a, b, M, K, N, NoPrior{}, [&](int r, int c, float x, float) { out(r, c, x); });
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += shfl_xor(v, o);
     return v;
+}
+
+// Inclusive prefix sums of x over the lanes of a warp.
+__device__ __forceinline__ float warp_scan(float x) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(FULL_MASK, x, o);
+        if (lane_id() >= o) x += y;
+    }
+    return x;
+}
+
+// v[j] becomes v[0] + ... + v[j] (forward) or v[j] + ... + v[n - 1] (reverse), for j < n, by one
+// warp (all of its lanes call it) 32 entries at a time; synchronizes the warp.
+__device__ __forceinline__ void warp_cumsum(float* v, int n, bool reverse) {
+    float carry = 0.0f;
+    for (int base = 0; base < n; base += 32) {
+        const int i = base + lane_id(), j = reverse ? n - 1 - i : i;
+        const float x = warp_scan(i < n ? v[j] : 0.0f) + carry;
+        if (i < n) v[j] = x;
+        carry = __shfl_sync(FULL_MASK, x, 31);
+    }
+    __syncwarp();
 }
 
 // The sum of every thread's v, returned to all; `scratch` holds 32 floats. Synchronizes.
@@ -176,9 +280,9 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 // sum_i x[i] * y[i] over n elements, by the lanes of one warp, returned to all of them.
-__device__ __forceinline__ float warp_dot(const float* x, const float* y, int n) {
+template <typename X, typename Y> __device__ __forceinline__ float warp_dot(const X* x, const Y* y, int n) {
     float s = 0.0f;
-    for (int i = lane_id(); i < n; i += 32) s = fmaf(x[i], y[i], s);
+    for (int i = lane_id(); i < n; i += 32) s = fmaf(to_float(x[i]), to_float(y[i]), s);
     return warp_sum(s);
 }
 
@@ -193,13 +297,13 @@ struct Heads {
 };
 
 // Columns c0..c0+w of rows t0..t0+len of head (b, h) of a [B, T, H, D] buffer into a [rows, ld]
-// f32 tile, times `scale`; rows len..rows (the zero padding the tensor-core products need) are
+// tile of E (f32 or bf16), times `scale`; rows len..rows (the zero padding the tensor-core products need) are
 // zeroed. Where the columns are whole 16-byte vectors, each thread issues LOAD_BATCH vector
 // loads before storing any of them: a tile then costs about one memory latency, not one per
 // element a thread loads.
 #define LOAD_BATCH 4
-template <typename T>
-__device__ __forceinline__ void load_cols(float* dst, int ld, const T* src, Heads hd, int b, int hh, int t0,
+template <typename T, typename E>
+__device__ __forceinline__ void load_cols(E* dst, int ld, const T* src, Heads hd, int b, int hh, int t0,
                                           int len, int rows, int D, int c0, int w, float scale) {
     constexpr int V = 16 / sizeof(T);
     if (w % V == 0 && D % V == 0 && c0 % V == 0) {
@@ -221,23 +325,34 @@ __device__ __forceinline__ void load_cols(float* dst, int ld, const T* src, Head
                 const int idx = base + u * nthreads(), r = idx / per, c = (idx % per) * V;
                 if (idx < n) {
 #pragma unroll
-                    for (int i = 0; i < V; ++i) dst[r * ld + c + i] = x[u][i] * scale;
+                    for (int i = 0; i < V; ++i) dst[r * ld + c + i] = from_float<E>(x[u][i] * scale);
                 }
             }
         }
     } else {
         for (int idx = threadIdx.x; idx < rows * w; idx += nthreads()) {
             const int r = idx / w, c = idx % w;
-            dst[r * ld + c] = r < len ? to_float(src[hd.at(b, hh, t0 + r, D) + c0 + c]) * scale : 0.0f;
+            dst[r * ld + c] = from_float<E>(r < len ? to_float(src[hd.at(b, hh, t0 + r, D) + c0 + c]) * scale : 0.0f);
         }
     }
 }
 
 // Whole rows (d columns) of a [B, T, H, d] buffer; see load_cols.
-template <typename T>
-__device__ __forceinline__ void load_rows(float* dst, int ld, const T* src, Heads hd, int b, int hh, int t0,
+template <typename T, typename E>
+__device__ __forceinline__ void load_rows(E* dst, int ld, const T* src, Heads hd, int b, int hh, int t0,
                                           int len, int rows, int d, float scale) {
     load_cols(dst, ld, src, hd, b, hh, t0, len, rows, d, 0, d, scale);
+}
+
+// Asks L2 for rows t0..t0+len of head (b, h) of a [B, T, H, D] buffer, a 128-byte line at a
+// time, so that loading them a chunk later waits on L2, not on memory.
+template <typename T>
+__device__ __forceinline__ void prefetch_rows(const T* src, Heads hd, int b, int hh, int t0, int len, int D) {
+    const int lines = (D * (int)sizeof(T) + 127) / 128;
+    for (int idx = threadIdx.x; idx < len * lines; idx += nthreads()) {
+        const char* p = reinterpret_cast<const char*>(src + hd.at(b, hh, t0 + idx / lines, D)) + (idx % lines) * 128;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    }
 }
 
 __device__ __forceinline__ int round16(int x) { return (x + 15) & ~15; }

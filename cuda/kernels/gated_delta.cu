@@ -1,8 +1,8 @@
-// gated_delta.cu: the gated delta rule, chunkwise (WY/UT form), forward and backward; chunk.cuh is
-// prepended. Equations and layouts: `Backend::gated_delta_forward` in tensor/src/backend.rs; the
-// CPU kernel tensor/src/cpu/gated_delta.rs is the reference, and this file follows its chunk
-// decomposition and the order of its backward, with two rewritings of the same algebra that
-// save tiles (shared memory is what bounds a block here):
+// gated_delta.cu: the gated delta rule, chunkwise (WY/UT form), forward and backward; mma.cuh and
+// chunk.cuh are prepended. Equations and layouts: `Backend::gated_delta_forward` in
+// tensor/src/backend.rs; the CPU kernel tensor/src/cpu/gated_delta.rs is the reference, and this
+// file follows its chunk decomposition and the order of its backward, with two rewritings of the
+// same algebra that save tiles (shared memory is what bounds a block here):
 //
 // - U = T X - W S0 (X = diag(beta) V, W = T diag(beta γ) K) is computed as U = T diag(beta) Rb
 //   with Rb = V - diag(γ) K S0, the per-row delta target; W is never formed.
@@ -10,12 +10,16 @@
 //   U = T R), and dY = T^T dW = -DX S0^T; so no L x L product with T beyond T^T dU is needed.
 //
 // One block per (batch, head, value tile) walks its chunks in order (forward) or in reverse
-// (backward); see mlstm.cu for when Dv is split. The chunk's normalized q (times 1/sqrt(Dk)),
-// normalized k, the value tile of v and the deltas U live in shared memory as f32 tiles, with
-// two L x L tiles (T = (I + A)^-1, and one that holds in turn T diag(beta), the scores P, dP, dA
-// and d(k k^T)). The states stay in global f32 memory (the forward's output, L2-resident); the
-// backward carries dS, and accumulates dq and dk per chunk, in global f32 scratch. Products run
-// on bf16 tensor cores for bf16 data (block_mm), f32 FMAs for f32 data.
+// (backward); see mlstm.cu for when Dv is split. The chunk's tiles are in shared memory in the
+// data's type E (bf16 tiles reach the tensor cores through ldmatrix): normalized q (times
+// 1/sqrt(Dk)), normalized k, the value tile of v (then the delta targets Rb, then dO), the deltas
+// U, the L x L tile that holds in turn T diag(beta), the scores P, dP, dA and d(k k^T), and the
+// chunk's start state S0 (and, backward, the gradient dS of its end state). Each is either a
+// product's operand, which the tensor cores round to bf16 anyway, or an input to a gradient that
+// is itself written in bf16. In f32: T = (I + A)^-1 (inverted in place) and one tile that sums
+// two products (the forward's output, the backward's dU). The states themselves stay in global
+// f32 memory (the forward's output); the backward carries dS, and accumulates dq and dk per chunk,
+// in global f32 scratch.
 #include "common.cuh"
 
 // Added to |x|^2 under the square root of the L2 normalization of q and k (NORM_EPS on the CPU).
@@ -47,23 +51,22 @@ __device__ __forceinline__ float decay(const Rows& r, int j, int s, int len) {
 // Loads rows t0..t0+len of q, k (normalized, q times `scale`) and the value tile of v into
 // [lc, ld] tiles (zero padding rows) and the chunk's per-row values. Synchronizes.
 template <typename T>
-__device__ void load_chunk(float* Q, int ldk, float* K, float* V, int ldv, Rows r, const T* q, const T* k,
-                           const T* v, const T* beta, const T* g, Heads hd, int b, int hh, int t0, int len, int lc,
+__device__ void load_chunk(STile<T> Q, STile<T> K, STile<T> V, Rows r, const T* q, const T* k, const T* v,
+                           const T* beta, const T* g, Heads hd, int b, int hh, int t0, int len, int lc,
                            const RecDims& d, VTile vt) {
-    load_rows(Q, ldk, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_rows(K, ldk, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_cols(V, ldv, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+    load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+    load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+    load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
     for (int j = threadIdx.x; j < lc; j += nthreads()) {
         r.beta[j] = j < len ? to_float(beta[hd.at(b, hh, t0 + j, 1)]) : 0.0f;
         r.G[j] = j < len ? to_float(g[hd.at(b, hh, t0 + j, 1)]) : 0.0f;
     }
     __syncthreads();
-    if (threadIdx.x == 0)
-        for (int j = 1; j < len; ++j) r.G[j] += r.G[j - 1];
+    if (warp_id() == 0) warp_cumsum(r.G, len, false);
     // Inverse norms (a warp per row), then the rows scaled in place.
     for (int j = warp_id(); j < lc; j += nwarps()) {
-        const float nq = warp_dot(Q + j * ldk, Q + j * ldk, d.dk);
-        const float nk = warp_dot(K + j * ldk, K + j * ldk, d.dk);
+        const float nq = warp_dot(Q.p + j * Q.ld, Q.p + j * Q.ld, d.dk);
+        const float nk = warp_dot(K.p + j * K.ld, K.p + j * K.ld, d.dk);
         if (lane_id() == 0) {
             r.rq[j] = j < len ? 1.0f / sqrtf(nq + GDN_NORM_EPS) : 0.0f;
             r.rk[j] = j < len ? 1.0f / sqrtf(nk + GDN_NORM_EPS) : 0.0f;
@@ -72,14 +75,57 @@ __device__ void load_chunk(float* Q, int ldk, float* K, float* V, int ldv, Rows 
     __syncthreads();
     for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
         const int j = idx / d.dk, c = idx % d.dk;
-        Q[j * ldk + c] *= r.rq[j] * d.scale;
-        K[j * ldk + c] *= r.rk[j];
+        Q.set(j, c, Q.at(j, c) * r.rq[j] * d.scale);
+        K.set(j, c, K.at(j, c) * r.rk[j]);
     }
     for (int j = threadIdx.x; j < lc; j += nthreads()) {
         r.gam[j] = j < len ? expf(r.G[j]) : 0.0f;
         r.tend[j] = j < len ? expf(r.G[len - 1] - r.G[j]) : 0.0f;
     }
     __syncthreads();
+}
+
+// The value tile of a [Dk, Dv] f32 state in global memory (src at the tile's first column) into a
+// [Dk, w] tile, 16-byte loads where the columns allow. Does not synchronize.
+template <typename E>
+__device__ void stage_state(STile<E> dst, const float* src, const RecDims& d, VTile vt) {
+    if (vt.w % 4 == 0 && d.dv % 4 == 0 && vt.e0 % 4 == 0) {
+        const int per = vt.w / 4;
+#pragma unroll 4
+        for (int idx = threadIdx.x; idx < d.dk * per; idx += nthreads()) {
+            const int i = idx / per, e = (idx % per) * 4;
+            const float4 x = *reinterpret_cast<const float4*>(src + i * d.dv + e);
+            dst.set(i, e, x.x);
+            dst.set(i, e + 1, x.y);
+            dst.set(i, e + 2, x.z);
+            dst.set(i, e + 3, x.w);
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads())
+            dst.set(idx / vt.w, idx % vt.w, src[(idx / vt.w) * d.dv + idx % vt.w]);
+    }
+}
+
+// This thread's share of the sum of x ⊙ y over the value tile's columns of two [Dk, Dv] f32
+// states in global memory (x, y at the tile's first column): 16-byte loads, unrolled so that a
+// thread's loads are in flight together.
+__device__ __forceinline__ float tile_dot(const float* x, const float* y, const RecDims& d, VTile vt) {
+    float s = 0.0f;
+    if (vt.w % 4 == 0 && d.dv % 4 == 0 && vt.e0 % 4 == 0) {
+        const int per = vt.w / 4, n = d.dk * per;
+#pragma unroll 8
+        for (int idx = threadIdx.x; idx < n; idx += nthreads()) {
+            const int at = (idx / per) * d.dv + (idx % per) * 4;
+            const float4 a = *reinterpret_cast<const float4*>(x + at), c = *reinterpret_cast<const float4*>(y + at);
+            s += a.x * c.x + a.y * c.y + a.z * c.z + a.w * c.w;
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
+            const int at = (idx / vt.w) * d.dv + idx % vt.w;
+            s = fmaf(x[at], y[at], s);
+        }
+    }
+    return s;
 }
 
 // (I + A)^-1 in place over the strictly lower-triangular A [lp, lp] (zero on and above the
@@ -120,114 +166,119 @@ __device__ void invert_unit_lower(float* A, int ldl, int lp, float* scratch) {
     }
 }
 
-// What the forward and the backward both compute for a chunk from the value tile of its state S0
-// (global f32, rows of Dv): TT = (I + A)^-1, V becomes Rb = V - diag(γ) K S0, U = T diag(beta)
-// Rb, and PP the scores P = (exp(G_j - G_s) q_j·k_s)_{s<=j}. Synchronizes.
-template <bool TC>
-__device__ void chunk_deltas(const float* Q, const float* K, int ldk, float* V, float* U, int ldv, float* TT,
-                             float* PP, int ldl, float* scratch, const Rows& r, const float* S0, int len, int lc,
-                             const RecDims& d, VTile vt) {
-    block_mm<TC>(rows_of(K, ldk), rows_of(K, ldk).t(), lc, d.dk, lc, [&](int j, int s, float x) {
-        TT[j * ldl + s] = s < j ? r.beta[j] * decay(r, j, s, len) * x : 0.0f;
-    });
-    block_mm<TC>(rows_of(K, ldk), Mat{S0, d.dv, 1}, lc, d.dk, vt.w,
-                 [&](int j, int e, float x) { V[j * ldv + e] -= r.gam[j] * x; });
-    __syncthreads();
-    invert_unit_lower(TT, ldl, lc, scratch);
-    for (int idx = threadIdx.x; idx < lc * lc; idx += nthreads()) {
-        const int j = idx / lc, s = idx % lc;
-        PP[j * ldl + s] = TT[j * ldl + s] * r.beta[s];
-    }
-    __syncthreads();
-    block_mm<TC>(rows_of(PP, ldl), rows_of(V, ldv), lc, lc, vt.w,
-                 [&](int j, int e, float x) { U[j * ldv + e] = x; });
-    __syncthreads();
-    block_mm<TC>(rows_of(Q, ldk), rows_of(K, ldk).t(), lc, d.dk, lc,
-                 [&](int j, int s, float x) { PP[j * ldl + s] = x * decay(r, j, s, len); });
-    __syncthreads();
-}
-
-// Shared-memory layout of both kernels (the sizes in src/kernels/gated_delta.rs match): four
-// [lp, lda] row tiles (the backward a fifth), two [lp, ldl] tiles, the inversion scratch, the
-// per-row values and (backward) five more per-row vectors.
+// Shared-memory layout of both kernels (`shared_bytes` in src/kernels/gated_delta.rs matches):
+// first the f32 regions (the tile F [lp, bv] that sums two products, TT [lp, lp], the inversion
+// scratch [lp, 16] and the per-row vectors), then the tiles of E: the row tiles [lp, max(Dk, bv)]
+// Q, K, V, U (the forward a fifth, UT = diag(tend) U), PP [lp, lp], and the state tiles [Dk, bv]
+// S0s (the backward a second, dSs). Every row is padded by 16 bytes (tile_ld).
+template <typename E>
 struct Tiles {
-    float* Q;
-    float* K;
-    float* V;
-    float* U;
-    float* X;
-    float* TT;
-    float* PP;
+    STile<float> F;
+    STile<float> TT;
     float* scratch;
     Rows r;
     float* vec;
+    STile<E> Q, K, V, U, UT, PP, S0s, dSs;
 };
 
-__device__ __forceinline__ Tiles carve_tiles(float* p, int lp, int lda, int ldl, bool fifth) {
-    Tiles t;
-    const int tile = lp * lda;
-    t.Q = p;
-    t.K = p + tile;
-    t.V = p + 2 * tile;
-    t.U = p + 3 * tile;
-    p += 4 * tile;
-    t.X = fifth ? p : nullptr;
-    if (fifth) p += tile;
-    t.TT = p;
-    p += lp * ldl;
-    t.PP = p;
-    p += lp * ldl;
-    t.scratch = p;
-    p += lp * 16;
-    t.r = carve_rows(p, lp);
-    t.vec = p;
+template <typename E>
+__device__ __forceinline__ Tiles<E> carve_tiles(void* base, int lp, const RecDims& d, int vectors, bool backward) {
+    Tiles<E> t;
+    float* f = static_cast<float*>(base);
+    const int ldf = tile_ld<float>(d.bv), ldt = tile_ld<float>(lp);
+    t.F = STile<float>{f, ldf};
+    f += lp * ldf;
+    t.TT = STile<float>{f, ldt};
+    f += lp * ldt;
+    t.scratch = f;
+    f += lp * 16;
+    t.r = carve_rows(f, lp);
+    t.vec = f;
+    f += vectors * lp;
+    E* e = reinterpret_cast<E*>(f);
+    const int lda = tile_ld<E>(max(d.dk, d.bv)), ldp = tile_ld<E>(lp), lds = tile_ld<E>(d.bv);
+    STile<E>* rows[5] = {&t.Q, &t.K, &t.V, &t.U, &t.UT};
+    for (int i = 0; i < 5; ++i) {
+        const bool kept = i < 4 || !backward;
+        *rows[i] = STile<E>{kept ? e : nullptr, lda};
+        if (kept) e += lp * lda;
+    }
+    t.PP = STile<E>{e, ldp};
+    e += lp * ldp;
+    t.S0s = STile<E>{e, lds};
+    e += d.dk * lds;
+    t.dSs = STile<E>{backward ? e : nullptr, lds};
     return t;
+}
+
+// What the forward and the backward both compute for a chunk from its start state (S0s, the
+// value tile in shared memory): TT = (I + A)^-1, V becomes Rb = V - diag(γ) K S0, U = T diag(beta)
+// Rb (and, where UT.p is set, UT = diag(tend) U), and PP the scores P = (exp(G_j - G_s)
+// q_j·k_s)_{s<=j}. Synchronizes.
+template <bool TC, typename E>
+__device__ void chunk_deltas(const Tiles<E>& tl, int len, int lc, const RecDims& d, VTile vt) {
+    const Rows& r = tl.r;
+    block_mm<TC>(tl.K, tl.K.t(), lc, d.dk, lc, [&](int j, int s, float x) {
+        tl.TT.set(j, s, s < j ? r.beta[j] * decay(r, j, s, len) * x : 0.0f);
+    });
+    block_mm<TC>(tl.K, tl.S0s, lc, d.dk, vt.w,
+                 [&](int j, int e, float x) { tl.V.set(j, e, tl.V.at(j, e) - r.gam[j] * x); });
+    __syncthreads();
+    invert_unit_lower(tl.TT.p, tl.TT.ld, lc, tl.scratch);
+    for (int idx = threadIdx.x; idx < lc * lc; idx += nthreads()) {
+        const int j = idx / lc, s = idx % lc;
+        tl.PP.set(j, s, tl.TT.at(j, s) * r.beta[s]);
+    }
+    __syncthreads();
+    block_mm<TC>(tl.PP, tl.V, lc, lc, vt.w, [&](int j, int e, float x) {
+        tl.U.set(j, e, x);
+        if (tl.UT.p) tl.UT.set(j, e, r.tend[j] * x);
+    });
+    __syncthreads();
+    block_mm<TC>(tl.Q, tl.K.t(), lc, d.dk, lc, [&](int j, int s, float x) { tl.PP.set(j, s, x * decay(r, j, s, len)); });
+    __syncthreads();
 }
 
 template <typename T, bool TC>
 __device__ void gdn_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                             const T* __restrict__ beta, const T* __restrict__ g, const T* __restrict__ s0,
                             T* __restrict__ out, float* __restrict__ states, RecDims d) {
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) unsigned char smem[];
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h;
     const VTile vt = value_tile(d);
-    const int lp = round16(d.chunk), lda = max(d.dk, d.bv) + 4, ldl = lp + 4;
-    const int nc = (d.t + d.chunk - 1) / d.chunk;
+    const int lp = round16(d.chunk), nc = (d.t + d.chunk - 1) / d.chunk;
     const Heads hd{d.t, d.h};
-    const Tiles tl = carve_tiles(smem, lp, lda, ldl, false);
+    const Tiles<T> tl = carve_tiles<T>(smem, lp, d, 0, false);
     const Rows& r = tl.r;
     const u64 csz = (u64)d.dk * d.dv;
     float* st = states + (u64)bh * (nc + 1) * csz + vt.e0;
     for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-        const int at = (idx / vt.w) * d.dv + idx % vt.w;
-        st[at] = to_float(s0[bh * csz + vt.e0 + at]);
+        const int i = idx / vt.w, e = idx % vt.w;
+        const float x = to_float(s0[bh * csz + vt.e0 + i * d.dv + e]);
+        st[i * d.dv + e] = x;
+        tl.S0s.set(i, e, x);
     }
-    __syncthreads();
 
     for (int ci = 0; ci < nc; ++ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
         const float* S0 = st + ci * csz;
         float* S1 = st + (ci + 1) * csz;
-        load_chunk(tl.Q, lda, tl.K, tl.V, lda, r, q, k, v, beta, g, hd, b, hh, t0, len, lc, d, vt);
-        chunk_deltas<TC>(tl.Q, tl.K, lda, tl.V, tl.U, lda, tl.TT, tl.PP, ldl, tl.scratch, r, S0, len, lc, d,
-                             vt);
-        // O = P U + diag(γ) Q S0, P U first into V (Rb is spent).
-        block_mm<TC>(rows_of(tl.PP, ldl), rows_of(tl.U, lda), lc, lc, vt.w,
-                     [&](int j, int e, float x) { tl.V[j * lda + e] = x; });
+        load_chunk(tl.Q, tl.K, tl.V, r, q, k, v, beta, g, hd, b, hh, t0, len, lc, d, vt);
+        chunk_deltas<TC>(tl, len, lc, d, vt);
+        // O = diag(γ) Q S0 + P U, the first term into F.
+        block_mm<TC>(tl.Q, tl.S0s, lc, d.dk, vt.w, [&](int j, int e, float x) { tl.F.set(j, e, r.gam[j] * x); });
         __syncthreads();
-        block_mm<TC>(rows_of(tl.Q, lda), Mat{S0, d.dv, 1}, lc, d.dk, vt.w, [&](int j, int e, float x) {
-            if (j < len)
-                out[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + e] = from_float<T>(r.gam[j] * x + tl.V[j * lda + e]);
+        block_mm_onto<TC>(tl.PP, tl.U, lc, lc, vt.w, tl.F, [&](int j, int e, float x, float f) {
+            if (j < len) out[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + e] = from_float<T>(f + x);
         });
-        // S_L = γ_L S0 + K^T diag(tend) U.
-        for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
-            const int j = idx / vt.w;
-            tl.U[j * lda + idx % vt.w] *= r.tend[j];
-        }
-        __syncthreads();
+        // S_L = γ_L S0 + K^T diag(tend) U, also into S0s for the next chunk (no product reads
+        // S0s here).
         const float g_end = r.gam[len - 1];
-        block_mm<TC>(rows_of(tl.K, lda).t(), rows_of(tl.U, lda), d.dk, lc, vt.w,
-                     [&](int i, int e, float x) { S1[i * d.dv + e] = g_end * S0[i * d.dv + e] + x; });
+        block_mm_onto<TC>(tl.K.t(), tl.UT, d.dk, lc, vt.w, Mat{S0, d.dv, 1}, [&](int i, int e, float x, float s) {
+            const float y = g_end * s + x;
+            S1[i * d.dv + e] = y;
+            tl.S0s.set(i, e, y);
+        });
         __syncthreads();
     }
 }
@@ -235,9 +286,9 @@ __device__ void gdn_forward(const T* __restrict__ q, const T* __restrict__ k, co
 // Gradients, chunk by chunk in reverse, in the CPU kernel's order; dgc accumulates the
 // gradient of each G_j (the running sum), turned into dg by a reverse cumulative sum at the end
 // of the chunk. dS [Dk, Dv] (each value tile its columns), and dq, dk [lp, Dk] per chunk and
-// value tile, are f32 scratch in global memory (`scratch`: per head Dk·Dv + nv·2·lp·Dk floats).
-// Every term of dq, dk, dbeta and dg is linear in one value tile's columns (of dO, dS, U, dX),
-// so each tile computes its share (`Sink`).
+// value tile, are f32 scratch in global memory (`scratch`: per head Dk·Dv + nv·2·lp·Dk floats);
+// dSs holds dS rounded to E, the products' operand. Every term of dq, dk, dbeta and dg is linear
+// in one value tile's columns (of dO, dS, U, dX), so each tile computes its share (`Sink`).
 template <typename T, bool TC>
 __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                              const T* __restrict__ beta, const T* __restrict__ g, const float* __restrict__ states,
@@ -245,13 +296,12 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
                              T* __restrict__ dk, T* __restrict__ dv, T* __restrict__ dbeta, T* __restrict__ dg,
                              T* __restrict__ ds0, float* __restrict__ scratch, float* __restrict__ part_buf,
                              RecDims d) {
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) unsigned char smem[];
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h;
     const VTile vt = value_tile(d);
-    const int lp = round16(d.chunk), lda = max(d.dk, d.bv) + 4, ldl = lp + 4;
-    const int nc = (d.t + d.chunk - 1) / d.chunk;
+    const int lp = round16(d.chunk), nc = (d.t + d.chunk - 1) / d.chunk;
     const Heads hd{d.t, d.h};
-    const Tiles tl = carve_tiles(smem, lp, lda, ldl, true);
+    const Tiles<T> tl = carve_tiles<T>(smem, lp, d, 5, true);
     const Rows& r = tl.r;
     float* dgc = tl.vec;
     float* dl = dgc + lp;
@@ -270,9 +320,12 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
     float* dS = head_scratch + vt.e0;
     float* DQ = head_scratch + csz + (u64)blockIdx.y * 2 * lp * d.dk;
     float* DK = DQ + (u64)lp * d.dk;
+    const Mat dSm{dS, d.dv, 1}, DQm{DQ, d.dk, 1}, DKm{DK, d.dk, 1};
     for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-        const int at = (idx / vt.w) * d.dv + idx % vt.w;
-        dS[at] = to_float(dsT[bh * csz + vt.e0 + at]);
+        const int i = idx / vt.w, e = idx % vt.w;
+        const float x = to_float(dsT[bh * csz + vt.e0 + i * d.dv + e]);
+        dS[i * d.dv + e] = x;
+        tl.dSs.set(i, e, x);
     }
     __syncthreads();
 
@@ -280,150 +333,150 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
         const float* S0 = st + ci * csz;
         for (int j = threadIdx.x; j < lp; j += nthreads()) dgc[j] = dl[j] = dbt[j] = z[j] = ke[j] = 0.0f;
-        load_chunk(tl.Q, lda, tl.K, tl.V, lda, r, q, k, v, beta, g, hd, b, hh, t0, len, lc, d, vt);
-        chunk_deltas<TC>(tl.Q, tl.K, lda, tl.V, tl.U, lda, tl.TT, tl.PP, ldl, tl.scratch, r, S0, len, lc, d,
-                             vt);
-        float* DO = tl.V;
-        load_cols(DO, lda, dout, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
-        float part = 0.0f;
-        for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-            const int at = (idx / vt.w) * d.dv + idx % vt.w;
-            part = fmaf(dS[at], S0[at], part);
-        }
+        stage_state(tl.S0s, S0, d, vt);
+        load_chunk(tl.Q, tl.K, tl.V, r, q, k, v, beta, g, hd, b, hh, t0, len, lc, d, vt);
+        chunk_deltas<TC>(tl, len, lc, d, vt);
+        const STile<T> DO = tl.V;
+        const STile<float> DU = tl.F;
+        load_cols(DO.p, DO.ld, dout, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
         const float g_end = r.gam[len - 1];
-        const float dlog_carry = g_end * block_sum(part, red);
+        const float dlog_carry = g_end * block_sum(tile_dot(dS, S0, d, vt), red);
         // dU = diag(tend) K dS + P^T dO; the end state's share of each step's log decay.
-        float* DU = tl.X;
         block_mm_sums<TC>(
-            rows_of(tl.K, lda), Mat{dS, d.dv, 1}, lc, d.dk, vt.w,
+            tl.K, tl.dSs, lc, d.dk, vt.w,
             [&](int s, int e, float x) {
                 const float w = r.tend[s] * x;
-                DU[s * lda + e] = w;
-                return make_float2(w * tl.U[s * lda + e], 0.0f);
+                DU.set(s, e, w);
+                return make_float2(w * tl.U.at(s, e), 0.0f);
             },
             dl, nullptr);
         __syncthreads();
-        block_mm<TC>(rows_of(tl.PP, ldl).t(), rows_of(DO, lda), lc, lc, vt.w,
-                     [&](int s, int e, float x) { DU[s * lda + e] += x; });
+        block_mm<TC>(tl.PP.t(), DO, lc, lc, vt.w, [&](int s, int e, float x) { DU.set(s, e, DU.at(s, e) + x); });
         __syncthreads();
         // dP = dO U^T: dP ⊙ P is the gradient of the log decays (+ to G_j, - to G_s); PP becomes
         // dP ⊙ decay, the gradient of q_j·k_s.
         block_mm_sums<TC>(
-            rows_of(DO, lda), rows_of(tl.U, lda).t(), lc, vt.w, lc,
+            DO, tl.U.t(), lc, vt.w, lc,
             [&](int j, int s, float x) {
-                const float dlog = x * tl.PP[j * ldl + s];
-                tl.PP[j * ldl + s] = x * decay(r, j, s, len);
+                const float dlog = x * tl.PP.at(j, s);
+                tl.PP.set(j, s, x * decay(r, j, s, len));
                 return make_float2(dlog, -dlog);
             },
             dgc, dgc);
         __syncthreads();
         // dk = diag(tend) U dS^T + dP^T q (more terms below).
-        block_mm<TC>(rows_of(tl.U, lda), Mat{dS, 1, d.dv}, lc, vt.w, d.dk,
+        block_mm<TC>(tl.U, tl.dSs.t(), lc, vt.w, d.dk,
                      [&](int j, int e, float x) { DK[j * d.dk + e] = r.tend[j] * x; });
         __syncthreads();
-        block_mm<TC>(rows_of(tl.PP, ldl).t(), rows_of(tl.Q, lda), lc, lc, d.dk,
-                     [&](int j, int e, float x) { DK[j * d.dk + e] += x; });
+        block_mm_onto<TC>(tl.PP.t(), tl.Q, lc, lc, d.dk, DKm,
+                          [&](int j, int e, float x, float o) { DK[j * d.dk + e] = o + x; });
         // dq = diag(γ) dO S0^T + dP k; γ_j dO_j·(q_j S0) to G_j.
         block_mm_sums<TC>(
-            rows_of(DO, lda), Mat{S0, 1, d.dv}, lc, vt.w, d.dk,
+            DO, tl.S0s.t(), lc, vt.w, d.dk,
             [&](int j, int e, float x) {
                 DQ[j * d.dk + e] = r.gam[j] * x;
-                return make_float2(r.gam[j] * x * tl.Q[j * lda + e], 0.0f);
+                return make_float2(r.gam[j] * x * tl.Q.at(j, e), 0.0f);
             },
             dgc, nullptr);
         __syncthreads();
-        block_mm<TC>(rows_of(tl.PP, ldl), rows_of(tl.K, lda), lc, lc, d.dk,
-                     [&](int j, int e, float x) { DQ[j * d.dk + e] += x; });
+        block_mm_onto<TC>(tl.PP, tl.K, lc, lc, d.dk, DQm,
+                          [&](int j, int e, float x, float o) { DQ[j * d.dk + e] = o + x; });
         __syncthreads();
         // Back through q / sqrt(|q|^2 + eps) / sqrt(Dk): scale r (dy - n (n·dy)), n = q r.
         for (int j = warp_id(); j < len; j += nwarps()) {
-            const float* nq = tl.Q + j * lda;
+            const T* nq = tl.Q.p + j * tl.Q.ld;
             const float c = warp_dot(nq, DQ + j * d.dk, d.dk) / (d.scale * d.scale);
             for (int e = lane_id(); e < d.dk; e += 32)
-                s_dq.put(hd.at(b, hh, t0 + j, d.dk) + e, d.scale * r.rq[j] * (DQ[j * d.dk + e] - nq[e] * c));
+                s_dq.put(hd.at(b, hh, t0 + j, d.dk) + e,
+                         d.scale * r.rq[j] * (DQ[j * d.dk + e] - to_float(nq[e]) * c));
         }
         __syncthreads();
         // dS_prev = γ_L dS + (diag(γ) q)^T dO (the W^T dU part below).
         for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
-            const int j = idx / d.dk;
-            tl.Q[j * lda + idx % d.dk] *= r.gam[j];
+            const int j = idx / d.dk, c = idx % d.dk;
+            tl.Q.set(j, c, tl.Q.at(j, c) * r.gam[j]);
         }
         __syncthreads();
-        block_mm<TC>(rows_of(tl.Q, lda).t(), rows_of(DO, lda), d.dk, lc, vt.w,
-                     [&](int i, int e, float x) { dS[i * d.dv + e] = g_end * dS[i * d.dv + e] + x; });
+        block_mm_onto<TC>(tl.Q.t(), DO, d.dk, lc, vt.w, dSm,
+                          [&](int i, int e, float x, float o) { dS[i * d.dv + e] = g_end * o + x; });
         __syncthreads();
         // dX = T^T dU, the gradient of R = diag(beta) Rb: dv = beta dX, dbeta = dX·Rb.
-        float* DX = tl.Q;
-        block_mm<TC>(rows_of(tl.TT, ldl).t(), rows_of(DU, lda), lc, lc, vt.w,
-                     [&](int j, int e, float x) { DX[j * lda + e] = x; });
+        const STile<T> DX = tl.Q;
+        block_mm<TC>(tl.TT.t(), DU, lc, lc, vt.w, [&](int j, int e, float x) { DX.set(j, e, x); });
         __syncthreads();
         for (int j = warp_id(); j < len; j += nwarps()) {
             float xv = 0.0f;
 #pragma unroll 4
             for (int e = lane_id(); e < vt.w; e += 32) {
                 const u64 at = hd.at(b, hh, t0 + j, d.dv) + vt.e0 + e;
-                xv = fmaf(DX[j * lda + e], to_float(v[at]), xv);
-                dv[at] = from_float<T>(r.beta[j] * DX[j * lda + e]);
+                const float x = DX.at(j, e);
+                xv = fmaf(x, to_float(v[at]), xv);
+                dv[at] = from_float<T>(r.beta[j] * x);
             }
             xv = warp_sum(xv);
             if (lane_id() == 0) dbt[j] += xv;
         }
         // Through Rb's -diag(γ) K S0: dY = -dX S0^T, z_j = k_j·(dX S0^T)_j.
-        block_mm_sums<TC>(
-            rows_of(DX, lda), Mat{S0, 1, d.dv}, lc, vt.w, d.dk,
-            [&](int j, int e, float x) {
-                DK[j * d.dk + e] -= r.beta[j] * r.gam[j] * x;
-                return make_float2(tl.K[j * lda + e] * x, 0.0f);
+        block_mm_core<TC, REC_KU>(
+            DX, tl.S0s.t(), lc, vt.w, d.dk, DKm,
+            [&](int j, int e, float x, float o) {
+                DK[j * d.dk + e] = o - r.beta[j] * r.gam[j] * x;
+                return make_float2(tl.K.at(j, e) * x, 0.0f);
             },
             z, nullptr);
         // dA = -dX U^T on the strictly lower part.
-        block_mm<TC>(rows_of(DX, lda), rows_of(tl.U, lda).t(), lc, vt.w, lc,
-                     [&](int j, int s, float x) { tl.PP[j * ldl + s] = s < j ? -x : 0.0f; });
+        block_mm<TC>(DX, tl.U.t(), lc, vt.w, lc, [&](int j, int s, float x) { tl.PP.set(j, s, s < j ? -x : 0.0f); });
         __syncthreads();
         for (int j = threadIdx.x; j < len; j += nthreads()) {
             dbt[j] -= r.gam[j] * z[j];
             dgc[j] -= r.beta[j] * r.gam[j] * z[j];
         }
         for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
-            const int j = idx / vt.w;
-            DX[j * lda + idx % vt.w] *= -r.beta[j] * r.gam[j];
+            const int j = idx / vt.w, e = idx % vt.w;
+            DX.set(j, e, -r.beta[j] * r.gam[j] * DX.at(j, e));
         }
         __syncthreads();
         // A_js = beta_j exp(G_j - G_s) k_j·k_s: to beta, the log decays and k k^T (the
         // row sums e_j = sum_s dA_js A_js / beta_j into ke, to beta_j and, times beta_j, to
         // G_j); PP becomes d(k k^T).
         block_mm_sums<TC>(
-            rows_of(tl.K, lda), rows_of(tl.K, lda).t(), lc, d.dk, lc,
+            tl.K, tl.K.t(), lc, d.dk, lc,
             [&](int j, int s, float x) {
                 if (s >= j) return make_float2(0.0f, 0.0f);
-                const float da = tl.PP[j * ldl + s], dec = decay(r, j, s, len), e = da * dec * x;
-                tl.PP[j * ldl + s] = da * r.beta[j] * dec;
+                const float da = tl.PP.at(j, s), dec = decay(r, j, s, len), e = da * dec * x;
+                tl.PP.set(j, s, da * r.beta[j] * dec);
                 return make_float2(e, -r.beta[j] * e);
             },
             ke, dgc);
         __syncthreads();
-        block_mm<TC>(rows_of(tl.K, lda).t(), rows_of(DX, lda), d.dk, lc, vt.w,
-                     [&](int i, int e, float x) { dS[i * d.dv + e] += x; });
-        block_mm<TC>(rows_of(tl.PP, ldl), rows_of(tl.K, lda), lc, lc, d.dk,
-                     [&](int j, int e, float x) { DK[j * d.dk + e] += x; });
+        // dS_prev += -W^T dU = K^T (-diag(beta γ) dX), also into dSs for the next chunk.
+        block_mm_onto<TC>(tl.K.t(), DX, d.dk, lc, vt.w, dSm, [&](int i, int e, float x, float o) {
+            dS[i * d.dv + e] = o + x;
+            tl.dSs.set(i, e, o + x);
+        });
+        block_mm_onto<TC>(tl.PP, tl.K, lc, lc, d.dk, DKm,
+                          [&](int j, int e, float x, float o) { DK[j * d.dk + e] = o + x; });
         __syncthreads();
-        block_mm<TC>(rows_of(tl.PP, ldl).t(), rows_of(tl.K, lda), lc, lc, d.dk,
-                     [&](int j, int e, float x) { DK[j * d.dk + e] += x; });
+        block_mm_onto<TC>(tl.PP.t(), tl.K, lc, lc, d.dk, DKm,
+                          [&](int j, int e, float x, float o) { DK[j * d.dk + e] = o + x; });
         __syncthreads();
         for (int j = warp_id(); j < len; j += nwarps()) {
-            const float* nk = tl.K + j * lda;
+            const T* nk = tl.K.p + j * tl.K.ld;
             const float c = warp_dot(nk, DK + j * d.dk, d.dk);
             for (int e = lane_id(); e < d.dk; e += 32)
-                s_dk.put(hd.at(b, hh, t0 + j, d.dk) + e, r.rk[j] * (DK[j * d.dk + e] - nk[e] * c));
+                s_dk.put(hd.at(b, hh, t0 + j, d.dk) + e, r.rk[j] * (DK[j * d.dk + e] - to_float(nk[e]) * c));
         }
-        if (threadIdx.x == 0) {
-            float end = dlog_carry;
-            for (int s = 0; s < len; ++s) end += dl[s];
-            float run = end;
-            for (int j = len - 1; j >= 0; --j) {
-                run += dgc[j] + r.beta[j] * ke[j] - dl[j];
+        // dg_j = dlog_carry + sum_s dl_s + sum_{i >= j} (dgc_i + beta_i ke_i - dl_i), by warp 0.
+        if (warp_id() == 0) {
+            float end = 0.0f;
+            for (int j = lane_id(); j < len; j += 32) end += dl[j];
+            end = dlog_carry + warp_sum(end);
+            for (int j = lane_id(); j < len; j += 32) dl[j] = dgc[j] + r.beta[j] * ke[j] - dl[j];
+            __syncwarp();
+            warp_cumsum(dl, len, true);
+            for (int j = lane_id(); j < len; j += 32) {
                 const u64 at = hd.at(b, hh, t0 + j, 1);
-                s_dg.put(at, run);
+                s_dg.put(at, end + dl[j]);
                 s_db.put(at, dbt[j] + ke[j]);
             }
         }

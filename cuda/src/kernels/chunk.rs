@@ -99,11 +99,11 @@ impl RecArgs {
         self
     }
 
-    /// The value tiles of a kernel needing `floats(args)` f32 of shared memory: all of Dv in one
+    /// The value tiles of a kernel needing `bytes(args)` of shared memory: all of Dv in one
     /// tile where it fits, else the fewest tiles that fit. On the H200 at Dk = Dv = 128, tiles
     /// of 64 or 32 columns were 1.5x to 2.7x slower than one tile: each tile redoes the chunk's
     /// L x L work, and a block already fills an SM. `SWAX_REC_BV` sets the width instead.
-    pub fn fit(self, dev: &Device, dtype: DType, floats: impl Fn(&RecArgs) -> usize) -> RecArgs {
+    pub fn fit(self, dev: &Device, dtype: DType, bytes: impl Fn(&RecArgs) -> usize) -> RecArgs {
         if let Some(bv) = value_tile_override() {
             return self.with_tiles((self.dv as usize).div_ceil(bv), dtype);
         }
@@ -111,7 +111,7 @@ impl RecArgs {
         let mut nv = 1;
         loop {
             let a = self.with_tiles(nv, dtype);
-            if floats(&a) * 4 <= limit || a.bv() <= 16 || a.nv() >= a.dv as usize {
+            if bytes(&a) <= limit || a.bv() <= 16 || a.nv() >= a.dv as usize {
                 return a;
             }
             nv += 1;
@@ -157,7 +157,7 @@ impl RecArgs {
     }
 }
 
-/// One block per (batch, head, value tile), `floats` f32 of dynamic shared memory, which must
+/// One block per (batch, head, value tile), `bytes` of dynamic shared memory, which must
 /// fit the device's opt-in limit (the chunk's tiles live there: a longer chunk or larger heads
 /// need more).
 pub(crate) fn head_launch(
@@ -165,9 +165,8 @@ pub(crate) fn head_launch(
     dev: &Device,
     s: RecurrentShape,
     args: &RecArgs,
-    floats: usize,
+    bytes: usize,
 ) -> Result<Launch, CudaError> {
-    let bytes = floats * 4;
     if bytes > dev.max_shared_optin() as usize {
         return Err(CudaError::invalid(
             op,

@@ -10,6 +10,7 @@ use crate::{Buffer, CudaError, DType, Device};
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "gated_delta",
     source: concat!(
+        include_str!("../../kernels/mma.cuh"),
         include_str!("../../kernels/chunk.cuh"),
         include_str!("../../kernels/gated_delta.cu")
     ),
@@ -49,13 +50,26 @@ impl GatedDeltaInputs<'_> {
     }
 }
 
-/// Shared-memory floats (`carve_tiles` in gated_delta.cu): `row_tiles` `[lp, max(Dk, bv) + 4]`
-/// tiles, two `[lp, lp + 4]` tiles, the inversion scratch `[lp, 16]` and `vectors` per-row
-/// vectors.
-fn shared_floats(s: RecurrentShape, args: &RecArgs, row_tiles: usize, vectors: usize) -> usize {
+/// Shared-memory bytes (`carve_tiles` in gated_delta.cu): f32 regions (a `[lp, bv]` tile, the
+/// `[lp, lp]` inverse, the inversion scratch `[lp, 16]`, 6 + `vectors` per-row vectors), then tiles
+/// of the data's type: `row_tiles` `[lp, max(Dk, bv)]` row tiles, one `[lp, lp]` tile and
+/// `state_tiles` `[Dk, bv]` state tiles; every row padded by 16 bytes.
+fn shared_bytes(
+    s: RecurrentShape,
+    args: &RecArgs,
+    dt: DType,
+    row_tiles: usize,
+    state_tiles: usize,
+    vectors: usize,
+) -> usize {
     let lp = s.chunk.next_multiple_of(16);
-    let lda = s.dk.max(args.bv()) + 4;
-    row_tiles * lp * lda + 2 * lp * (lp + 4) + lp * 16 + vectors * lp
+    let e = dt.size_bytes();
+    let ld = |n: usize, size: usize| n + 16 / size;
+    let f32s = lp * ld(args.bv(), 4) + lp * ld(lp, 4) + lp * 16 + (6 + vectors) * lp;
+    let elems = row_tiles * lp * ld(s.dk.max(args.bv()), e)
+        + lp * ld(lp, e)
+        + state_tiles * s.dk * ld(args.bv(), e);
+    4 * f32s + e * elems
 }
 
 /// The chunkwise forward from the state `s0` `[B, H, Dk, Dv]` (of the inputs' dtype); see
@@ -69,12 +83,13 @@ pub fn gated_delta_forward(
 ) -> Result<(Buffer, Buffer), CudaError> {
     const OP: &str = "gated_delta_forward";
     let (args, dt) = x.check(OP, dev, s)?;
-    let args = args.fit(dev, dt, |a| shared_floats(s, a, 4, 6));
+    let bytes = |a: &RecArgs| shared_bytes(s, a, dt, 5, 1, 0);
+    let args = args.fit(dev, dt, bytes);
     check_operands(OP, dev, &[("s0", s0, dt, s.heads() * s.dk * s.dv)])?;
     let out = dev.alloc(dt, s.rows(s.dv))?;
     let states = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
     let name = float_kernel!(OP, "gated_delta_forward", dt)?;
-    let cfg = head_launch(OP, dev, s, &args, shared_floats(s, &args, 4, 6))?;
+    let cfg = head_launch(OP, dev, s, &args, bytes(&args))?;
     // SAFETY: gated_delta_forward_T(q, k, v, beta, g, s0, out, states, RecDims); every buffer was
     // checked (or allocated) at the length the sizes in `args` imply, and the shared memory
     // asked for is what the kernel carves for those sizes.
@@ -103,7 +118,8 @@ pub fn gated_delta_backward(
 ) -> Result<Vec<Buffer>, CudaError> {
     const OP: &str = "gated_delta_backward";
     let (args, dt) = x.check(OP, dev, s)?;
-    let args = args.fit(dev, dt, |a| shared_floats(s, a, 5, 11));
+    let bytes = |a: &RecArgs| shared_bytes(s, a, dt, 4, 2, 5);
+    let args = args.fit(dev, dt, bytes);
     let ssz = s.heads() * s.dk * s.dv;
     check_operands(
         OP,
@@ -137,7 +153,7 @@ pub fn gated_delta_backward(
     let stride = 2 * rk + 2 * r1;
     let shares = tile_shares(dev, &args, stride)?;
     let name = float_kernel!(OP, "gated_delta_backward", dt)?;
-    let cfg = head_launch(OP, dev, s, &args, shared_floats(s, &args, 5, 11))?;
+    let cfg = head_launch(OP, dev, s, &args, bytes(&args))?;
     // With one tile the kernel never touches `part`: dq stands in.
     let part = shares.as_ref().unwrap_or(&g[0]);
     // SAFETY: gated_delta_backward_T(q, k, v, beta, g, states, dout, ds, dq, dk, dv, dbeta, dg,

@@ -12,6 +12,7 @@ use crate::{Buffer, CudaError, DType, Device};
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "mlstm",
     source: concat!(
+        include_str!("../../kernels/mma.cuh"),
         include_str!("../../kernels/chunk.cuh"),
         include_str!("../../kernels/mlstm.cu")
     ),
@@ -94,7 +95,7 @@ pub fn mlstm_forward(
 ) -> Result<MlstmForward, CudaError> {
     const OP: &str = "mlstm_forward";
     let (args, dt) = x.check(OP, dev, s, eps)?;
-    let args = args.fit(dev, dt, |a| forward_floats(s, a));
+    let args = args.fit(dev, dt, |a| 4 * forward_floats(s, a));
     check_operands(
         OP,
         dev,
@@ -111,7 +112,7 @@ pub fn mlstm_forward(
         m: dev.alloc(DType::F32, s.boundaries(1))?,
     };
     let name = float_kernel!(OP, "mlstm_forward", dt)?;
-    let cfg = head_launch(OP, dev, s, &args, forward_floats(s, &args))?;
+    let cfg = head_launch(OP, dev, s, &args, 4 * forward_floats(s, &args))?;
     // SAFETY: mlstm_forward_T(q, k, v, i, f, c0, n0, m0, h, cs, ns, ms, RecDims); every buffer
     // was checked (or allocated) at the length the sizes in `args` imply, and the shared memory
     // asked for is what the kernel carves for those sizes.
@@ -144,7 +145,7 @@ pub fn mlstm_backward(
 ) -> Result<Vec<Buffer>, CudaError> {
     const OP: &str = "mlstm_backward";
     let (args, dt) = x.check(OP, dev, s, eps)?;
-    let args = args.fit(dev, dt, |a| backward_floats(s, a));
+    let args = args.fit(dev, dt, |a| 4 * backward_floats(s, a));
     let f32 = DType::F32;
     check_operands(
         OP,
@@ -190,7 +191,7 @@ pub fn mlstm_backward(
     let stride = 2 * rk + 2 * r1 + nh * (s.dk + 1);
     let shares = tile_shares(dev, &args, stride)?;
     let name = float_kernel!(OP, "mlstm_backward", dt)?;
-    let cfg = head_launch(OP, dev, s, &args, backward_floats(s, &args))?;
+    let cfg = head_launch(OP, dev, s, &args, 4 * backward_floats(s, &args))?;
     // With one tile the kernel never touches `part`: dq stands in.
     let part = shares.as_ref().unwrap_or(&g[0]);
     // SAFETY: mlstm_backward_T(q, k, v, i, f, cs, ns, ms, h, dh, dc, dn, dm, dq, dk, dv, di, df,
