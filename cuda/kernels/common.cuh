@@ -60,33 +60,32 @@ template <> struct Convert<bf16> {
 };
 template <typename T> __device__ __forceinline__ T from_float(float x) { return Convert<T>::from(x); }
 
-// V consecutive elements at p, in 16-byte accesses: p must be 16-byte aligned and V a whole
-// number of 16-byte vectors.
+// The elements of a 16-byte vector of T (4 f32 or 8 bf16) as f32, from v[at] on.
 template <int V>
-__device__ __forceinline__ void load_vec(const float* p, float (&v)[V]) {
-    static_assert(V % 4 == 0, "whole float4s");
-#pragma unroll
-    for (int i = 0; i < V / 4; ++i) {
-        const float4 r = reinterpret_cast<const float4*>(p)[i];
-        v[4 * i] = r.x;
-        v[4 * i + 1] = r.y;
-        v[4 * i + 2] = r.z;
-        v[4 * i + 3] = r.w;
-    }
+__device__ __forceinline__ void unpack_vec(const float*, uint4 r, float (&v)[V], int at) {
+    v[at] = __uint_as_float(r.x);
+    v[at + 1] = __uint_as_float(r.y);
+    v[at + 2] = __uint_as_float(r.z);
+    v[at + 3] = __uint_as_float(r.w);
 }
 template <int V>
-__device__ __forceinline__ void load_vec(const bf16* p, float (&v)[V]) {
-    static_assert(V % 8 == 0, "whole 16-byte vectors");
+__device__ __forceinline__ void unpack_vec(const bf16*, uint4 r, float (&v)[V], int at) {
+    const u32 w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
-    for (int i = 0; i < V / 8; ++i) {
-        const uint4 r = reinterpret_cast<const uint4*>(p)[i];
-        const u32 w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            v[8 * i + 2 * j] = __uint_as_float(w[j] << 16);
-            v[8 * i + 2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-        }
+    for (int j = 0; j < 4; ++j) {
+        v[at + 2 * j] = __uint_as_float(w[j] << 16);
+        v[at + 2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
     }
+}
+
+// V consecutive elements at p, in 16-byte accesses: p must be 16-byte aligned and V a whole
+// number of 16-byte vectors.
+template <typename T, int V>
+__device__ __forceinline__ void load_vec(const T* p, float (&v)[V]) {
+    constexpr int per = 16 / sizeof(T);
+    static_assert(V % per == 0, "whole 16-byte vectors");
+#pragma unroll
+    for (int i = 0; i < V / per; ++i) unpack_vec(p, reinterpret_cast<const uint4*>(p)[i], v, per * i);
 }
 template <int V>
 __device__ __forceinline__ void store_vec(float* p, const float (&v)[V]) {

@@ -48,36 +48,132 @@ __device__ __forceinline__ float decay(const Rows& r, int j, int s, int len) {
     return (s <= j && j < len) ? expf(r.G[j] - r.G[s]) : 0.0f;
 }
 
-// Loads rows t0..t0+len of q, k (normalized, q times `scale`) and the value tile of v into
-// [lc, ld] tiles (zero padding rows) and the chunk's per-row values. Synchronizes.
+// The inputs of a chunk: rows t0..t0+len of head (b, h).
 template <typename T>
-__device__ void load_chunk(STile<T> Q, STile<T> K, STile<T> V, Rows r, const T* q, const T* k, const T* v,
-                           const T* beta, const T* g, Heads hd, int b, int hh, int t0, int len, int lc,
-                           const RecDims& d, VTile vt) {
-    load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+struct ChunkInputs {
+    const T* q;
+    const T* k;
+    const T* v;
+    const T* beta;
+    const T* g;
+    const T* dout;
+};
+
+// Rows of q and k normalized in registers, with the value tile of v (and of dout where not null):
+// each thread issues all of its loads before storing any, so the chunk costs one memory latency,
+// and the lanes holding a row of q or k (Dk / V of them, a power of two up to 32, so a group of
+// lanes of one warp) sum its squares with shuffles. For rows of whole 16-byte vectors in 16-byte
+// aligned tile rows (`fast_load`). Does not synchronize.
+template <typename T>
+__device__ void load_chunk_fast(STile<T> Q, STile<T> K, STile<T> V, STile<T> DO, Rows r, const ChunkInputs<T>& in,
+                                Heads hd, int b, int hh, int t0, int len, int lc, const RecDims& d, VTile vt) {
+    constexpr int W = 16 / sizeof(T);
+    const int per = d.dk / W, pv = vt.w / W, nqk = lc * per, nv = lc * pv;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int w0 = threadIdx.x - lane_id(); w0 < max(nqk, nv); w0 += 2 * nthreads()) {
+        uint4 rq[2], rk[2], rv[2], ro[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int idx = w0 + lane_id() + u * nthreads(), j = idx / per, jv = idx / pv;
+            const int c = (idx % per) * W, e = (idx % pv) * W;
+            const auto vec = [&](const T* src, int row, int d_, int col) {
+                return *reinterpret_cast<const uint4*>(src + hd.at(b, hh, t0 + row, d_) + col);
+            };
+            const bool qk = idx < nqk && j < len, val = idx < nv && jv < len;
+            rq[u] = qk ? vec(in.q, j, d.dk, c) : zero;
+            rk[u] = qk ? vec(in.k, j, d.dk, c) : zero;
+            rv[u] = val ? vec(in.v, jv, d.dv, vt.e0 + e) : zero;
+            ro[u] = val && in.dout ? vec(in.dout, jv, d.dv, vt.e0 + e) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int idx = w0 + lane_id() + u * nthreads(), j = idx / per, jv = idx / pv;
+            const int c = (idx % per) * W, e = (idx % pv) * W;
+            float xq[W], xk[W], sq = 0.0f, sk = 0.0f;
+            unpack_vec(in.q, rq[u], xq, 0);
+            unpack_vec(in.k, rk[u], xk, 0);
+#pragma unroll
+            for (int i = 0; i < W; ++i) {
+                sq = fmaf(xq[i], xq[i], sq);
+                sk = fmaf(xk[i], xk[i], sk);
+            }
+            for (int o = 1; o < per; o <<= 1) {
+                sq += shfl_xor(sq, o);
+                sk += shfl_xor(sk, o);
+            }
+            const float nq = j < len ? 1.0f / sqrtf(sq + GDN_NORM_EPS) : 0.0f;
+            const float nk = j < len ? 1.0f / sqrtf(sk + GDN_NORM_EPS) : 0.0f;
+            if (idx < nqk) {
+#pragma unroll
+                for (int i = 0; i < W; ++i) {
+                    xq[i] *= nq * d.scale;
+                    xk[i] *= nk;
+                }
+                store_vec(Q.p + j * Q.ld + c, xq);
+                store_vec(K.p + j * K.ld + c, xk);
+                if (c == 0) {
+                    r.rq[j] = nq;
+                    r.rk[j] = nk;
+                }
+            }
+            if (idx < nv) {
+                *reinterpret_cast<uint4*>(V.p + jv * V.ld + e) = rv[u];
+                if (in.dout) *reinterpret_cast<uint4*>(DO.p + jv * DO.ld + e) = ro[u];
+            }
+        }
+    }
+}
+
+// Whether load_chunk_fast applies (the tile of dO has V's row length).
+template <typename T>
+__device__ __forceinline__ bool fast_load(const STile<T>& Q, const STile<T>& K, const STile<T>& V, const RecDims& d,
+                                          VTile vt) {
+    constexpr int W = 16 / sizeof(T);
+    const int per = d.dk / W;
+    const bool rows16 = (Q.ld * sizeof(T)) % 16 == 0 && (K.ld * sizeof(T)) % 16 == 0 && (V.ld * sizeof(T)) % 16 == 0;
+    return d.dk % W == 0 && per <= 32 && (per & (per - 1)) == 0 && vt.w % W == 0 && d.dv % W == 0 &&
+           vt.e0 % W == 0 && rows16;
+}
+
+// Loads rows t0..t0+len of q, k (normalized, q times `scale`), the value tile of v and (where
+// in.dout is not null) of dout into [lc, ld] tiles (zero padding rows), and the chunk's per-row
+// values. Synchronizes.
+template <typename T>
+__device__ void load_chunk(STile<T> Q, STile<T> K, STile<T> V, STile<T> DO, Rows r, const ChunkInputs<T>& in,
+                           Heads hd, int b, int hh, int t0, int len, int lc, const RecDims& d, VTile vt) {
     for (int j = threadIdx.x; j < lc; j += nthreads()) {
-        r.beta[j] = j < len ? to_float(beta[hd.at(b, hh, t0 + j, 1)]) : 0.0f;
-        r.G[j] = j < len ? to_float(g[hd.at(b, hh, t0 + j, 1)]) : 0.0f;
+        r.beta[j] = j < len ? to_float(in.beta[hd.at(b, hh, t0 + j, 1)]) : 0.0f;
+        r.G[j] = j < len ? to_float(in.g[hd.at(b, hh, t0 + j, 1)]) : 0.0f;
+    }
+    const bool fast = fast_load(Q, K, V, d, vt);
+    if (fast) {
+        load_chunk_fast(Q, K, V, DO, r, in, hd, b, hh, t0, len, lc, d, vt);
+    } else {
+        load_rows(Q.p, Q.ld, in.q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+        load_rows(K.p, K.ld, in.k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+        load_cols(V.p, V.ld, in.v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        if (in.dout) load_cols(DO.p, DO.ld, in.dout, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
     }
     __syncthreads();
     if (warp_id() == 0) warp_cumsum(r.G, len, false);
-    // Inverse norms (a warp per row), then the rows scaled in place.
-    for (int j = warp_id(); j < lc; j += nwarps()) {
-        const float nq = warp_dot(Q.p + j * Q.ld, Q.p + j * Q.ld, d.dk);
-        const float nk = warp_dot(K.p + j * K.ld, K.p + j * K.ld, d.dk);
-        if (lane_id() == 0) {
-            r.rq[j] = j < len ? 1.0f / sqrtf(nq + GDN_NORM_EPS) : 0.0f;
-            r.rk[j] = j < len ? 1.0f / sqrtf(nk + GDN_NORM_EPS) : 0.0f;
+    if (!fast) {
+        // Inverse norms (a warp per row), then the rows scaled in place.
+        for (int j = warp_id(); j < lc; j += nwarps()) {
+            const float nq = warp_dot(Q.p + j * Q.ld, Q.p + j * Q.ld, d.dk);
+            const float nk = warp_dot(K.p + j * K.ld, K.p + j * K.ld, d.dk);
+            if (lane_id() == 0) {
+                r.rq[j] = j < len ? 1.0f / sqrtf(nq + GDN_NORM_EPS) : 0.0f;
+                r.rk[j] = j < len ? 1.0f / sqrtf(nk + GDN_NORM_EPS) : 0.0f;
+            }
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
+            const int j = idx / d.dk, c = idx % d.dk;
+            Q.set(j, c, Q.at(j, c) * r.rq[j] * d.scale);
+            K.set(j, c, K.at(j, c) * r.rk[j]);
         }
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
-        const int j = idx / d.dk, c = idx % d.dk;
-        Q.set(j, c, Q.at(j, c) * r.rq[j] * d.scale);
-        K.set(j, c, K.at(j, c) * r.rk[j]);
-    }
     for (int j = threadIdx.x; j < lc; j += nthreads()) {
         r.gam[j] = j < len ? expf(r.G[j]) : 0.0f;
         r.tend[j] = j < len ? expf(r.G[len - 1] - r.G[j]) : 0.0f;
@@ -86,81 +182,84 @@ __device__ void load_chunk(STile<T> Q, STile<T> K, STile<T> V, Rows r, const T* 
 }
 
 // The value tile of a [Dk, Dv] f32 state in global memory (src at the tile's first column) into a
-// [Dk, w] tile, 16-byte loads where the columns allow. Does not synchronize.
+// [Dk, w] tile, 16-byte loads where the columns allow, unrolled so that a thread's loads are in
+// flight together. Returns this thread's share of the sum of src ⊙ y over the tile (y another
+// such state). Does not synchronize.
 template <typename E>
-__device__ void stage_state(STile<E> dst, const float* src, const RecDims& d, VTile vt) {
+__device__ float stage_state(STile<E> dst, const float* src, const float* y, const RecDims& d, VTile vt) {
+    float s = 0.0f;
     if (vt.w % 4 == 0 && d.dv % 4 == 0 && vt.e0 % 4 == 0) {
         const int per = vt.w / 4;
-#pragma unroll 4
+#pragma unroll 8
         for (int idx = threadIdx.x; idx < d.dk * per; idx += nthreads()) {
             const int i = idx / per, e = (idx % per) * 4;
             const float4 x = *reinterpret_cast<const float4*>(src + i * d.dv + e);
+            const float4 o = *reinterpret_cast<const float4*>(y + i * d.dv + e);
+            s += x.x * o.x + x.y * o.y + x.z * o.z + x.w * o.w;
             dst.set(i, e, x.x);
             dst.set(i, e + 1, x.y);
             dst.set(i, e + 2, x.z);
             dst.set(i, e + 3, x.w);
         }
     } else {
-        for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads())
-            dst.set(idx / vt.w, idx % vt.w, src[(idx / vt.w) * d.dv + idx % vt.w]);
-    }
-}
-
-// This thread's share of the sum of x ⊙ y over the value tile's columns of two [Dk, Dv] f32
-// states in global memory (x, y at the tile's first column): 16-byte loads, unrolled so that a
-// thread's loads are in flight together.
-__device__ __forceinline__ float tile_dot(const float* x, const float* y, const RecDims& d, VTile vt) {
-    float s = 0.0f;
-    if (vt.w % 4 == 0 && d.dv % 4 == 0 && vt.e0 % 4 == 0) {
-        const int per = vt.w / 4, n = d.dk * per;
-#pragma unroll 8
-        for (int idx = threadIdx.x; idx < n; idx += nthreads()) {
-            const int at = (idx / per) * d.dv + (idx % per) * 4;
-            const float4 a = *reinterpret_cast<const float4*>(x + at), c = *reinterpret_cast<const float4*>(y + at);
-            s += a.x * c.x + a.y * c.y + a.z * c.z + a.w * c.w;
-        }
-    } else {
         for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
             const int at = (idx / vt.w) * d.dv + idx % vt.w;
-            s = fmaf(x[at], y[at], s);
+            dst.set(idx / vt.w, idx % vt.w, src[at]);
+            s = fmaf(src[at], y[at], s);
         }
     }
     return s;
 }
 
 // (I + A)^-1 in place over the strictly lower-triangular A [lp, lp] (zero on and above the
-// diagonal and on padding rows; lp a multiple of 16), by blocks of 16: each diagonal block by
-// forward substitution (a warp each, lane c < 16 owning column c), then block row i from those
-// above it, T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj. `scratch` holds (lp - 16) * 16 floats.
-// Synchronizes.
+// diagonal and on padding rows; lp a multiple of 16). First the diagonal 16 x 16 blocks by forward
+// substitution, half a warp each, lane c holding column c in registers (so no step waits on
+// shared memory); then, doubling the block size h, each pair of adjacent diagonal blocks (A above
+// B) from its inverted halves, T_BA = -T_BB (A_BA T_AA), in two passes through `scratch`
+// (lp * max(16, lp / 4) floats). Synchronizes.
 __device__ void invert_unit_lower(float* A, int ldl, int lp, float* scratch) {
-    const int nb = lp / 16, c = lane_id() & 15;
-    for (int blk = warp_id(); blk < nb; blk += nwarps()) {
+    const int nb = lp / 16;
+    {
+        const int blk = warp_id() * 2 + (lane_id() >> 4), c = lane_id() & 15;
         float* D = A + blk * 16 * (ldl + 1);
-        for (int j = 0; j < 16; ++j) {
-            float t = c == j ? 1.0f : 0.0f;
-            for (int s = c; s < j; ++s) t = fmaf(-D[j * ldl + s], D[s * ldl + c], t);
-            __syncwarp();
-            if (lane_id() < 16) D[j * ldl + c] = t;
-            __syncwarp();
+        float t[16];
+        if (blk < nb) {
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                float x = j == c ? 1.0f : 0.0f;
+#pragma unroll
+                for (int s = 0; s < j; ++s) x = fmaf(-D[j * ldl + s], t[s], x);
+                t[j] = x;
+            }
+        }
+        __syncwarp();
+        if (blk < nb) {
+#pragma unroll
+            for (int j = 0; j < 16; ++j) D[j * ldl + c] = t[j];
         }
     }
     __syncthreads();
-    for (int i = 1; i < nb; ++i) {
-        for (int idx = threadIdx.x; idx < i * 256; idx += nthreads()) {
-            const int j = idx / 256, r = (idx / 16) % 16, col = idx % 16;
-            const float* a = A + (i * 16 + r) * ldl;
-            float m = 0.0f;
-            for (int kk = j * 16; kk < i * 16; ++kk) m = fmaf(a[kk], A[kk * ldl + j * 16 + col], m);
-            scratch[idx] = m;
+    for (int h = 16; h < lp; h *= 2) {
+        const int n = ((lp + 2 * h - 1) / (2 * h)) * h * h;
+        // X = A_BA T_AA (T_AA lower triangular), pair m's rows r < h (those inside lp) of B.
+        for (int idx = threadIdx.x; idx < n; idx += nthreads()) {
+            const int m = idx / (h * h), r = idx % (h * h) / h, col = idx % h, a0 = 2 * m * h, b0 = a0 + h;
+            if (b0 + r >= lp) continue;
+            const float* arow = A + (b0 + r) * ldl + a0;
+            float x = 0.0f;
+            for (int k = col; k < h; ++k) x = fmaf(arow[k], A[(a0 + k) * ldl + a0 + col], x);
+            scratch[idx] = x;
         }
         __syncthreads();
-        for (int idx = threadIdx.x; idx < i * 256; idx += nthreads()) {
-            const int j = idx / 256, r = (idx / 16) % 16, col = idx % 16;
-            const float* tii = A + (i * 16 + r) * ldl + i * 16;
-            float t = 0.0f;
-            for (int m = 0; m <= r; ++m) t = fmaf(-tii[m], scratch[j * 256 + m * 16 + col], t);
-            A[(i * 16 + r) * ldl + j * 16 + col] = t;
+        // T_BA = -T_BB X (T_BB unit lower triangular).
+        for (int idx = threadIdx.x; idx < n; idx += nthreads()) {
+            const int m = idx / (h * h), r = idx % (h * h) / h, col = idx % h, a0 = 2 * m * h, b0 = a0 + h;
+            if (b0 + r >= lp) continue;
+            const float* trow = A + (b0 + r) * ldl + b0;
+            const float* x0 = scratch + m * h * h + col;
+            float x = x0[r * h];
+            for (int k = 0; k < r; ++k) x = fmaf(trow[k], x0[k * h], x);
+            A[(b0 + r) * ldl + a0 + col] = -x;
         }
         __syncthreads();
     }
@@ -168,9 +267,10 @@ __device__ void invert_unit_lower(float* A, int ldl, int lp, float* scratch) {
 
 // Shared-memory layout of both kernels (`shared_bytes` in src/kernels/gated_delta.rs matches):
 // first the f32 regions (the tile F [lp, bv] that sums two products, TT [lp, lp], the inversion
-// scratch [lp, 16] and the per-row vectors), then the tiles of E: the row tiles [lp, max(Dk, bv)]
-// Q, K, V, U (the forward a fifth, UT = diag(tend) U), PP [lp, lp], and the state tiles [Dk, bv]
-// S0s (the backward a second, dSs). Every row is padded by 16 bytes (tile_ld).
+// scratch [lp, max(16, lp / 4)] and the per-row vectors), then the tiles of E: the row tiles Q
+// [lp, max(Dk, bv)] (the backward's dX reuses it), K [lp, Dk], V, U and a fifth [lp, bv] (the
+// forward's UT = diag(tend) U, the backward's dO), PP [lp, lp], and the state tiles [Dk, bv] S0s
+// (the backward a second, dSs). Every row is padded by 16 bytes (tile_ld).
 template <typename E>
 struct Tiles {
     STile<float> F;
@@ -178,7 +278,7 @@ struct Tiles {
     float* scratch;
     Rows r;
     float* vec;
-    STile<E> Q, K, V, U, UT, PP, S0s, dSs;
+    STile<E> Q, K, V, U, UT, DO, PP, S0s, dSs;
 };
 
 template <typename E>
@@ -191,23 +291,25 @@ __device__ __forceinline__ Tiles<E> carve_tiles(void* base, int lp, const RecDim
     t.TT = STile<float>{f, ldt};
     f += lp * ldt;
     t.scratch = f;
-    f += lp * 16;
+    f += lp * max(16, lp / 4);
     t.r = carve_rows(f, lp);
     t.vec = f;
     f += vectors * lp;
     E* e = reinterpret_cast<E*>(f);
-    const int lda = tile_ld<E>(max(d.dk, d.bv)), ldp = tile_ld<E>(lp), lds = tile_ld<E>(d.bv);
-    STile<E>* rows[5] = {&t.Q, &t.K, &t.V, &t.U, &t.UT};
+    const int ldq = tile_ld<E>(max(d.dk, d.bv)), ldk = tile_ld<E>(d.dk), ldv = tile_ld<E>(d.bv);
+    const int ldp = tile_ld<E>(lp);
+    STile<E>* rows[5] = {&t.Q, &t.K, &t.V, &t.U, backward ? &t.DO : &t.UT};
+    t.UT = t.DO = STile<E>{nullptr, ldv};
     for (int i = 0; i < 5; ++i) {
-        const bool kept = i < 4 || !backward;
-        *rows[i] = STile<E>{kept ? e : nullptr, lda};
-        if (kept) e += lp * lda;
+        const int ld = i == 0 ? ldq : i == 1 ? ldk : ldv;
+        *rows[i] = STile<E>{e, ld};
+        e += lp * ld;
     }
     t.PP = STile<E>{e, ldp};
     e += lp * ldp;
-    t.S0s = STile<E>{e, lds};
-    e += d.dk * lds;
-    t.dSs = STile<E>{backward ? e : nullptr, lds};
+    t.S0s = STile<E>{e, ldv};
+    e += d.dk * ldv;
+    t.dSs = STile<E>{backward ? e : nullptr, ldv};
     return t;
 }
 
@@ -250,6 +352,7 @@ __device__ void gdn_forward(const T* __restrict__ q, const T* __restrict__ k, co
     const Heads hd{d.t, d.h};
     const Tiles<T> tl = carve_tiles<T>(smem, lp, d, 0, false);
     const Rows& r = tl.r;
+    const ChunkInputs<T> in{q, k, v, beta, g, nullptr};
     const u64 csz = (u64)d.dk * d.dv;
     float* st = states + (u64)bh * (nc + 1) * csz + vt.e0;
     for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
@@ -263,7 +366,7 @@ __device__ void gdn_forward(const T* __restrict__ q, const T* __restrict__ k, co
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
         const float* S0 = st + ci * csz;
         float* S1 = st + (ci + 1) * csz;
-        load_chunk(tl.Q, tl.K, tl.V, r, q, k, v, beta, g, hd, b, hh, t0, len, lc, d, vt);
+        load_chunk(tl.Q, tl.K, tl.V, tl.DO, r, in, hd, b, hh, t0, len, lc, d, vt);
         chunk_deltas<TC>(tl, len, lc, d, vt);
         // O = diag(γ) Q S0 + P U, the first term into F.
         block_mm<TC>(tl.Q, tl.S0s, lc, d.dk, vt.w, [&](int j, int e, float x) { tl.F.set(j, e, r.gam[j] * x); });
@@ -303,6 +406,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
     const Heads hd{d.t, d.h};
     const Tiles<T> tl = carve_tiles<T>(smem, lp, d, 5, true);
     const Rows& r = tl.r;
+    const ChunkInputs<T> in{q, k, v, beta, g, dout};
     float* dgc = tl.vec;
     float* dl = dgc + lp;
     float* dbt = dl + lp;
@@ -333,14 +437,13 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
         const float* S0 = st + ci * csz;
         for (int j = threadIdx.x; j < lp; j += nthreads()) dgc[j] = dl[j] = dbt[j] = z[j] = ke[j] = 0.0f;
-        stage_state(tl.S0s, S0, d, vt);
-        load_chunk(tl.Q, tl.K, tl.V, r, q, k, v, beta, g, hd, b, hh, t0, len, lc, d, vt);
-        chunk_deltas<TC>(tl, len, lc, d, vt);
-        const STile<T> DO = tl.V;
+        const float part = stage_state(tl.S0s, S0, dS, d, vt);
+        const STile<T> DO = tl.DO;
         const STile<float> DU = tl.F;
-        load_cols(DO.p, DO.ld, dout, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        load_chunk(tl.Q, tl.K, tl.V, DO, r, in, hd, b, hh, t0, len, lc, d, vt);
+        chunk_deltas<TC>(tl, len, lc, d, vt);
         const float g_end = r.gam[len - 1];
-        const float dlog_carry = g_end * block_sum(tile_dot(dS, S0, d, vt), red);
+        const float dlog_carry = g_end * block_sum(part, red);
         // dU = diag(tend) K dS + P^T dO; the end state's share of each step's log decay.
         block_mm_sums<TC>(
             tl.K, tl.dSs, lc, d.dk, vt.w,
@@ -400,23 +503,21 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         block_mm_onto<TC>(tl.Q.t(), DO, d.dk, lc, vt.w, dSm,
                           [&](int i, int e, float x, float o) { dS[i * d.dv + e] = g_end * o + x; });
         __syncthreads();
-        // dX = T^T dU, the gradient of R = diag(beta) Rb: dv = beta dX, dbeta = dX·Rb.
+        // dX = T^T dU, the gradient of R = diag(beta) Rb: dv = beta dX, dbeta = dX·Rb (V holds Rb).
         const STile<T> DX = tl.Q;
         block_mm<TC>(tl.TT.t(), DU, lc, lc, vt.w, [&](int j, int e, float x) { DX.set(j, e, x); });
         __syncthreads();
         for (int j = warp_id(); j < len; j += nwarps()) {
             float xv = 0.0f;
-#pragma unroll 4
             for (int e = lane_id(); e < vt.w; e += 32) {
-                const u64 at = hd.at(b, hh, t0 + j, d.dv) + vt.e0 + e;
                 const float x = DX.at(j, e);
-                xv = fmaf(x, to_float(v[at]), xv);
-                dv[at] = from_float<T>(r.beta[j] * x);
+                xv = fmaf(x, tl.V.at(j, e), xv);
+                dv[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + e] = from_float<T>(r.beta[j] * x);
             }
             xv = warp_sum(xv);
             if (lane_id() == 0) dbt[j] += xv;
         }
-        // Through Rb's -diag(γ) K S0: dY = -dX S0^T, z_j = k_j·(dX S0^T)_j.
+        // Through Rb's -diag(γ) K S0: dY = -dX S0^T, z_j = k_j·(dX S0^T)_j to G_j.
         block_mm_core<TC, REC_KU>(
             DX, tl.S0s.t(), lc, vt.w, d.dk, DKm,
             [&](int j, int e, float x, float o) {
@@ -427,10 +528,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         // dA = -dX U^T on the strictly lower part.
         block_mm<TC>(DX, tl.U.t(), lc, vt.w, lc, [&](int j, int s, float x) { tl.PP.set(j, s, s < j ? -x : 0.0f); });
         __syncthreads();
-        for (int j = threadIdx.x; j < len; j += nthreads()) {
-            dbt[j] -= r.gam[j] * z[j];
-            dgc[j] -= r.beta[j] * r.gam[j] * z[j];
-        }
+        for (int j = threadIdx.x; j < len; j += nthreads()) dgc[j] -= r.beta[j] * r.gam[j] * z[j];
         for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
             const int j = idx / vt.w, e = idx % vt.w;
             DX.set(j, e, -r.beta[j] * r.gam[j] * DX.at(j, e));

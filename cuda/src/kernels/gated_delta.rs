@@ -51,9 +51,10 @@ impl GatedDeltaInputs<'_> {
 }
 
 /// Shared-memory bytes (`carve_tiles` in gated_delta.cu): f32 regions (a `[lp, bv]` tile, the
-/// `[lp, lp]` inverse, the inversion scratch `[lp, 16]`, 6 + `vectors` per-row vectors), then tiles
-/// of the data's type: `row_tiles` `[lp, max(Dk, bv)]` row tiles, one `[lp, lp]` tile and
-/// `state_tiles` `[Dk, bv]` state tiles; every row padded by 16 bytes.
+/// `[lp, lp]` inverse, the inversion scratch `[lp, max(16, lp / 4)]`, 6 + `vectors` per-row
+/// vectors), then tiles of the data's type: `row_tiles` row tiles (`[lp, max(Dk, bv)]`,
+/// `[lp, Dk]`, the rest `[lp, bv]`), one `[lp, lp]` tile and `state_tiles` `[Dk, bv]` state
+/// tiles; every row padded by 16 bytes.
 fn shared_bytes(
     s: RecurrentShape,
     args: &RecArgs,
@@ -65,8 +66,9 @@ fn shared_bytes(
     let lp = s.chunk.next_multiple_of(16);
     let e = dt.size_bytes();
     let ld = |n: usize, size: usize| n + 16 / size;
-    let f32s = lp * ld(args.bv(), 4) + lp * ld(lp, 4) + lp * 16 + (6 + vectors) * lp;
-    let elems = row_tiles * lp * ld(s.dk.max(args.bv()), e)
+    let f32s = lp * ld(args.bv(), 4) + lp * ld(lp, 4) + lp * (lp / 4).max(16) + (6 + vectors) * lp;
+    let elems = lp
+        * (ld(s.dk.max(args.bv()), e) + ld(s.dk, e) + (row_tiles - 2) * ld(args.bv(), e))
         + lp * ld(lp, e)
         + state_tiles * s.dk * ld(args.bv(), e);
     4 * f32s + e * elems
@@ -118,7 +120,7 @@ pub fn gated_delta_backward(
 ) -> Result<Vec<Buffer>, CudaError> {
     const OP: &str = "gated_delta_backward";
     let (args, dt) = x.check(OP, dev, s)?;
-    let bytes = |a: &RecArgs| shared_bytes(s, a, dt, 4, 2, 5);
+    let bytes = |a: &RecArgs| shared_bytes(s, a, dt, 5, 2, 5);
     let args = args.fit(dev, dt, bytes);
     let ssz = s.heads() * s.dk * s.dv;
     check_operands(
