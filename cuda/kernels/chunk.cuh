@@ -139,25 +139,13 @@ __device__ __forceinline__ void block_mm_core(A a, B b, int M, int K, int N, Pri
         // Warp tiles of 16 x 16 (two mma n-halves sharing the A fragment).
         const int g = lane_id() >> 2, q = (lane_id() & 3) * 2;
         const int tn = N / 16, tiles = (M / 16) * tn;
-        // The prior values of a warp's next tile are read while it multiplies the current one.
-        float next[2][4];
-        const auto read_prior = [&](int tile) {
-            if (tile >= tiles) return;
-            const int r0 = (tile / tn) * 16, c0 = (tile % tn) * 16;
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) next[h][i] = prior.at(r0 + g + (i >> 1) * 8, c0 + h * 8 + q + (i & 1));
-        };
-        read_prior(warp_id());
         for (int tile = warp_id(); tile < tiles; tile += nwarps()) {
             const int r0 = (tile / tn) * 16, c0 = (tile % tn) * 16;
             float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}}, old[2][4];
 #pragma unroll
             for (int h = 0; h < 2; ++h)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) old[h][i] = next[h][i];
-            read_prior(tile + nwarps());
+                for (int i = 0; i < 4; ++i) old[h][i] = prior.at(r0 + g + (i >> 1) * 8, c0 + h * 8 + q + (i & 1));
             // A deep batch (a B operand in global memory) keeps only B's fragments ahead, to
             // leave registers: A's come from shared memory, a short wait each k-step.
             constexpr bool a_ahead = KU <= REC_KU;

@@ -241,24 +241,28 @@ __device__ void invert_unit_lower(float* A, int ldl, int lp, float* scratch) {
     __syncthreads();
     for (int h = 16; h < lp; h *= 2) {
         const int n = ((lp + 2 * h - 1) / (2 * h)) * h * h;
-        // X = A_BA T_AA (T_AA lower triangular), pair m's rows r < h (those inside lp) of B.
+        // X = A_BA T_AA, pair m's rows r < h (those inside lp) of B. The sums run over all h
+        // terms, zeros included (T_AA is lower triangular), so that their loads unroll.
         for (int idx = threadIdx.x; idx < n; idx += nthreads()) {
             const int m = idx / (h * h), r = idx % (h * h) / h, col = idx % h, a0 = 2 * m * h, b0 = a0 + h;
             if (b0 + r >= lp) continue;
             const float* arow = A + (b0 + r) * ldl + a0;
+            const float* tcol = A + a0 * ldl + a0 + col;
             float x = 0.0f;
-            for (int k = col; k < h; ++k) x = fmaf(arow[k], A[(a0 + k) * ldl + a0 + col], x);
+#pragma unroll 8
+            for (int k = 0; k < h; ++k) x = fmaf(arow[k], tcol[k * ldl], x);
             scratch[idx] = x;
         }
         __syncthreads();
-        // T_BA = -T_BB X (T_BB unit lower triangular).
+        // T_BA = -T_BB X (T_BB lower triangular, ones on its diagonal).
         for (int idx = threadIdx.x; idx < n; idx += nthreads()) {
             const int m = idx / (h * h), r = idx % (h * h) / h, col = idx % h, a0 = 2 * m * h, b0 = a0 + h;
             if (b0 + r >= lp) continue;
             const float* trow = A + (b0 + r) * ldl + b0;
             const float* x0 = scratch + m * h * h + col;
-            float x = x0[r * h];
-            for (int k = 0; k < r; ++k) x = fmaf(trow[k], x0[k * h], x);
+            float x = 0.0f;
+#pragma unroll 8
+            for (int k = 0; k < h; ++k) x = fmaf(trow[k], x0[k * h], x);
             A[(b0 + r) * ldl + a0 + col] = -x;
         }
         __syncthreads();
@@ -404,7 +408,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
     const VTile vt = value_tile(d);
     const int lp = round16(d.chunk), nc = (d.t + d.chunk - 1) / d.chunk;
     const Heads hd{d.t, d.h};
-    const Tiles<T> tl = carve_tiles<T>(smem, lp, d, 5, true);
+    const Tiles<T> tl = carve_tiles<T>(smem, lp, d, 7, true);
     const Rows& r = tl.r;
     const ChunkInputs<T> in{q, k, v, beta, g, dout};
     float* dgc = tl.vec;
@@ -412,6 +416,8 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
     float* dbt = dl + lp;
     float* z = dbt + lp;
     float* ke = z + lp;
+    float* cq = ke + lp;
+    float* ck = cq + lp;
     __shared__ float red[32];
 
     const u64 rk = (u64)d.b * d.t * d.h * d.dk, r1 = (u64)d.b * d.t * d.h, stride = 2 * rk + 2 * r1;
@@ -436,7 +442,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
     for (int ci = nc - 1; ci >= 0; --ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
         const float* S0 = st + ci * csz;
-        for (int j = threadIdx.x; j < lp; j += nthreads()) dgc[j] = dl[j] = dbt[j] = z[j] = ke[j] = 0.0f;
+        for (int j = threadIdx.x; j < lp; j += nthreads()) dgc[j] = dl[j] = dbt[j] = z[j] = ke[j] = cq[j] = ck[j] = 0.0f;
         const float part = stage_state(tl.S0s, S0, dS, d, vt);
         const STile<T> DO = tl.DO;
         const STile<float> DU = tl.F;
@@ -482,16 +488,20 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
             },
             dgc, nullptr);
         __syncthreads();
-        block_mm_onto<TC>(tl.PP, tl.K, lc, lc, d.dk, DQm,
-                          [&](int j, int e, float x, float o) { DQ[j * d.dk + e] = o + x; });
+        // The row dots n·dy of the normalization's backward, n = q r, into cq.
+        block_mm_core<TC, REC_KU>(
+            tl.PP, tl.K, lc, lc, d.dk, DQm,
+            [&](int j, int e, float x, float o) {
+                DQ[j * d.dk + e] = o + x;
+                return make_float2((o + x) * tl.Q.at(j, e), 0.0f);
+            },
+            cq, nullptr);
         __syncthreads();
-        // Back through q / sqrt(|q|^2 + eps) / sqrt(Dk): scale r (dy - n (n·dy)), n = q r.
-        for (int j = warp_id(); j < len; j += nwarps()) {
-            const T* nq = tl.Q.p + j * tl.Q.ld;
-            const float c = warp_dot(nq, DQ + j * d.dk, d.dk) / (d.scale * d.scale);
-            for (int e = lane_id(); e < d.dk; e += 32)
-                s_dq.put(hd.at(b, hh, t0 + j, d.dk) + e,
-                         d.scale * r.rq[j] * (DQ[j * d.dk + e] - to_float(nq[e]) * c));
+        // Back through q / sqrt(|q|^2 + eps) / sqrt(Dk): scale r (dy - n (n·dy)).
+        for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
+            const int j = idx / d.dk, e = idx % d.dk;
+            const float c = cq[j] / (d.scale * d.scale);
+            s_dq.put(hd.at(b, hh, t0 + j, d.dk) + e, d.scale * r.rq[j] * (DQ[idx] - tl.Q.at(j, e) * c));
         }
         __syncthreads();
         // dS_prev = γ_L dS + (diag(γ) q)^T dO (the W^T dU part below).
@@ -555,14 +565,17 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         block_mm_onto<TC>(tl.PP, tl.K, lc, lc, d.dk, DKm,
                           [&](int j, int e, float x, float o) { DK[j * d.dk + e] = o + x; });
         __syncthreads();
-        block_mm_onto<TC>(tl.PP.t(), tl.K, lc, lc, d.dk, DKm,
-                          [&](int j, int e, float x, float o) { DK[j * d.dk + e] = o + x; });
+        block_mm_core<TC, REC_KU>(
+            tl.PP.t(), tl.K, lc, lc, d.dk, DKm,
+            [&](int j, int e, float x, float o) {
+                DK[j * d.dk + e] = o + x;
+                return make_float2((o + x) * tl.K.at(j, e), 0.0f);
+            },
+            ck, nullptr);
         __syncthreads();
-        for (int j = warp_id(); j < len; j += nwarps()) {
-            const T* nk = tl.K.p + j * tl.K.ld;
-            const float c = warp_dot(nk, DK + j * d.dk, d.dk);
-            for (int e = lane_id(); e < d.dk; e += 32)
-                s_dk.put(hd.at(b, hh, t0 + j, d.dk) + e, r.rk[j] * (DK[j * d.dk + e] - to_float(nk[e]) * c));
+        for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
+            const int j = idx / d.dk, e = idx % d.dk;
+            s_dk.put(hd.at(b, hh, t0 + j, d.dk) + e, r.rk[j] * (DK[idx] - tl.K.at(j, e) * ck[j]));
         }
         // dg_j = dlog_carry + sum_s dl_s + sum_{i >= j} (dgc_i + beta_i ke_i - dl_i), by warp 0.
         if (warp_id() == 0) {

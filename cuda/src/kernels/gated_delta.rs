@@ -120,7 +120,7 @@ pub fn gated_delta_backward(
 ) -> Result<Vec<Buffer>, CudaError> {
     const OP: &str = "gated_delta_backward";
     let (args, dt) = x.check(OP, dev, s)?;
-    let bytes = |a: &RecArgs| shared_bytes(s, a, dt, 5, 2, 5);
+    let bytes = |a: &RecArgs| shared_bytes(s, a, dt, 5, 2, 7);
     let args = args.fit(dev, dt, bytes);
     let ssz = s.heads() * s.dk * s.dv;
     check_operands(
