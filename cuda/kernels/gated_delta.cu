@@ -181,31 +181,34 @@ __device__ void load_chunk(STile<T> Q, STile<T> K, STile<T> V, STile<T> DO, Rows
     __syncthreads();
 }
 
-// The value tile of a [Dk, Dv] f32 state in global memory (src at the tile's first column) into a
-// [Dk, w] tile, 16-byte loads where the columns allow, unrolled so that a thread's loads are in
-// flight together. Returns this thread's share of the sum of src ⊙ y over the tile (y another
-// such state). Does not synchronize.
+// The value tiles of two [Dk, Dv] f32 states in global memory (x, y at the tile's first column)
+// into [Dk, w] tiles, 16-byte loads where the columns allow, unrolled so that a thread's loads are
+// in flight together. Returns this thread's share of the sum of x ⊙ y over the tile. Does not
+// synchronize.
 template <typename E>
-__device__ float stage_state(STile<E> dst, const float* src, const float* y, const RecDims& d, VTile vt) {
+__device__ float stage_states(STile<E> xs, const float* x, STile<E> ys, const float* y, const RecDims& d, VTile vt) {
     float s = 0.0f;
     if (vt.w % 4 == 0 && d.dv % 4 == 0 && vt.e0 % 4 == 0) {
         const int per = vt.w / 4;
 #pragma unroll 8
         for (int idx = threadIdx.x; idx < d.dk * per; idx += nthreads()) {
             const int i = idx / per, e = (idx % per) * 4;
-            const float4 x = *reinterpret_cast<const float4*>(src + i * d.dv + e);
-            const float4 o = *reinterpret_cast<const float4*>(y + i * d.dv + e);
-            s += x.x * o.x + x.y * o.y + x.z * o.z + x.w * o.w;
-            dst.set(i, e, x.x);
-            dst.set(i, e + 1, x.y);
-            dst.set(i, e + 2, x.z);
-            dst.set(i, e + 3, x.w);
+            const float4 a = *reinterpret_cast<const float4*>(x + i * d.dv + e);
+            const float4 c = *reinterpret_cast<const float4*>(y + i * d.dv + e);
+            s += a.x * c.x + a.y * c.y + a.z * c.z + a.w * c.w;
+            const float av[4] = {a.x, a.y, a.z, a.w}, cv[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                xs.set(i, e + u, av[u]);
+                ys.set(i, e + u, cv[u]);
+            }
         }
     } else {
         for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-            const int at = (idx / vt.w) * d.dv + idx % vt.w;
-            dst.set(idx / vt.w, idx % vt.w, src[at]);
-            s = fmaf(src[at], y[at], s);
+            const int i = idx / vt.w, e = idx % vt.w, at = i * d.dv + e;
+            xs.set(i, e, x[at]);
+            ys.set(i, e, y[at]);
+            s = fmaf(x[at], y[at], s);
         }
     }
     return s;
@@ -273,8 +276,9 @@ __device__ void invert_unit_lower(float* A, int ldl, int lp, float* scratch) {
 // first the f32 regions (the tile F [lp, bv] that sums two products, TT [lp, lp], the inversion
 // scratch [lp, max(16, lp / 4)] and the per-row vectors), then the tiles of E: the row tiles Q
 // [lp, max(Dk, bv)] (the backward's dX reuses it), K [lp, Dk], V, U and a fifth [lp, bv] (the
-// forward's UT = diag(tend) U, the backward's dO), PP [lp, lp], and the state tiles [Dk, bv] S0s
-// (the backward a second, dSs). Every row is padded by 16 bytes (tile_ld).
+// forward's UT = diag(tend) U, the backward's dO), PP [lp, lp], and the state tile [Dk, bv] S0s
+// (the backward a second, dSs [max(Dk, lp), bv], which holds dS as an operand and then dX). Every
+// row is padded by 16 bytes (tile_ld).
 template <typename E>
 struct Tiles {
     STile<float> F;
@@ -319,8 +323,8 @@ __device__ __forceinline__ Tiles<E> carve_tiles(void* base, int lp, const RecDim
 
 // What the forward and the backward both compute for a chunk from its start state (S0s, the
 // value tile in shared memory): TT = (I + A)^-1, V becomes Rb = V - diag(γ) K S0, U = T diag(beta)
-// Rb (and, where UT.p is set, UT = diag(tend) U), and PP the scores P = (exp(G_j - G_s)
-// q_j·k_s)_{s<=j}. Synchronizes.
+// Rb, and PP the scores P = (exp(G_j - G_s) q_j·k_s)_{s<=j}; for the forward (UT.p set) also UT =
+// diag(tend) U and F = diag(γ) Q S0, the output's first term. Synchronizes.
 template <bool TC, typename E>
 __device__ void chunk_deltas(const Tiles<E>& tl, int len, int lc, const RecDims& d, VTile vt) {
     const Rows& r = tl.r;
@@ -329,6 +333,8 @@ __device__ void chunk_deltas(const Tiles<E>& tl, int len, int lc, const RecDims&
     });
     block_mm<TC>(tl.K, tl.S0s, lc, d.dk, vt.w,
                  [&](int j, int e, float x) { tl.V.set(j, e, tl.V.at(j, e) - r.gam[j] * x); });
+    if (tl.UT.p)
+        block_mm<TC>(tl.Q, tl.S0s, lc, d.dk, vt.w, [&](int j, int e, float x) { tl.F.set(j, e, r.gam[j] * x); });
     __syncthreads();
     invert_unit_lower(tl.TT.p, tl.TT.ld, lc, tl.scratch);
     for (int idx = threadIdx.x; idx < lc * lc; idx += nthreads()) {
@@ -372,9 +378,7 @@ __device__ void gdn_forward(const T* __restrict__ q, const T* __restrict__ k, co
         float* S1 = st + (ci + 1) * csz;
         load_chunk(tl.Q, tl.K, tl.V, tl.DO, r, in, hd, b, hh, t0, len, lc, d, vt);
         chunk_deltas<TC>(tl, len, lc, d, vt);
-        // O = diag(γ) Q S0 + P U, the first term into F.
-        block_mm<TC>(tl.Q, tl.S0s, lc, d.dk, vt.w, [&](int j, int e, float x) { tl.F.set(j, e, r.gam[j] * x); });
-        __syncthreads();
+        // O = diag(γ) Q S0 + P U, the first term in F.
         block_mm_onto<TC>(tl.PP, tl.U, lc, lc, vt.w, tl.F, [&](int j, int e, float x, float f) {
             if (j < len) out[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + e] = from_float<T>(f + x);
         });
@@ -433,9 +437,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
     const Mat dSm{dS, d.dv, 1}, DQm{DQ, d.dk, 1}, DKm{DK, d.dk, 1};
     for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
         const int i = idx / vt.w, e = idx % vt.w;
-        const float x = to_float(dsT[bh * csz + vt.e0 + i * d.dv + e]);
-        dS[i * d.dv + e] = x;
-        tl.dSs.set(i, e, x);
+        dS[i * d.dv + e] = to_float(dsT[bh * csz + vt.e0 + i * d.dv + e]);
     }
     __syncthreads();
 
@@ -443,8 +445,8 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
         const float* S0 = st + ci * csz;
         for (int j = threadIdx.x; j < lp; j += nthreads()) dgc[j] = dl[j] = dbt[j] = z[j] = ke[j] = cq[j] = ck[j] = 0.0f;
-        const float part = stage_state(tl.S0s, S0, dS, d, vt);
-        const STile<T> DO = tl.DO;
+        const float part = stage_states(tl.S0s, S0, tl.dSs, dS, d, vt);
+        const STile<T> DO = tl.DO, DX = tl.dSs;
         const STile<float> DU = tl.F;
         load_chunk(tl.Q, tl.K, tl.V, DO, r, in, hd, b, hh, t0, len, lc, d, vt);
         chunk_deltas<TC>(tl, len, lc, d, vt);
@@ -461,6 +463,9 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
             dl, nullptr);
         __syncthreads();
         block_mm<TC>(tl.PP.t(), DO, lc, lc, vt.w, [&](int s, int e, float x) { DU.set(s, e, DU.at(s, e) + x); });
+        // dk = diag(tend) U dS^T + ...: the last read of dSs as dS.
+        block_mm<TC>(tl.U, tl.dSs.t(), lc, vt.w, d.dk,
+                     [&](int j, int e, float x) { DK[j * d.dk + e] = r.tend[j] * x; });
         __syncthreads();
         // dP = dO U^T: dP ⊙ P is the gradient of the log decays (+ to G_j, - to G_s); PP becomes
         // dP ⊙ decay, the gradient of q_j·k_s.
@@ -472,14 +477,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
                 return make_float2(dlog, -dlog);
             },
             dgc, dgc);
-        __syncthreads();
-        // dk = diag(tend) U dS^T + dP^T q (more terms below).
-        block_mm<TC>(tl.U, tl.dSs.t(), lc, vt.w, d.dk,
-                     [&](int j, int e, float x) { DK[j * d.dk + e] = r.tend[j] * x; });
-        __syncthreads();
-        block_mm_onto<TC>(tl.PP.t(), tl.Q, lc, lc, d.dk, DKm,
-                          [&](int j, int e, float x, float o) { DK[j * d.dk + e] = o + x; });
-        // dq = diag(γ) dO S0^T + dP k; γ_j dO_j·(q_j S0) to G_j.
+        // dq = diag(γ) dO S0^T + ...; γ_j dO_j·(q_j S0) to G_j.
         block_mm_sums<TC>(
             DO, tl.S0s.t(), lc, vt.w, d.dk,
             [&](int j, int e, float x) {
@@ -487,8 +485,13 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
                 return make_float2(r.gam[j] * x * tl.Q.at(j, e), 0.0f);
             },
             dgc, nullptr);
+        // dX = T^T dU, the gradient of R = diag(beta) Rb (into dSs, spent as dS).
+        block_mm<TC>(tl.TT.t(), DU, lc, lc, vt.w, [&](int j, int e, float x) { DX.set(j, e, x); });
         __syncthreads();
-        // The row dots n·dy of the normalization's backward, n = q r, into cq.
+        // dk += dP^T q, dq += dP k, with the row dots n·dy of q's normalization's backward (n = q
+        // r) into cq.
+        block_mm_onto<TC>(tl.PP.t(), tl.Q, lc, lc, d.dk, DKm,
+                          [&](int j, int e, float x, float o) { DK[j * d.dk + e] = o + x; });
         block_mm_core<TC, REC_KU>(
             tl.PP, tl.K, lc, lc, d.dk, DQm,
             [&](int j, int e, float x, float o) {
@@ -496,27 +499,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
                 return make_float2((o + x) * tl.Q.at(j, e), 0.0f);
             },
             cq, nullptr);
-        __syncthreads();
-        // Back through q / sqrt(|q|^2 + eps) / sqrt(Dk): scale r (dy - n (n·dy)).
-        for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
-            const int j = idx / d.dk, e = idx % d.dk;
-            const float c = cq[j] / (d.scale * d.scale);
-            s_dq.put(hd.at(b, hh, t0 + j, d.dk) + e, d.scale * r.rq[j] * (DQ[idx] - tl.Q.at(j, e) * c));
-        }
-        __syncthreads();
-        // dS_prev = γ_L dS + (diag(γ) q)^T dO (the W^T dU part below).
-        for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
-            const int j = idx / d.dk, c = idx % d.dk;
-            tl.Q.set(j, c, tl.Q.at(j, c) * r.gam[j]);
-        }
-        __syncthreads();
-        block_mm_onto<TC>(tl.Q.t(), DO, d.dk, lc, vt.w, dSm,
-                          [&](int i, int e, float x, float o) { dS[i * d.dv + e] = g_end * o + x; });
-        __syncthreads();
-        // dX = T^T dU, the gradient of R = diag(beta) Rb: dv = beta dX, dbeta = dX·Rb (V holds Rb).
-        const STile<T> DX = tl.Q;
-        block_mm<TC>(tl.TT.t(), DU, lc, lc, vt.w, [&](int j, int e, float x) { DX.set(j, e, x); });
-        __syncthreads();
+        // dv = beta dX, dbeta = dX·Rb (V holds Rb).
         for (int j = warp_id(); j < len; j += nwarps()) {
             float xv = 0.0f;
             for (int e = lane_id(); e < vt.w; e += 32) {
@@ -527,7 +510,16 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
             xv = warp_sum(xv);
             if (lane_id() == 0) dbt[j] += xv;
         }
-        // Through Rb's -diag(γ) K S0: dY = -dX S0^T, z_j = k_j·(dX S0^T)_j to G_j.
+        __syncthreads();
+        // Back through q / sqrt(|q|^2 + eps) / sqrt(Dk): scale r (dy - n (n·dy)); then q becomes
+        // diag(γ) q for dS_prev.
+        for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
+            const int j = idx / d.dk, e = idx % d.dk;
+            const float c = cq[j] / (d.scale * d.scale), nq = tl.Q.at(j, e);
+            s_dq.put(hd.at(b, hh, t0 + j, d.dk) + e, d.scale * r.rq[j] * (DQ[idx] - nq * c));
+            tl.Q.set(j, e, r.gam[j] * nq);
+        }
+        // Through Rb's -diag(γ) K S0: dY = -dX S0^T, z_j = k_j·(dX S0^T)_j (to G_j).
         block_mm_core<TC, REC_KU>(
             DX, tl.S0s.t(), lc, vt.w, d.dk, DKm,
             [&](int j, int e, float x, float o) {
@@ -538,35 +530,33 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         // dA = -dX U^T on the strictly lower part.
         block_mm<TC>(DX, tl.U.t(), lc, vt.w, lc, [&](int j, int s, float x) { tl.PP.set(j, s, s < j ? -x : 0.0f); });
         __syncthreads();
-        for (int j = threadIdx.x; j < len; j += nthreads()) dgc[j] -= r.beta[j] * r.gam[j] * z[j];
-        for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
-            const int j = idx / vt.w, e = idx % vt.w;
-            DX.set(j, e, -r.beta[j] * r.gam[j] * DX.at(j, e));
-        }
-        __syncthreads();
-        // A_js = beta_j exp(G_j - G_s) k_j·k_s: to beta, the log decays and k k^T (the
-        // row sums e_j = sum_s dA_js A_js / beta_j into ke, to beta_j and, times beta_j, to
-        // G_j); PP becomes d(k k^T).
+        // dS_prev = γ_L dS + (diag(γ) q)^T dO (the W^T dU part below).
+        block_mm_onto<TC>(tl.Q.t(), DO, d.dk, lc, vt.w, dSm,
+                          [&](int i, int e, float x, float o) { dS[i * d.dv + e] = g_end * o + x; });
+        // A_js = beta_j exp(G_j - G_s) k_j·k_s: to beta, the log decays and k k^T (the row sums
+        // e_j = sum_s dA_js A_js / beta_j into ke, to beta_j and, times beta_j, to G_j); PP
+        // becomes d(k k^T) + its transpose (the two sides of k k^T), so one product gives dk.
         block_mm_sums<TC>(
             tl.K, tl.K.t(), lc, d.dk, lc,
             [&](int j, int s, float x) {
                 if (s >= j) return make_float2(0.0f, 0.0f);
                 const float da = tl.PP.at(j, s), dec = decay(r, j, s, len), e = da * dec * x;
                 tl.PP.set(j, s, da * r.beta[j] * dec);
+                tl.PP.set(s, j, da * r.beta[j] * dec);
                 return make_float2(e, -r.beta[j] * e);
             },
             ke, dgc);
+        // dS_prev += -W^T dU = K^T (-diag(beta γ) dX), dX scaled for it.
+        for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
+            const int j = idx / vt.w, e = idx % vt.w;
+            DX.set(j, e, -r.beta[j] * r.gam[j] * DX.at(j, e));
+        }
         __syncthreads();
-        // dS_prev += -W^T dU = K^T (-diag(beta γ) dX), also into dSs for the next chunk.
-        block_mm_onto<TC>(tl.K.t(), DX, d.dk, lc, vt.w, dSm, [&](int i, int e, float x, float o) {
-            dS[i * d.dv + e] = o + x;
-            tl.dSs.set(i, e, o + x);
-        });
-        block_mm_onto<TC>(tl.PP, tl.K, lc, lc, d.dk, DKm,
-                          [&](int j, int e, float x, float o) { DK[j * d.dk + e] = o + x; });
-        __syncthreads();
+        block_mm_onto<TC>(tl.K.t(), DX, d.dk, lc, vt.w, dSm,
+                          [&](int i, int e, float x, float o) { dS[i * d.dv + e] = o + x; });
+        // dk += (d(k k^T) + its transpose) k, with the row dots of k's normalization into ck.
         block_mm_core<TC, REC_KU>(
-            tl.PP.t(), tl.K, lc, lc, d.dk, DKm,
+            tl.PP, tl.K, lc, lc, d.dk, DKm,
             [&](int j, int e, float x, float o) {
                 DK[j * d.dk + e] = o + x;
                 return make_float2((o + x) * tl.K.at(j, e), 0.0f);
@@ -577,12 +567,14 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
             const int j = idx / d.dk, e = idx % d.dk;
             s_dk.put(hd.at(b, hh, t0 + j, d.dk) + e, r.rk[j] * (DK[idx] - tl.K.at(j, e) * ck[j]));
         }
-        // dg_j = dlog_carry + sum_s dl_s + sum_{i >= j} (dgc_i + beta_i ke_i - dl_i), by warp 0.
+        // dg_j = dlog_carry + sum_s dl_s + sum_{i >= j} (dgc_i + beta_i ke_i - dl_i), by warp 0
+        // (dgc first takes z's share, -beta_j γ_j z_j).
         if (warp_id() == 0) {
             float end = 0.0f;
             for (int j = lane_id(); j < len; j += 32) end += dl[j];
             end = dlog_carry + warp_sum(end);
-            for (int j = lane_id(); j < len; j += 32) dl[j] = dgc[j] + r.beta[j] * ke[j] - dl[j];
+            for (int j = lane_id(); j < len; j += 32)
+                dl[j] = dgc[j] - r.beta[j] * r.gam[j] * z[j] + r.beta[j] * ke[j] - dl[j];
             __syncwarp();
             warp_cumsum(dl, len, true);
             for (int j = lane_id(); j < len; j += 32) {

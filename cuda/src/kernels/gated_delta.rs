@@ -53,8 +53,8 @@ impl GatedDeltaInputs<'_> {
 /// Shared-memory bytes (`carve_tiles` in gated_delta.cu): f32 regions (a `[lp, bv]` tile, the
 /// `[lp, lp]` inverse, the inversion scratch `[lp, max(16, lp / 4)]`, 6 + `vectors` per-row
 /// vectors), then tiles of the data's type: `row_tiles` row tiles (`[lp, max(Dk, bv)]`,
-/// `[lp, Dk]`, the rest `[lp, bv]`), one `[lp, lp]` tile and `state_tiles` `[Dk, bv]` state
-/// tiles; every row padded by 16 bytes.
+/// `[lp, Dk]`, the rest `[lp, bv]`), one `[lp, lp]` tile and `state_tiles` state tiles
+/// (`[Dk, bv]`, a second `[max(Dk, lp), bv]`); every row padded by 16 bytes.
 fn shared_bytes(
     s: RecurrentShape,
     args: &RecArgs,
@@ -70,7 +70,7 @@ fn shared_bytes(
     let elems = lp
         * (ld(s.dk.max(args.bv()), e) + ld(s.dk, e) + (row_tiles - 2) * ld(args.bv(), e))
         + lp * ld(lp, e)
-        + state_tiles * s.dk * ld(args.bv(), e);
+        + (s.dk + (state_tiles - 1) * s.dk.max(lp)) * ld(args.bv(), e);
     4 * f32s + e * elems
 }
 
