@@ -17,11 +17,9 @@
 // the registers allow at this kernel size; a block holds a whole SM (registers and shared
 // memory), so its warps are all there is to hide latencies with. REC_KU: the k-steps of a
 // product whose fragments a thread loads at once (block_mm), as many as fit in the registers
-// left at 128 a thread; REC_KU_GLOBAL: the same for a product with an operand in global memory
-// (a boundary state), all of Dk = 128 at once.
+// left at 128 a thread.
 #define REC_THREADS 512
 #define REC_KU 2
-#define REC_KU_GLOBAL 8
 
 // A read-only f32 matrix: element (r, c) at p[r * rs + c * cs].
 struct Mat {
@@ -125,14 +123,12 @@ struct NoPrior {
 // to rows[r] and cols[c] (shared memory; either may be null where a caller has no such sum).
 // `prior` (a view, or NoPrior) is read before any product and used after the last, so that a
 // global-memory read of it (what a product accumulates into) waits under the products instead of
-// after them. KU: the k-steps whose
-// fragments a warp loads before multiplying any, so that their loads overlap instead of each
-// waiting out the previous product; a product with an operand in global memory takes all of K
-// (8 k-steps at Dk = 128) to wait out one latency per tile, not one per pair of k-steps. With
-// TC, M, N and K must be multiples of 16 (callers zero-pad their tiles). Every thread of the
-// block must call it; it does not synchronize, so the caller does before the operands are read
-// and after the results are written.
-template <bool TC, int KU, typename A, typename B, typename Prior, typename Out>
+// after them. A warp loads the fragments of REC_KU k-steps before multiplying any, so that their
+// loads overlap instead of each waiting out the previous product. With TC, M, N and K must be
+// multiples of 16 (callers zero-pad their tiles). Every thread of the block must call it; it does
+// not synchronize, so the caller does before the operands are read and after the results are
+// written.
+template <bool TC, typename A, typename B, typename Prior, typename Out>
 __device__ __forceinline__ void block_mm_core(A a, B b, int M, int K, int N, Prior prior, Out out, float* rows,
                                               float* cols) {
     if constexpr (TC) {
@@ -146,26 +142,22 @@ __device__ __forceinline__ void block_mm_core(A a, B b, int M, int K, int N, Pri
             for (int h = 0; h < 2; ++h)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) old[h][i] = prior.at(r0 + g + (i >> 1) * 8, c0 + h * 8 + q + (i & 1));
-            // A deep batch (a B operand in global memory) keeps only B's fragments ahead, to
-            // leave registers: A's come from shared memory, a short wait each k-step.
-            constexpr bool a_ahead = KU <= REC_KU;
+            constexpr int KU = REC_KU;
             for (int kb = 0; kb < K; kb += 16 * KU) {
-                u32 af[a_ahead ? KU : 1][4], bf[KU][2][2];
+                u32 af[KU][4], bf[KU][2][2];
 #pragma unroll
                 for (int u = 0; u < KU; ++u) {
                     const int k0 = kb + 16 * u;
                     if (k0 < K) {
-                        if constexpr (a_ahead) frag_a(a, r0, k0, af[u]);
+                        frag_a(a, r0, k0, af[u]);
                         frag_b(b, k0, c0, bf[u]);
                     }
                 }
 #pragma unroll
                 for (int u = 0; u < KU; ++u)
                     if (kb + 16 * u < K) {
-                        if constexpr (!a_ahead) frag_a(a, r0, kb + 16 * u, af[0]);
-                        u32(&f)[4] = af[a_ahead ? u : 0];
 #pragma unroll
-                        for (int h = 0; h < 2; ++h) mma(acc[h], f, bf[u][h][0], bf[u][h][1]);
+                        for (int h = 0; h < 2; ++h) mma(acc[h], af[u], bf[u][h][0], bf[u][h][1]);
                     }
             }
             // The sums are reduced across the lanes holding the same rows (a quad) or columns
@@ -216,16 +208,16 @@ __device__ __forceinline__ void block_mm_core(A a, B b, int M, int K, int N, Pri
 }
 
 // block_mm_core from zero: out(r, c, value) for every element of a · b, with sums.
-template <bool TC, int KU = REC_KU, typename A, typename B, typename Out>
+template <bool TC, typename A, typename B, typename Out>
 __device__ __forceinline__ void block_mm_sums(A a, B b, int M, int K, int N, Out out, float* rows, float* cols) {
-    block_mm_core<TC, KU>(
+    block_mm_core<TC>(
         a, b, M, K, N, NoPrior{}, [&](int r, int c, float x, float) { return out(r, c, x); }, rows, cols);
 }
 
 // out(r, c, value, prior(r, c)) for every element of a · b, without sums.
-template <bool TC, int KU = REC_KU, typename A, typename B, typename Prior, typename Out>
+template <bool TC, typename A, typename B, typename Prior, typename Out>
 __device__ __forceinline__ void block_mm_onto(A a, B b, int M, int K, int N, Prior prior, Out out) {
-    block_mm_core<TC, KU>(
+    block_mm_core<TC>(
         a, b, M, K, N, prior,
         [&](int r, int c, float x, float old) {
             out(r, c, x, old);
@@ -235,9 +227,9 @@ __device__ __forceinline__ void block_mm_onto(A a, B b, int M, int K, int N, Pri
 }
 
 // out(r, c, value) for every element of a · b.
-template <bool TC, int KU = REC_KU, typename A, typename B, typename Out>
+template <bool TC, typename A, typename B, typename Out>
 __device__ __forceinline__ void block_mm(A a, B b, int M, int K, int N, Out out) {
-    block_mm_onto<TC, KU>(a, b, M, K, N, NoPrior{}, [&](int r, int c, float x, float) { out(r, c, x); });
+    block_mm_onto<TC>(a, b, M, K, N, NoPrior{}, [&](int r, int c, float x, float) { out(r, c, x); });
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -342,17 +334,6 @@ template <typename T, typename E>
 __device__ __forceinline__ void load_rows(E* dst, int ld, const T* src, Heads hd, int b, int hh, int t0,
                                           int len, int rows, int d, float scale) {
     load_cols(dst, ld, src, hd, b, hh, t0, len, rows, d, 0, d, scale);
-}
-
-// Asks L2 for rows t0..t0+len of head (b, h) of a [B, T, H, D] buffer, a 128-byte line at a
-// time, so that loading them a chunk later waits on L2, not on memory.
-template <typename T>
-__device__ __forceinline__ void prefetch_rows(const T* src, Heads hd, int b, int hh, int t0, int len, int D) {
-    const int lines = (D * (int)sizeof(T) + 127) / 128;
-    for (int idx = threadIdx.x; idx < len * lines; idx += nthreads()) {
-        const char* p = reinterpret_cast<const char*>(src + hd.at(b, hh, t0 + idx / lines, D)) + (idx % lines) * 128;
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-    }
 }
 
 __device__ __forceinline__ int round16(int x) { return (x + 15) & ~15; }

@@ -492,7 +492,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         // r) into cq.
         block_mm_onto<TC>(tl.PP.t(), tl.Q, lc, lc, d.dk, DKm,
                           [&](int j, int e, float x, float o) { DK[j * d.dk + e] = o + x; });
-        block_mm_core<TC, REC_KU>(
+        block_mm_core<TC>(
             tl.PP, tl.K, lc, lc, d.dk, DQm,
             [&](int j, int e, float x, float o) {
                 DQ[j * d.dk + e] = o + x;
@@ -520,7 +520,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
             tl.Q.set(j, e, r.gam[j] * nq);
         }
         // Through Rb's -diag(γ) K S0: dY = -dX S0^T, z_j = k_j·(dX S0^T)_j (to G_j).
-        block_mm_core<TC, REC_KU>(
+        block_mm_core<TC>(
             DX, tl.S0s.t(), lc, vt.w, d.dk, DKm,
             [&](int j, int e, float x, float o) {
                 DK[j * d.dk + e] = o - r.beta[j] * r.gam[j] * x;
@@ -555,7 +555,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         block_mm_onto<TC>(tl.K.t(), DX, d.dk, lc, vt.w, dSm,
                           [&](int i, int e, float x, float o) { dS[i * d.dv + e] = o + x; });
         // dk += (d(k k^T) + its transpose) k, with the row dots of k's normalization into ck.
-        block_mm_core<TC, REC_KU>(
+        block_mm_core<TC>(
             tl.PP, tl.K, lc, lc, d.dk, DKm,
             [&](int j, int e, float x, float o) {
                 DK[j * d.dk + e] = o + x;

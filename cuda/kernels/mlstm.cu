@@ -1,6 +1,6 @@
-// mlstm.cu: the mLSTM (xLSTM-7B form), chunkwise, forward and backward; chunk.cuh is prepended.
-// Equations and layouts: `Backend::mlstm_chunk_forward` in tensor/src/backend.rs; the CPU kernel
-// tensor/src/cpu/mlstm.rs is the reference, and this file follows its steps.
+// mlstm.cu: the mLSTM (xLSTM-7B form), chunkwise, forward and backward; mma.cuh and chunk.cuh are
+// prepended. Equations and layouts: `Backend::mlstm_chunk_forward` in tensor/src/backend.rs; the
+// CPU kernel tensor/src/cpu/mlstm.rs is the reference, and this file follows its steps.
 //
 // One block per (batch, head, value tile) walks its chunks in order (forward) or in reverse
 // (backward), keeping the chunk's q, k, v and the L x L weight tiles in shared memory as f32; the

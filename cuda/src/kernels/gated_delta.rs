@@ -1,6 +1,6 @@
 //! The gated delta rule's chunkwise forward and backward (`kernels/gated_delta.cu`, after
-//! `kernels/chunk.cuh`): one block per (batch, head, value tile); f32 data is multiplied in f32,
-//! bf16 data on tensor cores.
+//! `kernels/mma.cuh` and `kernels/chunk.cuh`): one block per (batch, head, value tile); f32 data is
+//! multiplied in f32, bf16 data on tensor cores (bf16 shared tiles through ldmatrix).
 
 use super::chunk::{check_operands, head_launch, sum_tiles, tile_shares, RecArgs, RecurrentShape};
 use super::{float_kernel, launch};

@@ -1,6 +1,6 @@
-//! The mLSTM's chunkwise forward and backward (`kernels/mlstm.cu`, after `kernels/chunk.cuh`):
-//! one block per (batch, head, value tile); f32 data is multiplied in f32, bf16 data on tensor
-//! cores.
+//! The mLSTM's chunkwise forward and backward (`kernels/mlstm.cu`, after `kernels/mma.cuh` and
+//! `kernels/chunk.cuh`): one block per (batch, head, value tile); f32 data is multiplied in f32,
+//! bf16 data on tensor cores.
 
 use super::chunk::{
     check_operands, head_launch, sum_tiles, tile_shares, tile_sizes, RecArgs, RecurrentShape,
