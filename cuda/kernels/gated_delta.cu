@@ -351,6 +351,21 @@ __device__ void chunk_deltas(const Tiles<E>& tl, int len, int lc, const RecDims&
     __syncthreads();
 }
 
+// acc += a · b for acc [M, Dk] f32 in global memory (rows of Dk), adding each row's dot with
+// the same row of n into dots: the last term of dq or dk, with the row dots n·dy that the
+// backward of q's or k's normalization needs.
+template <bool TC, typename A, typename B, typename E>
+__device__ __forceinline__ void add_with_row_dots(A a, B b, int M, int K, int dk, float* acc, STile<E> n,
+                                                  float* dots) {
+    block_mm_core<TC>(
+        a, b, M, K, dk, Mat{acc, dk, 1},
+        [&](int j, int e, float x, float o) {
+            acc[j * dk + e] = o + x;
+            return make_float2((o + x) * n.at(j, e), 0.0f);
+        },
+        dots, nullptr);
+}
+
 template <typename T, bool TC>
 __device__ void gdn_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                             const T* __restrict__ beta, const T* __restrict__ g, const T* __restrict__ s0,
@@ -434,7 +449,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
     float* dS = head_scratch + vt.e0;
     float* DQ = head_scratch + csz + (u64)blockIdx.y * 2 * lp * d.dk;
     float* DK = DQ + (u64)lp * d.dk;
-    const Mat dSm{dS, d.dv, 1}, DQm{DQ, d.dk, 1}, DKm{DK, d.dk, 1};
+    const Mat dSm{dS, d.dv, 1}, DKm{DK, d.dk, 1};
     for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
         const int i = idx / vt.w, e = idx % vt.w;
         dS[i * d.dv + e] = to_float(dsT[bh * csz + vt.e0 + i * d.dv + e]);
@@ -492,13 +507,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         // r) into cq.
         block_mm_onto<TC>(tl.PP.t(), tl.Q, lc, lc, d.dk, DKm,
                           [&](int j, int e, float x, float o) { DK[j * d.dk + e] = o + x; });
-        block_mm_core<TC>(
-            tl.PP, tl.K, lc, lc, d.dk, DQm,
-            [&](int j, int e, float x, float o) {
-                DQ[j * d.dk + e] = o + x;
-                return make_float2((o + x) * tl.Q.at(j, e), 0.0f);
-            },
-            cq, nullptr);
+        add_with_row_dots<TC>(tl.PP, tl.K, lc, lc, d.dk, DQ, tl.Q, cq);
         // dv = beta dX, dbeta = dX·Rb (V holds Rb).
         for (int j = warp_id(); j < len; j += nwarps()) {
             float xv = 0.0f;
@@ -555,13 +564,7 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         block_mm_onto<TC>(tl.K.t(), DX, d.dk, lc, vt.w, dSm,
                           [&](int i, int e, float x, float o) { dS[i * d.dv + e] = o + x; });
         // dk += (d(k k^T) + its transpose) k, with the row dots of k's normalization into ck.
-        block_mm_core<TC>(
-            tl.PP, tl.K, lc, lc, d.dk, DKm,
-            [&](int j, int e, float x, float o) {
-                DK[j * d.dk + e] = o + x;
-                return make_float2((o + x) * tl.K.at(j, e), 0.0f);
-            },
-            ck, nullptr);
+        add_with_row_dots<TC>(tl.PP, tl.K, lc, lc, d.dk, DK, tl.K, ck);
         __syncthreads();
         for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
             const int j = idx / d.dk, e = idx % d.dk;

@@ -101,8 +101,9 @@ impl RecArgs {
 
     /// The value tiles of a kernel needing `bytes(args)` of shared memory: all of Dv in one
     /// tile where it fits, else the fewest tiles that fit. On the H200 at Dk = Dv = 128, tiles
-    /// of 64 or 32 columns were 1.5x to 2.7x slower than one tile: each tile redoes the chunk's
-    /// L x L work, and a block already fills an SM. `SWAX_REC_BV` sets the width instead.
+    /// of 64 or 32 columns were 1.5x to 2.7x slower than one tile (measured with the f32-tile
+    /// kernels, before the gated delta rule's bf16 tiles): each tile redoes the chunk's L x L
+    /// work, and a block already fills an SM. `SWAX_REC_BV` sets the width instead.
     pub fn fit(self, dev: &Device, dtype: DType, bytes: impl Fn(&RecArgs) -> usize) -> RecArgs {
         if let Some(bv) = value_tile_override() {
             return self.with_tiles((self.dv as usize).div_ceil(bv), dtype);
