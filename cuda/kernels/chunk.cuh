@@ -364,6 +364,39 @@ __device__ __forceinline__ VTile value_tile(const RecDims& d) {
     return VTile{e0, min(d.bv, d.dv - e0)};
 }
 
+// The value tiles of two [Dk, Dv] f32 states in global memory (x, y at the tile's first column)
+// into [Dk, w] tiles, 16-byte loads where the columns allow, unrolled so that a thread's loads are
+// in flight together. Returns this thread's share of the sum of x ⊙ y over the tile. Does not
+// synchronize.
+template <typename E>
+__device__ float stage_states(STile<E> xs, const float* x, STile<E> ys, const float* y, const RecDims& d, VTile vt) {
+    float s = 0.0f;
+    if (vt.w % 4 == 0 && d.dv % 4 == 0 && vt.e0 % 4 == 0) {
+        const int per = vt.w / 4;
+#pragma unroll 8
+        for (int idx = threadIdx.x; idx < d.dk * per; idx += nthreads()) {
+            const int i = idx / per, e = (idx % per) * 4;
+            const float4 a = *reinterpret_cast<const float4*>(x + i * d.dv + e);
+            const float4 c = *reinterpret_cast<const float4*>(y + i * d.dv + e);
+            s += a.x * c.x + a.y * c.y + a.z * c.z + a.w * c.w;
+            const float av[4] = {a.x, a.y, a.z, a.w}, cv[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                xs.set(i, e + u, av[u]);
+                ys.set(i, e + u, cv[u]);
+            }
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
+            const int i = idx / vt.w, e = idx % vt.w, at = i * d.dv + e;
+            xs.set(i, e, x[at]);
+            ys.set(i, e, y[at]);
+            s = fmaf(x[at], y[at], s);
+        }
+    }
+    return s;
+}
+
 // Where a block writes a gradient that sums over the value tiles (every term of such a gradient
 // is linear in one tile's columns, so each tile computes its own share): straight to the output
 // with one tile, else to the tile's row of an f32 buffer [nv, stride] that rec_reduce sums.

@@ -181,39 +181,6 @@ __device__ void load_chunk(STile<T> Q, STile<T> K, STile<T> V, STile<T> DO, Rows
     __syncthreads();
 }
 
-// The value tiles of two [Dk, Dv] f32 states in global memory (x, y at the tile's first column)
-// into [Dk, w] tiles, 16-byte loads where the columns allow, unrolled so that a thread's loads are
-// in flight together. Returns this thread's share of the sum of x ⊙ y over the tile. Does not
-// synchronize.
-template <typename E>
-__device__ float stage_states(STile<E> xs, const float* x, STile<E> ys, const float* y, const RecDims& d, VTile vt) {
-    float s = 0.0f;
-    if (vt.w % 4 == 0 && d.dv % 4 == 0 && vt.e0 % 4 == 0) {
-        const int per = vt.w / 4;
-#pragma unroll 8
-        for (int idx = threadIdx.x; idx < d.dk * per; idx += nthreads()) {
-            const int i = idx / per, e = (idx % per) * 4;
-            const float4 a = *reinterpret_cast<const float4*>(x + i * d.dv + e);
-            const float4 c = *reinterpret_cast<const float4*>(y + i * d.dv + e);
-            s += a.x * c.x + a.y * c.y + a.z * c.z + a.w * c.w;
-            const float av[4] = {a.x, a.y, a.z, a.w}, cv[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                xs.set(i, e + u, av[u]);
-                ys.set(i, e + u, cv[u]);
-            }
-        }
-    } else {
-        for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-            const int i = idx / vt.w, e = idx % vt.w, at = i * d.dv + e;
-            xs.set(i, e, x[at]);
-            ys.set(i, e, y[at]);
-            s = fmaf(x[at], y[at], s);
-        }
-    }
-    return s;
-}
-
 // (I + A)^-1 in place over the strictly lower-triangular A [lp, lp] (zero on and above the
 // diagonal and on padding rows; lp a multiple of 16). First the diagonal 16 x 16 blocks by forward
 // substitution, half a warp each, lane c holding column c in registers (so no step waits on

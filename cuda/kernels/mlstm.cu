@@ -58,63 +58,79 @@ __device__ __forceinline__ float weight(const Gates& g, int j, int s, int len) {
     return (s <= j && j < len) ? expf(g.i[s] + g.F[j] - g.F[s] - g.m[j]) : 0.0f;
 }
 
-// P = w ⊙ (Q K^T) · scale into a [lp, ldl] tile. Synchronizes. Q holds q unscaled, so that
-// its tensor-core operands are the bf16 inputs exactly (1/sqrt(Dk) is no power of two).
-template <bool TC>
-__device__ __forceinline__ void chunk_scores(float* P, int ldl, const float* Q, const float* K, int ldk, int dk,
-                                             const Gates& g, int len, int lp, float scale) {
-    block_mm<TC>(rows_of(Q, ldk), rows_of(K, ldk).t(), lp, dk, lp,
-                 [&](int j, int s, float v) { P[j * ldl + s] = v * scale * weight(g, j, s, len); });
+// P = w ⊙ (Q K^T) · scale into a [lp, lp] tile, each row's sum (in f32, before P is rounded to
+// the tile's type) added to psum (zeroed by the caller). Synchronizes. Q holds q unscaled, so
+// that its tensor-core operands are the bf16 inputs exactly (1/sqrt(Dk) is no power of two).
+template <bool TC, typename E>
+__device__ __forceinline__ void chunk_scores(STile<E> P, float* psum, STile<E> Q, STile<E> K, int dk, const Gates& g,
+                                             int len, int lp, float scale) {
+    block_mm_sums<TC>(
+        Q, K.t(), lp, dk, lp,
+        [&](int j, int s, float v) {
+            const float x = v * scale * weight(g, j, s, len);
+            P.set(j, s, x);
+            return make_float2(x, 0.0f);
+        },
+        psum, nullptr);
     __syncthreads();
 }
 
+// Shared memory of the forward (`forward_bytes` in src/kernels/mlstm.rs matches): f32 first, the
+// state C [Dk, bv], the tile HB [lp, bv] that sums the output's two products, n [Dk] and the
+// per-row vectors; then tiles of T: q, k [lp, Dk], v [lp, bv], C rounded to T (Cb, the products'
+// operand) [Dk, bv], the scores [lp, lp]. Every row is padded by 16 bytes (tile_ld).
 template <typename T, bool TC>
 __device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                               const T* __restrict__ gi, const T* __restrict__ gf, const T* __restrict__ c0,
                               const T* __restrict__ n0, const T* __restrict__ m0, T* __restrict__ hout,
                               float* __restrict__ cs, float* __restrict__ ns, float* __restrict__ ms, RecDims d) {
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) unsigned char smem[];
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h;
     const VTile vt = value_tile(d);
     const bool lead = blockIdx.y == 0;
-    const int lp = round16(d.chunk), ldk = d.dk + 4, ldv = d.bv + 4, ldl = lp + 4;
+    const int lp = round16(d.chunk), ldc = tile_ld<float>(d.bv);
     const int nc = (d.t + d.chunk - 1) / d.chunk;
     const Heads hd{d.t, d.h};
-    float* p = smem;
-    float* Q = p;
-    p += lp * ldk;
-    float* K = p;
-    p += lp * ldk;
-    float* V = p;
-    p += lp * ldv;
-    float* C = p;
-    p += d.dk * ldv;
-    float* P = p;
-    p += lp * ldl;
-    float* HB = p;
-    p += lp * ldv;
-    float* nv = p;
-    p += d.dk;
-    float* qn = p;
-    p += lp;
-    float* rden = p;
-    p += lp;
-    const Gates g = carve_gates(p, lp);
+    float* f = reinterpret_cast<float*>(smem);
+    const STile<float> C{f, ldc};
+    f += d.dk * ldc;
+    const STile<float> HB{f, ldc};
+    f += lp * ldc;
+    float* nv = f;
+    f += round16(d.dk);
+    float* qn = f;
+    f += lp;
+    float* rden = f;
+    f += lp;
+    float* psum = f;
+    f += lp;
+    const Gates g = carve_gates(f, lp);
+    T* e = reinterpret_cast<T*>(f);
+    const STile<T> Q{e, tile_ld<T>(d.dk)};
+    e += lp * Q.ld;
+    const STile<T> K{e, Q.ld};
+    e += lp * K.ld;
+    const STile<T> V{e, tile_ld<T>(d.bv)};
+    e += lp * V.ld;
+    const STile<T> Cb{e, V.ld};
+    e += d.dk * Cb.ld;
+    const STile<T> P{e, tile_ld<T>(lp)};
     __shared__ float m_prev;
 
     const u64 csz = (u64)d.dk * d.dv;
     float* c_out = cs + (u64)bh * (nc + 1) * csz;
     float* n_out = ns + (u64)bh * (nc + 1) * d.dk;
     for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-        const int r = idx / vt.w, e = idx % vt.w;
-        const float x = to_float(c0[bh * csz + r * d.dv + vt.e0 + e]);
-        C[r * ldv + e] = x;
-        c_out[r * d.dv + vt.e0 + e] = x;
+        const int r = idx / vt.w, c = idx % vt.w;
+        const float x = to_float(c0[bh * csz + r * d.dv + vt.e0 + c]);
+        C.set(r, c, x);
+        Cb.set(r, c, x);
+        c_out[r * d.dv + vt.e0 + c] = x;
     }
     // n and m do not depend on v: every value tile carries them, the first one stores them.
-    for (int e = threadIdx.x; e < d.dk; e += nthreads()) {
-        nv[e] = to_float(n0[(u64)bh * d.dk + e]);
-        if (lead) n_out[e] = nv[e];
+    for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
+        nv[c] = to_float(n0[(u64)bh * d.dk + c]);
+        if (lead) n_out[c] = nv[c];
     }
     if (threadIdx.x == 0) {
         m_prev = to_float(m0[bh]);
@@ -124,53 +140,49 @@ __device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, 
 
     for (int ci = 0; ci < nc; ++ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
-        load_rows(Q, ldk, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_rows(K, ldk, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_cols(V, ldv, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+        load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+        load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
-        chunk_scores<TC>(P, ldl, Q, K, ldk, d.dk, g, len, lc, d.scale);
+        chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+        // Per row: q·n and the denominator's inverse.
         for (int j = warp_id(); j < lc; j += nwarps()) {
-            const float x = warp_dot(Q + j * ldk, nv, d.dk);
-            if (lane_id() == 0) qn[j] = x * d.scale;
-        }
-        block_mm<TC>(rows_of(P, ldl), rows_of(V, ldv), lc, lc, vt.w,
-                     [&](int j, int e, float x) { HB[j * ldv + e] = x; });
-        __syncthreads();
-        block_mm<TC>(rows_of(Q, ldk), rows_of(C, ldv), lc, d.dk, vt.w,
-                     [&](int j, int e, float x) { HB[j * ldv + e] += g.a[j] * d.scale * x; });
-        for (int j = warp_id(); j < lc; j += nwarps()) {
-            float s = 0.0f;
-            for (int c = lane_id(); c < lc; c += 32) s += P[j * ldl + c];
-            s = warp_sum(s);
+            const float x = warp_dot(Q.p + j * Q.ld, nv, d.dk) * d.scale;
             if (lane_id() == 0) {
-                const float nq = s + g.a[j] * qn[j];
+                qn[j] = x;
+                const float nq = psum[j] + g.a[j] * x;
                 rden[j] = j < len ? 1.0f / (fmaxf(fabsf(nq), expf(-g.m[j])) + d.eps) : 0.0f;
             }
         }
+        // h = (P V + diag(a) Q C / sqrt(Dk)) / den, the second term first into HB.
+        block_mm<TC>(Q, Cb, lc, d.dk, vt.w, [&](int j, int c, float x) { HB.set(j, c, g.a[j] * d.scale * x); });
         __syncthreads();
-        for (int idx = threadIdx.x; idx < len * vt.w; idx += nthreads()) {
-            const int j = idx / vt.w, e = idx % vt.w;
-            hout[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + e] = from_float<T>(HB[j * ldv + e] * rden[j]);
+        block_mm_onto<TC>(P, V, lc, lc, vt.w, HB, [&](int j, int c, float x, float o) {
+            if (j < len) hout[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + c] = from_float<T>((o + x) * rden[j]);
+        });
+        // n = a_end n + sum_s w_last,s k_s, from k before its scaling below.
+        const float a_end = g.a[len - 1];
+        for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
+            float s = 0.0f;
+            for (int j = 0; j < len; ++j) s = fmaf(K.at(j, c), weight(g, len - 1, j, len), s);
+            nv[c] = a_end * nv[c] + s;
+            if (lead) n_out[(u64)(ci + 1) * d.dk + c] = nv[c];
         }
+        __syncthreads();
         // K becomes diag(w_last) K: each step's weight in the state at the chunk's end.
         for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
-            const int s = idx / d.dk;
-            K[s * ldk + idx % d.dk] *= weight(g, len - 1, s, len);
+            const int s = idx / d.dk, c = idx % d.dk;
+            K.set(s, c, K.at(s, c) * weight(g, len - 1, s, len));
         }
         __syncthreads();
-        const float a_end = g.a[len - 1];
         float* c_next = c_out + (u64)(ci + 1) * csz;
-        block_mm<TC>(rows_of(K, ldk).t(), rows_of(V, ldv), d.dk, lc, vt.w, [&](int r, int e, float x) {
-            const float c = a_end * C[r * ldv + e] + x;
-            C[r * ldv + e] = c;
-            c_next[r * d.dv + vt.e0 + e] = c;
+        block_mm<TC>(K.t(), V, d.dk, lc, vt.w, [&](int r, int c, float x) {
+            const float y = a_end * C.at(r, c) + x;
+            C.set(r, c, y);
+            Cb.set(r, c, y);
+            c_next[r * d.dv + vt.e0 + c] = y;
         });
-        for (int e = threadIdx.x; e < d.dk; e += nthreads()) {
-            float s = 0.0f;
-            for (int j = 0; j < len; ++j) s += K[j * ldk + e];
-            nv[e] = a_end * nv[e] + s;
-            if (lead) n_out[(u64)(ci + 1) * d.dk + e] = nv[e];
-        }
         __syncthreads();
         if (threadIdx.x == 0) {
             m_prev = g.m[len - 1];
@@ -182,7 +194,11 @@ __device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, 
 
 // Gradients; see the CPU kernel for the derivation. dC is carried in `dcs` ([B·H, Dk, Dv] f32
 // scratch), dn in shared memory; the stabilizers' own gradient is routed along the recurrence
-// of m at the end of each chunk, whose m values are at hand then.
+// of m at the end of each chunk, whose m values are at hand then. Shared memory
+// (`backward_bytes` in src/kernels/mlstm.rs matches): f32 first, an accumulator tile [lp,
+// max(Dk, bv)], dn and n [Dk] and the per-row vectors; then tiles of T: q, k [lp, Dk], v and
+// dnum [lp, bv], the scores and their gradient [lp, lp], and dC and C_prev rounded to T (the
+// products' operands) [Dk, bv].
 template <typename T, bool TC>
 __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ cs,
@@ -192,47 +208,52 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
                                T* __restrict__ dk, T* __restrict__ dv, T* __restrict__ di, T* __restrict__ df,
                                T* __restrict__ dc0, T* __restrict__ dn0, T* __restrict__ dm0,
                                float* __restrict__ dcs, float* __restrict__ part_buf, RecDims d) {
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) unsigned char smem[];
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h;
     const VTile vt = value_tile(d);
     const bool lead = blockIdx.y == 0;
-    const int lp = round16(d.chunk), ldk = d.dk + 4, ldv = d.bv + 4, ldl = lp + 4, lda = max(ldk, ldv);
-    const int nc = (d.t + d.chunk - 1) / d.chunk;
+    const int lp = round16(d.chunk), nc = (d.t + d.chunk - 1) / d.chunk;
     const Heads hd{d.t, d.h};
-    float* p = smem;
-    float* Q = p;
-    p += lp * ldk;
-    float* K = p;
-    p += lp * ldk;
-    float* V = p;
-    p += lp * ldv;
-    float* DN = p;
-    p += lp * ldv;
-    float* ACC = p;
-    p += lp * lda;
-    float* P = p;
-    p += lp * ldl;
-    float* DP = p;
-    p += lp * ldl;
-    float* dnv = p;
-    p += d.dk;
-    float* np = p;
-    p += d.dk;
-    float* qn = p;
-    p += lp;
-    float* dnq = p;
-    p += lp;
-    float* dmv = p;
-    p += lp;
-    float* drow = p;
-    p += lp;
-    float* dcol = p;
-    p += lp;
-    float* dlend = p;
-    p += lp;
-    float* dloga = p;
-    p += lp;
-    const Gates g = carve_gates(p, lp);
+    float* f = reinterpret_cast<float*>(smem);
+    const STile<float> ACC{f, tile_ld<float>(max(d.dk, d.bv))};
+    f += lp * ACC.ld;
+    float* dnv = f;
+    f += round16(d.dk);
+    float* np = f;
+    f += round16(d.dk);
+    float* qn = f;
+    f += lp;
+    float* dnq = f;
+    f += lp;
+    float* dmv = f;
+    f += lp;
+    float* drow = f;
+    f += lp;
+    float* dcol = f;
+    f += lp;
+    float* dlend = f;
+    f += lp;
+    float* dloga = f;
+    f += lp;
+    float* psum = f;
+    f += lp;
+    const Gates g = carve_gates(f, lp);
+    T* e = reinterpret_cast<T*>(f);
+    const STile<T> Q{e, tile_ld<T>(d.dk)};
+    e += lp * Q.ld;
+    const STile<T> K{e, Q.ld};
+    e += lp * K.ld;
+    const STile<T> V{e, tile_ld<T>(d.bv)};
+    e += lp * V.ld;
+    const STile<T> DN{e, V.ld};
+    e += lp * DN.ld;
+    const STile<T> P{e, tile_ld<T>(lp)};
+    e += lp * P.ld;
+    const STile<T> DP{e, P.ld};
+    e += lp * DP.ld;
+    const STile<T> dCb{e, V.ld};
+    e += d.dk * dCb.ld;
+    const STile<T> Cpb{e, V.ld};
     __shared__ float scratch[32];
     __shared__ float carry;
 
@@ -252,15 +273,16 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
     const float* n_all = ns + (u64)bh * (nc + 1) * d.dk;
     const float* m_all = ms + (u64)bh * (nc + 1);
     float* dc = dcs + (u64)bh * csz + vt.e0;
+    const Mat dcm{dc, d.dv, 1};
     float part = 0.0f;
     for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
         const int at = (idx / vt.w) * d.dv + idx % vt.w;
         dc[at] = to_float(dcT[bh * csz + vt.e0 + at]);
         part -= dc[at] * c_all[nc * csz + at];
     }
-    for (int e = threadIdx.x; e < d.dk; e += nthreads()) {
-        dnv[e] = lead ? to_float(dnT[(u64)bh * d.dk + e]) : 0.0f;
-        part -= dnv[e] * n_all[(u64)nc * d.dk + e];
+    for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
+        dnv[c] = lead ? to_float(dnT[(u64)bh * d.dk + c]) : 0.0f;
+        part -= dnv[c] * n_all[(u64)nc * d.dk + c];
     }
     // dL/dm at the last step, from the final state: every state is exp(-m) times a stable one.
     const float dm_last = (lead ? to_float(dmT[bh]) : 0.0f) + block_sum(part, scratch);
@@ -270,28 +292,32 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
         const float* c_prev = c_all + (u64)ci * csz;
         const float m_prev = m_all[ci];
-        load_rows(Q, ldk, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_rows(K, ldk, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_cols(V, ldv, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        // The carried dC and the state before the chunk, as operands; their dot (with dn·n) is
+        // the share of the chunk's log decay in the carried gradient.
+        part = stage_states(Cpb, c_prev, dCb, dc, d, vt);
+        load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+        load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+        load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
         // dh into DN (scaled by 1 / (den + eps) below) and h into ACC, free until dv's product.
-        load_cols(DN, ldv, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
-        load_cols(ACC, lda, hfw, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
-        for (int e = threadIdx.x; e < d.dk; e += nthreads()) np[e] = n_all[(u64)ci * d.dk + e];
-        for (int j = threadIdx.x; j < lc; j += nthreads()) dlend[j] = 0.0f;
+        load_cols(DN.p, DN.ld, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        load_cols(ACC.p, ACC.ld, hfw, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
+            np[c] = n_all[(u64)ci * d.dk + c];
+            part = fmaf(dnv[c], np[c], part);
+        }
+        for (int j = threadIdx.x; j < lp; j += nthreads()) dlend[j] = psum[j] = drow[j] = dcol[j] = 0.0f;
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
-        chunk_scores<TC>(P, ldl, Q, K, ldk, d.dk, g, len, lc, d.scale);
+        chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
         // Per row: the denominator, dnum = dh / (den + eps) in DN, dden's shares.
         for (int j = warp_id(); j < lc; j += nwarps()) {
-            const float qnj = warp_dot(Q + j * ldk, np, d.dk) * d.scale;
-            float s = 0.0f;
-            for (int c = lane_id(); c < lc; c += 32) s += P[j * ldl + c];
-            s = warp_sum(s);
-            const float nq = s + g.a[j] * qnj, den = fmaxf(fabsf(nq), expf(-g.m[j]));
+            const float qnj = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
+            const float nq = psum[j] + g.a[j] * qnj, den = fmaxf(fabsf(nq), expf(-g.m[j]));
             const float r = j < len ? 1.0f / (den + d.eps) : 0.0f;
             float hd_dot = 0.0f;
-            for (int e = lane_id(); e < vt.w; e += 32) {
-                hd_dot = fmaf(DN[j * ldv + e], ACC[j * lda + e], hd_dot);
-                DN[j * ldv + e] *= r;
+            for (int c = lane_id(); c < vt.w; c += 32) {
+                const float x = DN.at(j, c);
+                hd_dot = fmaf(x, ACC.at(j, c), hd_dot);
+                DN.set(j, c, x * r);
             }
             const float dden = -warp_sum(hd_dot) * r;
             if (lane_id() == 0) {
@@ -303,69 +329,56 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
         }
         __syncthreads();
         const float a_end = g.a[len - 1];
-        // dv = P^T dnum + diag(w_last) K dC.
+        // dv = P^T dnum + diag(w_last) K dC (its second term into ACC first).
         block_mm_sums<TC>(
-            rows_of(K, ldk), Mat{dc, d.dv, 1}, lc, d.dk, vt.w,
-            [&](int s, int e, float x) {
+            K, dCb, lc, d.dk, vt.w,
+            [&](int s, int c, float x) {
                 const float w = weight(g, len - 1, s, len) * x;
-                ACC[s * lda + e] = w;
-                return make_float2(w * V[s * ldv + e], 0.0f);
+                ACC.set(s, c, w);
+                return make_float2(w * V.at(s, c), 0.0f);
             },
             dlend, nullptr);
         __syncthreads();
-        block_mm<TC>(rows_of(P, ldl).t(), rows_of(DN, ldv), lc, lc, vt.w, [&](int s, int e, float x) {
-            if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + e] = from_float<T>(ACC[s * lda + e] + x);
+        block_mm_onto<TC>(P.t(), DN, lc, lc, vt.w, ACC, [&](int s, int c, float x, float o) {
+            if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + c] = from_float<T>(o + x);
         });
-        block_mm<TC>(rows_of(DN, ldv), rows_of(V, ldv).t(), lc, vt.w, lc, [&](int j, int s, float x) {
-            DP[j * ldl + s] = (s <= j && j < len) ? x + dnq[j] : 0.0f;
-        });
+        // dP = dnum V^T (+ dnq on the causal part): dP ⊙ P, the log-weight gradients, by rows (to
+        // F_j) and columns (to i_s and -F_s); DP becomes dS = dP ⊙ w.
+        block_mm_sums<TC>(
+            DN, V.t(), lc, vt.w, lc,
+            [&](int j, int s, float x) {
+                const bool in = s <= j && j < len;
+                const float dp = in ? x + dnq[j] : 0.0f, dl = dp * P.at(j, s);
+                DP.set(j, s, dp * weight(g, j, s, len));
+                return make_float2(dl, dl);
+            },
+            drow, dcol);
         __syncthreads();
-        // Log-weight gradients dP ⊙ P by rows (to F_j) and columns (to i_s and -F_s); dS = dP ⊙ w.
-        for (int j = threadIdx.x; j < lc; j += nthreads()) {
-            float r = 0.0f, c = 0.0f;
-            for (int s = 0; s < lc; ++s) {
-                r = fmaf(DP[j * ldl + s], P[j * ldl + s], r);
-                c = fmaf(DP[s * ldl + j], P[s * ldl + j], c);
-            }
-            drow[j] = r;
-            dcol[j] = c;
-        }
-        __syncthreads();
-        for (int idx = threadIdx.x; idx < lc * lc; idx += nthreads()) {
-            const int j = idx / lc, s = idx % lc;
-            DP[j * ldl + s] *= weight(g, j, s, len);
-        }
         // dk = dS^T Q + diag(w_last) (V dC^T + dn).
-        block_mm<TC>(rows_of(V, ldv), Mat{dc, 1, d.dv}, lc, vt.w, d.dk, [&](int s, int e, float x) {
-            ACC[s * lda + e] = weight(g, len - 1, s, len) * (x + dnv[e]);
+        block_mm<TC>(V, dCb.t(), lc, vt.w, d.dk, [&](int s, int c, float x) {
+            ACC.set(s, c, weight(g, len - 1, s, len) * (x + dnv[c]));
         });
         __syncthreads();
-        block_mm<TC>(rows_of(DP, ldl).t(), rows_of(Q, ldk), lc, lc, d.dk, [&](int s, int e, float x) {
-            if (s < len) s_dk.put(hd.at(b, hh, t0 + s, d.dk) + e, ACC[s * lda + e] + x * d.scale);
+        block_mm_onto<TC>(DP.t(), Q, lc, lc, d.dk, ACC, [&](int s, int c, float x, float o) {
+            if (s < len) s_dk.put(hd.at(b, hh, t0 + s, d.dk) + c, o + x * d.scale);
         });
         __syncthreads();
         // dq = (dS K + diag(a) (dnum C_prev^T + dnq n_prev^T)) / sqrt(Dk).
-        block_mm<TC>(rows_of(DN, ldv), Mat{c_prev, 1, d.dv}, lc, vt.w, d.dk,
-                     [&](int j, int e, float x) { ACC[j * lda + e] = x; });
+        block_mm<TC>(DN, Cpb.t(), lc, vt.w, d.dk, [&](int j, int c, float x) { ACC.set(j, c, x); });
         __syncthreads();
         for (int j = warp_id(); j < lc; j += nwarps()) {
-            const float qx = warp_dot(Q + j * ldk, ACC + j * lda, d.dk) * d.scale;
-            const float kn = warp_dot(K + j * ldk, dnv, d.dk);
+            const float qx = warp_dot(Q.p + j * Q.ld, ACC.p + j * ACC.ld, d.dk) * d.scale;
+            const float kn = warp_dot(K.p + j * K.ld, dnv, d.dk);
             if (lane_id() == 0) {
                 dloga[j] = g.a[j] * (qx + dnq[j] * qn[j]);
                 dlend[j] += weight(g, len - 1, j, len) * kn;
             }
         }
-        block_mm<TC>(rows_of(DP, ldl), rows_of(K, ldk), lc, lc, d.dk, [&](int j, int e, float x) {
+        block_mm<TC>(DP, K, lc, lc, d.dk, [&](int j, int c, float x) {
             if (j < len)
-                s_dq.put(hd.at(b, hh, t0 + j, d.dk) + e, (x + g.a[j] * (ACC[j * lda + e] + dnq[j] * np[e])) * d.scale);
+                s_dq.put(hd.at(b, hh, t0 + j, d.dk) + c,
+                         (x + g.a[j] * (ACC.at(j, c) + dnq[j] * np[c])) * d.scale);
         });
-        part = 0.0f;
-        for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-            const int at = (idx / vt.w) * d.dv + idx % vt.w;
-            part = fmaf(dc[at], c_prev[at], part);
-        }
-        for (int e = threadIdx.x; e < d.dk; e += nthreads()) part = fmaf(dnv[e], np[e], part);
         const float dlog_carry = a_end * block_sum(part, scratch);
         // The gates: log w_js = i_s + F_j - F_s - m_j and log a_j = m_prev + F_j - m_j (m held
         // fixed), then m's own gradient along its recurrence.
@@ -393,17 +406,21 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
             }
             carry = c;
         }
-        // The state gradient to the chunk before: dC = a_end dC + (diag(a) Q)^T dnum, Q scaled.
-        for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads())
-            Q[(idx / d.dk) * ldk + idx % d.dk] *= g.a[idx / d.dk] * d.scale;
-        __syncthreads();
-        block_mm<TC>(rows_of(Q, ldk).t(), rows_of(DN, ldv), d.dk, lc, vt.w,
-                     [&](int r, int e, float x) { dc[r * d.dv + e] = a_end * dc[r * d.dv + e] + x; });
-        for (int e = threadIdx.x; e < d.dk; e += nthreads()) {
+        // The state gradients to the chunk before: dn = a_end dn + (diag(a) Q)^T dnq / sqrt(Dk)
+        // (from q before its scaling below), then dC = a_end dC + (diag(a) Q)^T dnum / sqrt(Dk).
+        for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
             float s = 0.0f;
-            for (int j = 0; j < len; ++j) s = fmaf(Q[j * ldk + e], dnq[j], s);
-            dnv[e] = a_end * dnv[e] + s;
+            for (int j = 0; j < len; ++j) s = fmaf(Q.at(j, c) * g.a[j], dnq[j], s);
+            dnv[c] = a_end * dnv[c] + s * d.scale;
         }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
+            const int j = idx / d.dk, c = idx % d.dk;
+            Q.set(j, c, Q.at(j, c) * g.a[j] * d.scale);
+        }
+        __syncthreads();
+        block_mm_onto<TC>(Q.t(), DN, d.dk, lc, vt.w, dcm,
+                          [&](int r, int c, float x, float o) { dc[r * d.dv + c] = a_end * o + x; });
         __syncthreads();
     }
     part = 0.0f;
@@ -412,9 +429,9 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
         dc0[bh * csz + vt.e0 + at] = from_float<T>(dc[at]);
         part = fmaf(dc[at], c_all[at], part);
     }
-    for (int e = threadIdx.x; e < d.dk; e += nthreads()) {
-        s_dn.put((u64)bh * d.dk + e, dnv[e]);
-        part = fmaf(dnv[e], n_all[e], part);
+    for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
+        s_dn.put((u64)bh * d.dk + c, dnv[c]);
+        part = fmaf(dnv[c], n_all[c], part);
     }
     const float gm = block_sum(part, scratch);
     if (threadIdx.x == 0) s_dm.put(bh, gm + carry);

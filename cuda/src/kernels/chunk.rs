@@ -187,12 +187,10 @@ pub(crate) fn head_launch(
     })
 }
 
-/// Rows of a chunk tile, padded to whole 16-row tensor-core tiles, and the padded row lengths
-/// of the `[rows, Dk]`, `[rows, bv]` (a value tile) and `[rows, rows]` tiles (4 floats past the
-/// data, so that the rows of a fragment fall in different shared-memory banks).
-pub(crate) fn tile_sizes(s: RecurrentShape, args: &RecArgs) -> (usize, usize, usize, usize) {
-    let lp = s.chunk.next_multiple_of(16);
-    (lp, s.dk + 4, args.bv() + 4, lp + 4)
+/// The row length of a shared tile of n columns of `size`-byte elements: n and 16 bytes more
+/// (`tile_ld` in chunk.cuh).
+pub(crate) fn tile_ld(n: usize, size: usize) -> usize {
+    n + 16 / size
 }
 
 /// With several value tiles, the f32 buffer `[nv, stride]` of the tiles' shares of the gradients

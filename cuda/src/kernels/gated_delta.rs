@@ -2,7 +2,9 @@
 //! `kernels/mma.cuh` and `kernels/chunk.cuh`): one block per (batch, head, value tile); f32 data is
 //! multiplied in f32, bf16 data on tensor cores (bf16 shared tiles through ldmatrix).
 
-use super::chunk::{check_operands, head_launch, sum_tiles, tile_shares, RecArgs, RecurrentShape};
+use super::chunk::{
+    check_operands, head_launch, sum_tiles, tile_ld, tile_shares, RecArgs, RecurrentShape,
+};
 use super::{float_kernel, launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
@@ -65,12 +67,16 @@ fn shared_bytes(
 ) -> usize {
     let lp = s.chunk.next_multiple_of(16);
     let e = dt.size_bytes();
-    let ld = |n: usize, size: usize| n + 16 / size;
-    let f32s = lp * ld(args.bv(), 4) + lp * ld(lp, 4) + lp * (lp / 4).max(16) + (6 + vectors) * lp;
+    let f32s = lp * tile_ld(args.bv(), 4)
+        + lp * tile_ld(lp, 4)
+        + lp * (lp / 4).max(16)
+        + (6 + vectors) * lp;
     let elems = lp
-        * (ld(s.dk.max(args.bv()), e) + ld(s.dk, e) + (row_tiles - 2) * ld(args.bv(), e))
-        + lp * ld(lp, e)
-        + (s.dk + (state_tiles - 1) * s.dk.max(lp)) * ld(args.bv(), e);
+        * (tile_ld(s.dk.max(args.bv()), e)
+            + tile_ld(s.dk, e)
+            + (row_tiles - 2) * tile_ld(args.bv(), e))
+        + lp * tile_ld(lp, e)
+        + (s.dk + (state_tiles - 1) * s.dk.max(lp)) * tile_ld(args.bv(), e);
     4 * f32s + e * elems
 }
 

@@ -3,7 +3,7 @@
 //! bf16 data on tensor cores.
 
 use super::chunk::{
-    check_operands, head_launch, sum_tiles, tile_shares, tile_sizes, RecArgs, RecurrentShape,
+    check_operands, head_launch, sum_tiles, tile_ld, tile_shares, RecArgs, RecurrentShape,
 };
 use super::{float_kernel, launch};
 use crate::nvrtc::KernelSource;
@@ -70,18 +70,26 @@ impl MlstmInputs<'_> {
     }
 }
 
-/// Shared-memory floats of the forward: q, k, v and h tiles, the state C (a value tile of
-/// each), the scores, vectors.
-fn forward_floats(s: RecurrentShape, args: &RecArgs) -> usize {
-    let (lp, ldk, ldv, ldl) = tile_sizes(s, args);
-    2 * lp * ldk + 2 * lp * ldv + s.dk * ldv + lp * ldl + s.dk + 7 * lp
+/// Shared-memory bytes of the forward (`mlstm_forward` in mlstm.cu): f32 the state C and the
+/// output's sum tile (`[Dk, bv]`, `[lp, bv]`), n and the per-row vectors; then tiles of the data's
+/// type: q, k `[lp, Dk]`, v `[lp, bv]`, C rounded `[Dk, bv]`, the scores `[lp, lp]`.
+fn forward_bytes(s: RecurrentShape, args: &RecArgs, dt: DType) -> usize {
+    let (lp, e, bv) = (s.chunk.next_multiple_of(16), dt.size_bytes(), args.bv());
+    let f32s = (s.dk + lp) * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + 8 * lp;
+    let elems = 2 * lp * tile_ld(s.dk, e) + (lp + s.dk) * tile_ld(bv, e) + lp * tile_ld(lp, e);
+    4 * f32s + e * elems
 }
 
-/// Shared-memory floats of the backward: q, k, v, dnum and an accumulator tile, the scores
-/// and their gradient, vectors.
-fn backward_floats(s: RecurrentShape, args: &RecArgs) -> usize {
-    let (lp, ldk, ldv, ldl) = tile_sizes(s, args);
-    2 * lp * ldk + 2 * lp * ldv + lp * ldk.max(ldv) + 2 * lp * ldl + 2 * s.dk + 12 * lp
+/// Shared-memory bytes of the backward (`mlstm_backward` in mlstm.cu): f32 an accumulator tile
+/// `[lp, max(Dk, bv)]`, dn and n, the per-row vectors; then tiles of the data's type: q, k
+/// `[lp, Dk]`, v, dnum `[lp, bv]`, the scores and their gradient `[lp, lp]`, dC and C_prev rounded
+/// `[Dk, bv]`.
+fn backward_bytes(s: RecurrentShape, args: &RecArgs, dt: DType) -> usize {
+    let (lp, e, bv) = (s.chunk.next_multiple_of(16), dt.size_bytes(), args.bv());
+    let f32s = lp * tile_ld(s.dk.max(bv), 4) + 2 * s.dk.next_multiple_of(16) + 13 * lp;
+    let elems =
+        2 * lp * tile_ld(s.dk, e) + 2 * (lp + s.dk) * tile_ld(bv, e) + 2 * lp * tile_ld(lp, e);
+    4 * f32s + e * elems
 }
 
 /// The chunkwise forward from the state `s0` (of the inputs' dtype); see
@@ -95,7 +103,8 @@ pub fn mlstm_forward(
 ) -> Result<MlstmForward, CudaError> {
     const OP: &str = "mlstm_forward";
     let (args, dt) = x.check(OP, dev, s, eps)?;
-    let args = args.fit(dev, dt, |a| 4 * forward_floats(s, a));
+    let bytes = |a: &RecArgs| forward_bytes(s, a, dt);
+    let args = args.fit(dev, dt, bytes);
     check_operands(
         OP,
         dev,
@@ -112,7 +121,7 @@ pub fn mlstm_forward(
         m: dev.alloc(DType::F32, s.boundaries(1))?,
     };
     let name = float_kernel!(OP, "mlstm_forward", dt)?;
-    let cfg = head_launch(OP, dev, s, &args, 4 * forward_floats(s, &args))?;
+    let cfg = head_launch(OP, dev, s, &args, bytes(&args))?;
     // SAFETY: mlstm_forward_T(q, k, v, i, f, c0, n0, m0, h, cs, ns, ms, RecDims); every buffer
     // was checked (or allocated) at the length the sizes in `args` imply, and the shared memory
     // asked for is what the kernel carves for those sizes.
@@ -145,7 +154,8 @@ pub fn mlstm_backward(
 ) -> Result<Vec<Buffer>, CudaError> {
     const OP: &str = "mlstm_backward";
     let (args, dt) = x.check(OP, dev, s, eps)?;
-    let args = args.fit(dev, dt, |a| 4 * backward_floats(s, a));
+    let bytes = |a: &RecArgs| backward_bytes(s, a, dt);
+    let args = args.fit(dev, dt, bytes);
     let f32 = DType::F32;
     check_operands(
         OP,
@@ -191,7 +201,7 @@ pub fn mlstm_backward(
     let stride = 2 * rk + 2 * r1 + nh * (s.dk + 1);
     let shares = tile_shares(dev, &args, stride)?;
     let name = float_kernel!(OP, "mlstm_backward", dt)?;
-    let cfg = head_launch(OP, dev, s, &args, 4 * backward_floats(s, &args))?;
+    let cfg = head_launch(OP, dev, s, &args, bytes(&args))?;
     // With one tile the kernel never touches `part`: dq stands in.
     let part = shares.as_ref().unwrap_or(&g[0]);
     // SAFETY: mlstm_backward_T(q, k, v, i, f, cs, ns, ms, h, dh, dc, dn, dm, dq, dk, dv, di, df,
