@@ -113,6 +113,43 @@ template <bool TR> __device__ __forceinline__ void frag_b(const STile<bf16, TR>&
     f[1][1] = x[3];
 }
 
+// Two views side by side along a product's inner dimension, split at k1 (a multiple of 16): as
+// an A operand [x | y] (columns, ROWS false), as a B operand [x ; y] (rows, ROWS true), so that
+// x1 y1 + x2 y2 is one product, one pass over its output. Each tensor-core k-step lies within
+// one of the two, which hands out its fragments.
+template <typename X, typename Y, bool ROWS>
+struct Cat {
+    X x;
+    Y y;
+    int k1;
+    __device__ __forceinline__ float at(int r, int c) const {
+        if constexpr (ROWS)
+            return r < k1 ? x.at(r, c) : y.at(r - k1, c);
+        else
+            return c < k1 ? x.at(r, c) : y.at(r, c - k1);
+    }
+};
+template <typename X, typename Y> __device__ __forceinline__ Cat<X, Y, false> cat_cols(X x, Y y, int k1) {
+    return Cat<X, Y, false>{x, y, k1};
+}
+template <typename X, typename Y> __device__ __forceinline__ Cat<X, Y, true> cat_rows(X x, Y y, int k1) {
+    return Cat<X, Y, true>{x, y, k1};
+}
+template <typename X, typename Y>
+__device__ __forceinline__ void frag_a(const Cat<X, Y, false>& a, int r0, int k0, u32 (&f)[4]) {
+    if (k0 < a.k1)
+        frag_a(a.x, r0, k0, f);
+    else
+        frag_a(a.y, r0, k0 - a.k1, f);
+}
+template <typename X, typename Y>
+__device__ __forceinline__ void frag_b(const Cat<X, Y, true>& b, int k0, int c0, u32 (&f)[2][2]) {
+    if (k0 < b.k1)
+        frag_b(b.x, k0, c0, f);
+    else
+        frag_b(b.y, k0 - b.k1, c0, f);
+}
+
 // No prior values (see block_mm_core's `prior`), for products that start from nothing.
 struct NoPrior {
     __device__ __forceinline__ float at(int, int) const { return 0.0f; }
@@ -365,25 +402,35 @@ __device__ __forceinline__ VTile value_tile(const RecDims& d) {
 }
 
 // The value tiles of two [Dk, Dv] f32 states in global memory (x, y at the tile's first column)
-// into [Dk, w] tiles, 16-byte loads where the columns allow, unrolled so that a thread's loads are
-// in flight together. Returns this thread's share of the sum of x ⊙ y over the tile. Does not
-// synchronize.
+// into [Dk, w] tiles, 16-byte loads where the columns allow, LOAD_BATCH of each issued before any
+// is stored (the stores to shared memory could alias the loads for all the compiler knows, so it
+// would not hoist them itself). Returns this thread's share of the sum of x ⊙ y over the tile.
+// Does not synchronize.
 template <typename E>
 __device__ float stage_states(STile<E> xs, const float* x, STile<E> ys, const float* y, const RecDims& d, VTile vt) {
     float s = 0.0f;
     if (vt.w % 4 == 0 && d.dv % 4 == 0 && vt.e0 % 4 == 0) {
-        const int per = vt.w / 4;
-#pragma unroll 8
-        for (int idx = threadIdx.x; idx < d.dk * per; idx += nthreads()) {
-            const int i = idx / per, e = (idx % per) * 4;
-            const float4 a = *reinterpret_cast<const float4*>(x + i * d.dv + e);
-            const float4 c = *reinterpret_cast<const float4*>(y + i * d.dv + e);
-            s += a.x * c.x + a.y * c.y + a.z * c.z + a.w * c.w;
-            const float av[4] = {a.x, a.y, a.z, a.w}, cv[4] = {c.x, c.y, c.z, c.w};
+        const int per = vt.w / 4, n = d.dk * per;
+        for (int base = threadIdx.x; base < n; base += LOAD_BATCH * nthreads()) {
+            float4 a[LOAD_BATCH], c[LOAD_BATCH];
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                xs.set(i, e + u, av[u]);
-                ys.set(i, e + u, cv[u]);
+            for (int u = 0; u < LOAD_BATCH; ++u) {
+                const int idx = base + u * nthreads(), i = idx / per, e = (idx % per) * 4;
+                const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+                a[u] = idx < n ? *reinterpret_cast<const float4*>(x + i * d.dv + e) : zero;
+                c[u] = idx < n ? *reinterpret_cast<const float4*>(y + i * d.dv + e) : zero;
+            }
+#pragma unroll
+            for (int u = 0; u < LOAD_BATCH; ++u) {
+                const int idx = base + u * nthreads(), i = idx / per, e = (idx % per) * 4;
+                if (idx >= n) continue;
+                s += a[u].x * c[u].x + a[u].y * c[u].y + a[u].z * c[u].z + a[u].w * c[u].w;
+                const float av[4] = {a[u].x, a[u].y, a[u].z, a[u].w}, cv[4] = {c[u].x, c[u].y, c[u].z, c[u].w};
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    xs.set(i, e + k, av[k]);
+                    ys.set(i, e + k, cv[k]);
+                }
             }
         }
     } else {
@@ -395,6 +442,27 @@ __device__ float stage_states(STile<E> xs, const float* x, STile<E> ys, const fl
         }
     }
     return s;
+}
+
+// f(i, x[i]) for every i < n, spread over the block, for x in global memory (f32 scratch that
+// earlier phases wrote): each thread loads 2 LOAD_BATCH of its elements before calling f on any,
+// so the loads wait out one latency together instead of one each behind f's stores.
+template <typename F>
+__device__ __forceinline__ void for_each_loaded(const float* x, int n, F f) {
+    constexpr int U = 2 * LOAD_BATCH;
+    for (int base = threadIdx.x; base < n; base += U * nthreads()) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * nthreads();
+            v[u] = i < n ? x[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * nthreads();
+            if (i < n) f(i, v[u]);
+        }
+    }
 }
 
 // Where a block writes a gradient that sums over the value tiles (every term of such a gradient

@@ -489,12 +489,12 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         __syncthreads();
         // Back through q / sqrt(|q|^2 + eps) / sqrt(Dk): scale r (dy - n (n·dy)); then q becomes
         // diag(γ) q for dS_prev.
-        for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
+        for_each_loaded(DQ, len * d.dk, [&](int idx, float y) {
             const int j = idx / d.dk, e = idx % d.dk;
             const float c = cq[j] / (d.scale * d.scale), nq = tl.Q.at(j, e);
-            s_dq.put(hd.at(b, hh, t0 + j, d.dk) + e, d.scale * r.rq[j] * (DQ[idx] - nq * c));
+            s_dq.put(hd.at(b, hh, t0 + j, d.dk) + e, d.scale * r.rq[j] * (y - nq * c));
             tl.Q.set(j, e, r.gam[j] * nq);
-        }
+        });
         // Through Rb's -diag(γ) K S0: dY = -dX S0^T, z_j = k_j·(dX S0^T)_j (to G_j).
         block_mm_core<TC>(
             DX, tl.S0s.t(), lc, vt.w, d.dk, DKm,
@@ -506,9 +506,6 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         // dA = -dX U^T on the strictly lower part.
         block_mm<TC>(DX, tl.U.t(), lc, vt.w, lc, [&](int j, int s, float x) { tl.PP.set(j, s, s < j ? -x : 0.0f); });
         __syncthreads();
-        // dS_prev = γ_L dS + (diag(γ) q)^T dO (the W^T dU part below).
-        block_mm_onto<TC>(tl.Q.t(), DO, d.dk, lc, vt.w, dSm,
-                          [&](int i, int e, float x, float o) { dS[i * d.dv + e] = g_end * o + x; });
         // A_js = beta_j exp(G_j - G_s) k_j·k_s: to beta, the log decays and k k^T (the row sums
         // e_j = sum_s dA_js A_js / beta_j into ke, to beta_j and, times beta_j, to G_j); PP
         // becomes d(k k^T) + its transpose (the two sides of k k^T), so one product gives dk.
@@ -522,21 +519,22 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
                 return make_float2(e, -r.beta[j] * e);
             },
             ke, dgc);
-        // dS_prev += -W^T dU = K^T (-diag(beta γ) dX), dX scaled for it.
+        // dX scaled for dS_prev's -W^T dU = K^T (-diag(beta γ) dX).
         for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
             const int j = idx / vt.w, e = idx % vt.w;
             DX.set(j, e, -r.beta[j] * r.gam[j] * DX.at(j, e));
         }
         __syncthreads();
-        block_mm_onto<TC>(tl.K.t(), DX, d.dk, lc, vt.w, dSm,
-                          [&](int i, int e, float x, float o) { dS[i * d.dv + e] = o + x; });
+        // dS_prev = γ_L dS + (diag(γ) q)^T dO - W^T dU, the two products as one.
+        block_mm_onto<TC>(cat_cols(tl.Q.t(), tl.K.t(), lc), cat_rows(DO, DX, lc), d.dk, 2 * lc, vt.w, dSm,
+                          [&](int i, int e, float x, float o) { dS[i * d.dv + e] = g_end * o + x; });
         // dk += (d(k k^T) + its transpose) k, with the row dots of k's normalization into ck.
         add_with_row_dots<TC>(tl.PP, tl.K, lc, lc, d.dk, DK, tl.K, ck);
         __syncthreads();
-        for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
+        for_each_loaded(DK, len * d.dk, [&](int idx, float y) {
             const int j = idx / d.dk, e = idx % d.dk;
-            s_dk.put(hd.at(b, hh, t0 + j, d.dk) + e, r.rk[j] * (DK[idx] - tl.K.at(j, e) * ck[j]));
-        }
+            s_dk.put(hd.at(b, hh, t0 + j, d.dk) + e, r.rk[j] * (y - tl.K.at(j, e) * ck[j]));
+        });
         // dg_j = dlog_carry + sum_s dl_s + sum_{i >= j} (dgc_i + beta_i ke_i - dl_i), by warp 0
         // (dgc first takes z's share, -beta_j γ_j z_j).
         if (warp_id() == 0) {
