@@ -64,6 +64,17 @@ struct STile {
     __device__ __forceinline__ STile<E, !TR> t() const { return STile<E, !TR>{p, ld}; }
 };
 
+// Shared memory handed out front to back: take(p, n) returns p and moves it past n elements,
+// take_tile(p, rows, ld) a [rows, ld] tile there.
+template <typename E> __device__ __forceinline__ E* take(E*& p, int n) {
+    E* at = p;
+    p += n;
+    return at;
+}
+template <typename E> __device__ __forceinline__ STile<E> take_tile(E*& p, int rows, int ld) {
+    return STile<E>{take(p, rows * ld), ld};
+}
+
 // The row length of a tile of n columns of E: n and 16 bytes more.
 template <typename E> __host__ __device__ __forceinline__ int tile_ld(int n) { return n + 16 / (int)sizeof(E); }
 

@@ -21,14 +21,9 @@ fn randn(dims: &[usize], std: f64, seed: u64) -> Tensor {
     Tensor::randn(dims.to_vec(), std, seed, DType::F32, Device::Cpu).unwrap()
 }
 
-/// `x · scale + shift`, elementwise, on the CPU in f32.
-fn affine(x: &Tensor, scale: f64, shift: f64) -> Tensor {
-    let v: Vec<f64> = x
-        .to_f64_vec()
-        .unwrap()
-        .iter()
-        .map(|v| v * scale + shift)
-        .collect();
+/// `f` of every element, on the CPU in f32.
+fn map(x: &Tensor, f: impl Fn(f64) -> f64) -> Tensor {
+    let v: Vec<f64> = x.to_f64_vec().unwrap().into_iter().map(f).collect();
     Tensor::from_f64s(&v, x.dims().to_vec(), DType::F32, Device::Cpu).unwrap()
 }
 
@@ -49,34 +44,71 @@ fn check(name: &str, got: &Tensor, want: &Tensor, tol: f64) {
     assert!(err < tol, "{name}: relative error {err:.3e} > {tol:.0e}");
 }
 
-struct MlstmCase {
+/// Sizes and gate distributions of a case.
+#[derive(Clone, Copy)]
+struct Case {
     b: usize,
     t: usize,
     h: usize,
     dk: usize,
     dv: usize,
     chunk: usize,
-    /// Gate preactivations: i ~ N(0, gate_std), f ~ N(f_mean, gate_std).
+    /// The spread of the gates' preactivations (see each mixer's `inputs`).
     gate_std: f64,
-    f_mean: f64,
+    /// mLSTM: the forget gate's preactivation mean; gated delta rule: the log decay's.
+    decay_mean: f64,
+    /// The gated delta rule's beta preactivation mean (mLSTM has no beta).
+    beta_mean: f64,
 }
 
-fn mlstm_case(c: &MlstmCase, dtype: DType, seed: u64) -> Result<()> {
-    let Some(dev) = gpu() else { return Ok(()) };
-    let (b, t, h) = (c.b, c.t, c.h);
-    let raw = [
-        randn(&[b, t, h, c.dk], 1.0, seed),
-        randn(&[b, t, h, c.dk], 1.0, seed + 1),
-        randn(&[b, t, h, c.dv], 1.0, seed + 2),
-        affine(&randn(&[b, t, h], 1.0, seed + 3), c.gate_std, 0.0),
-        affine(&randn(&[b, t, h], 1.0, seed + 4), c.gate_std, c.f_mean),
-        randn(&[b, h, c.dk, c.dv], 0.3, seed + 5),
-        randn(&[b, h, c.dk], 0.3, seed + 6),
-        randn(&[b, h], 1.0, seed + 7),
+/// A fused mixer under test: its random inputs and output gradients (CPU, f32) for a case,
+/// and one forward and backward on either device, returning every output and gradient.
+trait Mixer {
+    const NAME: &'static str;
+    const OUTPUTS: &'static [&'static str];
+    fn inputs(c: &Case, seed: u64) -> Vec<Tensor>;
+    fn grads(c: &Case, seed: u64) -> Vec<Tensor>;
+    fn run(c: &Case, x: &[Tensor], grads: &[Tensor]) -> Result<Vec<Tensor>>;
+}
+
+struct Mlstm;
+
+impl Mixer for Mlstm {
+    const NAME: &'static str = "mlstm";
+    const OUTPUTS: &'static [&'static str] = &[
+        "h", "c", "n", "m", "dq", "dk", "dv", "di", "df", "dc0", "dn0", "dm0",
     ];
-    let (cpu, dvc): (Vec<Tensor>, Vec<Tensor>) = raw.iter().map(|x| pair(x, dtype, dev)).unzip();
-    let eps = 1e-6;
-    let run = |x: &[Tensor], grads: &[Tensor]| -> Result<Vec<Tensor>> {
+
+    /// q, k, v, the gate preactivations i ~ N(0, gate_std) and f ~ N(decay_mean, gate_std), and
+    /// the initial state (C, n, m).
+    fn inputs(c: &Case, seed: u64) -> Vec<Tensor> {
+        let (b, t, h) = (c.b, c.t, c.h);
+        vec![
+            randn(&[b, t, h, c.dk], 1.0, seed),
+            randn(&[b, t, h, c.dk], 1.0, seed + 1),
+            randn(&[b, t, h, c.dv], 1.0, seed + 2),
+            map(&randn(&[b, t, h], 1.0, seed + 3), |x| x * c.gate_std),
+            map(&randn(&[b, t, h], 1.0, seed + 4), |x| {
+                x * c.gate_std + c.decay_mean
+            }),
+            randn(&[b, h, c.dk, c.dv], 0.3, seed + 5),
+            randn(&[b, h, c.dk], 0.3, seed + 6),
+            randn(&[b, h], 1.0, seed + 7),
+        ]
+    }
+
+    fn grads(c: &Case, seed: u64) -> Vec<Tensor> {
+        let (b, t, h) = (c.b, c.t, c.h);
+        vec![
+            randn(&[b, t, h, c.dv], 1.0, seed + 8),
+            randn(&[b, h, c.dk, c.dv], 0.1, seed + 9),
+            randn(&[b, h, c.dk], 0.1, seed + 10),
+            randn(&[b, h], 0.1, seed + 11),
+        ]
+    }
+
+    fn run(c: &Case, x: &[Tensor], grads: &[Tensor]) -> Result<Vec<Tensor>> {
+        let eps = 1e-6;
         let (hh, st) = x[0].mlstm_chunkwise(
             &x[1], &x[2], &x[3], &x[4], &x[5], &x[6], &x[7], c.chunk, eps,
         )?;
@@ -95,30 +127,163 @@ fn mlstm_case(c: &MlstmCase, dtype: DType, seed: u64) -> Result<()> {
         Ok(vec![
             hh, st.c, st.n, st.m, g.dq, g.dk, g.dv, g.di, g.df, g.dc0, g.dn0, g.dm0,
         ])
+    }
+}
+
+struct GatedDelta;
+
+impl Mixer for GatedDelta {
+    const NAME: &'static str = "gated delta";
+    const OUTPUTS: &'static [&'static str] =
+        &["o", "states", "dq", "dk", "dv", "dbeta", "dg", "ds0"];
+
+    /// q, k, v, beta = sigmoid(N(beta_mean, gate_std)), the log decay
+    /// g = -softplus(N(decay_mean, gate_std)), and the initial state.
+    fn inputs(c: &Case, seed: u64) -> Vec<Tensor> {
+        let (b, t, h) = (c.b, c.t, c.h);
+        let softplus = |x: f64| x.max(0.0) + (-x.abs()).exp().ln_1p();
+        vec![
+            randn(&[b, t, h, c.dk], 1.0, seed),
+            randn(&[b, t, h, c.dk], 1.0, seed + 1),
+            randn(&[b, t, h, c.dv], 1.0, seed + 2),
+            map(&randn(&[b, t, h], c.gate_std, seed + 3), |x| {
+                1.0 / (1.0 + (-(x + c.beta_mean)).exp())
+            }),
+            map(&randn(&[b, t, h], c.gate_std, seed + 4), |x| {
+                -softplus(x + c.decay_mean)
+            }),
+            randn(&[b, h, c.dk, c.dv], 0.3, seed + 5),
+        ]
+    }
+
+    fn grads(c: &Case, seed: u64) -> Vec<Tensor> {
+        vec![
+            randn(&[c.b, c.t, c.h, c.dv], 1.0, seed + 8),
+            randn(&[c.b, c.h, c.dk, c.dv], 0.1, seed + 9),
+        ]
+    }
+
+    fn run(c: &Case, x: &[Tensor], grads: &[Tensor]) -> Result<Vec<Tensor>> {
+        let (o, st) = x[0].gated_delta_chunkwise(&x[1], &x[2], &x[3], &x[4], &x[5], c.chunk)?;
+        let g = x[0].gated_delta_chunkwise_backward(
+            &x[1], &x[2], &x[3], &x[4], &st, &grads[0], &grads[1], c.chunk,
+        )?;
+        Ok(vec![o, st, g.dq, g.dk, g.dv, g.dbeta, g.dg, g.ds0])
+    }
+}
+
+/// The mixer on the GPU against the CPU fused kernel, in `dtype` (both sides see the inputs
+/// rounded to it), on every output and gradient.
+fn case<M: Mixer>(c: &Case, dtype: DType, seed: u64) -> Result<()> {
+    let Some(dev) = gpu() else { return Ok(()) };
+    let on_both = |xs: Vec<Tensor>| -> (Vec<Tensor>, Vec<Tensor>) {
+        xs.iter().map(|x| pair(x, dtype, dev)).unzip()
     };
-    let graw = [
-        randn(&[b, t, h, c.dv], 1.0, seed + 8),
-        randn(&[b, h, c.dk, c.dv], 0.1, seed + 9),
-        randn(&[b, h, c.dk], 0.1, seed + 10),
-        randn(&[b, h], 0.1, seed + 11),
-    ];
-    let (gcpu, gdev): (Vec<Tensor>, Vec<Tensor>) = graw.iter().map(|x| pair(x, dtype, dev)).unzip();
-    let want = run(&cpu, &gcpu)?;
-    let got = run(&dvc, &gdev)?;
-    let names = [
-        "h", "c", "n", "m", "dq", "dk", "dv", "di", "df", "dc0", "dn0", "dm0",
-    ];
-    for ((name, g), w) in names.iter().zip(&got).zip(&want) {
+    let (cpu, dvc) = on_both(M::inputs(c, seed));
+    let (gcpu, gdev) = on_both(M::grads(c, seed));
+    let want = M::run(c, &cpu, &gcpu)?;
+    let got = M::run(c, &dvc, &gdev)?;
+    for ((name, g), w) in M::OUTPUTS.iter().zip(&got).zip(&want) {
         let label = format!(
-            "mlstm {dtype:?} B={b} T={t} H={h} Dk={} Dv={} chunk={} {name}",
-            c.dk, c.dv, c.chunk
+            "{} {dtype:?} B={} T={} H={} Dk={} Dv={} chunk={} {name}",
+            M::NAME,
+            c.b,
+            c.t,
+            c.h,
+            c.dk,
+            c.dv,
+            c.chunk
         );
         check(&label, g, w, tolerance(dtype));
     }
     Ok(())
 }
 
-const ODD_T: MlstmCase = MlstmCase {
+/// In both dtypes, the bf16 one first.
+fn both<M: Mixer>(c: &Case, seed: u64) -> Result<()> {
+    case::<M>(c, DType::BF16, seed)?;
+    case::<M>(c, DType::F32, seed)
+}
+
+// The scenarios, each from a mixer's base case: T not a multiple of the chunk (the base itself).
+fn t_not_a_multiple_of_the_chunk<M: Mixer>(base: &Case, seed: u64) -> Result<()> {
+    both::<M>(base, seed)
+}
+
+fn single_step<M: Mixer>(base: &Case, seed: u64) -> Result<()> {
+    both::<M>(
+        &Case {
+            t: 1,
+            dk: 128,
+            dv: 64,
+            ..*base
+        },
+        seed,
+    )
+}
+
+/// f32 takes any head size and chunk (no tensor-core tiles).
+fn f32_odd_sizes<M: Mixer>(base: &Case, seed: u64) -> Result<()> {
+    let odd = Case {
+        t: 45,
+        dk: 24,
+        dv: 40,
+        chunk: 13,
+        ..*base
+    };
+    case::<M>(&odd, DType::F32, seed)?;
+    let tiny = Case {
+        t: 70,
+        dk: 5,
+        dv: 3,
+        chunk: 32,
+        ..*base
+    };
+    case::<M>(&tiny, DType::F32, seed + 1)
+}
+
+/// A value dim too large for one block's shared memory is split into tiles, one block each
+/// (bf16: 112 + 96 columns; f32: 101 + 100), their shares of dq, dk and the gates summed.
+fn value_tiles<M: Mixer>(base: &Case, seed: u64) -> Result<()> {
+    let wide = Case {
+        b: 1,
+        h: 2,
+        dk: 128,
+        dv: 208,
+        ..*base
+    };
+    case::<M>(&wide, DType::BF16, seed)?;
+    case::<M>(&Case { dv: 201, ..wide }, DType::F32, seed)
+}
+
+fn long_sequence<M: Mixer>(base: &Case, seed: u64) -> Result<()> {
+    both::<M>(
+        &Case {
+            b: 1,
+            t: 4096,
+            h: 2,
+            dk: 128,
+            dv: 128,
+            ..*base
+        },
+        seed,
+    )
+}
+
+/// Gates spread by `gate_std` around a zero mean, over 300 steps.
+fn extreme_gates<M: Mixer>(base: &Case, gate_std: f64, seed: u64) -> Result<()> {
+    both::<M>(
+        &Case {
+            t: 300,
+            gate_std,
+            decay_mean: 0.0,
+            ..*base
+        },
+        seed,
+    )
+}
+
+const MLSTM: Case = Case {
     b: 2,
     t: 150,
     h: 3,
@@ -126,232 +291,76 @@ const ODD_T: MlstmCase = MlstmCase {
     dv: 128,
     chunk: 64,
     gate_std: 2.0,
-    f_mean: 3.0,
+    decay_mean: 3.0,
+    beta_mean: 0.0,
+};
+
+const GDN: Case = Case {
+    gate_std: 1.0,
+    decay_mean: -2.0,
+    ..MLSTM
 };
 
 #[test]
 fn mlstm_t_not_a_multiple_of_the_chunk() -> Result<()> {
-    for dtype in [DType::F32, DType::BF16] {
-        mlstm_case(&ODD_T, dtype, 10)?;
-    }
-    Ok(())
+    t_not_a_multiple_of_the_chunk::<Mlstm>(&MLSTM, 10)
 }
 
 #[test]
-fn mlstm_single_step_and_odd_sizes() -> Result<()> {
-    let one = MlstmCase {
-        t: 1,
-        dk: 128,
-        dv: 64,
-        ..ODD_T
-    };
-    mlstm_case(&one, DType::BF16, 20)?;
-    mlstm_case(&one, DType::F32, 20)?;
-    // f32 takes any head size and chunk (no tensor-core tiles).
-    let odd = MlstmCase {
-        t: 45,
-        dk: 24,
-        dv: 40,
-        chunk: 13,
-        ..ODD_T
-    };
-    mlstm_case(&odd, DType::F32, 30)
+fn mlstm_single_step() -> Result<()> {
+    single_step::<Mlstm>(&MLSTM, 20)
+}
+
+#[test]
+fn mlstm_f32_odd_sizes() -> Result<()> {
+    f32_odd_sizes::<Mlstm>(&MLSTM, 30)
 }
 
 #[test]
 fn mlstm_value_tiles() -> Result<()> {
-    // A value dim too large for one block's shared memory is split into tiles, one block each
-    // (bf16: 112 + 96 columns; f32: 101 + 100), their shares of dq, dk and the gates summed.
-    let wide = MlstmCase {
-        b: 1,
-        h: 2,
-        dk: 128,
-        dv: 208,
-        ..ODD_T
-    };
-    mlstm_case(&wide, DType::BF16, 60)?;
-    mlstm_case(&MlstmCase { dv: 201, ..wide }, DType::F32, 60)
+    value_tiles::<Mlstm>(&MLSTM, 60)
 }
 
 #[test]
 fn mlstm_long_sequence() -> Result<()> {
-    let long = MlstmCase {
-        b: 1,
-        t: 4096,
-        h: 2,
-        dk: 128,
-        dv: 128,
-        ..ODD_T
-    };
-    mlstm_case(&long, DType::BF16, 40)?;
-    mlstm_case(&long, DType::F32, 40)
+    long_sequence::<Mlstm>(&MLSTM, 40)
 }
 
 #[test]
 fn mlstm_extreme_gates_stay_finite() -> Result<()> {
-    let extreme = MlstmCase {
-        t: 300,
-        gate_std: 40.0,
-        f_mean: 0.0,
-        ..ODD_T
-    };
-    mlstm_case(&extreme, DType::BF16, 50)?;
-    mlstm_case(&extreme, DType::F32, 50)
+    // Input gates up to e^100 and beyond, forget gates from ~0 to ~1: the stabilizer's work.
+    extreme_gates::<Mlstm>(&MLSTM, 40.0, 50)
 }
-
-struct GdnCase {
-    b: usize,
-    t: usize,
-    h: usize,
-    dk: usize,
-    dv: usize,
-    chunk: usize,
-    /// beta = sigmoid(N(beta_mean, gate_std)); log decay g = -softplus(N(g_mean, gate_std)).
-    gate_std: f64,
-    beta_mean: f64,
-    g_mean: f64,
-}
-
-/// `f` of every element, on the CPU in f32.
-fn map(x: &Tensor, f: impl Fn(f64) -> f64) -> Tensor {
-    let v: Vec<f64> = x.to_f64_vec().unwrap().into_iter().map(f).collect();
-    Tensor::from_f64s(&v, x.dims().to_vec(), DType::F32, Device::Cpu).unwrap()
-}
-
-fn gated_delta_case(c: &GdnCase, dtype: DType, seed: u64) -> Result<()> {
-    let Some(dev) = gpu() else { return Ok(()) };
-    let (b, t, h) = (c.b, c.t, c.h);
-    let softplus = |x: f64| x.max(0.0) + (-x.abs()).exp().ln_1p();
-    let raw = [
-        randn(&[b, t, h, c.dk], 1.0, seed),
-        randn(&[b, t, h, c.dk], 1.0, seed + 1),
-        randn(&[b, t, h, c.dv], 1.0, seed + 2),
-        map(&randn(&[b, t, h], c.gate_std, seed + 3), |x| {
-            1.0 / (1.0 + (-(x + c.beta_mean)).exp())
-        }),
-        map(&randn(&[b, t, h], c.gate_std, seed + 4), |x| {
-            -softplus(x + c.g_mean)
-        }),
-        randn(&[b, h, c.dk, c.dv], 0.3, seed + 5),
-    ];
-    let (cpu, dvc): (Vec<Tensor>, Vec<Tensor>) = raw.iter().map(|x| pair(x, dtype, dev)).unzip();
-    let run = |x: &[Tensor], grads: &[Tensor]| -> Result<Vec<Tensor>> {
-        let (o, st) = x[0].gated_delta_chunkwise(&x[1], &x[2], &x[3], &x[4], &x[5], c.chunk)?;
-        let g = x[0].gated_delta_chunkwise_backward(
-            &x[1], &x[2], &x[3], &x[4], &st, &grads[0], &grads[1], c.chunk,
-        )?;
-        Ok(vec![o, st, g.dq, g.dk, g.dv, g.dbeta, g.dg, g.ds0])
-    };
-    let graw = [
-        randn(&[b, t, h, c.dv], 1.0, seed + 8),
-        randn(&[b, h, c.dk, c.dv], 0.1, seed + 9),
-    ];
-    let (gcpu, gdev): (Vec<Tensor>, Vec<Tensor>) = graw.iter().map(|x| pair(x, dtype, dev)).unzip();
-    let want = run(&cpu, &gcpu)?;
-    let got = run(&dvc, &gdev)?;
-    let names = ["o", "states", "dq", "dk", "dv", "dbeta", "dg", "ds0"];
-    for ((name, g), w) in names.iter().zip(&got).zip(&want) {
-        let label = format!(
-            "gated delta {dtype:?} B={b} T={t} H={h} Dk={} Dv={} chunk={} {name}",
-            c.dk, c.dv, c.chunk
-        );
-        check(&label, g, w, tolerance(dtype));
-    }
-    Ok(())
-}
-
-const GDN_ODD_T: GdnCase = GdnCase {
-    b: 2,
-    t: 150,
-    h: 3,
-    dk: 64,
-    dv: 128,
-    chunk: 64,
-    gate_std: 1.0,
-    beta_mean: 0.0,
-    g_mean: -2.0,
-};
 
 #[test]
 fn gated_delta_t_not_a_multiple_of_the_chunk() -> Result<()> {
-    for dtype in [DType::F32, DType::BF16] {
-        gated_delta_case(&GDN_ODD_T, dtype, 110)?;
-    }
-    Ok(())
+    t_not_a_multiple_of_the_chunk::<GatedDelta>(&GDN, 110)
 }
 
 #[test]
 fn gated_delta_single_step() -> Result<()> {
-    let one = GdnCase {
-        t: 1,
-        dk: 128,
-        dv: 64,
-        ..GDN_ODD_T
-    };
-    gated_delta_case(&one, DType::BF16, 120)?;
-    gated_delta_case(&one, DType::F32, 120)
+    single_step::<GatedDelta>(&GDN, 120)
 }
 
 #[test]
 fn gated_delta_f32_odd_sizes() -> Result<()> {
-    // f32 takes any head size and chunk (no tensor-core tiles).
-    let odd = GdnCase {
-        t: 45,
-        dk: 24,
-        dv: 40,
-        chunk: 13,
-        ..GDN_ODD_T
-    };
-    gated_delta_case(&odd, DType::F32, 130)?;
-    let tiny = GdnCase {
-        t: 70,
-        dk: 5,
-        dv: 3,
-        chunk: 32,
-        ..GDN_ODD_T
-    };
-    gated_delta_case(&tiny, DType::F32, 131)
+    f32_odd_sizes::<GatedDelta>(&GDN, 130)
 }
 
 #[test]
 fn gated_delta_value_tiles() -> Result<()> {
-    // As mlstm_value_tiles: Dv split into tiles of 112 + 96 (bf16) and 101 + 100 (f32).
-    let wide = GdnCase {
-        b: 1,
-        h: 2,
-        dk: 128,
-        dv: 208,
-        ..GDN_ODD_T
-    };
-    gated_delta_case(&wide, DType::BF16, 160)?;
-    gated_delta_case(&GdnCase { dv: 201, ..wide }, DType::F32, 160)
+    value_tiles::<GatedDelta>(&GDN, 160)
 }
 
 #[test]
 fn gated_delta_long_sequence() -> Result<()> {
-    let long = GdnCase {
-        b: 1,
-        t: 4096,
-        h: 2,
-        dk: 128,
-        dv: 128,
-        ..GDN_ODD_T
-    };
-    gated_delta_case(&long, DType::BF16, 140)?;
-    gated_delta_case(&long, DType::F32, 140)
+    long_sequence::<GatedDelta>(&GDN, 140)
 }
 
 #[test]
 fn gated_delta_extreme_gates_stay_finite() -> Result<()> {
     // beta near 0 and 1, decays from ~1 to underflowing exp(G) within a chunk.
-    let extreme = GdnCase {
-        t: 300,
-        gate_std: 30.0,
-        g_mean: 0.0,
-        ..GDN_ODD_T
-    };
-    gated_delta_case(&extreme, DType::BF16, 150)?;
-    gated_delta_case(&extreme, DType::F32, 150)
+    extreme_gates::<GatedDelta>(&GDN, 30.0, 150)
 }
 
 #[test]
