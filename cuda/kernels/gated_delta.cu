@@ -224,15 +224,19 @@ __device__ void invert_unit_lower(float* A, int ldl, int lp, float* scratch) {
             scratch[idx] = x;
         }
         __syncthreads();
-        // T_BA = -T_BB X (T_BB lower triangular, ones on its diagonal).
+        // T_BA = -T_BB X (T_BB lower triangular, ones on its diagonal). Where B ends at lp, short
+        // of h rows, the sum stops there too: T_BB's columns past lp and X's rows past lp were
+        // never written (this chunk or any: the backward's first chunk is the last one), and
+        // shared memory left over there is not zero, nor always finite.
         for (int idx = threadIdx.x; idx < n; idx += nthreads()) {
             const int m = idx / (h * h), r = idx % (h * h) / h, col = idx % h, a0 = 2 * m * h, b0 = a0 + h;
             if (b0 + r >= lp) continue;
             const float* trow = A + (b0 + r) * ldl + b0;
             const float* x0 = scratch + m * h * h + col;
+            const int kn = min(h, lp - b0);
             float x = 0.0f;
 #pragma unroll 8
-            for (int k = 0; k < h; ++k) x = fmaf(trow[k], x0[k * h], x);
+            for (int k = 0; k < kn; ++k) x = fmaf(trow[k], x0[k * h], x);
             A[(b0 + r) * ldl + a0 + col] = -x;
         }
         __syncthreads();
