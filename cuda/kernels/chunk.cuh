@@ -29,25 +29,12 @@ struct Mat {
     __device__ __forceinline__ float at(int r, int c) const { return p[r * rs + c * cs]; }
     __device__ __forceinline__ Mat t() const { return Mat{p, cs, rs}; }
 };
-__device__ __forceinline__ Mat rows_of(const float* p, int ld) { return Mat{p, ld, 1}; }
 
 // The block's threads and warps (every kernel here runs 1-D blocks of whole warps).
 __device__ __forceinline__ int nthreads() { return blockDim.x; }
 __device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }
 __device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
 __device__ __forceinline__ int nwarps() { return blockDim.x >> 5; }
-
-// Elements (r, c) and (r, c + 1) of m as a bf16 pair, the first in the low half: one 8-byte load
-// where they are adjacent (c is even in the fragments, and the tensor-core tiles' strides and
-// offsets are even, so the pair is aligned), else two.
-__device__ __forceinline__ u32 k_pair(Mat m, int r, int c) {
-    const float* p = m.p + r * m.rs + c * m.cs;
-    if (m.cs == 1) {
-        const float2 x = *reinterpret_cast<const float2*>(p);
-        return bf16x2_bits(x.x, x.y);
-    }
-    return bf16x2_bits(p[0], p[m.cs]);
-}
 
 // A tile in shared memory: element (r, c) at p[r * ld + c], or at p[c * ld + r] in its
 // transposed view (TR). E is float, or bf16 for bf16 data, whose products run on tensor cores:
@@ -82,7 +69,16 @@ template <typename E> __host__ __device__ __forceinline__ int tile_ld(int n) { r
 template <typename V> __device__ __forceinline__ u32 pair_of(const V& m, int r, int c) {
     return bf16x2_bits(m.at(r, c), m.at(r, c + 1));
 }
-__device__ __forceinline__ u32 pair_of(const Mat& m, int r, int c) { return k_pair(m, r, c); }
+// From a Mat, one 8-byte load where the two are adjacent (c is even in the fragments, and the
+// tensor-core tiles' strides and offsets are even, so the pair is aligned), else two.
+__device__ __forceinline__ u32 pair_of(const Mat& m, int r, int c) {
+    const float* p = m.p + r * m.rs + c * m.cs;
+    if (m.cs == 1) {
+        const float2 x = *reinterpret_cast<const float2*>(p);
+        return bf16x2_bits(x.x, x.y);
+    }
+    return bf16x2_bits(p[0], p[m.cs]);
+}
 
 // mma.m16n8k16's A fragment: rows r0..r0+16 and columns k0..k0+16 of a view; from a bf16 tile one
 // ldmatrix (matrix i: rows + (i & 1) * 8, columns + (i >> 1) * 8).

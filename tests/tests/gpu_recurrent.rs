@@ -301,67 +301,51 @@ const GDN: Case = Case {
     ..MLSTM
 };
 
-#[test]
-fn mlstm_t_not_a_multiple_of_the_chunk() -> Result<()> {
-    t_not_a_multiple_of_the_chunk::<Mlstm>(&MLSTM, 10)
+/// The scenarios above as tests of one mixer, in a module of its name: `$mixer::single_step`
+/// and so on, each with its own seed (`$seed` plus a per-scenario offset), the extreme case
+/// spreading the gates by `$extreme_std`.
+macro_rules! mixer_tests {
+    ($module:ident, $mixer:ty, $base:expr, $seed:expr, $extreme_std:expr) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn t_not_a_multiple_of_the_chunk() -> Result<()> {
+                super::t_not_a_multiple_of_the_chunk::<$mixer>(&$base, $seed + 10)
+            }
+
+            #[test]
+            fn single_step() -> Result<()> {
+                super::single_step::<$mixer>(&$base, $seed + 20)
+            }
+
+            #[test]
+            fn f32_odd_sizes() -> Result<()> {
+                super::f32_odd_sizes::<$mixer>(&$base, $seed + 30)
+            }
+
+            #[test]
+            fn long_sequence() -> Result<()> {
+                super::long_sequence::<$mixer>(&$base, $seed + 40)
+            }
+
+            #[test]
+            fn extreme_gates_stay_finite() -> Result<()> {
+                super::extreme_gates::<$mixer>(&$base, $extreme_std, $seed + 50)
+            }
+
+            #[test]
+            fn value_tiles() -> Result<()> {
+                super::value_tiles::<$mixer>(&$base, $seed + 60)
+            }
+        }
+    };
 }
 
-#[test]
-fn mlstm_single_step() -> Result<()> {
-    single_step::<Mlstm>(&MLSTM, 20)
-}
-
-#[test]
-fn mlstm_f32_odd_sizes() -> Result<()> {
-    f32_odd_sizes::<Mlstm>(&MLSTM, 30)
-}
-
-#[test]
-fn mlstm_value_tiles() -> Result<()> {
-    value_tiles::<Mlstm>(&MLSTM, 60)
-}
-
-#[test]
-fn mlstm_long_sequence() -> Result<()> {
-    long_sequence::<Mlstm>(&MLSTM, 40)
-}
-
-#[test]
-fn mlstm_extreme_gates_stay_finite() -> Result<()> {
-    // Input gates up to e^100 and beyond, forget gates from ~0 to ~1: the stabilizer's work.
-    extreme_gates::<Mlstm>(&MLSTM, 40.0, 50)
-}
-
-#[test]
-fn gated_delta_t_not_a_multiple_of_the_chunk() -> Result<()> {
-    t_not_a_multiple_of_the_chunk::<GatedDelta>(&GDN, 110)
-}
-
-#[test]
-fn gated_delta_single_step() -> Result<()> {
-    single_step::<GatedDelta>(&GDN, 120)
-}
-
-#[test]
-fn gated_delta_f32_odd_sizes() -> Result<()> {
-    f32_odd_sizes::<GatedDelta>(&GDN, 130)
-}
-
-#[test]
-fn gated_delta_value_tiles() -> Result<()> {
-    value_tiles::<GatedDelta>(&GDN, 160)
-}
-
-#[test]
-fn gated_delta_long_sequence() -> Result<()> {
-    long_sequence::<GatedDelta>(&GDN, 140)
-}
-
-#[test]
-fn gated_delta_extreme_gates_stay_finite() -> Result<()> {
-    // beta near 0 and 1, decays from ~1 to underflowing exp(G) within a chunk.
-    extreme_gates::<GatedDelta>(&GDN, 30.0, 150)
-}
+// mLSTM: input gates up to e^100 and beyond, forget gates from ~0 to ~1 (the stabilizer's work).
+mixer_tests!(mlstm, Mlstm, MLSTM, 0, 40.0);
+// Gated delta rule: beta near 0 and 1, decays from ~1 to underflowing exp(G) within a chunk.
+mixer_tests!(gated_delta, GatedDelta, GDN, 100, 30.0);
 
 #[test]
 fn short_conv_matches_cpu() -> Result<()> {
