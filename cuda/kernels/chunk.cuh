@@ -276,6 +276,111 @@ __device__ __forceinline__ void block_mm(A a, B b, int M, int K, int N, Out out)
     block_mm_onto<TC>(a, b, M, K, N, NoPrior{}, [&](int r, int c, float x, float) { out(r, c, x); });
 }
 
+// A view whose A fragments come out negated (each bf16's sign flipped), so that acc -= a b runs
+// as a product into the same accumulator.
+template <typename V>
+struct Neg {
+    V v;
+};
+template <typename V> __device__ __forceinline__ Neg<V> neg(V v) { return Neg<V>{v}; }
+template <typename V> __device__ __forceinline__ void frag_a(const Neg<V>& a, int r0, int k0, u32 (&f)[4]) {
+    frag_a(a.v, r0, k0, f);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] ^= 0x80008000u;
+}
+
+// One warp's share of a product on tensor cores, kept in registers: acc[m][n] += the 16 x 8 block
+// of a · b at rows r0 + 16 m, columns c0 + 8 n, over k0 .. k0 + 16 KT (bf16 views: STile, Cat,
+// Neg). A k-step's A fragments serve all NT blocks, each pair of B fragments all MT. The block
+// (m, n) holds, in lane (g, q) = (lane / 4, lane % 4), element i at row r0 + 16 m + g + 8 (i / 2),
+// column c0 + 8 n + 2 q + i % 2 (mma's C layout; each_pair walks it).
+template <int MT, int NT, int KT, typename A, typename B>
+__device__ __forceinline__ void warp_mm(float (&acc)[MT][NT][4], const A& a, int r0, const B& b, int c0,
+                                        int k0 = 0) {
+    static_assert(NT % 2 == 0, "B fragments come in pairs of 8-column blocks");
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+        u32 af[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) frag_a(a, r0 + 16 * m, k0 + 16 * kk, af[m]);
+#pragma unroll
+        for (int nn = 0; nn < NT / 2; ++nn) {
+            u32 bf[2][2];
+            frag_b(b, k0 + 16 * kk, c0 + 16 * nn, bf);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                mma(acc[m][2 * nn], af[m], bf[0][0], bf[0][1]);
+                mma(acc[m][2 * nn + 1], af[m], bf[1][0], bf[1][1]);
+            }
+        }
+    }
+}
+
+// f(row, col, x0, x1) for each pair of adjacent elements (row, col), (row, col + 1) a lane holds
+// of a warp_mm accumulator at (r0, c0); x0 and x1 are references into it.
+template <int MT, int NT, typename F>
+__device__ __forceinline__ void each_pair(float (&acc)[MT][NT][4], int r0, int c0, F f) {
+    const int g = lane_id() >> 2, q = (lane_id() & 3) * 2;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                f(r0 + 16 * m + g + 8 * h, c0 + 8 * n + q, acc[m][n][2 * h], acc[m][n][2 * h + 1]);
+}
+
+// Elements (r, c) and (r, c + 1) of a bf16 tile (c even) set in one 4-byte store.
+__device__ __forceinline__ void set_pair(const STile<bf16>& t, int r, int c, float x0, float x1) {
+    *reinterpret_cast<u32*>(t.p + r * t.ld + c) = bf16x2_bits(x0, x1);
+}
+
+// rs[m][h], a lane's share of the sum of row r0 + 16 m + g + 8 h (each_pair's rows), summed over
+// the quad that holds the row and added to dst[row] by one lane of it: an atomic, as warps that
+// hold other columns of the row add to the same entry.
+template <int MT>
+__device__ __forceinline__ void add_row_sums(float (&rs)[MT][2], int r0, float* dst) {
+    const int g = lane_id() >> 2;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float x = rs[m][h];
+            x += shfl_xor(x, 1);
+            x += shfl_xor(x, 2);
+            if ((lane_id() & 3) == 0) atomicAdd(&dst[r0 + 16 * m + g + 8 * h], x);
+        }
+}
+
+// cs[n][i], a lane's share of the sum of column c0 + 8 n + 2 q + i, summed over the eight lanes
+// that hold the column (one per g) and added to dst[column] by one of them.
+template <int NT>
+__device__ __forceinline__ void add_col_sums(float (&cs)[NT][2], int c0, float* dst) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float x = cs[n][i];
+            x += shfl_xor(x, 4);
+            x += shfl_xor(x, 8);
+            x += shfl_xor(x, 16);
+            if (lane_id() < 4) atomicAdd(&dst[c0 + 8 * n + 2 * lane_id() + i], x);
+        }
+}
+
+// rows x COLS bf16 (row r at src + r * rs, 16-byte aligned) into a shared tile by cp.async, 16
+// bytes a copy; rows from `valid` on become zeros and are not read. The caller commits and waits.
+template <int COLS>
+__device__ __forceinline__ void load_rows_async(const STile<bf16>& dst, const bf16* src, u64 rs, int rows,
+                                                int valid) {
+    constexpr int CH = COLS / 8;
+    for (int i = threadIdx.x; i < rows * CH; i += nthreads()) {
+        const int r = i / CH, c = (i % CH) * 8;
+        const bool ok = r < valid;
+        cp_async16(dst.p + r * dst.ld + c, src + (u64)(ok ? r : 0) * rs + c, ok);
+    }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += shfl_xor(v, o);

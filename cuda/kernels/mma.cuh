@@ -1,11 +1,13 @@
-// mma.cuh: the bf16 tensor-core tile helpers that attention.cu and rla.cu share, prepended to each
-// of them by its Rust wrapper (NVRTC gets common.cuh as its only header).
+// mma.cuh: the tensor-core tile helpers the kernel files share (attention, RAttention's linear
+// branch, the chunkwise recurrences), prepended to each by its Rust wrapper (NVRTC gets
+// common.cuh as its only header).
 //
 // - cp.async copies of row tiles from global into shared memory (rows out of range arrive as
 //   zeros, so partial tiles need no other care).
 // - Shared tiles of bf16 whose 16-byte chunks are XOR-swizzled by row: ldmatrix's eight row
 //   addresses then fall in distinct banks with no padding. A column offset that is a multiple of
 //   64 is a plain pointer offset (the swizzle only mixes the low three chunk bits).
+// - tf32 conversion and mma.sync m16n8k8 on tf32 (f32 operands at 10 bits of significand).
 // - mma.sync m16n8k16 (bf16 in, f32 accumulate) fed by ldmatrix: A fragments from a row-major
 //   tile, from a k-major (transposed) tile, or from an accumulator in registers; B fragments from
 //   an n-major ([n][k]) or a k-major ([k][n]) tile, starting at any multiple of 8 columns.
@@ -42,6 +44,22 @@ template <bool TRANS> __device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const
 // c += a b for a 16x16 A (row-major fragment) and a 16x8 B (column-major fragment).
 __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// f32 to tf32 (the tensor cores' 19-bit float: 10 bits of significand), rounded to nearest.
+__device__ __forceinline__ u32 tf32_bits(float x) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// c += a b for a 16x8 A and an 8x8 B of tf32, f32 accumulation: A's element (r, k) in lane
+// 4 (r % 8) + k % 4, register (r / 8) + 2 (k / 4); B's (k, n) in lane 4 n + k % 4, register k / 4.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));

@@ -1,8 +1,8 @@
 //! The fused recurrent-mixer kernels on the GPU (mLSTM chunkwise, gated delta rule, short
 //! convolution) against the CPU fused kernels, on values, boundary states and every gradient, in
 //! f32 and bf16: T not a multiple of the chunk, T = 1, long T (4096) where the stabilizer
-//! matters, a value dim unlike the key dim, a value dim split into tiles, f32 at odd sizes, and
-//! extreme gates (no NaN or Inf).
+//! matters, a value dim unlike the key dim, a value dim split into tiles, f32 at odd sizes, a
+//! chunk other than 64, head dim 32, and extreme gates (no NaN or Inf).
 //! Skips without a GPU (see `swax_tests::gpu`).
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::{gpu, relative_error};
@@ -270,6 +270,24 @@ fn long_sequence<M: Mixer>(base: &Case, seed: u64) -> Result<()> {
     )
 }
 
+/// A chunk other than 64 (the gated delta rule's bf16 chunk-parallel kernels take 64 only, so
+/// this runs its one-block-per-head kernels in bf16 too).
+fn other_chunk<M: Mixer>(base: &Case, seed: u64) -> Result<()> {
+    both::<M>(&Case { chunk: 32, ..*base }, seed)
+}
+
+/// Head dim 32 with a value dim of 96 (the gated delta rule's value tiles of 32 columns).
+fn small_heads<M: Mixer>(base: &Case, seed: u64) -> Result<()> {
+    both::<M>(
+        &Case {
+            dk: 32,
+            dv: 96,
+            ..*base
+        },
+        seed,
+    )
+}
+
 /// Gates spread by `gate_std` around a zero mean, over 300 steps.
 fn extreme_gates<M: Mixer>(base: &Case, gate_std: f64, seed: u64) -> Result<()> {
     both::<M>(
@@ -337,6 +355,16 @@ macro_rules! mixer_tests {
             #[test]
             fn value_tiles() -> Result<()> {
                 super::value_tiles::<$mixer>(&$base, $seed + 60)
+            }
+
+            #[test]
+            fn other_chunk() -> Result<()> {
+                super::other_chunk::<$mixer>(&$base, $seed + 70)
+            }
+
+            #[test]
+            fn small_heads() -> Result<()> {
+                super::small_heads::<$mixer>(&$base, $seed + 80)
             }
         }
     };

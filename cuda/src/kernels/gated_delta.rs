@@ -1,10 +1,14 @@
-//! The gated delta rule's chunkwise forward and backward (`kernels/gated_delta.cu`, after
-//! `kernels/mma.cuh` and `kernels/chunk.cuh`): one block per (batch, head, value tile); f32 data is
-//! multiplied in f32, bf16 data on tensor cores (bf16 shared tiles through ldmatrix).
+//! The gated delta rule's chunkwise forward and backward, on one of two kernel families: bf16 at
+//! chunk 64 and the head sizes it takes, the chunk-parallel kernels of `gated_delta_parallel`
+//! (its `Plan`); anything else (f32, other chunks and sizes) `kernels/gated_delta.cu` (after
+//! `kernels/mma.cuh`, `kernels/chunk.cuh` and `kernels/gated_delta.cuh`), one block per (batch,
+//! head, value tile) walking its chunks, f32 data multiplied in f32 and bf16 data on tensor cores
+//! (bf16 shared tiles through ldmatrix).
 
 use super::chunk::{
     check_operands, head_launch, sum_tiles, tile_ld, tile_shares, RecArgs, RecurrentShape,
 };
+use super::gated_delta_parallel::Plan;
 use super::{float_kernel, launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
@@ -14,6 +18,7 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
     source: concat!(
         include_str!("../../kernels/mma.cuh"),
         include_str!("../../kernels/chunk.cuh"),
+        include_str!("../../kernels/gated_delta.cuh"),
         include_str!("../../kernels/gated_delta.cu")
     ),
 };
@@ -29,6 +34,10 @@ pub struct GatedDeltaInputs<'a> {
 }
 
 impl GatedDeltaInputs<'_> {
+    fn buffers(&self) -> [&Buffer; 5] {
+        [self.q, self.k, self.v, self.beta, self.g]
+    }
+
     fn check(
         &self,
         op: &'static str,
@@ -91,9 +100,12 @@ pub fn gated_delta_forward(
 ) -> Result<(Buffer, Buffer), CudaError> {
     const OP: &str = "gated_delta_forward";
     let (args, dt) = x.check(OP, dev, s)?;
+    check_operands(OP, dev, &[("s0", s0, dt, s.heads() * s.dk * s.dv)])?;
+    if let Some(plan) = Plan::new(dev, s, dt, args) {
+        return plan.forward(dev, &x.buffers(), s0, s);
+    }
     let bytes = |a: &RecArgs| shared_bytes(s, a, dt, 5, 1, 0);
     let args = args.fit(dev, dt, bytes);
-    check_operands(OP, dev, &[("s0", s0, dt, s.heads() * s.dk * s.dv)])?;
     let out = dev.alloc(dt, s.rows(s.dv))?;
     let states = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
     let name = float_kernel!(OP, "gated_delta_forward", dt)?;
@@ -126,8 +138,6 @@ pub fn gated_delta_backward(
 ) -> Result<Vec<Buffer>, CudaError> {
     const OP: &str = "gated_delta_backward";
     let (args, dt) = x.check(OP, dev, s)?;
-    let bytes = |a: &RecArgs| shared_bytes(s, a, dt, 5, 2, 7);
-    let args = args.fit(dev, dt, bytes);
     let ssz = s.heads() * s.dk * s.dv;
     check_operands(
         OP,
@@ -138,6 +148,11 @@ pub fn gated_delta_backward(
             ("ds", ds, dt, ssz),
         ],
     )?;
+    if let Some(plan) = Plan::new(dev, s, dt, args) {
+        return plan.backward(dev, &x.buffers(), states, dout, ds, s);
+    }
+    let bytes = |a: &RecArgs| shared_bytes(s, a, dt, 5, 2, 7);
+    let args = args.fit(dev, dt, bytes);
     let sizes = [
         s.rows(s.dk),
         s.rows(s.dk),

@@ -14,6 +14,7 @@ pub mod copy;
 pub mod cross_entropy;
 pub mod embedding;
 pub mod gated_delta;
+mod gated_delta_parallel;
 mod layout;
 pub mod mask;
 pub mod mlstm;
@@ -166,12 +167,25 @@ pub(crate) unsafe fn launch(
     let f = dev.function(src, name)?;
     dev.bind()?;
     if cfg.shared > DEFAULT_SHARED {
+        // All the dynamic shared memory the function may have, not this launch's size: the
+        // function is shared by every thread launching it, and a launch between another
+        // thread's lowering of the limit and its own launch would fail (seen with tests running
+        // in parallel). The limit counts the function's static shared memory too.
         // SAFETY: `f` is a live function of a loaded module.
+        let fixed = unsafe {
+            result::function::get_function_attribute(
+                f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+            )
+        }
+        .map_err(|e| CudaError::driver("cuFuncGetAttribute", e))?;
+        let most = dev.max_shared_optin() as i32 - fixed;
+        // SAFETY: as above.
         unsafe {
             result::function::set_function_attribute(
                 f,
                 sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                cfg.shared as i32,
+                most.max(cfg.shared as i32),
             )
         }
         .map_err(|e| CudaError::driver("cuFuncSetAttribute", e))?;
@@ -333,6 +347,7 @@ mod tests {
             &cross_entropy::SOURCE,
             &embedding::SOURCE,
             &gated_delta::SOURCE,
+            &gated_delta_parallel::SOURCE,
             &mask::SOURCE,
             &mlstm::SOURCE,
             &norm::SOURCE,

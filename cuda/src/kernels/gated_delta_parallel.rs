@@ -1,0 +1,347 @@
+//! The gated delta rule at chunk 64 in bf16 as chunk-parallel kernels around two sequential
+//! scans (`kernels/gated_delta_parallel.cu`, after `mma.cuh`, `chunk.cuh` and `gated_delta.cuh`):
+//! what `gated_delta_forward` and `gated_delta_backward` run where a [`Plan`] exists, one block
+//! per chunk for the factors and the gradients, one per (head, value tile) for the scans.
+
+use super::chunk::{RecArgs, RecurrentShape};
+use super::{launch, to_u32, Launch};
+use crate::nvrtc::KernelSource;
+use crate::{Buffer, CudaError, DType, Device};
+
+pub(crate) const SOURCE: KernelSource = KernelSource {
+    name: "gated_delta_parallel",
+    source: concat!(
+        include_str!("../../kernels/mma.cuh"),
+        include_str!("../../kernels/chunk.cuh"),
+        include_str!("../../kernels/gated_delta.cuh"),
+        include_str!("../../kernels/gated_delta_parallel.cu")
+    ),
+};
+
+/// Rows of a chunk (`GDN_L`) and threads of a gdn_prep block (`GDN_THREADS`).
+const L: usize = 64;
+const PREP_THREADS: u32 = 256;
+/// The most blocks a grid's y dimension takes (the heads, in every kernel here).
+const MAX_GRID_Y: usize = 65535;
+
+/// The sizes one call runs at: head dim `d` (Dk), the value tiles of the chunk kernels (`be`
+/// columns) and of the scans (`bv`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    d: usize,
+    be: usize,
+    bv: usize,
+    args: RecArgs,
+}
+
+fn tile(n: usize) -> usize {
+    n + 8
+}
+
+impl Plan {
+    /// The plan for a shape, if these kernels take it: bf16, chunk 64, Dk 32, 64 or 128, Dv a
+    /// multiple of 32, B·H within a grid dimension, and every kernel's shared memory within the
+    /// device's limit. The scans take the widest value tile of 128, 64 or 32 columns (at most
+    /// 2 Dk: wider ones spill at Dk 32) that divides Dv and fits: on the H200 at Dk = Dv = 128,
+    /// 128 columns make one block per head, 128 blocks in one wave on its 132 SMs.
+    pub fn new(dev: &Device, s: RecurrentShape, dtype: DType, args: RecArgs) -> Option<Plan> {
+        let fits = dtype == DType::BF16
+            && s.chunk == L
+            && matches!(s.dk, 32 | 64 | 128)
+            && s.dv % 32 == 0
+            && s.heads() <= MAX_GRID_Y;
+        if !fits {
+            return None;
+        }
+        let limit = dev.max_shared_optin() as usize;
+        let be = if s.dv % 64 == 0 { 64 } else { 32 };
+        let bv = [128, 64, 32]
+            .into_iter()
+            .find(|&bv| bv <= 2 * s.dk && s.dv % bv == 0 && scan_bytes(s.dk, bv) <= limit)?;
+        let plan = Plan {
+            d: s.dk,
+            be,
+            bv,
+            args,
+        };
+        (prep_bytes(s.dk).max(grads_bytes(s.dk, be)) <= limit).then_some(plan)
+    }
+}
+
+/// Shared memory of gdn_prep: f32 A [64, 64 + 4] (later the value tile [64, BE]) and seven
+/// per-row vectors; bf16 q and k [64, Dk], T diag(beta) and T diag(beta γ) [64, 64] (the latter
+/// first the inversion's scratch); bf16 rows padded by 8 elements.
+fn prep_bytes(d: usize) -> usize {
+    4 * (L * (L + 4) + 7 * L) + 2 * (2 * L * tile(d) + 2 * L * tile(L))
+}
+
+/// Shared memory of a scan: two sets of chunk tiles (three [64, Dk], P [64, 64], a value tile
+/// [64, BV]), the state tile [Dk, BV] and a delta tile [64, BV], all bf16.
+fn scan_bytes(d: usize, bv: usize) -> usize {
+    2 * (2 * (3 * L * tile(d) + L * tile(L) + L * tile(bv)) + d * tile(bv) + L * tile(bv))
+}
+
+/// Shared memory of gdn_grads: 14 per-row f32 vectors and 32 floats of block-sum scratch; bf16
+/// q and k [64, Dk], four [64, 64] tiles, three state tiles [Dk, BE] (S0, dS and the next dS) and
+/// seven value tiles [64, BE]; the next S0 in f32 [Dk, BE + 4].
+fn grads_bytes(d: usize, be: usize) -> usize {
+    4 * (14 * L + 32)
+        + 2 * (2 * L * tile(d) + 4 * L * tile(L) + 3 * d * tile(be) + 7 * L * tile(be))
+        + 4 * d * (be + 4)
+}
+
+/// Threads of a gdn_grads block (`GDN_GRAD_THREADS`): 16 warps where the products' columns split
+/// four ways into pairs of 8-column blocks, else 8.
+fn grads_threads(d: usize, be: usize) -> u32 {
+    if d % 64 == 0 && be % 64 == 0 {
+        512
+    } else {
+        256
+    }
+}
+
+/// The instantiation `<base>_<Dk>_<tile>` of a kernel (the macros at the end of the .cu file).
+macro_rules! instance {
+    ($op:expr, $base:literal, $d:expr, $x:expr, [$(($dd:literal, $xx:literal)),*]) => {
+        match ($d, $x) {
+            $(($dd, $xx) => Ok(concat!($base, "_", $dd, "_", $xx)),)*
+            (d, x) => Err(CudaError::invalid($op, format!("no {} kernel for Dk {d} with tiles of {x}", $base))),
+        }
+    };
+}
+
+/// gdn_prep (`prep`) or gdn_grads at (Dk, BE).
+fn chunk_kernel(
+    op: &'static str,
+    prep: bool,
+    d: usize,
+    be: usize,
+) -> Result<&'static str, CudaError> {
+    macro_rules! at {
+        ($base:literal) => {
+            instance!(
+                op,
+                $base,
+                d,
+                be,
+                [(32, 32), (32, 64), (64, 32), (64, 64), (128, 32), (128, 64)]
+            )
+        };
+    }
+    if prep {
+        at!("gdn_prep")
+    } else {
+        at!("gdn_grads")
+    }
+}
+
+/// gdn_scan_fwd (`forward`) or gdn_scan_bwd at (Dk, BV).
+fn scan_kernel(
+    op: &'static str,
+    forward: bool,
+    d: usize,
+    bv: usize,
+) -> Result<&'static str, CudaError> {
+    macro_rules! at {
+        ($base:literal) => {
+            instance!(
+                op,
+                $base,
+                d,
+                bv,
+                [
+                    (32, 32),
+                    (32, 64),
+                    (64, 32),
+                    (64, 64),
+                    (64, 128),
+                    (128, 32),
+                    (128, 64),
+                    (128, 128)
+                ]
+            )
+        };
+    }
+    if forward {
+        at!("gdn_scan_fwd")
+    } else {
+        at!("gdn_scan_bwd")
+    }
+}
+
+/// A chunk's factors, chunk-major bf16 `[B·H, N, rows, cols]` (see the .cu file), and γ_L.
+struct Factors {
+    w: Buffer,
+    kh: Buffer,
+    qt: Buffer,
+    p: Buffer,
+    gl: Buffer,
+    /// Ũ in the forward, T in the backward.
+    extra: Buffer,
+}
+
+impl Plan {
+    fn chunk_launch(
+        &self,
+        op: &'static str,
+        s: RecurrentShape,
+        threads: u32,
+        bytes: usize,
+    ) -> Result<Launch, CudaError> {
+        Ok(Launch {
+            grid: (to_u32(op, "chunks", s.chunks())?, s.heads() as u32, 1),
+            block: (threads, 1, 1),
+            shared: bytes as u32,
+        })
+    }
+
+    fn scan_launch(&self, s: RecurrentShape) -> Launch {
+        Launch {
+            grid: ((s.dv / self.bv) as u32, s.heads() as u32, 1),
+            block: (2 * self.d as u32, 1, 1),
+            shared: scan_bytes(self.d, self.bv) as u32,
+        }
+    }
+
+    /// gdn_prep over every chunk: Ũ (forward) or T (backward) beside the shared factors.
+    fn factors(
+        &self,
+        op: &'static str,
+        dev: &Device,
+        x: &[&Buffer; 5],
+        s: RecurrentShape,
+        forward: bool,
+    ) -> Result<Factors, CudaError> {
+        let rows = s.heads() * s.chunks() * L;
+        let bf = |n: usize| dev.alloc(DType::BF16, n);
+        let f = Factors {
+            w: bf(rows * s.dk)?,
+            kh: bf(rows * s.dk)?,
+            qt: bf(rows * s.dk)?,
+            p: bf(rows * L)?,
+            gl: dev.alloc(DType::F32, s.heads() * s.chunks())?,
+            extra: bf(rows * if forward { s.dv } else { L })?,
+        };
+        let (ut, tm) = if forward {
+            (f.extra.device_ptr(), 0u64)
+        } else {
+            (0u64, f.extra.device_ptr())
+        };
+        let name = chunk_kernel(op, true, self.d, self.be)?;
+        let cfg = self.chunk_launch(op, s, PREP_THREADS, prep_bytes(self.d))?;
+        // SAFETY: gdn_prep(q, k, v, beta, g, w, kh, qt, ut, pm, tm, gl, RecDims): the inputs were
+        // checked at the shape in `args`, the outputs allocated at [B·H, N, 64, cols] (ut or tm
+        // null where not wanted), and the shared memory is what the kernel carves at (Dk, BE).
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                name,
+                cfg,
+                &[
+                    x[0], x[1], x[2], x[3], x[4], &f.w, &f.kh, &f.qt, &ut, &f.p, &tm, &f.gl,
+                    &self.args,
+                ],
+            )?;
+        }
+        Ok(f)
+    }
+
+    /// The forward from s0: o and the f32 boundary states `[B, H, N + 1, Dk, Dv]`.
+    pub fn forward(
+        &self,
+        dev: &Device,
+        x: &[&Buffer; 5],
+        s0: &Buffer,
+        s: RecurrentShape,
+    ) -> Result<(Buffer, Buffer), CudaError> {
+        const OP: &str = "gated_delta_forward";
+        let f = self.factors(OP, dev, x, s, true)?;
+        let out = dev.alloc(DType::BF16, s.rows(s.dv))?;
+        let states = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
+        let name = scan_kernel(OP, true, self.d, self.bv)?;
+        // SAFETY: gdn_scan_fwd(s0, w, kh, qt, ut, pm, gl, out, states, RecDims) over the factors
+        // just made, s0 checked at [B, H, Dk, Dv], out and states allocated at their shapes, the
+        // shared memory what the kernel carves at (Dk, BV).
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                name,
+                self.scan_launch(s),
+                &[
+                    s0, &f.w, &f.kh, &f.qt, &f.extra, &f.p, &f.gl, &out, &states, &self.args,
+                ],
+            )?;
+        }
+        Ok((out, states))
+    }
+
+    /// The gradients `[dq, dk, dv, dbeta, dg, ds0]` from the forward's boundary states.
+    pub fn backward(
+        &self,
+        dev: &Device,
+        x: &[&Buffer; 5],
+        states: &Buffer,
+        dout: &Buffer,
+        ds: &Buffer,
+        s: RecurrentShape,
+    ) -> Result<Vec<Buffer>, CudaError> {
+        const OP: &str = "gated_delta_backward";
+        let f = self.factors(OP, dev, x, s, false)?;
+        let rows = s.heads() * s.chunks() * L;
+        let dug = dev.alloc(DType::BF16, rows * s.dv)?;
+        let dsg = dev.alloc(DType::BF16, s.heads() * s.chunks() * s.dk * s.dv)?;
+        let sizes = [
+            s.rows(s.dk),
+            s.rows(s.dk),
+            s.rows(s.dv),
+            s.rows(1),
+            s.rows(1),
+            s.heads() * s.dk * s.dv,
+        ];
+        let g = sizes
+            .iter()
+            .map(|&n| dev.alloc(DType::BF16, n))
+            .collect::<Result<Vec<_>, _>>()?;
+        let scan = scan_kernel(OP, false, self.d, self.bv)?;
+        // SAFETY: gdn_scan_bwd(ds, dout, w, kh, qt, pm, gl, dug, dsg, ds0, RecDims): ds and dout
+        // checked at their shapes, the factors from gdn_prep, dug [B·H, N, 64, Dv], dsg
+        // [B·H, N, Dk, Dv] and ds0 [B, H, Dk, Dv] allocated; shared memory as carved.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                scan,
+                self.scan_launch(s),
+                &[
+                    ds, dout, &f.w, &f.kh, &f.qt, &f.p, &f.gl, &dug, &dsg, &g[5], &self.args,
+                ],
+            )?;
+        }
+        let name = chunk_kernel(OP, false, self.d, self.be)?;
+        let cfg = self.chunk_launch(
+            OP,
+            s,
+            grads_threads(self.d, self.be),
+            grads_bytes(self.d, self.be),
+        )?;
+        // SAFETY: gdn_grads(q, k, v, beta, g, dout, states, dsg, dug, tm, pm, dq, dk, dv, dbeta,
+        // dg, RecDims): inputs checked, states at [B, H, N + 1, Dk, Dv], the scan's and prep's
+        // outputs just made, the gradients allocated at their inputs' sizes; shared memory as
+        // carved at (Dk, BE).
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                name,
+                cfg,
+                &[
+                    x[0], x[1], x[2], x[3], x[4], dout, states, &dsg, &dug, &f.extra, &f.p, &g[0],
+                    &g[1], &g[2], &g[3], &g[4], &self.args,
+                ],
+            )?;
+        }
+        Ok(g)
+    }
+}
