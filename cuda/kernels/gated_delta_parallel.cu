@@ -240,6 +240,18 @@ template <int D, int BV> __device__ __forceinline__ ScanTiles take_scan_tiles(bf
     return t;
 }
 
+// Chunk c's factors that both scans read (W, Q̃, K̂ and P, chunk-major) into the tile set t by
+// cp.async; the value tile and the commit are the caller's.
+template <int D>
+__device__ __forceinline__ void fetch_factors(const ScanTiles& t, const bf16* w, const bf16* qt, const bf16* kh,
+                                              const bf16* pm, u64 cid) {
+    constexpr int L = GDN_L;
+    load_rows_async<D>(t.a, w + cid * L * D, D, L, L);
+    load_rows_async<D>(t.b, qt + cid * L * D, D, L, L);
+    load_rows_async<D>(t.k, kh + cid * L * D, D, L, L);
+    load_rows_async<L>(t.p, pm + cid * L * L, L, L, L);
+}
+
 // A scan warp's rows (from r0) of the state tile from a [Dk, Dv] state at the block's first
 // column.
 template <int SN, typename T>
@@ -267,10 +279,7 @@ __device__ void gdn_scan_fwd(const bf16* __restrict__ s0, const bf16* __restrict
     const STile<bf16> Sb = take_tile(e, D, tile_ld<bf16>(BV)), Ub = take_tile(e, L, tile_ld<bf16>(BV));
     const auto fetch = [&](int c, const ScanTiles& t) {
         const u64 cid = (u64)bh * nc + c;
-        load_rows_async<D>(t.a, w + cid * L * D, D, L, L);
-        load_rows_async<D>(t.b, qt + cid * L * D, D, L, L);
-        load_rows_async<D>(t.k, kh + cid * L * D, D, L, L);
-        load_rows_async<L>(t.p, pm + cid * L * L, L, L, L);
+        fetch_factors<D>(t, w, qt, kh, pm, cid);
         load_rows_async<BV>(t.x, ut + cid * L * d.dv + e0, d.dv, L, L);
         cp_async_commit();
     };
@@ -335,10 +344,7 @@ __device__ void gdn_scan_bwd(const bf16* __restrict__ dsT, const bf16* __restric
     const auto fetch = [&](int c, const ScanTiles& t) {
         const u64 cid = (u64)bh * nc + c;
         const int t0 = c * L;
-        load_rows_async<D>(t.a, w + cid * L * D, D, L, L);
-        load_rows_async<D>(t.b, qt + cid * L * D, D, L, L);
-        load_rows_async<D>(t.k, kh + cid * L * D, D, L, L);
-        load_rows_async<L>(t.p, pm + cid * L * L, L, L, L);
+        fetch_factors<D>(t, w, qt, kh, pm, cid);
         load_rows_async<BV>(t.x, dout + hd.at(b, hh, t0, d.dv) + e0, (u64)d.h * d.dv, L, min(L, d.t - t0));
         cp_async_commit();
     };

@@ -5,6 +5,7 @@
 //! chunk other than 64, head dim 32, and extreme gates (no NaN or Inf).
 //! Skips without a GPU (see `swax_tests::gpu`).
 use swax_tensor::{DType, Device, Result, Tensor};
+use swax_tests::gated_delta as gdn;
 use swax_tests::{gpu, relative_error};
 
 /// f32 on both devices differs by summation order and exp's rounding; bf16 data is multiplied
@@ -134,41 +135,23 @@ struct GatedDelta;
 
 impl Mixer for GatedDelta {
     const NAME: &'static str = "gated delta";
-    const OUTPUTS: &'static [&'static str] =
-        &["o", "states", "dq", "dk", "dv", "dbeta", "dg", "ds0"];
+    const OUTPUTS: &'static [&'static str] = &gdn::OUTPUTS;
 
-    /// q, k, v, beta = sigmoid(N(beta_mean, gate_std)), the log decay
-    /// g = -softplus(N(decay_mean, gate_std)), and the initial state.
     fn inputs(c: &Case, seed: u64) -> Vec<Tensor> {
-        let (b, t, h) = (c.b, c.t, c.h);
-        let softplus = |x: f64| x.max(0.0) + (-x.abs()).exp().ln_1p();
-        vec![
-            randn(&[b, t, h, c.dk], 1.0, seed),
-            randn(&[b, t, h, c.dk], 1.0, seed + 1),
-            randn(&[b, t, h, c.dv], 1.0, seed + 2),
-            map(&randn(&[b, t, h], c.gate_std, seed + 3), |x| {
-                1.0 / (1.0 + (-(x + c.beta_mean)).exp())
-            }),
-            map(&randn(&[b, t, h], c.gate_std, seed + 4), |x| {
-                -softplus(x + c.decay_mean)
-            }),
-            randn(&[b, h, c.dk, c.dv], 0.3, seed + 5),
-        ]
+        let gates = gdn::Gates {
+            gate_std: c.gate_std,
+            decay_mean: c.decay_mean,
+            beta_mean: c.beta_mean,
+        };
+        gdn::inputs([c.b, c.t, c.h, c.dk, c.dv], gates, seed).unwrap()
     }
 
     fn grads(c: &Case, seed: u64) -> Vec<Tensor> {
-        vec![
-            randn(&[c.b, c.t, c.h, c.dv], 1.0, seed + 8),
-            randn(&[c.b, c.h, c.dk, c.dv], 0.1, seed + 9),
-        ]
+        gdn::output_grads([c.b, c.t, c.h, c.dk, c.dv], seed).unwrap()
     }
 
     fn run(c: &Case, x: &[Tensor], grads: &[Tensor]) -> Result<Vec<Tensor>> {
-        let (o, st) = x[0].gated_delta_chunkwise(&x[1], &x[2], &x[3], &x[4], &x[5], c.chunk)?;
-        let g = x[0].gated_delta_chunkwise_backward(
-            &x[1], &x[2], &x[3], &x[4], &st, &grads[0], &grads[1], c.chunk,
-        )?;
-        Ok(vec![o, st, g.dq, g.dk, g.dv, g.dbeta, g.dg, g.ds0])
+        gdn::run(x, grads, c.chunk)
     }
 }
 

@@ -7,6 +7,7 @@ use super::chunk::{RecArgs, RecurrentShape};
 use super::{launch, to_u32, Launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
+use std::sync::OnceLock;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "gated_delta_parallel",
@@ -100,73 +101,50 @@ fn grads_threads(d: usize, be: usize) -> u32 {
     }
 }
 
-/// The instantiation `<base>_<Dk>_<tile>` of a kernel (the macros at the end of the .cu file).
-macro_rules! instance {
-    ($op:expr, $base:literal, $d:expr, $x:expr, [$(($dd:literal, $xx:literal)),*]) => {
-        match ($d, $x) {
-            $(($dd, $xx) => Ok(concat!($base, "_", $dd, "_", $xx)),)*
-            (d, x) => Err(CudaError::invalid($op, format!("no {} kernel for Dk {d} with tiles of {x}", $base))),
-        }
-    };
-}
+/// The (Dk, tile columns) each kernel is instantiated at (the macros at the end of the .cu file):
+/// value tiles BE for gdn_prep and gdn_grads, BV for the scans.
+const CHUNK_TILES: [(usize, usize); 6] =
+    [(32, 32), (32, 64), (64, 32), (64, 64), (128, 32), (128, 64)];
+const SCAN_TILES: [(usize, usize); 8] = [
+    (32, 32),
+    (32, 64),
+    (64, 32),
+    (64, 64),
+    (64, 128),
+    (128, 32),
+    (128, 64),
+    (128, 128),
+];
 
-/// gdn_prep (`prep`) or gdn_grads at (Dk, BE).
-fn chunk_kernel(
-    op: &'static str,
-    prep: bool,
-    d: usize,
-    be: usize,
-) -> Result<&'static str, CudaError> {
-    macro_rules! at {
-        ($base:literal) => {
-            instance!(
-                op,
-                $base,
-                d,
-                be,
-                [(32, 32), (32, 64), (64, 32), (64, 64), (128, 32), (128, 64)]
-            )
-        };
-    }
-    if prep {
-        at!("gdn_prep")
-    } else {
-        at!("gdn_grads")
-    }
-}
-
-/// gdn_scan_fwd (`forward`) or gdn_scan_bwd at (Dk, BV).
-fn scan_kernel(
-    op: &'static str,
-    forward: bool,
-    d: usize,
-    bv: usize,
-) -> Result<&'static str, CudaError> {
-    macro_rules! at {
-        ($base:literal) => {
-            instance!(
-                op,
-                $base,
-                d,
-                bv,
-                [
-                    (32, 32),
-                    (32, 64),
-                    (64, 32),
-                    (64, 64),
-                    (64, 128),
-                    (128, 32),
-                    (128, 64),
-                    (128, 128)
-                ]
-            )
-        };
-    }
-    if forward {
-        at!("gdn_scan_fwd")
-    } else {
-        at!("gdn_scan_bwd")
-    }
+/// The instantiation `<base>_<Dk>_<tile>` of a kernel, its name interned once (launches take
+/// static names).
+fn kernel(op: &'static str, base: &str, d: usize, x: usize) -> Result<&'static str, CudaError> {
+    type Name = (&'static str, usize, usize, &'static str);
+    static NAMES: OnceLock<Vec<Name>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let kinds = [
+            ("gdn_prep", &CHUNK_TILES[..]),
+            ("gdn_grads", &CHUNK_TILES[..]),
+            ("gdn_scan_fwd", &SCAN_TILES[..]),
+            ("gdn_scan_bwd", &SCAN_TILES[..]),
+        ];
+        kinds
+            .iter()
+            .flat_map(|&(kind, tiles)| {
+                tiles.iter().map(move |&(d, x)| {
+                    let name: &'static str = Box::leak(format!("{kind}_{d}_{x}").into_boxed_str());
+                    (kind, d, x, name)
+                })
+            })
+            .collect()
+    });
+    names
+        .iter()
+        .find(|n| n.0 == base && n.1 == d && n.2 == x)
+        .map(|n| n.3)
+        .ok_or_else(|| {
+            CudaError::invalid(op, format!("no {base} kernel for Dk {d} with tiles of {x}"))
+        })
 }
 
 /// A chunk's factors, chunk-major bf16 `[B·H, N, rows, cols]` (see the .cu file), and γ_L.
@@ -227,7 +205,7 @@ impl Plan {
         } else {
             (0u64, f.extra.device_ptr())
         };
-        let name = chunk_kernel(op, true, self.d, self.be)?;
+        let name = kernel(op, "gdn_prep", self.d, self.be)?;
         let cfg = self.chunk_launch(op, s, PREP_THREADS, prep_bytes(self.d))?;
         // SAFETY: gdn_prep(q, k, v, beta, g, w, kh, qt, ut, pm, tm, gl, RecDims): the inputs were
         // checked at the shape in `args`, the outputs allocated at [B·H, N, 64, cols] (ut or tm
@@ -259,7 +237,7 @@ impl Plan {
         let f = self.factors(OP, dev, x, s, true)?;
         let out = dev.alloc(DType::BF16, s.rows(s.dv))?;
         let states = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
-        let name = scan_kernel(OP, true, self.d, self.bv)?;
+        let name = kernel(OP, "gdn_scan_fwd", self.d, self.bv)?;
         // SAFETY: gdn_scan_fwd(s0, w, kh, qt, ut, pm, gl, out, states, RecDims) over the factors
         // just made, s0 checked at [B, H, Dk, Dv], out and states allocated at their shapes, the
         // shared memory what the kernel carves at (Dk, BV).
@@ -304,7 +282,7 @@ impl Plan {
             .iter()
             .map(|&n| dev.alloc(DType::BF16, n))
             .collect::<Result<Vec<_>, _>>()?;
-        let scan = scan_kernel(OP, false, self.d, self.bv)?;
+        let scan = kernel(OP, "gdn_scan_bwd", self.d, self.bv)?;
         // SAFETY: gdn_scan_bwd(ds, dout, w, kh, qt, pm, gl, dug, dsg, ds0, RecDims): ds and dout
         // checked at their shapes, the factors from gdn_prep, dug [B·H, N, 64, Dv], dsg
         // [B·H, N, Dk, Dv] and ds0 [B, H, Dk, Dv] allocated; shared memory as carved.
@@ -319,7 +297,7 @@ impl Plan {
                 ],
             )?;
         }
-        let name = chunk_kernel(OP, false, self.d, self.be)?;
+        let name = kernel(OP, "gdn_grads", self.d, self.be)?;
         let cfg = self.chunk_launch(
             OP,
             s,

@@ -1,0 +1,34 @@
+// io.h: the emulator harnesses' files: raw little-endian f32 arrays, as the emulated-kernel
+// tests write them, and their bf16 conversions.
+#pragma once
+#include <string>
+#include <vector>
+#include <stdio.h>
+#include <stdlib.h>
+
+inline std::vector<float> read_f32(const std::string& path) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) { fprintf(stderr, "cannot open %s\n", path.c_str()); exit(1); }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f) / 4;
+    fseek(f, 0, SEEK_SET);
+    std::vector<float> v(n);
+    if (fread(v.data(), 4, n, f) != (size_t)n) exit(1);
+    fclose(f);
+    return v;
+}
+inline void write_f32(const std::string& path, const std::vector<float>& v) {
+    FILE* f = fopen(path.c_str(), "wb");
+    fwrite(v.data(), 4, v.size(), f);
+    fclose(f);
+}
+template <typename B> std::vector<B> to_bf16(const std::vector<float>& v) {
+    std::vector<B> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i].bits = emu_bf16_bits(v[i]);
+    return r;
+}
+template <typename B> std::vector<float> from_bf16(const std::vector<B>& v) {
+    std::vector<float> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i] = __uint_as_float((unsigned)v[i].bits << 16);
+    return r;
+}
