@@ -1,25 +1,14 @@
 // gated_delta.cpp: the gated delta rule's bf16 kernels in the emulator (emu.h), launched as the
-// Rust wrappers launch them (cuda/src/kernels/gated_delta*.rs), on the inputs that
-// tests/tests/emulated_kernels.rs wrote into DIR (raw f32 files and `dims`); writes the outputs
-// and gradients there as emu_*.f32. `parallel` runs gated_delta_parallel.cu (chunk 64), `walk`
-// gated_delta.cu's one block per head. The test builds it.
+// Rust wrappers launch them, on the inputs that tests/tests/emulated_kernels.rs wrote into DIR:
+// raw f32 files, `dims` (B T H Dk Dv chunk) and `launch`, the wrappers' launch sizes
+// (gated_delta_parallel::sizes, gated_delta::one_tile_sizes). Writes the outputs and gradients
+// there as emu_*.f32. `parallel` runs gated_delta_parallel.cu (chunk 64), `walk` gated_delta.cu's
+// one block per head. The test builds it.
 //     gated_delta DIR parallel|walk
 #include "kernels.cpp"  // the kernel sources as C++ over emu.h, written by the test
 #include "io.h"
 
 #include <string>
-
-static size_t ld16(int n) { return n + 8; }
-static size_t ld32(int n) { return n + 4; }
-
-// The one-block-per-head kernels (`shared_bytes` in gated_delta.rs), one value tile.
-static size_t walk_bytes(const RecDims& d, int row_tiles, int state_tiles, int vectors) {
-    const int lp = (d.chunk + 15) / 16 * 16;
-    const size_t f32s = lp * ld32(d.bv) + lp * ld32(lp) + lp * std::max(lp / 4, 16) + (6 + vectors) * lp;
-    const size_t elems = (size_t)lp * (ld16(std::max(d.dk, d.bv)) + ld16(d.dk) + (row_tiles - 2) * ld16(d.bv)) +
-                         lp * ld16(lp) + (size_t)(d.dk + (state_tiles - 1) * std::max(d.dk, lp)) * ld16(d.bv);
-    return 4 * f32s + 2 * elems;
-}
 
 struct Data {
     std::vector<bf16> q, k, v, beta, g, s0, dO, ds;
@@ -33,14 +22,29 @@ static std::vector<bf16> poisoned(size_t n) {
     return x;
 }
 
-static void walk(Data& x, RecDims d) {
+// The launch sizes the wrapper computed, in the order `launch` lists them.
+static std::vector<size_t> launch_sizes(const std::string& dir, int n) {
+    std::vector<size_t> v(n);
+    FILE* f = fopen((dir + "/launch").c_str(), "r");
+    for (int i = 0; i < n; ++i)
+        if (!f || fscanf(f, "%zu", &v[i]) != 1) {
+            fprintf(stderr, "%s/launch: expected %d sizes\n", dir.c_str(), n);
+            exit(2);
+        }
+    fclose(f);
+    return v;
+}
+
+// launch: threads, forward bytes, backward bytes (one value tile).
+static void walk(Data& x, RecDims d, const std::vector<size_t>& z) {
     const int nc = (d.t + d.chunk - 1) / d.chunk, heads = d.b * d.h, lp = (d.chunk + 15) / 16 * 16;
-    emu_launch({{(unsigned)heads, 1, 1}, {REC_THREADS, 1, 1}, walk_bytes(d, 5, 1, 0)}, [&] {
+    const EmuDim grid{(unsigned)heads, 1, 1}, block{(unsigned)z[0], 1, 1};
+    emu_launch({grid, block, z[1]}, [&] {
         gated_delta_forward_bf16(x.q.data(), x.k.data(), x.v.data(), x.beta.data(), x.g.data(), x.s0.data(),
                                  x.o.data(), x.states.data(), d);
     });
     std::vector<float> scratch((size_t)heads * (d.dk * d.dv + 2 * lp * d.dk));
-    emu_launch({{(unsigned)heads, 1, 1}, {REC_THREADS, 1, 1}, walk_bytes(d, 5, 2, 7)}, [&] {
+    emu_launch({grid, block, z[2]}, [&] {
         gated_delta_backward_bf16(x.q.data(), x.k.data(), x.v.data(), x.beta.data(), x.g.data(), x.states.data(),
                                   x.dO.data(), x.ds.data(), x.dq.data(), x.dk.data(), x.dv.data(), x.db.data(),
                                   x.dg.data(), x.ds0.data(), scratch.data(), nullptr, d);
@@ -62,24 +66,21 @@ template <typename F> static void scan_kernel(int D, int BV, F f) {
     if (BV < 128) chunk_kernel(D, BV, f);
 }
 
-// gated_delta_parallel.rs's Plan and launches.
-static void parallel(Data& x, RecDims d) {
+// gated_delta_parallel.rs's launches; launch: BE, BV, then threads and bytes of gdn_prep, of a
+// scan and of gdn_grads.
+static void parallel(Data& x, RecDims d, const std::vector<size_t>& z) {
     const int D = d.dk, V = d.dv, L = GDN_L, nc = (d.t + L - 1) / L, BH = d.b * d.h;
-    const int BE = V % 64 == 0 ? 64 : 32;
-    const int BV = V % 128 == 0 && D >= 64 ? 128 : V % 64 == 0 ? 64 : 32;
+    const int BE = (int)z[0], BV = (int)z[1];
     const size_t rows = (size_t)BH * nc * L;
     auto w = poisoned(rows * D), kh = poisoned(rows * D), qt = poisoned(rows * D), ut = poisoned(rows * V);
     auto pm = poisoned(rows * L), tm = poisoned(rows * L), dug = poisoned(rows * V);
     auto dsg = poisoned((size_t)BH * nc * D * V);
     std::vector<float> gl(BH * nc, NAN);
-    const size_t prep = 4 * (L * ld32(L) + 7 * L) + 2 * (2 * L * ld16(D) + 2 * L * ld16(L));
-    const size_t scan = 2 * (2 * (3 * L * ld16(D) + L * ld16(L) + L * ld16(BV)) + D * ld16(BV) + L * ld16(BV));
-    const size_t grads = 4 * (14 * L + 32) + 2 * (2 * L * ld16(D) + 4 * L * ld16(L) + 3 * D * ld16(BE) +
-                                                  7 * L * ld16(BE)) + 4 * D * ld32(BE);
     const EmuDim chunks{(unsigned)nc, (unsigned)BH, 1}, tiles{(unsigned)(V / BV), (unsigned)BH, 1};
-    const EmuDim scan_block{(unsigned)(2 * D), 1, 1};
+    const EmuLaunch prep{chunks, {(unsigned)z[2], 1, 1}, z[3]}, scan{tiles, {(unsigned)z[4], 1, 1}, z[5]};
+    const EmuLaunch grads{chunks, {(unsigned)z[6], 1, 1}, z[7]};
     const auto factors = [&](bf16* u, bf16* t) {
-        emu_launch({chunks, {GDN_THREADS, 1, 1}, prep}, [&] {
+        emu_launch(prep, [&] {
             chunk_kernel(D, BE, [&](auto dd, auto ee) {
                 gdn_prep<dd.value, ee.value>(x.q.data(), x.k.data(), x.v.data(), x.beta.data(), x.g.data(), w.data(),
                                              kh.data(), qt.data(), u, pm.data(), t, gl.data(), d);
@@ -87,20 +88,20 @@ static void parallel(Data& x, RecDims d) {
         });
     };
     factors(ut.data(), nullptr);
-    emu_launch({tiles, scan_block, scan}, [&] {
+    emu_launch(scan, [&] {
         scan_kernel(D, BV, [&](auto dd, auto vv) {
             gdn_scan_fwd<dd.value, vv.value>(x.s0.data(), w.data(), kh.data(), qt.data(), ut.data(), pm.data(),
                                              gl.data(), x.o.data(), x.states.data(), d);
         });
     });
     factors(nullptr, tm.data());
-    emu_launch({tiles, scan_block, scan}, [&] {
+    emu_launch(scan, [&] {
         scan_kernel(D, BV, [&](auto dd, auto vv) {
             gdn_scan_bwd<dd.value, vv.value>(x.ds.data(), x.dO.data(), w.data(), kh.data(), qt.data(), pm.data(),
                                              gl.data(), dug.data(), dsg.data(), x.ds0.data(), d);
         });
     });
-    emu_launch({chunks, {(unsigned)GDN_GRAD_THREADS(D, BE), 1, 1}, grads}, [&] {
+    emu_launch(grads, [&] {
         chunk_kernel(D, BE, [&](auto dd, auto ee) {
             gdn_grads<dd.value, ee.value>(x.q.data(), x.k.data(), x.v.data(), x.beta.data(), x.g.data(),
                                           x.dO.data(), x.states.data(), dsg.data(), dug.data(), tm.data(), pm.data(),
@@ -137,9 +138,9 @@ int main(int argc, char** argv) {
     x.ds0 = poisoned(x.s0.size());
     x.states.assign((size_t)d.b * d.h * (nc + 1) * d.dk * d.dv, NAN);
     if (family == "parallel")
-        parallel(x, d);
+        parallel(x, d, launch_sizes(dir, 8));
     else if (family == "walk")
-        walk(x, d);
+        walk(x, d, launch_sizes(dir, 3));
     else {
         fprintf(stderr, "unknown kernel family %s\n", family.c_str());
         return 2;

@@ -335,6 +335,12 @@ __device__ __forceinline__ void set_pair(const STile<bf16>& t, int r, int c, flo
     *reinterpret_cast<u32*>(t.p + r * t.ld + c) = bf16x2_bits(x0, x1);
 }
 
+// Elements (r, c) and (r, c + 1) of a bf16 tile (c even) as f32, in one 4-byte load.
+__device__ __forceinline__ float2 get_pair(const STile<bf16>& t, int r, int c) {
+    const u32 w = *reinterpret_cast<const u32*>(t.p + r * t.ld + c);
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
 // rs[m][h], a lane's share of the sum of row r0 + 16 m + g + 8 h (each_pair's rows), summed over
 // the quad that holds the row and added to dst[row] by one lane of it: an atomic, as warps that
 // hold other columns of the row add to the same entry.

@@ -45,12 +45,6 @@ struct Decays {
     }
 };
 
-// Elements (r, c), (r, c + 1) of a bf16 tile as f32.
-__device__ __forceinline__ float2 get_pair(const STile<bf16>& t, int r, int c) {
-    const u32 w = *reinterpret_cast<const u32*>(t.p + r * t.ld + c);
-    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-}
-
 // acc += a b for a warp's 16 x 8 block of f32 views in shared memory (a at its rows' start, lda
 // apart; b at its 8 columns' start, ldb apart), over K (a multiple of 8) on tf32 tensor cores.
 __device__ __forceinline__ void warp_mm_tf32(float (&acc)[4], const float* a, int lda, const float* b, int ldb,
@@ -220,19 +214,19 @@ struct ScanSplit {
 // dO backward); two such sets one after another, the next chunk's arriving in one while the
 // current one is read (`in(i)`: set i % 2, by offset, so the pick needs no local-memory array).
 struct ScanTiles {
-    STile<bf16> a, b, k, p, x;
+    STile<bf16> w, qt, kh, p, x;
     int step;
     __device__ __forceinline__ ScanTiles in(int i) const {
         const int o = (i & 1) * step;
-        return ScanTiles{{a.p + o, a.ld}, {b.p + o, b.ld}, {k.p + o, k.ld}, {p.p + o, p.ld}, {x.p + o, x.ld}, step};
+        return ScanTiles{{w.p + o, w.ld}, {qt.p + o, qt.ld}, {kh.p + o, kh.ld}, {p.p + o, p.ld}, {x.p + o, x.ld}, step};
     }
 };
 template <int D, int BV> __device__ __forceinline__ ScanTiles take_scan_tiles(bf16*& e) {
     bf16* start = e;
     ScanTiles t;
-    t.a = take_tile(e, GDN_L, tile_ld<bf16>(D));
-    t.b = take_tile(e, GDN_L, tile_ld<bf16>(D));
-    t.k = take_tile(e, GDN_L, tile_ld<bf16>(D));
+    t.w = take_tile(e, GDN_L, tile_ld<bf16>(D));
+    t.qt = take_tile(e, GDN_L, tile_ld<bf16>(D));
+    t.kh = take_tile(e, GDN_L, tile_ld<bf16>(D));
     t.p = take_tile(e, GDN_L, tile_ld<bf16>(GDN_L));
     t.x = take_tile(e, GDN_L, tile_ld<bf16>(BV));
     t.step = (int)(e - start);
@@ -246,9 +240,9 @@ template <int D>
 __device__ __forceinline__ void fetch_factors(const ScanTiles& t, const bf16* w, const bf16* qt, const bf16* kh,
                                               const bf16* pm, u64 cid) {
     constexpr int L = GDN_L;
-    load_rows_async<D>(t.a, w + cid * L * D, D, L, L);
-    load_rows_async<D>(t.b, qt + cid * L * D, D, L, L);
-    load_rows_async<D>(t.k, kh + cid * L * D, D, L, L);
+    load_rows_async<D>(t.w, w + cid * L * D, D, L, L);
+    load_rows_async<D>(t.qt, qt + cid * L * D, D, L, L);
+    load_rows_async<D>(t.kh, kh + cid * L * D, D, L, L);
     load_rows_async<L>(t.p, pm + cid * L * L, L, L, L);
 }
 
@@ -302,8 +296,8 @@ __device__ void gdn_scan_fwd(const bf16* __restrict__ s0, const bf16* __restrict
         const ScanTiles t = tiles.in(c);
         // U = Ũ - W S into Ub; O's first term Q̃ S stays in registers.
         float u[MT][NT][4] = {}, o[MT][NT][4] = {};
-        warp_mm<MT, NT, D / 16>(u, t.a, r0, Sb, c0);
-        warp_mm<MT, NT, D / 16>(o, t.b, r0, Sb, c0);
+        warp_mm<MT, NT, D / 16>(u, t.w, r0, Sb, c0);
+        warp_mm<MT, NT, D / 16>(o, t.qt, r0, Sb, c0);
         each_pair(u, r0, c0, [&](int j, int col, float& x0, float& x1) {
             set_pair(Ub, j, col, t.x.at(j, col) - x0, t.x.at(j, col + 1) - x1);
         });
@@ -312,7 +306,7 @@ __device__ void gdn_scan_fwd(const bf16* __restrict__ s0, const bf16* __restrict
             x0 *= g_end;
             x1 *= g_end;
         });
-        warp_mm<1, SN, L / 16>(st, t.k.t(), rs, Ub, 0);
+        warp_mm<1, SN, L / 16>(st, t.kh.t(), rs, Ub, 0);
         warp_mm<MT, NT, L / 16>(o, t.p, r0, Ub, c0);
         each_pair(o, r0, c0, [&](int j, int col, float& x0, float& x1) {
             if (j < len) *reinterpret_cast<u32*>(out + hd.at(b, hh, t0 + j, d.dv) + e0 + col) = bf16x2_bits(x0, x1);
@@ -367,7 +361,7 @@ __device__ void gdn_scan_bwd(const bf16* __restrict__ dsT, const bf16* __restric
         const ScanTiles t = tiles.in(i);
         // dU = P^T dO + K̂ dS, one product over the concatenated inner dimension.
         float du[MT][NT][4] = {};
-        warp_mm<MT, NT, (L + D) / 16>(du, cat_cols(t.p.t(), t.k, L), r0, cat_rows(t.x, Sb, L), c0);
+        warp_mm<MT, NT, (L + D) / 16>(du, cat_cols(t.p.t(), t.kh, L), r0, cat_rows(t.x, Sb, L), c0);
         bf16* duc = dug + cid * L * d.dv + e0;
         each_pair(du, r0, c0, [&](int j, int col, float& x0, float& x1) {
             set_pair(Ub, j, col, x0, x1);
@@ -379,7 +373,7 @@ __device__ void gdn_scan_bwd(const bf16* __restrict__ dsT, const bf16* __restric
             x0 *= g_end;
             x1 *= g_end;
         });
-        warp_mm<1, SN, 2 * L / 16>(ds, cat_cols(t.b.t(), neg(t.a.t()), L), rs, cat_rows(t.x, Ub, L), 0);
+        warp_mm<1, SN, 2 * L / 16>(ds, cat_cols(t.qt.t(), neg(t.w.t()), L), rs, cat_rows(t.x, Ub, L), 0);
     }
     each_pair(ds, rs, 0, [&](int r, int col, float& x0, float& x1) {
         *reinterpret_cast<u32*>(ds0 + bh * ssz + e0 + (u64)r * d.dv + col) = bf16x2_bits(x0, x1);
@@ -463,9 +457,11 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     const STile<bf16> dUs = take_tile(e, L, tile_ld<bf16>(BE)), dXs = take_tile(e, L, tile_ld<bf16>(BE));
     const STile<bf16> dXb = take_tile(e, L, tile_ld<bf16>(BE)), Us = take_tile(e, L, tile_ld<bf16>(BE));
     const STile<bf16> Ut = take_tile(e, L, tile_ld<bf16>(BE));
-    // The next value tile's S0 (f32) and dS arrive here while the current one is worked on.
+    // The next value tile's S0 arrives in f32 here while the current one is worked on, its dS in
+    // the other of two tiles (value tile i's is dS_in(i)).
     const STile<bf16> dSn = take_tile(e, D, tile_ld<bf16>(BE));
     float* S0n = reinterpret_cast<float*>(e);
+    const auto dS_in = [&](int i) { return i & 1 ? dSn : dSs; };
     const Heads hd{d.t, d.h};
     const float* S0 = states + ((u64)bh * (nc + 1) + c) * ssz;
     const bf16* dS = dsg + cid * ssz;
@@ -475,7 +471,7 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     const int jr[2] = {r0 + (lane_id() >> 2), r0 + (lane_id() >> 2) + 8};
     const auto fetch_states = [&](int e0) {
         load_f32_rows_async<BE>(S0n, S0 + e0, d.dv, D);
-        load_rows_async<BE>(dSn, dS + e0, d.dv, D, D);
+        load_rows_async<BE>(dS_in(e0 / BE), dS + e0, d.dv, D, D);
         cp_async_commit();
     };
 
@@ -495,14 +491,10 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     float carry = 0.0f;
     for (int e0 = 0; e0 < d.dv; e0 += BE) {
         const bool more = e0 + BE < d.dv;
+        const STile<bf16> dSc = dS_in(e0 / BE);
         cp_async_wait<0>();
         __syncthreads();
-        for (int idx = threadIdx.x; idx < D * BE / 8; idx += nthreads()) {
-            const int i = idx / (BE / 8), col = (idx % (BE / 8)) * 8;
-            *reinterpret_cast<uint4*>(dSs.p + i * dSs.ld + col) =
-                *reinterpret_cast<const uint4*>(dSn.p + i * dSn.ld + col);
-        }
-        carry += stage_state<D, BE>(S0s, S0n, dSn);
+        carry += stage_state<D, BE>(S0s, S0n, dSc);
         __syncthreads();
         if (more) fetch_states(e0 + BE);
         // Rb = V - diag(γ) K S0, kept as R = diag(beta) Rb in Vs (U's operand); dX = T^T dU, and
@@ -562,7 +554,7 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
             cp_async_commit();
         }
         // dk += [diag(tend) U | -diag(beta γ) dX] [dS^T ; S0^T]; dO U^T, dX U^T.
-        warp_mm<1, ND, 2 * BE / 16>(dkc, cat_cols(Ut, dXb, BE), r0, cat_rows(dSs.t(), S0s.t(), BE), cd);
+        warp_mm<1, ND, 2 * BE / 16>(dkc, cat_cols(Ut, dXb, BE), r0, cat_rows(dSc.t(), S0s.t(), BE), cd);
         warp_mm<1, NL, BE / 16>(dp, dOs, r0, Us.t(), cl);
         warp_mm<1, NL, BE / 16>(da, dXs, r0, Us.t(), cl);
         __syncthreads();

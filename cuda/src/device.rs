@@ -27,8 +27,12 @@ pub struct Device {
 
 struct LoadedModule {
     module: Arc<CudaModule>,
-    functions: HashMap<&'static str, CudaFunction>,
+    /// Each loaded function, and whether its dynamic shared-memory limit was raised.
+    functions: HashMap<&'static str, (CudaFunction, bool)>,
 }
+
+/// Dynamic shared memory a block gets without opting in.
+const DEFAULT_SHARED: u32 = 48 * 1024;
 
 /// Field order is drop order: cuBLAS and the pool release device memory before the modules,
 /// stream and context go.
@@ -364,10 +368,17 @@ impl Device {
     }
 
     /// The raw handle of kernel `name` from `src`, compiling and loading the module on first use.
+    /// Function `name` of `src` (its module compiled and loaded at first use), ready for a launch
+    /// with `shared` bytes of dynamic shared memory. Past the default 48 KiB the function's limit
+    /// is raised once, under the module lock, to all it may have (the device's opt-in limit less
+    /// its static shared memory), not to one launch's size: a function is shared by every thread
+    /// launching it, and a limit set per launch could be lowered by another thread between its
+    /// setting and the launch (seen with tests running in parallel).
     pub(crate) fn function(
         &self,
         src: &KernelSource,
         name: &'static str,
+        shared: u32,
     ) -> Result<sys::CUfunction, CudaError> {
         let mut modules = lock(&self.inner.modules);
         if !modules.contains_key(src.name) {
@@ -381,18 +392,39 @@ impl Device {
             );
         }
         let loaded = modules.get_mut(src.name).expect("inserted above");
-        if let Some(f) = loaded.functions.get(name) {
-            return Ok(f.cu_function());
+        if !loaded.functions.contains_key(name) {
+            let f = loaded
+                .module
+                .load_function(name)
+                .map_err(|e| CudaError::Driver {
+                    call: "cuModuleGetFunction",
+                    message: format!("kernel {name} in module {}: {e:?}", src.name),
+                })?;
+            loaded.functions.insert(name, (f, false));
         }
-        let f = loaded
-            .module
-            .load_function(name)
-            .map_err(|e| CudaError::Driver {
-                call: "cuModuleGetFunction",
-                message: format!("kernel {name} in module {}: {e:?}", src.name),
-            })?;
+        let (f, raised) = loaded.functions.get_mut(name).expect("inserted above");
         let raw = f.cu_function();
-        loaded.functions.insert(name, f);
+        if shared > DEFAULT_SHARED && !*raised {
+            // SAFETY: `raw` is a live function of a loaded module.
+            let fixed = unsafe {
+                result::function::get_function_attribute(
+                    raw,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                )
+            }
+            .map_err(|e| CudaError::driver("cuFuncGetAttribute", e))?;
+            let most = self.max_shared_optin() as i32 - fixed;
+            // SAFETY: as above.
+            unsafe {
+                result::function::set_function_attribute(
+                    raw,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    most,
+                )
+            }
+            .map_err(|e| CudaError::driver("cuFuncSetAttribute", e))?;
+            *raised = true;
+        }
         Ok(raw)
     }
 

@@ -8,12 +8,17 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+use swax_cuda::kernels::chunk::RecurrentShape;
+use swax_cuda::kernels::{gated_delta, gated_delta_parallel};
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::gated_delta::{self as gdn, Gates};
 use swax_tests::relative_error;
 
 /// bf16 operands and f32 accumulation, as on the GPU: the GPU tests' tolerance.
 const TOLERANCE: f64 = 4e-2;
+
+/// A block's opt-in shared-memory limit on the H200, which the kernels are sized for (227 KiB).
+const SHARED_LIMIT: usize = 227 * 1024;
 
 const GATES: Gates = Gates {
     gate_std: 1.0,
@@ -220,6 +225,37 @@ fn case(
     let shape = dir.join("dims");
     std::fs::write(&shape, format!("{b} {t} {h} {dk} {dv} {chunk}\n"))
         .map_err(|e| io(&shape, e))?;
+    // The launch sizes the Rust wrappers compute, so that their shared-memory arithmetic is
+    // checked against what the kernels carve (the emulator bounds-checks shared memory).
+    let s = RecurrentShape {
+        b,
+        t,
+        h,
+        dk,
+        dv,
+        chunk,
+    };
+    let sizes = if family == "parallel" {
+        let z = gated_delta_parallel::sizes(s, swax_cuda::DType::BF16, SHARED_LIMIT)
+            .unwrap_or_else(|| panic!("{name}: the chunk-parallel kernels do not take {s:?}"));
+        format!(
+            "{} {} {} {} {} {} {} {}",
+            z.be,
+            z.bv,
+            z.prep_threads,
+            z.prep_bytes,
+            z.scan_threads,
+            z.scan_bytes,
+            z.grads_threads,
+            z.grads_bytes
+        )
+    } else {
+        let (threads, fwd, bwd) =
+            gated_delta::one_tile_sizes(s, swax_cuda::DType::BF16).expect("valid sizes");
+        format!("{threads} {fwd} {bwd}")
+    };
+    let launch = dir.join("launch");
+    std::fs::write(&launch, sizes + "\n").map_err(|e| io(&launch, e))?;
     let want = gdn::run(&x, &g, chunk)?;
     let status = Command::new(exe)
         .arg(&dir)

@@ -7,6 +7,7 @@
 
 use super::chunk::{
     check_operands, head_launch, sum_tiles, tile_ld, tile_shares, RecArgs, RecurrentShape,
+    CHUNK_THREADS,
 };
 use super::gated_delta_parallel::Plan;
 use super::{float_kernel, launch};
@@ -89,6 +90,28 @@ fn shared_bytes(
     4 * f32s + e * elems
 }
 
+/// The forward's shared memory: five row tiles, one state tile, no extra vectors.
+fn forward_bytes(s: RecurrentShape, args: &RecArgs, dt: DType) -> usize {
+    shared_bytes(s, args, dt, 5, 1, 0)
+}
+
+/// The backward's: five row tiles, two state tiles, seven more per-row vectors.
+fn backward_bytes(s: RecurrentShape, args: &RecArgs, dt: DType) -> usize {
+    shared_bytes(s, args, dt, 5, 2, 7)
+}
+
+/// What the one-block-per-head kernels launch with all of Dv in one value tile: threads a
+/// block and the forward's and backward's shared memory in bytes. Public so that the kernels'
+/// CPU emulation (tests/tests/emulated_kernels.rs) launches them as the wrappers do.
+pub fn one_tile_sizes(s: RecurrentShape, dtype: DType) -> Result<(u32, usize, usize), CudaError> {
+    let args = RecArgs::new("gated_delta", s, dtype, 0.0)?;
+    Ok((
+        CHUNK_THREADS,
+        forward_bytes(s, &args, dtype),
+        backward_bytes(s, &args, dtype),
+    ))
+}
+
 /// The chunkwise forward from the state `s0` `[B, H, Dk, Dv]` (of the inputs' dtype); see
 /// `Backend::gated_delta_forward` in swax-tensor for the equations. Returns o `[B, T, H, Dv]`
 /// of the inputs' dtype and the f32 boundary states `[B, H, N + 1, Dk, Dv]`.
@@ -104,7 +127,7 @@ pub fn gated_delta_forward(
     if let Some(plan) = Plan::new(dev, s, dt, args) {
         return plan.forward(dev, &x.buffers(), s0, s);
     }
-    let bytes = |a: &RecArgs| shared_bytes(s, a, dt, 5, 1, 0);
+    let bytes = |a: &RecArgs| forward_bytes(s, a, dt);
     let args = args.fit(dev, dt, bytes);
     let out = dev.alloc(dt, s.rows(s.dv))?;
     let states = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
@@ -151,7 +174,7 @@ pub fn gated_delta_backward(
     if let Some(plan) = Plan::new(dev, s, dt, args) {
         return plan.backward(dev, &x.buffers(), states, dout, ds, s);
     }
-    let bytes = |a: &RecArgs| shared_bytes(s, a, dt, 5, 2, 7);
+    let bytes = |a: &RecArgs| backward_bytes(s, a, dt);
     let args = args.fit(dev, dt, bytes);
     let sizes = [
         s.rows(s.dk),

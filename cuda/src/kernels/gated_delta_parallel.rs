@@ -25,13 +25,59 @@ const PREP_THREADS: u32 = 256;
 /// The most blocks a grid's y dimension takes (the heads, in every kernel here).
 const MAX_GRID_Y: usize = 65535;
 
-/// The sizes one call runs at: head dim `d` (Dk), the value tiles of the chunk kernels (`be`
-/// columns) and of the scans (`bv`).
+/// What a call launches: the head dim, the value tiles of the chunk kernels (`be` columns) and
+/// of the scans (`bv`), and each kernel's threads and dynamic shared memory in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    pub d: usize,
+    pub be: usize,
+    pub bv: usize,
+    pub prep_threads: u32,
+    pub prep_bytes: usize,
+    pub scan_threads: u32,
+    pub scan_bytes: usize,
+    pub grads_threads: u32,
+    pub grads_bytes: usize,
+}
+
+/// The sizes for a shape, if these kernels take it: bf16, chunk 64, Dk 32, 64 or 128, Dv a
+/// multiple of 32, B·H within a grid dimension, and every kernel's shared memory within
+/// `shared_limit` (a block's opt-in limit). The scans take the widest value tile of 128, 64 or
+/// 32 columns (at most 2 Dk: wider ones spill at Dk 32) that divides Dv and fits: on the H200 at
+/// Dk = Dv = 128, 128 columns make one block per head, 128 blocks in one wave on its 132 SMs.
+/// Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as
+/// the wrappers do.
+pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Sizes> {
+    let fits = dtype == DType::BF16
+        && s.chunk == L
+        && matches!(s.dk, 32 | 64 | 128)
+        && s.dv % 32 == 0
+        && s.heads() <= MAX_GRID_Y;
+    if !fits {
+        return None;
+    }
+    let be = if s.dv % 64 == 0 { 64 } else { 32 };
+    let bv = [128, 64, 32]
+        .into_iter()
+        .find(|&bv| bv <= 2 * s.dk && s.dv % bv == 0 && scan_bytes(s.dk, bv) <= shared_limit)?;
+    let z = Sizes {
+        d: s.dk,
+        be,
+        bv,
+        prep_threads: PREP_THREADS,
+        prep_bytes: prep_bytes(s.dk),
+        scan_threads: 2 * s.dk as u32,
+        scan_bytes: scan_bytes(s.dk, bv),
+        grads_threads: grads_threads(s.dk, be),
+        grads_bytes: grads_bytes(s.dk, be),
+    };
+    (z.prep_bytes.max(z.grads_bytes) <= shared_limit).then_some(z)
+}
+
+/// A call's sizes and kernel arguments.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plan {
-    d: usize,
-    be: usize,
-    bv: usize,
+    z: Sizes,
     args: RecArgs,
 }
 
@@ -40,32 +86,9 @@ fn tile(n: usize) -> usize {
 }
 
 impl Plan {
-    /// The plan for a shape, if these kernels take it: bf16, chunk 64, Dk 32, 64 or 128, Dv a
-    /// multiple of 32, B·H within a grid dimension, and every kernel's shared memory within the
-    /// device's limit. The scans take the widest value tile of 128, 64 or 32 columns (at most
-    /// 2 Dk: wider ones spill at Dk 32) that divides Dv and fits: on the H200 at Dk = Dv = 128,
-    /// 128 columns make one block per head, 128 blocks in one wave on its 132 SMs.
+    /// The plan for a shape on `dev`, if these kernels take it (see [`sizes`]).
     pub fn new(dev: &Device, s: RecurrentShape, dtype: DType, args: RecArgs) -> Option<Plan> {
-        let fits = dtype == DType::BF16
-            && s.chunk == L
-            && matches!(s.dk, 32 | 64 | 128)
-            && s.dv % 32 == 0
-            && s.heads() <= MAX_GRID_Y;
-        if !fits {
-            return None;
-        }
-        let limit = dev.max_shared_optin() as usize;
-        let be = if s.dv % 64 == 0 { 64 } else { 32 };
-        let bv = [128, 64, 32]
-            .into_iter()
-            .find(|&bv| bv <= 2 * s.dk && s.dv % bv == 0 && scan_bytes(s.dk, bv) <= limit)?;
-        let plan = Plan {
-            d: s.dk,
-            be,
-            bv,
-            args,
-        };
-        (prep_bytes(s.dk).max(grads_bytes(s.dk, be)) <= limit).then_some(plan)
+        sizes(s, dtype, dev.max_shared_optin() as usize).map(|z| Plan { z, args })
     }
 }
 
@@ -83,8 +106,8 @@ fn scan_bytes(d: usize, bv: usize) -> usize {
 }
 
 /// Shared memory of gdn_grads: 14 per-row f32 vectors and 32 floats of block-sum scratch; bf16
-/// q and k [64, Dk], four [64, 64] tiles, three state tiles [Dk, BE] (S0, dS and the next dS) and
-/// seven value tiles [64, BE]; the next S0 in f32 [Dk, BE + 4].
+/// q and k [64, Dk], four [64, 64] tiles, three state tiles [Dk, BE] (S0, and dS in two that
+/// alternate between value tiles) and seven value tiles [64, BE]; the next S0 in f32 [Dk, BE + 4].
 fn grads_bytes(d: usize, be: usize) -> usize {
     4 * (14 * L + 32)
         + 2 * (2 * L * tile(d) + 4 * L * tile(L) + 3 * d * tile(be) + 7 * L * tile(be))
@@ -160,7 +183,6 @@ struct Factors {
 
 impl Plan {
     fn chunk_launch(
-        &self,
         op: &'static str,
         s: RecurrentShape,
         threads: u32,
@@ -175,9 +197,9 @@ impl Plan {
 
     fn scan_launch(&self, s: RecurrentShape) -> Launch {
         Launch {
-            grid: ((s.dv / self.bv) as u32, s.heads() as u32, 1),
-            block: (2 * self.d as u32, 1, 1),
-            shared: scan_bytes(self.d, self.bv) as u32,
+            grid: ((s.dv / self.z.bv) as u32, s.heads() as u32, 1),
+            block: (self.z.scan_threads, 1, 1),
+            shared: self.z.scan_bytes as u32,
         }
     }
 
@@ -205,8 +227,8 @@ impl Plan {
         } else {
             (0u64, f.extra.device_ptr())
         };
-        let name = kernel(op, "gdn_prep", self.d, self.be)?;
-        let cfg = self.chunk_launch(op, s, PREP_THREADS, prep_bytes(self.d))?;
+        let name = kernel(op, "gdn_prep", self.z.d, self.z.be)?;
+        let cfg = Self::chunk_launch(op, s, self.z.prep_threads, self.z.prep_bytes)?;
         // SAFETY: gdn_prep(q, k, v, beta, g, w, kh, qt, ut, pm, tm, gl, RecDims): the inputs were
         // checked at the shape in `args`, the outputs allocated at [B·H, N, 64, cols] (ut or tm
         // null where not wanted), and the shared memory is what the kernel carves at (Dk, BE).
@@ -237,7 +259,7 @@ impl Plan {
         let f = self.factors(OP, dev, x, s, true)?;
         let out = dev.alloc(DType::BF16, s.rows(s.dv))?;
         let states = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
-        let name = kernel(OP, "gdn_scan_fwd", self.d, self.bv)?;
+        let name = kernel(OP, "gdn_scan_fwd", self.z.d, self.z.bv)?;
         // SAFETY: gdn_scan_fwd(s0, w, kh, qt, ut, pm, gl, out, states, RecDims) over the factors
         // just made, s0 checked at [B, H, Dk, Dv], out and states allocated at their shapes, the
         // shared memory what the kernel carves at (Dk, BV).
@@ -282,7 +304,7 @@ impl Plan {
             .iter()
             .map(|&n| dev.alloc(DType::BF16, n))
             .collect::<Result<Vec<_>, _>>()?;
-        let scan = kernel(OP, "gdn_scan_bwd", self.d, self.bv)?;
+        let scan = kernel(OP, "gdn_scan_bwd", self.z.d, self.z.bv)?;
         // SAFETY: gdn_scan_bwd(ds, dout, w, kh, qt, pm, gl, dug, dsg, ds0, RecDims): ds and dout
         // checked at their shapes, the factors from gdn_prep, dug [B·H, N, 64, Dv], dsg
         // [B·H, N, Dk, Dv] and ds0 [B, H, Dk, Dv] allocated; shared memory as carved.
@@ -297,13 +319,8 @@ impl Plan {
                 ],
             )?;
         }
-        let name = kernel(OP, "gdn_grads", self.d, self.be)?;
-        let cfg = self.chunk_launch(
-            OP,
-            s,
-            grads_threads(self.d, self.be),
-            grads_bytes(self.d, self.be),
-        )?;
+        let name = kernel(OP, "gdn_grads", self.z.d, self.z.be)?;
+        let cfg = Self::chunk_launch(OP, s, self.z.grads_threads, self.z.grads_bytes)?;
         // SAFETY: gdn_grads(q, k, v, beta, g, dout, states, dsg, dug, tm, pm, dq, dk, dv, dbeta,
         // dg, RecDims): inputs checked, states at [B, H, N + 1, Dk, Dv], the scan's and prep's
         // outputs just made, the gradients allocated at their inputs' sizes; shared memory as

@@ -14,7 +14,7 @@ pub mod copy;
 pub mod cross_entropy;
 pub mod embedding;
 pub mod gated_delta;
-mod gated_delta_parallel;
+pub mod gated_delta_parallel;
 mod layout;
 pub mod mask;
 pub mod mlstm;
@@ -30,7 +30,7 @@ pub mod unary;
 
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
-use cudarc::driver::{result, sys};
+use cudarc::driver::result;
 use std::ffi::c_void;
 
 /// Most launch parameters any kernel here takes.
@@ -46,8 +46,6 @@ const ROW_VECS: u32 = 4;
 const ROW_BLOCK: u32 = 512;
 /// Threads in a block of shorter rows, which then holds several of them.
 const ROW_BLOCK_MIN: u32 = 256;
-/// Shared memory a block gets without opting in.
-const DEFAULT_SHARED: u32 = 48 * 1024;
 
 /// A value that can be passed to a kernel by pointer to its bytes, as `cuLaunchKernel` wants.
 pub(crate) trait KernelArg {
@@ -164,32 +162,8 @@ pub(crate) unsafe fn launch(
     args: &[&dyn KernelArg],
 ) -> Result<(), CudaError> {
     assert!(args.len() <= MAX_ARGS, "kernel {name}: too many arguments");
-    let f = dev.function(src, name)?;
+    let f = dev.function(src, name, cfg.shared)?;
     dev.bind()?;
-    if cfg.shared > DEFAULT_SHARED {
-        // All the dynamic shared memory the function may have, not this launch's size: the
-        // function is shared by every thread launching it, and a launch between another
-        // thread's lowering of the limit and its own launch would fail (seen with tests running
-        // in parallel). The limit counts the function's static shared memory too.
-        // SAFETY: `f` is a live function of a loaded module.
-        let fixed = unsafe {
-            result::function::get_function_attribute(
-                f,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-            )
-        }
-        .map_err(|e| CudaError::driver("cuFuncGetAttribute", e))?;
-        let most = dev.max_shared_optin() as i32 - fixed;
-        // SAFETY: as above.
-        unsafe {
-            result::function::set_function_attribute(
-                f,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                most.max(cfg.shared as i32),
-            )
-        }
-        .map_err(|e| CudaError::driver("cuFuncSetAttribute", e))?;
-    }
     let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
     for (p, a) in params.iter_mut().zip(args) {
         *p = a.as_param();
