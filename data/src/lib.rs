@@ -8,6 +8,7 @@
 //! - [`prepare`]: text to shards, behind `swax prepare`.
 //! - [`corpus`]: the generated default corpus whose prediction needs long-range recall.
 //! - [`tasks`]: needle-in-a-haystack, passkey and MQAR samples at exact lengths.
+//! - [`recall`]: generated recall-training rows (MQAR, pass keys, a mix of facts) and their loader.
 
 mod atomic;
 pub mod corpus;
@@ -16,17 +17,19 @@ pub mod error;
 pub mod loader;
 pub mod meta;
 pub mod prepare;
+pub mod recall;
 pub mod rng;
 pub mod sample;
 pub mod shard;
 pub mod tasks;
 pub mod tokenizer;
 
-pub use corpus::{Corpus, CorpusConfig, Document};
+pub use corpus::{Corpus, CorpusConfig, Document, FactMix};
 pub use dataset::{Dataset, Split};
 pub use error::{DataError, Result};
-pub use loader::{Batch, Loader, LoaderConfig, LoaderState};
+pub use loader::{Batch, Loader, LoaderConfig, LoaderState, IGNORE};
 pub use meta::{DatasetMeta, SplitCounts};
+pub use recall::{RecallConfig, RecallData, RecallKind, Row, RowLoader};
 pub use rng::Rng;
 pub use sample::{Answer, TaskSample};
 pub use shard::{write_shard, Shard, ShardFormat, ShardWriter};

@@ -45,6 +45,9 @@ impl LoaderConfig {
     }
 }
 
+/// A target that is not scored: the rows of `recall::RowLoader` supervise only some tokens.
+pub const IGNORE: u32 = u32::MAX;
+
 /// Where a loader stands, small enough for a checkpoint. `seed`, `t` and `tokens` (the total
 /// over the shards) are there to refuse resuming on other data or settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,9 +60,13 @@ pub struct LoaderState {
     pub shard: u64,
     /// Position in that shard's window order.
     pub window: u64,
+    /// Rows drawn from generated data (`recall::RowLoader`); 0 for shards.
+    #[serde(default)]
+    pub rows: u64,
 }
 
-/// Token ids, row-major `[B, T]`; `targets[i] = ` the token after `inputs[i]`.
+/// Token ids, row-major `[B, T]`; `targets[i] = ` the token after `inputs[i]`, or [`IGNORE`]
+/// where it is not scored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
     pub b: usize,
@@ -162,6 +169,7 @@ impl Loader {
         check("seed", cfg.seed, state.seed)?;
         check("t", cfg.t as u64, state.t)?;
         check("tokens", loader.tokens, state.tokens)?;
+        check("rows", 0, state.rows)?;
         // A position beyond this data's shards or windows can only come from other data.
         check(
             "shard",
@@ -188,6 +196,7 @@ impl Loader {
             epoch: self.epoch,
             shard: self.shard as u64,
             window: self.window as u64,
+            rows: 0,
         }
     }
 

@@ -73,7 +73,12 @@ pub struct ModelConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
-    /// `bytes` or `gpt2`: the embedded corpus's tokenizer (data from `--data` brings its own).
+    /// What to train on: `corpus` (the embedded recall corpus), `mqar`, `passkey` or
+    /// `recall-mix` (generated recall-training rows), or a folder of shards from `swax prepare`
+    /// (`./mqar` for a folder named like a built-in source). `--data` sets it.
+    #[serde(default = "default_source")]
+    pub source: String,
+    /// `bytes` or `gpt2`: the generated data's tokenizer (shards bring their own).
     pub tokenizer: String,
     /// T: tokens per sequence.
     pub seq_len: usize,
@@ -82,8 +87,15 @@ pub struct DataConfig {
     /// Tokens of the embedded corpus generated for training and for validation.
     pub corpus_train_tokens: usize,
     pub corpus_val_tokens: usize,
-    /// The longest corpus document, in tokens (recall distances reach up to it).
+    /// The longest corpus document, in tokens.
     pub corpus_max_doc_tokens: usize,
+    /// Key-value pairs per `mqar` row (0: seq_len / 16, as the evaluation's MQAR).
+    #[serde(default)]
+    pub mqar_pairs: usize,
+}
+
+fn default_source() -> String {
+    "corpus".into()
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -104,7 +116,8 @@ pub struct TrainConfig {
     pub eval_batches: usize,
     /// Checkpoint every this many steps (0: only at the end).
     pub save_every: u64,
-    /// Held-out recall probes checked before and after training (0: none).
+    /// Held-out recall probes, scored at every validation and before and after training: enough
+    /// of them that this many answers lie within `w_long` and as many beyond it (0: none).
     pub recall_probes: usize,
     /// `auto` (bf16 activations on the GPU, f32 on the CPU), `f32` or `bf16`.
     pub dtype: String,

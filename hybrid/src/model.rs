@@ -2,6 +2,7 @@
 //! pattern repeated to the depth ("SM" alternates sliding-window attention and mLSTM), a final
 //! RMSNorm and an untied output projection.
 use crate::config::ModelConfig;
+use swax_data::IGNORE;
 use swax_nn::layers::basic::{Embedding, Linear, RmsNorm, INIT_STD};
 use swax_nn::layers::chunked::MixerState;
 use swax_nn::layers::MixerDims;
@@ -65,7 +66,8 @@ impl Model {
         self.head.forward(w, &self.norm.forward(w, &x)?)
     }
 
-    /// The mean next-token cross-entropy (an f32 scalar) of `inputs` against `targets`.
+    /// The mean next-token cross-entropy (an f32 scalar) of `inputs` against `targets`, over the
+    /// targets that are not [`IGNORE`].
     pub fn loss(
         &self,
         w: &Weights,
@@ -79,7 +81,7 @@ impl Model {
         let tape = w.tape;
         let flat = tape.reshape(&logits, vec![rows, v])?;
         let targets = tape.reshape(targets, vec![rows])?;
-        let loss = tape.cross_entropy(&flat, &targets, None)?;
+        let loss = tape.cross_entropy(&flat, &targets, Some(IGNORE))?;
         match loss.dtype() {
             DType::F32 => Ok(loss),
             _ => tape.to_dtype(&loss, DType::F32),

@@ -25,6 +25,18 @@ impl WindowSchedule {
         self.total_steps - anneal.min(self.total_steps)
     }
 
+    /// The windows some step trains at, short first: the ones a run is evaluated at.
+    pub fn trained_windows(&self) -> Vec<usize> {
+        let short = self.p_short > 0.0 && self.anneal_start() > 0;
+        let long = self.p_short < 1.0 || self.anneal_start() < self.total_steps;
+        let mut ws: Vec<usize> = [(short, self.w_short), (long, self.w_long)]
+            .into_iter()
+            .filter_map(|(used, w)| used.then_some(w))
+            .collect();
+        ws.dedup();
+        ws
+    }
+
     /// The window of step `step` (counting from 0).
     pub fn window(&self, step: u64) -> usize {
         if step >= self.anneal_start() {

@@ -30,7 +30,7 @@ pub fn micro(pattern: &str, steps: u64, extra: &[&str]) -> Config {
         "train.eval_every=0".into(),
         "train.eval_batches=2".into(),
         "train.save_every=0".into(),
-        "train.recall_probes=4".into(),
+        "train.recall_probes=1".into(),
         "optim.warmup_steps=2".into(),
     ]
     .into();
@@ -43,7 +43,6 @@ pub fn options(out: &Path, device: Device) -> Options {
     Options {
         out: out.to_path_buf(),
         device,
-        data: None,
         resume: false,
         stop_at: None,
         progress: false,

@@ -1,13 +1,15 @@
-//! The embedded default corpus: English-like documents, generated from a seed (no downloaded
-//! data), whose prediction needs long-range recall. Filler sentences from a small grammar carry
-//! facts stated once ("The code of the blue door is 48213.") and stated again later, where the
-//! value can only be predicted by recalling the first statement. Recall distances are drawn
-//! log-uniformly from a few tokens to the length of the document, far beyond the training
-//! attention windows (128 to 2048), and are measured in tokens of the given tokenizer.
+//! The embedded default corpus and the recall-training documents: English-like text generated
+//! from a seed (no downloaded data) whose prediction needs long-range recall. Filler sentences
+//! from a small grammar carry facts stated once ("The code of the blue door is 48213.") and
+//! recalled later, where the value can only be predicted by remembering the statement. The
+//! distance from a fact's value to its recall's value is drawn log-uniformly from a few tokens to
+//! `max_distance` (or the rest of the document), and is measured in tokens of the tokenizer.
 //!
 //! Documents are addressed by (seed, split, index): train and validation documents come from
-//! disjoint streams, and any document can be generated without the ones before it.
+//! disjoint streams, and any document can be generated without the ones before it. `row` makes a
+//! training sequence of an exact length: one document cut to it, its recalls that fit.
 
+pub(crate) mod facts;
 pub(crate) mod grammar;
 
 use std::collections::HashSet;
@@ -18,7 +20,8 @@ use crate::rng::Rng;
 use crate::sample::{Answer, Builder, TaskSample};
 use crate::tokenizer::Tokenizer;
 
-use grammar::{COLORS, NAMES, OBJECTS, TOWNS};
+use facts::Fact;
+pub use facts::FactMix;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CorpusConfig {
@@ -28,8 +31,12 @@ pub struct CorpusConfig {
     pub max_doc_tokens: usize,
     /// Probability that a sentence states a new fact rather than filler.
     pub fact_rate: f64,
-    /// Shortest planned gap, in tokens, between a fact's value and its recall.
+    /// Shortest planned distance, in tokens, from a fact's value to its recall's value.
     pub min_distance: usize,
+    /// Longest planned distance (0: up to the end of the document). A model trained on T-token
+    /// sequences can learn only from recalls within T of their fact.
+    pub max_distance: usize,
+    pub facts: FactMix,
 }
 
 impl Default for CorpusConfig {
@@ -40,6 +47,8 @@ impl Default for CorpusConfig {
             max_doc_tokens: 16384,
             fact_rate: 0.2,
             min_distance: 4,
+            max_distance: 0,
+            facts: FactMix::Corpus,
         }
     }
 }
@@ -51,71 +60,17 @@ pub struct Document {
     pub recalls: Vec<Answer>,
 }
 
-/// A fact: a key that may appear once per document, and the value bound to it.
-#[derive(Debug, Clone, Copy)]
-enum Fact {
-    Code {
-        color: usize,
-        object: usize,
-        code: u32,
-    },
-    Home {
-        name: usize,
-        town: usize,
-    },
-}
-
-impl Fact {
-    fn random(rng: &mut Rng) -> Fact {
-        let index = |rng: &mut Rng, n: usize| rng.below(n as u64) as usize;
-        if rng.below(2) == 0 {
-            Fact::Code {
-                color: index(rng, COLORS.len()),
-                object: index(rng, OBJECTS.len()),
-                code: 10000 + rng.below(90000) as u32,
-            }
-        } else {
-            Fact::Home {
-                name: index(rng, NAMES.len()),
-                town: index(rng, TOWNS.len()),
-            }
-        }
-    }
-
-    fn key(self) -> usize {
-        match self {
-            Fact::Code { color, object, .. } => color * OBJECTS.len() + object,
-            Fact::Home { name, .. } => COLORS.len() * OBJECTS.len() + name,
-        }
-    }
-
-    /// The sentence up to the value, and the value; a period follows.
-    fn parts(self) -> (String, String) {
-        match self {
-            Fact::Code {
-                color,
-                object,
-                code,
-            } => (
-                format!(" The code of the {} {} is", COLORS[color], OBJECTS[object]),
-                format!(" {code}"),
-            ),
-            Fact::Home { name, town } => (
-                format!(" {} lives in", NAMES[name]),
-                format!(" {}", TOWNS[town]),
-            ),
-        }
-    }
-}
-
-/// A fact stated and not yet recalled: recalled once the document reaches `due`.
+/// A fact stated and not yet recalled: its recall sentence, and where that sentence starts so
+/// that the recalled value lands at the planned distance.
 struct Pending {
-    fact: Fact,
+    recall: [String; 3],
     source: usize,
     due: usize,
 }
 
 const SPLIT_STREAM: [u64; 2] = [0x0074_7261_696e, 0x0000_0076_616c]; // "train", "val"
+/// Separates rows from the documents of `document` (the same index gives another text).
+const ROW_STREAM: u64 = 0x0072_6f77; // "row"
 
 pub struct Corpus<'a> {
     tok: &'a dyn Tokenizer,
@@ -144,6 +99,12 @@ impl<'a> Corpus<'a> {
         let stream = SPLIT_STREAM[split as usize];
         let mut rng = Rng::derive(self.cfg.seed, &[stream, index]);
         let target = rng.log_uniform(self.cfg.min_doc_tokens, self.cfg.max_doc_tokens);
+        self.compose(&mut rng, target)
+    }
+
+    /// Text of about `target` tokens: filler and facts, each fact recalled once before the end.
+    fn compose(&self, rng: &mut Rng, target: usize) -> Document {
+        let encoded = |text: &str| self.tok.encode(text).len();
         let mut doc = Builder::new(self.tok);
         let mut pending: Vec<Pending> = Vec::new();
         let mut used = HashSet::new();
@@ -152,7 +113,7 @@ impl<'a> Corpus<'a> {
             let len = doc.len();
             if let Some(i) = pending.iter().position(|p| p.due <= len) {
                 let p = pending.swap_remove(i);
-                let (prefix, value) = p.fact.parts();
+                let [prefix, value, suffix] = p.recall;
                 doc.text(&prefix);
                 let pos = doc.text(&value);
                 recalls.push(Answer {
@@ -160,32 +121,66 @@ impl<'a> Corpus<'a> {
                     tokens: doc.tokens[pos..].to_vec(),
                     source: p.source,
                 });
-                doc.text(".");
+                doc.text(&suffix);
                 continue;
             }
             if len >= target && pending.is_empty() {
                 break;
             }
-            let room = target.saturating_sub(len);
-            let fact = Fact::random(&mut rng);
-            if room > self.cfg.min_distance
-                && rng.unit() < self.cfg.fact_rate
-                && used.insert(fact.key())
-            {
-                let (prefix, value) = fact.parts();
-                doc.text(&prefix);
+            let fact = Fact::random(rng, self.cfg.facts);
+            let [before, value, after] = fact.statement(rng);
+            let recall = fact.recall(rng);
+            // The distance runs from the stated value to the recalled one: at least the rest of
+            // the statement and the recall's lead-in, and the recalled value ends by the target.
+            let (vlen, lead) = (encoded(&value), encoded(&recall[0]));
+            let value_at = len + encoded(&before);
+            let lo = self.cfg.min_distance.max(vlen + encoded(&after) + lead);
+            let hi = target.saturating_sub(value_at + vlen);
+            let hi = match self.cfg.max_distance {
+                0 => hi,
+                cap => hi.min(cap),
+            };
+            if hi > lo && rng.unit() < self.cfg.fact_rate && used.insert(fact.key()) {
+                doc.text(&before);
                 let source = doc.text(&value);
-                doc.text(".");
-                let due = source + rng.log_uniform(self.cfg.min_distance, room);
-                pending.push(Pending { fact, source, due });
+                doc.text(&after);
+                let distance = rng.log_uniform(lo, hi);
+                pending.push(Pending {
+                    due: (source + distance).saturating_sub(lead),
+                    recall,
+                    source,
+                });
             } else {
-                doc.text(&grammar::filler(&mut rng));
+                doc.text(&grammar::filler(rng));
             }
         }
         Document {
             tokens: doc.tokens,
             recalls,
         }
+    }
+
+    /// Training row `index` of `split`: exactly `len` tokens, the end-of-text token and then one
+    /// document cut to fit, with the recalls whose values lie wholly inside it (positions in the
+    /// row).
+    pub fn row(&self, split: Split, index: u64, len: usize) -> TaskSample {
+        let stream = SPLIT_STREAM[split as usize];
+        let mut rng = Rng::derive(self.cfg.seed, &[stream, ROW_STREAM, index]);
+        let doc = self.compose(&mut rng, len.saturating_sub(1));
+        let mut tokens = Vec::with_capacity(len);
+        tokens.push(self.tok.eot());
+        tokens.extend(doc.tokens.into_iter().take(len.saturating_sub(1)));
+        let answers = doc
+            .recalls
+            .into_iter()
+            .map(|a| Answer {
+                pos: a.pos + 1,
+                source: a.source + 1,
+                tokens: a.tokens,
+            })
+            .filter(|a| a.pos + a.tokens.len() <= len)
+            .collect();
+        TaskSample { tokens, answers }
     }
 
     /// Exactly `n_tokens` of `split`: documents 0, 1, ... each preceded by the end-of-text token,

@@ -47,7 +47,18 @@ fn gaps(rng: &mut Rng, space: usize, k: usize, a: f64) -> Vec<usize> {
     keyed.into_iter().take(k).map(|(_, g)| g).collect()
 }
 
+/// The evaluation sample `seed`.
 pub fn mqar(tok: &dyn Tokenizer, cfg: &MqarConfig, seed: u64) -> Result<TaskSample> {
+    mqar_from(tok, cfg, &mut Rng::derive(seed, &[0x4d51_4152]))
+}
+
+/// A sample drawn from `rng`: the training rows draw theirs from another stream than the
+/// evaluation's, so no training row is an evaluation sample.
+pub(crate) fn mqar_from(
+    tok: &dyn Tokenizer,
+    cfg: &MqarConfig,
+    rng: &mut Rng,
+) -> Result<TaskSample> {
     let MqarConfig {
         len,
         num_kv_pairs: kv,
@@ -64,9 +75,8 @@ pub fn mqar(tok: &dyn Tokenizer, cfg: &MqarConfig, seed: u64) -> Result<TaskSamp
              power_a in (0, 1]: pairs {kv}, len {len}, power_a {power_a}"
         )));
     }
-    let mut rng = Rng::derive(seed, &[0x4d51_4152]);
-    let keys = distinct(&mut rng, 1, half, kv);
-    let values = distinct(&mut rng, half, ids, kv);
+    let keys = distinct(rng, 1, half, kv);
+    let values = distinct(rng, half, ids, kv);
     let context = 2 * kv;
     let mut tokens: Vec<u32> = (0..len)
         .map(|_| id(rng.below(ids as u64) as usize))
@@ -75,7 +85,7 @@ pub fn mqar(tok: &dyn Tokenizer, cfg: &MqarConfig, seed: u64) -> Result<TaskSamp
         tokens[2 * j] = id(keys[j]);
         tokens[2 * j + 1] = id(values[j]);
     }
-    let mut answers: Vec<Answer> = gaps(&mut rng, (len - context) / 2, kv, power_a)
+    let mut answers: Vec<Answer> = gaps(rng, (len - context) / 2, kv, power_a)
         .into_iter()
         .zip(0..kv)
         .map(|(g, j)| {

@@ -39,10 +39,10 @@ pub struct EvalArgs {
     /// Positions per bucket of the loss curve. Default: the training length.
     #[arg(long)]
     bucket: Option<usize>,
-    /// The shards the run was trained on (`swax prepare`), for the held-out loss; default: the
-    /// embedded corpus.
+    /// The held-out text of the loss by position, as `data.source` names it (`corpus`, a recall
+    /// source, or a folder of shards); default: the run's own data.
     #[arg(long)]
-    data: Option<PathBuf>,
+    data: Option<String>,
     /// `cpu` or `cuda[:N]`. Default: the first GPU if there is one, else the CPU.
     #[arg(long)]
     device: Option<String>,

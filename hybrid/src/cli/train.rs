@@ -21,9 +21,10 @@ pub struct TrainArgs {
     /// Override a config field, e.g. `--set train.steps=200 --set model.pattern=SG`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
-    /// A folder of shards from `swax prepare`; without it, the embedded recall corpus.
+    /// What to train on (sets data.source): `corpus`, `mqar`, `passkey`, `recall-mix`, or a
+    /// folder of shards from `swax prepare`.
     #[arg(long)]
-    data: Option<PathBuf>,
+    data: Option<String>,
     /// `cpu`, `cuda` or `cuda:N`. Default: the first GPU if there is one, else the CPU.
     #[arg(long)]
     device: Option<String>,
@@ -59,7 +60,11 @@ fn parse_device(s: &str) -> Result<Device, String> {
     }
 }
 
-pub fn run(args: TrainArgs) -> CliResult {
+pub fn run(mut args: TrainArgs) -> CliResult {
+    if let Some(source) = &args.data {
+        let quoted = toml::Value::String(source.clone()).to_string();
+        args.sets.push(format!("data.source={quoted}"));
+    }
     let cfg = match (&args.out, args.resume) {
         (Some(out), true) => {
             if args.config.is_some() {
@@ -105,7 +110,6 @@ pub fn run(args: TrainArgs) -> CliResult {
     let opts = Options {
         out,
         device,
-        data: args.data,
         resume: args.resume,
         stop_at: args.stop_at,
         progress: !args.quiet,

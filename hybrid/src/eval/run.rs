@@ -382,15 +382,18 @@ pub fn load(path: &Path, device: Device) -> Result<Loaded> {
     })
 }
 
-/// `samples` held-out sequences of `len + 1` tokens from the run's validation split (the
-/// embedded corpus, or `data`'s shards), as the trainer's validation loader draws them.
+/// `samples` held-out sequences of `len + 1` tokens from the validation split of the run's data
+/// (or of `data`, a source as `data.source` names one), as the trainer's validation draws them.
 pub fn held_out(
     cfg: &Config,
-    data: Option<&Path>,
+    data: Option<&str>,
     len: usize,
     samples: usize,
 ) -> Result<Vec<Vec<u32>>> {
     let mut c = cfg.clone();
+    if let Some(source) = data {
+        c.data.source = source.to_string();
+    }
     c.data.seq_len = len;
     c.data.batch_size = 1;
     c.train.eval_batches = samples;
@@ -399,7 +402,7 @@ pub fn held_out(
     // validation stream long enough for the samples.
     c.data.corpus_train_tokens = 2 * (len + 1);
     c.data.corpus_val_tokens = c.data.corpus_val_tokens.max(2 * samples * (len + 1));
-    let d = crate::train::data::open(&c, data, None)?;
+    let d = crate::train::data::open(&c, None)?;
     Ok(d.val
         .into_iter()
         .map(|b| {

@@ -1,18 +1,64 @@
-//! Where a run's tokens come from: shards prepared with `swax prepare` (`--data DIR`), or, by
-//! default, the embedded recall corpus generated in memory. Either gives a training loader, a
-//! fixed set of validation batches (the same every evaluation), and, for the corpus, held-out
-//! recall probes.
-use std::path::Path;
+//! Where a run's tokens come from (`data.source`): the embedded recall corpus (`corpus`),
+//! generated recall-training rows (`mqar`, `passkey`, `recall-mix`; see `swax_data::recall`), or
+//! a folder of shards made by `swax prepare`. Each gives a training loader, a fixed set of
+//! validation batches (the same every evaluation) and, for the generated data, held-out recall
+//! probes with enough answers within the evaluation window and beyond it.
+use std::path::PathBuf;
 
 use swax_data::{
-    Batch, Corpus, CorpusConfig, Dataset, Loader, LoaderConfig, LoaderState, Shard, Split,
-    TaskSample, TokenizerKind,
+    Batch, Corpus, CorpusConfig, Dataset, Loader, LoaderConfig, LoaderState, RecallConfig,
+    RecallData, RecallKind, RowLoader, Shard, Split, TaskSample, TokenizerKind,
 };
 
 use crate::config::Config;
 
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// What `data.source` names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    Corpus,
+    Recall(RecallKind),
+    Shards(PathBuf),
+}
+
+impl Source {
+    /// A built-in name, else a folder of shards (`./mqar` for a folder named like a built-in).
+    pub fn parse(s: &str) -> Source {
+        match s {
+            "corpus" => Source::Corpus,
+            _ => s
+                .parse::<RecallKind>()
+                .map_or_else(|_| Source::Shards(PathBuf::from(s)), Source::Recall),
+        }
+    }
+}
+
+/// The training batches, from shards (or the corpus's stream) or from generated rows.
+#[derive(Debug)]
+pub enum TrainLoader {
+    Stream(Loader),
+    Rows(RowLoader),
+}
+
+impl TrainLoader {
+    pub fn next_batch(&mut self) -> swax_data::Result<Batch> {
+        match self {
+            TrainLoader::Stream(l) => l.next_batch(),
+            TrainLoader::Rows(l) => l.next_batch(),
+        }
+    }
+
+    pub fn state(&self) -> LoaderState {
+        match self {
+            TrainLoader::Stream(l) => l.state(),
+            TrainLoader::Rows(l) => l.state(),
+        }
+    }
+}
+
 pub struct Data {
-    pub train: Loader,
+    pub train: TrainLoader,
     pub val: Vec<Batch>,
     pub probes: Vec<TaskSample>,
     /// Where the tokens came from, for the summary.
@@ -21,67 +67,174 @@ pub struct Data {
 
 /// Separates the validation loader's draws from the training loader's.
 const VAL_SEED: u64 = 0x56_414c;
+/// Validation rows of generated data start here, past the rows the probes are taken from.
+const VAL_ROWS: u64 = 1 << 32;
 
-pub fn open(
-    cfg: &Config,
-    dir: Option<&Path>,
-    resume: Option<LoaderState>,
-) -> Result<Data, Box<dyn std::error::Error>> {
+pub fn open(cfg: &Config, resume: Option<LoaderState>) -> Result<Data> {
     let (d, t) = (&cfg.data, &cfg.train);
     let vocab = cfg.model.vocab_size as u32;
     let loader_cfg = |seed| LoaderConfig::new(d.batch_size, d.seq_len, seed, vocab);
-    let (train_shards, val_shards, probes, origin) = match dir {
-        Some(dir) => {
-            let ds = Dataset::open(dir)?;
-            ds.check_model_vocab(vocab)?;
-            (ds.train, ds.val, Vec::new(), dir.display().to_string())
+    let stream = |train: Vec<Shard>, val: Vec<Shard>, probes, origin| -> Result<Data> {
+        if train.is_empty() {
+            return Err("the data has no training shards".into());
         }
-        None => {
+        let train = match resume {
+            Some(state) => Loader::resume(train, loader_cfg(t.seed), state)?,
+            None => Loader::new(train, loader_cfg(t.seed))?,
+        };
+        let val = match val.is_empty() || t.eval_batches == 0 {
+            true => Vec::new(),
+            false => {
+                let mut loader = Loader::new(val, loader_cfg(VAL_SEED))?;
+                (0..t.eval_batches)
+                    .map(|_| loader.next_batch())
+                    .collect::<swax_data::Result<_>>()?
+            }
+        };
+        Ok(Data {
+            train: TrainLoader::Stream(train),
+            val,
+            probes,
+            origin,
+        })
+    };
+    match Source::parse(&d.source) {
+        Source::Shards(dir) => {
+            let ds = Dataset::open(&dir)?;
+            ds.check_model_vocab(vocab)?;
+            stream(ds.train, ds.val, Vec::new(), dir.display().to_string())
+        }
+        Source::Corpus => {
             let kind = d.tokenizer.parse::<TokenizerKind>()?;
             let tok = kind.build()?;
-            let corpus = Corpus::new(
-                &*tok,
-                CorpusConfig {
-                    seed: t.seed,
-                    min_doc_tokens: d.corpus_max_doc_tokens.min(64),
-                    max_doc_tokens: d.corpus_max_doc_tokens,
-                    ..CorpusConfig::default()
-                },
-            )?;
+            let corpus = Corpus::new(&*tok, corpus_config(cfg))?;
             let train = corpus.stream(Split::Train, d.corpus_train_tokens);
             let val = corpus.stream(Split::Val, d.corpus_val_tokens);
-            let probes = match t.recall_probes {
-                0 => Vec::new(),
-                n => corpus.probes(n, d.seq_len)?,
-            };
-            (
+            let probes = probes(cfg, &mut |count| {
+                corpus.probes(count, d.seq_len).map_err(|e| {
+                    format!("{e}: raise data.seq_len or lower train.recall_probes").into()
+                })
+            })?;
+            stream(
                 vec![Shard::from_tokens("corpus:train", train)],
                 vec![Shard::from_tokens("corpus:val", val)],
                 probes,
                 format!("the embedded recall corpus ({kind} tokenizer)"),
             )
         }
-    };
-    if train_shards.is_empty() {
-        return Err("the data has no training shards".into());
-    }
-    let train = match resume {
-        Some(state) => Loader::resume(train_shards, loader_cfg(t.seed), state)?,
-        None => Loader::new(train_shards, loader_cfg(t.seed))?,
-    };
-    let val = match val_shards.is_empty() || t.eval_batches == 0 {
-        true => Vec::new(),
-        false => {
-            let mut loader = Loader::new(val_shards, loader_cfg(VAL_SEED))?;
-            (0..t.eval_batches)
-                .map(|_| loader.next_batch())
-                .collect::<Result<_, _>>()?
+        Source::Recall(kind) => {
+            let tok = d.tokenizer.parse::<TokenizerKind>()?;
+            let rows = recall_data(cfg, kind, d.seq_len + 1)?;
+            let val = (0..t.eval_batches as u64)
+                .map(|i| {
+                    let first = VAL_ROWS + i * d.batch_size as u64;
+                    rows_batch(&rows, Split::Val, first, d.batch_size)
+                })
+                .collect::<Result<_>>()?;
+            let probes = probes(cfg, &mut |count| Ok(rows.probes(count)?))?;
+            let (b, rank, world) = (d.batch_size, 0, 1);
+            let train = match resume {
+                Some(state) => RowLoader::resume(rows, b, rank, world, state)?,
+                None => RowLoader::new(rows, b, rank, world)?,
+            };
+            Ok(Data {
+                train: TrainLoader::Rows(train),
+                val,
+                probes,
+                origin: format!("generated {} rows ({tok} tokenizer)", kind.name()),
+            })
         }
+    }
+}
+
+/// The corpus's settings: documents up to `data.corpus_max_doc_tokens`, recalls reaching up to
+/// the training length (farther ones a model could not learn from).
+pub fn corpus_config(cfg: &Config) -> CorpusConfig {
+    let d = &cfg.data;
+    CorpusConfig {
+        seed: cfg.train.seed,
+        min_doc_tokens: d.corpus_max_doc_tokens.min(64),
+        max_doc_tokens: d.corpus_max_doc_tokens,
+        max_distance: d.seq_len,
+        ..CorpusConfig::default()
+    }
+}
+
+/// Generated rows of `kind`, `len` tokens each, with the run's tokenizer and seed.
+pub fn recall_data(cfg: &Config, kind: RecallKind, len: usize) -> Result<RecallData> {
+    let tok = cfg.data.tokenizer.parse::<TokenizerKind>()?.build()?;
+    if tok.vocab_size() as usize > cfg.model.vocab_size {
+        return Err(format!(
+            "data.tokenizer {} needs model.vocab_size {} or more, not {}",
+            cfg.data.tokenizer,
+            tok.vocab_size(),
+            cfg.model.vocab_size
+        )
+        .into());
+    }
+    Ok(RecallData::new(
+        tok,
+        RecallConfig {
+            kind,
+            len,
+            seed: cfg.train.seed,
+            mqar_pairs: cfg.data.mqar_pairs,
+        },
+    )?)
+}
+
+/// `b` consecutive rows of `split` from `first`, as a batch.
+fn rows_batch(rows: &RecallData, split: Split, first: u64, b: usize) -> Result<Batch> {
+    let t = rows.config().len - 1;
+    let mut batch = Batch {
+        b,
+        t,
+        inputs: Vec::with_capacity(b * t),
+        targets: Vec::with_capacity(b * t),
     };
-    Ok(Data {
-        train,
-        val,
-        probes,
-        origin,
-    })
+    for index in first..first + b as u64 {
+        let row = rows.row(split, index)?;
+        let (inputs, targets) = row.inputs_targets();
+        batch.inputs.extend_from_slice(inputs);
+        batch.targets.extend(targets);
+    }
+    Ok(batch)
+}
+
+/// Held-out probes until `train.recall_probes` answers lie within the evaluation window
+/// (`train.w_long`) and as many beyond it, where the sequence length allows answers beyond it.
+/// `take(n)` gives the first n probes of the data.
+fn probes(
+    cfg: &Config,
+    take: &mut dyn FnMut(usize) -> Result<Vec<TaskSample>>,
+) -> Result<Vec<TaskSample>> {
+    let want = cfg.train.recall_probes;
+    if want == 0 {
+        return Ok(Vec::new());
+    }
+    let window = cfg.train.w_long;
+    let far_possible = cfg.data.seq_len > window;
+    let mut count = want.div_ceil(4);
+    loop {
+        let probes = take(count)?;
+        let (mut near, mut far) = (0, 0);
+        for a in probes.iter().flat_map(|p| &p.answers) {
+            match a.distance() < window {
+                true => near += 1,
+                false => far += 1,
+            }
+        }
+        if near >= want && (far >= want || !far_possible) {
+            return Ok(probes);
+        }
+        if count >= 64 * want {
+            return Err(format!(
+                "{count} held-out probes hold {near} answers within train.w_long = {window} \
+                 tokens and {far} beyond it, short of train.recall_probes = {want}: lower \
+                 train.recall_probes or train.w_long, or raise data.seq_len"
+            )
+            .into());
+        }
+        count *= 2;
+    }
 }

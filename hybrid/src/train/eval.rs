@@ -45,12 +45,19 @@ pub struct Recall {
 
 impl Recall {
     pub fn accuracy(&self) -> f64 {
-        let (n, ok) = (self.near.0 + self.far.0, self.near.1 + self.far.1);
-        ok as f64 / n.max(1) as f64
+        share((self.near.0 + self.far.0, self.near.1 + self.far.1))
+    }
+
+    pub fn near_accuracy(&self) -> f64 {
+        share(self.near)
+    }
+
+    pub fn far_accuracy(&self) -> f64 {
+        share(self.far)
     }
 
     pub fn describe(&self) -> String {
-        let pct = |(n, ok): (usize, usize)| 100.0 * ok as f64 / n.max(1) as f64;
+        let pct = |c| 100.0 * share(c);
         format!(
             "{:.1}% of {} answers exact ({:.1}% of answer tokens); within the window {:.1}% of {}, beyond it {:.1}% of {}",
             100.0 * self.accuracy(),
@@ -62,6 +69,11 @@ impl Recall {
             self.far.0
         )
     }
+}
+
+/// `(count, right)` as a fraction (0 of 0 is 0).
+fn share((n, ok): (usize, usize)) -> f64 {
+    ok as f64 / n.max(1) as f64
 }
 
 /// Runs every probe (padded to the longest, `b` at a time) at `window` and scores its answers.

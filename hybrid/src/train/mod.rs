@@ -40,8 +40,6 @@ pub struct Options {
     /// The run folder.
     pub out: PathBuf,
     pub device: Device,
-    /// Shards from `swax prepare`; the embedded corpus when None.
-    pub data: Option<PathBuf>,
     /// Continue the run in `out` from its latest checkpoint.
     pub resume: bool,
     /// Stop (with a checkpoint) once this many steps are done in total, short of `train.steps`.
@@ -96,9 +94,11 @@ pub struct Summary {
     pub total_steps: u64,
     /// Mean training loss over the last (up to) 20 steps of this invocation.
     pub final_loss: f64,
+    /// The last validation loss at `w_long`.
     pub val_loss: Option<f64>,
-    pub recall_before: Option<Recall>,
-    pub recall_after: Option<Recall>,
+    /// Recall on the held-out probes at each window the run trained at, before and after.
+    pub recall_before: Vec<(usize, Recall)>,
+    pub recall_after: Vec<(usize, Recall)>,
     pub wall_s: f64,
     pub tokens_per_s: f64,
     pub params: usize,
@@ -106,7 +106,6 @@ pub struct Summary {
     pub dtype: DType,
     pub interrupted: bool,
     pub data: String,
-    pub eval_window: usize,
     /// Where the time went, when the run was profiled.
     pub profile: Option<StepProfile>,
 }
@@ -181,24 +180,28 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         true => Some(checkpoint::load(run, &mut model.params, &mut opt, device)?),
         false => None,
     };
-    let mut data = data::open(
-        cfg,
-        opts.data.as_deref(),
-        resumed.as_ref().map(|s| s.loader),
-    )?;
+    let mut data = data::open(cfg, resumed.as_ref().map(|s| s.loader))?;
     let mut metrics = Metrics::open(run, Some(resumed.as_ref().map_or(0, |s| s.step)))?;
 
     let windows = window_schedule(cfg);
     let lrs = lr_schedule(cfg);
     let t = &cfg.train;
-    let eval_window = t.w_long;
+    let eval_windows = windows.trained_windows();
     let (b, seq) = (cfg.data.batch_size, cfg.data.seq_len);
     let tokens_per_step = (b * seq * t.grad_accum) as u64;
 
-    let recall = |model: &Model| eval::recall(model, &data.probes, b, eval_window, dtype, device);
-    let recall_before = match (&resumed, data.probes.is_empty()) {
-        (None, false) => Some(recall(&model)?),
-        _ => None,
+    let recall = |model: &Model| -> swax_tensor::Result<Vec<(usize, Recall)>> {
+        match data.probes.is_empty() {
+            true => Ok(Vec::new()),
+            false => eval_windows
+                .iter()
+                .map(|&w| Ok((w, eval::recall(model, &data.probes, b, w, dtype, device)?)))
+                .collect(),
+        }
+    };
+    let recall_before = match resumed {
+        None => recall(&model)?,
+        Some(_) => Vec::new(),
     };
 
     let start_step = resumed.as_ref().map_or(0, |s| s.step);
@@ -216,6 +219,7 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
     let elapsed_before = state.elapsed_s;
     let mut recent: Vec<f64> = Vec::new();
     let mut val_loss = None;
+    let mut last_recall = Vec::new();
     let mut interrupted = false;
     let mut laps = Laps {
         device,
@@ -296,10 +300,29 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
 
         let done = state.step == end;
         let due = (t.eval_every > 0 && state.step % t.eval_every == 0) || done;
-        if due && !data.val.is_empty() {
-            let v = eval::val_loss(&model, &data.val, eval_window, dtype, device)?;
-            metrics.log(json!({"step": state.step, "val_loss": v, "window": eval_window}))?;
-            val_loss = Some(v);
+        if due {
+            // At w_long, and at this step's window: a model that trained only at a short window
+            // is judged at its own window too.
+            let mut val_windows = vec![t.w_long, window];
+            val_windows.dedup();
+            if !data.val.is_empty() {
+                for &w in &val_windows {
+                    let v = eval::val_loss(&model, &data.val, w, dtype, device)?;
+                    metrics.log(json!({"step": state.step, "val_loss": v, "window": w}))?;
+                    if w == t.w_long {
+                        val_loss = Some(v);
+                    }
+                }
+            }
+            last_recall = recall(&model)?;
+            for (w, r) in &last_recall {
+                metrics.log(json!({
+                    "step": state.step, "tokens": state.tokens_seen, "window": w,
+                    "recall": r.accuracy(), "recall_near": r.near_accuracy(),
+                    "recall_far": r.far_accuracy(), "recall_near_n": r.near.0,
+                    "recall_far_n": r.far.0,
+                }))?;
+            }
         }
         interrupted = opts.stop.load(Ordering::SeqCst);
         if done || interrupted || (t.save_every > 0 && state.step % t.save_every == 0) {
@@ -316,9 +339,10 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         }
     }
     bar.finish_and_clear();
-    let recall_after = match data.probes.is_empty() || interrupted {
-        true => None,
-        false => Some(recall(&model)?),
+    // The final step's validation scored the probes: that is the recall after training.
+    let recall_after = match state.step == t.steps {
+        true => last_recall,
+        false => Vec::new(),
     };
     metrics::plot(
         metrics.path(),
@@ -343,7 +367,6 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         interrupted,
         profile: opts.profile.then_some(profile),
         data: data.origin.clone(),
-        eval_window,
     };
     std::fs::write(run.join("summary.txt"), summary.report())?;
     Ok(summary)
@@ -390,12 +413,13 @@ impl Summary {
             s += &format!(", validation loss {v:.4}");
         }
         s += "\n";
-        let w = self.eval_window;
-        if let Some(r) = &self.recall_before {
-            s += &format!("recall before training (window {w}): {}\n", r.describe());
-        }
-        if let Some(r) = &self.recall_after {
-            s += &format!("recall after training  (window {w}): {}\n", r.describe());
+        for (when, recalls) in [
+            ("before", &self.recall_before),
+            ("after", &self.recall_after),
+        ] {
+            for (w, r) in recalls {
+                s += &format!("recall {when} training at window {w}: {}\n", r.describe());
+            }
         }
         let run = self.run.display();
         s += &format!(

@@ -2,8 +2,8 @@
 //! piece needs, so memory grows with the piece and the window, not with the sequence (except
 //! full attention, whose window is the whole past). Sliding-window attention carries the qkv
 //! projection of the last W - 1 tokens, RAttention those and its linear branch's state over the
-//! keys before them, the mLSTM and the gated delta rule their recurrent state (and the delta rule
-//! the inputs of its short convolution). The pieces give the same outputs as one pass over the
+//! keys before them, the mLSTM and the gated delta rule their recurrent state and the inputs of
+//! their short convolution. The pieces give the same outputs as one pass over the
 //! whole sequence.
 use super::Mixer;
 use crate::block::Block;
@@ -19,10 +19,10 @@ pub struct MixerState {
     pub kv_tail: Option<Tensor>,
     /// RAttention: `sum phi(k)^T v` over the keys before the tail (`mixers::rattention::carry`).
     pub linear: Option<Tensor>,
-    /// mLSTM.
-    pub mlstm: Option<MlstmState>,
-    /// Gated delta rule: the pre-convolution qkv of the last K - 1 tokens, and its state.
+    /// mLSTM and gated delta rule: the pre-convolution qkv of the last K - 1 tokens.
     pub conv_tail: Option<Tensor>,
+    pub mlstm: Option<MlstmState>,
+    /// Gated delta rule: its state.
     pub delta: Option<Tensor>,
 }
 
@@ -49,8 +49,9 @@ impl Mixer {
             Mixer::Swa(m) => attend(m, window, state),
             Mixer::Full(m) => attend(m, usize::MAX, state),
             Mixer::Mlstm(m) => {
-                let (y, s) = m.forward_chunk(w, x, state.mlstm.as_ref())?;
-                state.mlstm = Some(s);
+                let (y, tail, s) =
+                    m.forward_chunk(w, x, state.conv_tail.as_ref(), state.mlstm.as_ref())?;
+                (state.conv_tail, state.mlstm) = (Some(tail), Some(s));
                 Ok(y)
             }
             Mixer::GatedDelta(m) => {

@@ -3,20 +3,17 @@
 //! `-exp(A) softplus(x W_a + dt_bias)`; the chunkwise gated delta rule (q, k L2-normalized
 //! inside it); an RMSNorm gated by swish(x W_g); the out projection.
 use super::basic::{Linear, INIT_STD};
+use super::short_conv::ShortConv;
 use super::{cast, fused, MixerDims};
 use crate::mixers::gated_delta;
 use crate::params::{Init, ParamId, Params, Weights};
-use swax_autograd::Tape;
 use swax_tensor::backend::FusedKernel;
 use swax_tensor::{DType, Result, Tensor};
-
-/// Taps of the short convolution.
-const CONV: usize = 4;
 
 #[derive(Clone, Debug)]
 pub struct GatedDelta {
     qkv: Linear,
-    conv: ParamId,
+    conv: ShortConv,
     beta: Linear,
     decay: Linear,
     a_log: ParamId,
@@ -34,12 +31,7 @@ impl GatedDelta {
     pub fn new(p: &mut Params, name: &str, dims: MixerDims) -> Result<GatedDelta> {
         let (c, h, d) = (dims.d_model, dims.heads, dims.head_dim());
         let width = 3 * h * d;
-        let conv = p.add(
-            format!("{name}.conv.weight"),
-            vec![width, CONV],
-            Init::Normal(1.0 / (3.0 * CONV as f64).sqrt()),
-        )?;
-        p.set_decay(conv, false);
+        let conv = ShortConv::new(p, &format!("{name}.conv"), width)?;
         // Gated DeltaNet's init: A uniform over [1, 16] (here evenly over the heads) and
         // dt = softplus(dt_bias) log-spaced over [1e-3, 1e-1].
         let per_head = |f: &dyn Fn(f64) -> f64| -> Result<Tensor> {
@@ -76,25 +68,6 @@ impl GatedDelta {
     }
 }
 
-/// `silu(short_conv(x, w))` over x `[B, T, C]`: the fused kernel where the device has it, else
-/// the same sum written as K shifted copies of x (`sum_j w[:, j] x[t - K + 1 + j]`).
-fn short_conv_silu(tape: &Tape, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    if fused(x, &[FusedKernel::ShortConv]) {
-        return tape.short_conv_silu(x, w, None);
-    }
-    let (c, k) = (w.dims()[0], w.dims()[1]);
-    let mut y: Option<Tensor> = None;
-    for j in 0..k {
-        let tap = tape.reshape(&tape.narrow(w, 1, j, 1)?, vec![c])?;
-        let term = tape.mul(&tape.shift(x, 1, (k - 1 - j) as isize)?, &tap)?;
-        y = Some(match y {
-            Some(acc) => tape.add(&acc, &term)?,
-            None => term,
-        });
-    }
-    tape.silu(&y.expect("the kernel has taps"))
-}
-
 impl GatedDelta {
     /// One piece x `[B, Tc, C]` of a longer sequence: `conv_tail` is the pre-convolution qkv of
     /// the tokens just before x (the last K - 1 count), `state` the delta rule's state after them
@@ -110,17 +83,7 @@ impl GatedDelta {
         let tape = w.tape;
         let (b, t) = (x.dims()[0], x.dims()[1]);
         let (h, d) = (self.h, self.d);
-        let raw = self.qkv.forward(w, x)?;
-        let joined = match conv_tail {
-            Some(tail) => tape.concat(&[tail, &raw], 1)?,
-            None => raw,
-        };
-        let lead = joined.dims()[1] - t;
-        let qkv = short_conv_silu(tape, &joined, w.get(self.conv))?;
-        let qkv = match lead {
-            0 => qkv,
-            _ => tape.narrow(&qkv, 1, lead, t)?,
-        };
+        let (qkv, tail) = self.conv.forward(w, &self.qkv.forward(w, x)?, conv_tail)?;
         let part =
             |i: usize| tape.reshape(&tape.narrow(&qkv, -1, i * h * d, h * d)?, vec![b, t, h, d]);
         let (q, k, v) = (part(0)?, part(1)?, part(2)?);
@@ -143,8 +106,6 @@ impl GatedDelta {
         let gate = tape.reshape(&self.gate.forward(w, x)?, vec![b, t, h, d])?;
         let y = tape.gated_rms_norm(&o, &gate, w.get(self.norm), self.eps)?;
         let y = self.out.forward(w, &tape.reshape(&y, vec![b, t, h * d])?)?;
-        let keep = joined.dims()[1].min(CONV - 1);
-        let tail = tape.narrow(&joined, 1, joined.dims()[1] - keep, keep)?;
         Ok((y, tail, state))
     }
 }

@@ -12,6 +12,7 @@ pub mod chunked;
 pub mod gated_delta;
 pub mod mlstm;
 pub mod rattention;
+pub mod short_conv;
 
 use crate::params::{Params, Weights};
 use swax_tensor::backend::FusedKernel;

@@ -1,0 +1,57 @@
+//! What every benchmark's JSON line carries besides its figures: the date and the commit it
+//! measured, and appending the line to a results file.
+use std::io::Write;
+use std::path::Path;
+
+/// Today's date (UTC) as YYYY-MM-DD, from the system clock (days to a civil date, after Howard
+/// Hinnant's algorithm).
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    civil_date(secs / 86_400)
+}
+
+/// The civil date of day `days` since 1970-01-01.
+pub fn civil_date(days: u64) -> String {
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// The short hash of the checked-out commit, or "unknown" outside a git checkout (as on a GPU
+/// machine the binaries were carried to: set SWAX_COMMIT there).
+pub fn commit() -> String {
+    if let Ok(c) = std::env::var("SWAX_COMMIT") {
+        return c;
+    }
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map_or_else(|| "unknown".into(), |s| s.trim().to_string())
+}
+
+/// Appends `lines` (JSON values, one a line) to `path`, creating its folder.
+pub fn append(path: &Path, lines: &[serde_json::Value]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    for line in lines {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
