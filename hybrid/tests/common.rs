@@ -45,6 +45,7 @@ pub fn options(out: &Path, device: Device) -> Options {
         device,
         data: None,
         resume: false,
+        allow_data_change: false,
         stop_at: None,
         progress: false,
         profile: false,

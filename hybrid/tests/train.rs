@@ -79,6 +79,7 @@ fn nan_loss_stops_and_keeps_the_last_checkpoint() {
         device: Device::Cpu,
         data: None,
         resume: true,
+        allow_data_change: false,
         stop_at: None,
         progress: false,
         profile: false,

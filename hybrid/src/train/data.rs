@@ -39,6 +39,15 @@ pub fn open(
         None => {
             let kind = d.tokenizer.parse::<TokenizerKind>()?;
             let tok = kind.build()?;
+            if tok.vocab_size() > vocab {
+                return Err(format!(
+                    "model.vocab_size {vocab} cannot hold the {kind} tokenizer's {} tokens \
+                     (data.tokenizer); raise it to at least {}",
+                    tok.vocab_size(),
+                    tok.vocab_size()
+                )
+                .into());
+            }
             let corpus = Corpus::new(
                 &*tok,
                 CorpusConfig {
@@ -52,7 +61,14 @@ pub fn open(
             let val = corpus.stream(Split::Val, d.corpus_val_tokens);
             let probes = match t.recall_probes {
                 0 => Vec::new(),
-                n => corpus.probes(n, d.seq_len)?,
+                n => corpus.probes(n, d.seq_len).map_err(|e| {
+                    format!(
+                        "{e}: the recall probes must fit in data.seq_len {}; raise it, lower \
+                         data.corpus_max_doc_tokens so recalls come sooner, or set \
+                         train.recall_probes=0",
+                        d.seq_len
+                    )
+                })?,
             };
             (
                 vec![Shard::from_tokens("corpus:train", train)],
