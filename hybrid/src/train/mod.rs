@@ -10,6 +10,9 @@
 //! Exact resume: everything a step depends on is in the checkpoint or a function of the step
 //! (the window's draw, the learning rate), and the CPU kernels are deterministic, so a resumed
 //! CPU run's losses equal the uninterrupted run's bit for bit.
+//!
+//! The run folder: checked, locked and written only once the run can start (`run_dir`), after a
+//! lower bound on the memory it needs is checked against what the device has (`memory`).
 pub mod checkpoint;
 pub mod data;
 pub mod eval;
