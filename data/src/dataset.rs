@@ -52,6 +52,17 @@ pub fn dataset_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// Whether `path` is named as `swax prepare` names shards (`train_000000.bin`).
+fn is_prepared_name(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    [Split::Train, Split::Val].into_iter().any(|split| {
+        name.strip_prefix(split.name())
+            .and_then(|rest| rest.strip_prefix('_'))
+            .and_then(|rest| rest.strip_suffix(".bin"))
+            .is_some_and(|n| n.len() == 6 && n.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
 #[derive(Debug)]
 pub struct Dataset {
     /// Absent for shards made elsewhere (llm.c's FineWeb): then only the loader's per-token
@@ -62,7 +73,9 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Opens every shard in `dir`, checking each header.
+    /// Opens every shard in `dir`, checking each header, and with `meta.json` that the shards
+    /// are those it lists; shards `swax prepare` named but without `meta.json` are refused as
+    /// a prepare that did not finish.
     pub fn open(dir: impl AsRef<Path>) -> Result<Dataset> {
         let dir = dir.as_ref();
         let meta = DatasetMeta::read(dir)?;
@@ -80,7 +93,53 @@ impl Dataset {
                 dir.display()
             )));
         }
-        Ok(Dataset { meta, train, val })
+        let incomplete = |detail: String| {
+            Err(DataError::Incomplete {
+                dir: dir.to_owned(),
+                detail,
+            })
+        };
+        let Some(meta) = meta else {
+            // `swax prepare` names its shards so and writes meta.json last: shards so named
+            // without it are a prepare that did not finish (shards made elsewhere, such as
+            // llm.c's fineweb_train_000001.bin, have other names and no meta.json).
+            let prepared = train
+                .iter()
+                .chain(&val)
+                .find(|s| is_prepared_name(s.name()));
+            return match prepared {
+                Some(s) => incomplete(format!(
+                    "{} is named as swax prepare names shards, but there is no {META_FILE},                      which it writes last: the prepare did not finish; run it again",
+                    s.name().display()
+                )),
+                None => Ok(Dataset {
+                    meta: None,
+                    train,
+                    val,
+                }),
+            };
+        };
+        for (split, shards, counts) in [
+            (Split::Train, &train, meta.train),
+            (Split::Val, &val, meta.val),
+        ] {
+            let tokens: u64 = shards.iter().map(|s| s.len() as u64).sum();
+            if (shards.len() as u64, tokens) != (counts.shards, counts.tokens) {
+                return incomplete(format!(
+                    "{META_FILE} lists {} {} shard(s) of {} tokens, the folder holds {} of {}:                      shards were lost or added since; run swax prepare again",
+                    counts.shards,
+                    split.name(),
+                    counts.tokens,
+                    shards.len(),
+                    tokens
+                ));
+            }
+        }
+        Ok(Dataset {
+            meta: Some(meta),
+            train,
+            val,
+        })
     }
 
     /// Refuses a model whose vocabulary is smaller than the data's tokenizer's. Without

@@ -46,6 +46,16 @@ pub enum DataError {
     },
     #[error("{}: holds {count} shard or metadata file(s) already; pass --force to overwrite", dir.display())]
     ShardsExist { dir: PathBuf, count: usize },
+    /// Inputs that cannot be read as given (the same file twice, stdin twice).
+    #[error("{0}")]
+    Input(String),
+    /// A folder of shards that a `swax prepare` did not finish, or that lost or gained files
+    /// since.
+    #[error("{}: an incomplete dataset: {detail}", dir.display())]
+    Incomplete { dir: PathBuf, detail: String },
+    /// Another process holds the folder's lock (see `lock`).
+    #[error("{} is in use by another swax process{holder}; wait for it to finish, or use another folder", dir.display())]
+    Busy { dir: PathBuf, holder: String },
     #[error("invalid configuration: {0}")]
     Config(String),
     /// A checkpointed loader state that does not belong to this loader's data or settings.

@@ -6,6 +6,7 @@
 //! - [`loader`]: seeded, resumable, rank-split batches of B sequences of T + 1 tokens.
 //! - [`tokenizer`]: bytes (the default) and GPT-2 BPE, offline.
 //! - [`prepare`]: text to shards, behind `swax prepare`.
+//! - [`lock`]: one writer per run or dataset folder.
 //! - [`corpus`]: the generated default corpus whose prediction needs long-range recall.
 //! - [`tasks`]: needle-in-a-haystack, passkey and MQAR samples at exact lengths.
 //! - [`recall`]: generated recall-training rows (MQAR, pass keys, a mix of facts) and their loader.
@@ -15,6 +16,7 @@ pub mod corpus;
 pub mod dataset;
 pub mod error;
 pub mod loader;
+pub mod lock;
 pub mod meta;
 pub mod prepare;
 pub mod recall;
@@ -28,6 +30,7 @@ pub use corpus::{Corpus, CorpusConfig, Document, FactMix};
 pub use dataset::{Dataset, Split};
 pub use error::{DataError, Result};
 pub use loader::{Batch, Loader, LoaderConfig, LoaderState, IGNORE};
+pub use lock::FolderLock;
 pub use meta::{DatasetMeta, SplitCounts};
 pub use recall::{RecallConfig, RecallData, RecallKind, Row, RowLoader};
 pub use rng::Rng;

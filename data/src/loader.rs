@@ -204,6 +204,41 @@ impl Loader {
         &self.cfg
     }
 
+    /// A digest (16 hex digits) of the tokens this loader reads, to tell a run's data from other
+    /// data of the same size: each shard's length, its first and last 64 Ki tokens and 256 runs
+    /// of 256 spread between, so it reads at most about 200 Ki tokens a shard, whatever the
+    /// shard's size. The same shards give the same digest wherever they lie.
+    pub fn fingerprint(&self) -> String {
+        const EDGE: usize = 1 << 16;
+        const RUNS: usize = 256;
+        const RUN: usize = 256;
+        let mut hash = Fnv::default();
+        let mut buf = Vec::new();
+        let mut take = |shard: &Shard, start: usize, n: usize, hash: &mut Fnv| {
+            let n = n.min(shard.len() - start);
+            buf.resize(n, 0);
+            shard
+                .read(start, &mut buf)
+                .expect("the range lies inside the shard");
+            buf.iter().for_each(|&t| hash.add(u64::from(t)));
+        };
+        for shard in &self.shards {
+            let len = shard.len();
+            hash.add(len as u64);
+            if len <= 2 * EDGE + RUNS * RUN {
+                take(shard, 0, len, &mut hash);
+                continue;
+            }
+            take(shard, 0, EDGE, &mut hash);
+            let stride = (len - 2 * EDGE) / RUNS;
+            for i in 0..RUNS {
+                take(shard, EDGE + i * stride, RUN, &mut hash);
+            }
+            take(shard, len - EDGE, EDGE, &mut hash);
+        }
+        format!("{:016x}", hash.0)
+    }
+
     fn start_epoch(&mut self, epoch: u64) {
         self.epoch = epoch;
         self.order = (0..self.shards.len()).collect();
@@ -278,5 +313,22 @@ impl Loader {
             batch.targets.extend_from_slice(&self.buf[1..]);
         }
         Ok(batch)
+    }
+}
+
+/// FNV-1a over 64-bit words: stable across versions and platforms, unlike std's hasher.
+pub(crate) struct Fnv(pub(crate) u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    pub(crate) fn add(&mut self, word: u64) {
+        for byte in word.to_le_bytes() {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
     }
 }

@@ -9,6 +9,7 @@
 //! the end-of-text token, as in llm.c's FineWeb shards. Documents are tokenized in parallel, in
 //! batches, and written in input order, so the output does not depend on the thread count.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -18,9 +19,13 @@ use rayon::prelude::*;
 
 use crate::dataset::{dataset_files, Split};
 use crate::error::{DataError, Result};
-use crate::meta::{DatasetMeta, SplitCounts};
+use crate::lock::FolderLock;
+use crate::meta::{DatasetMeta, SplitCounts, META_FILE};
 use crate::shard::{ShardFormat, ShardWriter};
 use crate::tokenizer::{Tokenizer, TokenizerKind, EOT_TEXT};
+
+/// The folder inside the output folder where a prepare writes before the swap.
+const STAGING: &str = ".swax-staging";
 
 /// Text tokenized per parallel batch: large enough to keep both cores busy, small enough that
 /// its tokens (4 bytes each) stay a modest amount of memory.
@@ -68,12 +73,24 @@ impl Plan {
     pub fn new(inputs: &[Input], out: &Path) -> Result<Plan> {
         let out = out.canonicalize().ok();
         let mut sources = Vec::new();
+        // Each file by its real path, with the name it was reached by: read twice, a file's
+        // documents would land in both splits.
+        let mut seen: HashMap<PathBuf, PathBuf> = HashMap::new();
         for input in inputs {
             let Input::Path(path) = input else {
+                if sources.contains(&Input::Stdin) {
+                    return Err(DataError::Input(
+                        "- (stdin) is given twice; it can be read once".into(),
+                    ));
+                }
                 sources.push(Input::Stdin);
                 continue;
             };
-            let walk = walkdir::WalkDir::new(path).sort_by_file_name();
+            // Links are followed (a folder of links to texts reads the texts); a loop of them
+            // is an error naming where it closes.
+            let walk = walkdir::WalkDir::new(path)
+                .follow_links(true)
+                .sort_by_file_name();
             let not_out =
                 |e: &walkdir::DirEntry| out.is_none() || e.path().canonicalize().ok() != out;
             for entry in walk.into_iter().filter_entry(not_out) {
@@ -83,9 +100,21 @@ impl Plan {
                         .into_io_error()
                         .unwrap_or_else(|| std::io::Error::other("a loop of symbolic links")),
                 })?;
-                if entry.file_type().is_file() {
-                    sources.push(Input::Path(entry.into_path()));
+                if !entry.file_type().is_file() {
+                    continue;
                 }
+                let real = entry
+                    .path()
+                    .canonicalize()
+                    .map_err(DataError::io(entry.path()))?;
+                if let Some(first) = seen.insert(real, entry.path().to_owned()) {
+                    return Err(DataError::Input(format!(
+                        "{} and {} are the same file; give each input once",
+                        first.display(),
+                        entry.path().display()
+                    )));
+                }
+                sources.push(Input::Path(entry.into_path()));
             }
         }
         let mut total_bytes = Some(0);
@@ -112,6 +141,9 @@ impl Plan {
     }
 
     /// Writes the shards and `meta.json`; calls `progress` with each count of input bytes done.
+    /// The new dataset is written into a folder inside `cfg.out` and replaces the old one (with
+    /// `force`) only once complete, so a failure (a full disk, a bad input) leaves the old one
+    /// whole; the output folder is locked meanwhile (`FolderLock`).
     pub fn run(&self, cfg: &PrepareConfig, progress: &mut dyn FnMut(u64)) -> Result<DatasetMeta> {
         if !(0.0..1.0).contains(&cfg.val_fraction) {
             return Err(DataError::Config(format!(
@@ -126,11 +158,52 @@ impl Plan {
                 cfg.shard_tokens
             )));
         }
-        clear_output(&cfg.out, cfg.force)?;
+        let out = &cfg.out;
+        if out.is_file() {
+            return Err(DataError::Config(format!(
+                "--out {}: a file; the output is a folder",
+                out.display()
+            )));
+        }
+        std::fs::create_dir_all(out).map_err(DataError::io(out))?;
+        let _lock = FolderLock::acquire(out)?;
+        let old = dataset_files(out)?;
+        if !old.is_empty() && !cfg.force {
+            return Err(DataError::ShardsExist {
+                dir: out.to_owned(),
+                count: old.len(),
+            });
+        }
+        let staging = out.join(STAGING);
+        // Left by a prepare that was killed; the lock says none is running.
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging).map_err(DataError::io(&staging))?;
+        }
+        std::fs::create_dir(&staging).map_err(DataError::io(&staging))?;
+        match self.write(cfg, &staging, progress) {
+            Ok(meta) => {
+                swap(out, &staging, old)?;
+                Ok(meta)
+            }
+            Err(e) => {
+                // Best effort: the error that matters is the write's.
+                let _ = std::fs::remove_dir_all(&staging);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the dataset into the folder `dir`.
+    fn write(
+        &self,
+        cfg: &PrepareConfig,
+        dir: &Path,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<DatasetMeta> {
         let tok = cfg.tokenizer.build()?;
         let format = ShardFormat::for_vocab(tok.vocab_size());
         let sink = |split| SplitWriter {
-            dir: cfg.out.clone(),
+            dir: dir.to_owned(),
             split,
             format,
             shard_tokens: cfg.shard_tokens,
@@ -175,25 +248,28 @@ impl Plan {
             train: train.finish()?,
             val: val.finish()?,
         };
-        meta.write(&cfg.out)?;
+        meta.write(dir)?;
         Ok(meta)
     }
 }
 
-/// Creates `out`, or empties it of a previous dataset when `force` is set.
-fn clear_output(out: &Path, force: bool) -> Result<()> {
-    std::fs::create_dir_all(out).map_err(DataError::io(out))?;
-    let existing = dataset_files(out)?;
-    if !existing.is_empty() && !force {
-        return Err(DataError::ShardsExist {
-            dir: out.to_owned(),
-            count: existing.len(),
-        });
-    }
-    for path in existing {
+/// Replaces the dataset files `old` of `out` with the complete dataset in `staging`, by
+/// renames. The old `meta.json` goes first and the new one comes last, so that a crash between
+/// the moves leaves a folder that `Dataset::open` refuses as unfinished, never a mixed dataset
+/// that passes for whole.
+fn swap(out: &Path, staging: &Path, mut old: Vec<PathBuf>) -> Result<()> {
+    let is_meta = |p: &PathBuf| p.file_name() == Some(META_FILE.as_ref());
+    old.sort_by_key(|p| !is_meta(p));
+    for path in old {
         std::fs::remove_file(&path).map_err(DataError::io(&path))?;
     }
-    Ok(())
+    let mut new = dataset_files(staging)?;
+    new.sort_by_key(is_meta);
+    for path in new {
+        let to = out.join(path.file_name().expect("a dataset file has a name"));
+        std::fs::rename(&path, &to).map_err(DataError::io(&to))?;
+    }
+    std::fs::remove_dir(staging).map_err(DataError::io(staging))
 }
 
 /// A file's bytes, mapped rather than read so that inputs larger than memory work; stdin is read

@@ -17,7 +17,7 @@ use std::str::FromStr;
 use crate::corpus::{Corpus, CorpusConfig, FactMix};
 use crate::dataset::Split;
 use crate::error::{DataError, Result};
-use crate::loader::{Batch, LoaderState, IGNORE};
+use crate::loader::{Batch, Fnv, LoaderState, IGNORE};
 use crate::rng::Rng;
 use crate::sample::TaskSample;
 use crate::tasks::mqar::{mqar_from, MqarConfig};
@@ -271,6 +271,21 @@ impl RowLoader {
 
     pub fn data(&self) -> &RecallData {
         &self.data
+    }
+
+    /// A digest (16 hex digits) of the data, as `Loader::fingerprint`: the first rows' tokens,
+    /// which change with the kind, the length, the seed, the tokenizer or the generator.
+    pub fn fingerprint(&self) -> String {
+        let mut hash = Fnv::default();
+        for index in 0..8 {
+            if let Ok(row) = self.data.row(Split::Train, index) {
+                row.sample
+                    .tokens
+                    .iter()
+                    .for_each(|&t| hash.add(u64::from(t)));
+            }
+        }
+        format!("{:016x}", hash.0)
     }
 
     pub fn next_batch(&mut self) -> Result<Batch> {

@@ -256,3 +256,27 @@ fn out_of_vocabulary_tokens_are_errors_naming_file_and_offset() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn the_fingerprint_tells_other_data_of_the_same_size() {
+    let fp = |lens: &[usize], change: Option<(usize, usize)>| {
+        let mut shards = numbered_shards(lens);
+        if let Some((s, at)) = change {
+            let mut tokens = shards[s].to_vec();
+            tokens[at] += 1;
+            shards[s] = Shard::from_tokens("changed", tokens);
+        }
+        Loader::new(shards, cfg(2, 8, 0)).unwrap().fingerprint()
+    };
+    let same = fp(&LENS, None);
+    assert_eq!(same.len(), 16);
+    assert_eq!(fp(&LENS, None), same, "names do not matter, tokens do");
+    assert_ne!(fp(&LENS, Some((2, 300))), same);
+    assert_ne!(fp(&[1000, 37, 2048, 513], None), same, "shard order");
+    // Large shards are sampled: their edges and runs spread between are read.
+    let big = [400_000, 1000];
+    let base = fp(&big, None);
+    for at in [0, 100, 399_999, 65_536 + 10] {
+        assert_ne!(fp(&big, Some((0, at))), base, "token {at}");
+    }
+}

@@ -212,3 +212,124 @@ fn shard_names_follow_llm_c() {
         Err(DataError::Config(_))
     ));
 }
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_failed_forced_prepare_keeps_the_old_dataset_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = write_inputs(dir.path());
+    let out = dir.path().join("out");
+    let plan = Plan::new(&inputs, &out).unwrap();
+    let small = PrepareConfig {
+        shard_tokens: 100,
+        ..config(&out, TokenizerKind::Bytes)
+    };
+    let first = plan.run(&small, &mut |_| {}).unwrap();
+    let before = names(&out);
+    // An input that vanishes after the plan is made fails the run after some shards are
+    // written, as a full disk would.
+    std::fs::remove_file(dir.path().join("b.txt")).unwrap();
+    let forced = PrepareConfig {
+        force: true,
+        ..small
+    };
+    let err = plan.run(&forced, &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains("b.txt"), "{err}");
+    assert_eq!(Dataset::open(&out).unwrap().meta.unwrap(), first);
+    assert_eq!(names(&out), before, "nothing of the failed run is left");
+}
+
+#[test]
+fn a_half_made_dataset_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = write_inputs(dir.path());
+    let out = dir.path().join("out");
+    let cfg = PrepareConfig {
+        shard_tokens: 100,
+        ..config(&out, TokenizerKind::Bytes)
+    };
+    Plan::new(&inputs, &out)
+        .unwrap()
+        .run(&cfg, &mut |_| {})
+        .unwrap();
+    // A shard lost: meta.json no longer matches the folder.
+    std::fs::remove_file(out.join("train_000003.bin")).unwrap();
+    let err = Dataset::open(&out).unwrap_err();
+    assert!(matches!(err, DataError::Incomplete { .. }), "{err}");
+    assert!(err.to_string().contains("train shard"), "{err}");
+    // Shards without the meta.json a prepare writes last: a prepare that did not finish.
+    std::fs::remove_file(out.join("meta.json")).unwrap();
+    let err = Dataset::open(&out).unwrap_err();
+    assert!(matches!(err, DataError::Incomplete { .. }), "{err}");
+    assert!(err.to_string().contains("meta.json"), "{err}");
+    // Shards made elsewhere (llm.c's names) have no meta.json and are taken as they are.
+    let llmc = dir.path().join("llmc");
+    std::fs::create_dir(&llmc).unwrap();
+    let tokens: Vec<u32> = (0..500).map(|i| i % 256).collect();
+    swax_data::write_shard(
+        llmc.join("fineweb_train_000001.bin"),
+        swax_data::ShardFormat::U16,
+        &tokens,
+    )
+    .unwrap();
+    assert!(Dataset::open(&llmc).unwrap().meta.is_none());
+}
+
+#[test]
+fn a_killed_prepare_is_cleared_and_a_running_one_is_not_disturbed() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = write_inputs(dir.path());
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(out.join(".swax-staging")).unwrap();
+    std::fs::write(out.join(".swax-staging/train_000000.bin"), "partial").unwrap();
+    let plan = Plan::new(&inputs, &out).unwrap();
+    let cfg = config(&out, TokenizerKind::Bytes);
+    {
+        let _other = swax_data::FolderLock::acquire(&out).unwrap();
+        let err = plan.run(&cfg, &mut |_| {}).unwrap_err();
+        assert!(matches!(err, DataError::Busy { .. }), "{err}");
+    }
+    plan.run(&cfg, &mut |_| {}).unwrap();
+    assert!(!out.join(".swax-staging").exists());
+    Dataset::open(&out).unwrap();
+}
+
+#[test]
+fn an_input_given_twice_is_refused_and_links_are_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    write_inputs(dir.path());
+    let out = dir.path().join("out");
+    let a = dir.path().join("a.txt");
+    let dotted = dir.path().join(".").join("a.txt");
+    let more = dir.path().join("more");
+    let twice = |inputs: &[Input]| match Plan::new(inputs, &out) {
+        Err(e @ DataError::Input(_)) => e.to_string(),
+        other => panic!("{inputs:?}: {other:?}"),
+    };
+    let err = twice(&[Input::Path(a.clone()), Input::Path(dotted)]);
+    assert!(err.contains("a.txt") && err.contains("same file"), "{err}");
+    twice(&[Input::Path(more.clone()), Input::Path(more.join("c.txt"))]);
+    twice(&[Input::Stdin, Input::Stdin]);
+    #[cfg(unix)]
+    {
+        let links = dir.path().join("links");
+        std::fs::create_dir(&links).unwrap();
+        std::os::unix::fs::symlink(&a, links.join("to-a.txt")).unwrap();
+        std::os::unix::fs::symlink(&more, links.join("to-more")).unwrap();
+        let plan = Plan::new(&[Input::Path(links.clone())], &out).unwrap();
+        assert_eq!(plan.files(), 4, "a.txt and the three files of more/");
+        twice(&[Input::Path(a), Input::Path(links.clone())]);
+        std::os::unix::fs::symlink(&links, links.join("loop")).unwrap();
+        let err = Plan::new(&[Input::Path(links)], &out).unwrap_err();
+        assert!(err.to_string().contains("loop"), "{err}");
+    }
+}

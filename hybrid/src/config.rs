@@ -182,6 +182,17 @@ impl Config {
         toml::from_str(text).map_err(|e| ConfigError(format!("config {origin}: {e}")))
     }
 
+    /// The config in the file `path`, checked; errors name the file.
+    pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let origin = path.display().to_string();
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ConfigError(format!("{origin}: {e}")))?;
+        let cfg = Config::parse(&text, &origin)?;
+        cfg.check()
+            .map_err(|e| ConfigError(format!("config {origin}: {e}")))?;
+        Ok(cfg)
+    }
+
     /// This config with `key=value` overrides applied, then checked.
     pub fn with_overrides(&self, sets: &[String]) -> Result<Config, ConfigError> {
         let mut table = toml::Table::try_from(self).map_err(|e| ConfigError(e.to_string()))?;
@@ -267,20 +278,22 @@ impl Config {
             ("train.anneal_fraction", t.anneal_fraction),
             ("optim.min_lr_ratio", o.min_lr_ratio),
             ("optim.decay_fraction", o.decay_fraction),
-            ("optim.beta1", o.beta1),
-            ("optim.beta2", o.beta2),
         ];
         for (key, v) in unit {
             if !(0.0..=1.0).contains(&v) {
                 return err(format!("{key} must be in [0, 1], got {v}"));
             }
         }
+        // AdamW divides by 1 - beta^t: a beta of 1 makes every update 0 / 0.
+        for (key, v) in [("optim.beta1", o.beta1), ("optim.beta2", o.beta2)] {
+            if !(0.0..1.0).contains(&v) {
+                return err(format!("{key} must be in [0, 1), got {v}"));
+            }
+        }
         let nonneg = [
             ("optim.lr", o.lr),
-            ("optim.eps", o.eps),
             ("optim.weight_decay", o.weight_decay),
             ("optim.grad_clip", o.grad_clip),
-            ("model.rope_theta", m.rope_theta),
             ("model.norm_eps", m.norm_eps),
         ];
         for (key, v) in nonneg {
@@ -288,6 +301,14 @@ impl Config {
                 return err(format!("{key} must be finite and >= 0, got {v}"));
             }
         }
+        // RoPE divides positions by powers of theta; AdamW divides by sqrt(v) + eps, and v is
+        // 0 for a parameter no token has reached yet (an unseen embedding row).
+        for (key, v) in [("model.rope_theta", m.rope_theta), ("optim.eps", o.eps)] {
+            if !(v > 0.0 && v.is_finite()) {
+                return err(format!("{key} must be finite and > 0, got {v}"));
+            }
+        }
+        check_name(&m.name)?;
         if !["cosine", "wsd"].contains(&o.schedule.as_str()) {
             return err(format!(
                 "optim.schedule {:?}: expected \"cosine\" or \"wsd\"",
@@ -304,6 +325,23 @@ impl Config {
             return err(format!("data.tokenizer: {e}"));
         }
         Ok(())
+    }
+}
+
+/// `model.name` names the run folder (`runs/NAME`): one plain folder name, which cannot lead
+/// out of `runs/`.
+fn check_name(name: &str) -> Result<(), ConfigError> {
+    let plain = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\'])
+        && !name.chars().any(char::is_control);
+    match plain {
+        true => Ok(()),
+        false => err(format!(
+            "model.name {name:?}: it names the run folder (runs/NAME), so it must be one plain \
+             folder name: not empty, . or .., without / or \\"
+        )),
     }
 }
 
@@ -325,8 +363,14 @@ fn set_key(table: &mut toml::Table, key: &str, value: &str) -> Result<(), Config
     };
     let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
         .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+        .and_then(|mut t| t.remove("v"));
+    if parsed.is_none() && (old.is_integer() || old.is_float()) {
+        return err(format!(
+            "config key {key}: {value} is not a number a config can hold (a whole number from \
+             -2^63 to 2^63 - 1, or a finite decimal)"
+        ));
+    }
+    let parsed = parsed.unwrap_or_else(|| toml::Value::String(value.to_string()));
     let new = match (old, parsed) {
         (toml::Value::Float(_), toml::Value::Integer(i)) => toml::Value::Float(i as f64),
         (old, new) if old.same_type(&new) => new,

@@ -44,6 +44,7 @@ pub fn options(out: &Path, device: Device) -> Options {
         out: out.to_path_buf(),
         device,
         resume: false,
+        allow_data_change: false,
         stop_at: None,
         progress: false,
         profile: false,

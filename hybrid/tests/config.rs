@@ -65,3 +65,47 @@ fn a_bad_key_or_value_names_the_key() {
     let e = Config::parse(&bad, "x.toml").unwrap_err().to_string();
     assert!(e.contains("d_fff"), "{e}");
 }
+
+#[test]
+fn values_that_can_only_end_in_nan_are_refused() {
+    for (set, key) in [
+        ("optim.beta1=1", "optim.beta1"),
+        ("optim.beta2=1.0", "optim.beta2"),
+        ("model.rope_theta=0", "model.rope_theta"),
+        ("optim.eps=0", "optim.eps"),
+        ("optim.lr=nan", "optim.lr"),
+        ("optim.lr=inf", "optim.lr"),
+        ("model.rope_theta=-inf", "model.rope_theta"),
+    ] {
+        let e = err(&[set]);
+        assert!(e.contains(key), "{set}: {e}");
+    }
+}
+
+#[test]
+fn numbers_out_of_their_range_name_the_key() {
+    for (set, key) in [
+        ("model.d_model=-5", "model.d_model"),
+        ("train.steps=-1", "train.steps"),
+        ("model.d_model=99999999999999999999", "model.d_model"),
+        ("train.steps=1e30", "train.steps"),
+        ("data.batch_size=2.5", "data.batch_size"),
+        ("optim.lr=1e400", "optim.lr"),
+    ] {
+        let e = err(&[set]);
+        assert!(e.contains(key), "{set}: {e}");
+    }
+    // A number too large for TOML is said to be one, not taken for a string.
+    let e = err(&["model.d_model=99999999999999999999"]);
+    assert!(e.contains("not a number a config can hold"), "{e}");
+}
+
+#[test]
+fn a_model_name_cannot_lead_out_of_the_runs_folder() {
+    for name in ["../escape", "a/b", "..", ".", "", "c:\\\\x", "tab\\there"] {
+        let e = err(&[&format!("model.name=\"{name}\"")]);
+        assert!(e.contains("model.name"), "{name}: {e}");
+    }
+    let ok = Config::resolve(None, &["model.name=\"my-run.v2\"".to_string()]).unwrap();
+    assert_eq!(ok.model.name, "my-run.v2");
+}

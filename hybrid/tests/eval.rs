@@ -409,6 +409,27 @@ fn reports_render_from_saved_results_without_a_model() {
 /// windows shorter and longer than a piece (RAttention's linear branch then reads keys from
 /// the carried state, from the tail and from the piece itself).
 #[test]
+fn a_loss_that_overflowed_is_kept_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let mut r = results(&run, 128, [4, 2]);
+    let buckets = &mut r.loss.as_mut().unwrap().buckets;
+    buckets[0].bits = f64::NAN;
+    buckets[1].bits = f64::INFINITY;
+    let eval = run.join("eval/w128");
+    write_eval(&eval, &r).unwrap();
+    let back = load(&run).unwrap();
+    let bits: Vec<f64> = back[0].loss.as_ref().unwrap().buckets[..2]
+        .iter()
+        .map(|b| b.bits)
+        .collect();
+    assert!(bits.iter().all(|b| b.is_nan()), "{bits:?}");
+    let files = write_report(&dir.path().join("report"), &back).unwrap();
+    assert!(!files.is_empty());
+    assert!(markdown(&back).contains("NaN"), "{}", markdown(&back));
+}
+
+#[test]
 fn chunked_evaluation_equals_one_shot() {
     use swax_hybrid::config::Config;
     use swax_hybrid::eval::run::{all_logits, Chunked, OneShot};

@@ -86,6 +86,7 @@ fn nan_loss_stops_and_keeps_the_last_checkpoint() {
         out: dir.path().to_path_buf(),
         device: Device::Cpu,
         resume: true,
+        allow_data_change: false,
         stop_at: None,
         progress: false,
         profile: false,

@@ -16,23 +16,43 @@ fn io(path: &Path, e: impl std::fmt::Display) -> Error {
     }
 }
 
-/// Writes `bytes` to `path` so that it appears whole or not at all: a temporary file beside it,
-/// synced, then renamed over it.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+/// What a temporary file of [`write_atomic`] has in its name after the final file's name.
+const TMP_MARK: &str = ".tmp-";
+
+/// Writes `bytes` to `path` so that it appears whole or not at all: a temporary file beside it
+/// (`.NAME.tmp-PID`), synced, then renamed over it. A failed write removes its temporary file;
+/// one left by a killed process is found by [`is_temporary`]. Errors name `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
     let tmp = dir.join(format!(
-        ".{}.tmp-{}",
+        ".{}{TMP_MARK}{}",
         name.unwrap_or_default(),
         std::process::id()
     ));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| io(&tmp, e))?;
-    f.sync_all().map_err(|e| io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io(path, e))
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    written.map_err(|e| {
+        // Best effort: the error that matters is the write's.
+        let _ = std::fs::remove_file(&tmp);
+        std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+    })
+}
+
+/// Whether `name` is that of a temporary file [`write_atomic`] leaves when its process dies
+/// mid-write.
+pub fn is_temporary(name: &str) -> bool {
+    name.starts_with('.')
+        && name
+            .rsplit_once(TMP_MARK)
+            .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Saves `tensors` (any device; F32 or BF16) with string `metadata` to `path`, atomically.
@@ -75,7 +95,10 @@ pub fn save(
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| io(path, e))?;
     let bytes = safetensors::serialize(views, Some(metadata)).map_err(|e| io(path, e))?;
-    write_atomic(path, &bytes)
+    write_atomic(path, &bytes).map_err(|e| Error::Invalid {
+        op: "checkpoint",
+        msg: e.to_string(),
+    })
 }
 
 /// The tensors of a safetensors file (on the CPU, in the file's dtype) and its metadata.

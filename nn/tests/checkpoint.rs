@@ -44,3 +44,34 @@ fn a_missing_file_is_an_error_naming_it() {
         .to_string();
     assert!(e.contains("/nonexistent/x.safetensors"), "{e}");
 }
+
+#[test]
+fn a_failed_atomic_write_names_the_file_and_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // A non-empty folder under the final name: the rename over it fails.
+    let target = dir.path().join("busy");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("x"), b"x").unwrap();
+    let err = swax_nn::checkpoint::write_atomic(&target, b"bytes")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("busy") && !err.starts_with("checkpoint"),
+        "{err}"
+    );
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["busy"]);
+}
+
+#[test]
+fn temporary_files_are_told_from_others() {
+    use swax_nn::checkpoint::is_temporary;
+    assert!(is_temporary(".state.json.tmp-1234"));
+    assert!(is_temporary(".model.safetensors.tmp-7"));
+    for name in ["state.json", ".tmp-", "x.tmp-12", ".a.tmp-12x", ".a.tmp-"] {
+        assert!(!is_temporary(name), "{name}");
+    }
+}

@@ -138,6 +138,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         out: run.clone(),
                         device,
                         resume,
+                        allow_data_change: false,
                         stop_at: None,
                         progress: false,
                         profile: false,

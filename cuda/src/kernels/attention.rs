@@ -44,7 +44,7 @@ impl Heads {
                 format!("head dim {}: kernels exist for 64 and 128", self.d),
             ));
         }
-        if self.hkv == 0 || self.h % self.hkv != 0 {
+        if self.hkv == 0 || !self.h.is_multiple_of(self.hkv) {
             return Err(CudaError::invalid(
                 op,
                 format!("{self:?}: h must be a multiple of hkv"),

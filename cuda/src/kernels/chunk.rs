@@ -130,7 +130,7 @@ impl RecArgs {
         if [s.b, s.t, s.h, s.dk, s.dv, s.chunk].contains(&0) {
             return Err(CudaError::invalid(op, format!("empty sizes {s:?}")));
         }
-        if dtype == DType::BF16 && (s.dk % 16 != 0 || s.dv % 16 != 0) {
+        if dtype == DType::BF16 && (!s.dk.is_multiple_of(16) || !s.dv.is_multiple_of(16)) {
             return Err(CudaError::invalid(
                 op,
                 format!(

@@ -51,15 +51,15 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Siz
     let fits = dtype == DType::BF16
         && s.chunk == L
         && matches!(s.dk, 32 | 64 | 128)
-        && s.dv % 32 == 0
+        && s.dv.is_multiple_of(32)
         && s.heads() <= MAX_GRID_Y;
     if !fits {
         return None;
     }
-    let be = if s.dv % 64 == 0 { 64 } else { 32 };
-    let bv = [128, 64, 32]
-        .into_iter()
-        .find(|&bv| bv <= 2 * s.dk && s.dv % bv == 0 && scan_bytes(s.dk, bv) <= shared_limit)?;
+    let be = if s.dv.is_multiple_of(64) { 64 } else { 32 };
+    let bv = [128, 64, 32].into_iter().find(|&bv| {
+        bv <= 2 * s.dk && s.dv.is_multiple_of(bv) && scan_bytes(s.dk, bv) <= shared_limit
+    })?;
     let z = Sizes {
         d: s.dk,
         be,
@@ -117,7 +117,7 @@ fn grads_bytes(d: usize, be: usize) -> usize {
 /// Threads of a gdn_grads block (`GDN_GRAD_THREADS`): 16 warps where the products' columns split
 /// four ways into pairs of 8-column blocks, else 8.
 fn grads_threads(d: usize, be: usize) -> u32 {
-    if d % 64 == 0 && be % 64 == 0 {
+    if d.is_multiple_of(64) && be.is_multiple_of(64) {
         512
     } else {
         256

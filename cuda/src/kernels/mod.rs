@@ -145,7 +145,7 @@ fn row_shape(n: u32, dtype: DType) -> (u32, u32) {
 /// are 512-byte aligned; checked anyway, as a misaligned vector access faults). A null pointer
 /// (an absent optional buffer) passes.
 pub(crate) fn vector_rows(n: u32, dtype: DType, ptrs: &[u64]) -> bool {
-    (n as usize * dtype.size_bytes()) % 16 == 0 && ptrs.iter().all(|p| p % 16 == 0)
+    (n as usize * dtype.size_bytes()).is_multiple_of(16) && ptrs.iter().all(|p| p % 16 == 0)
 }
 
 /// Queues kernel `name` of `src` with `args`.
@@ -288,7 +288,7 @@ pub(crate) fn check_like(
 
 /// Number of rows of a buffer read as rows of `n` elements.
 pub(crate) fn rows_of(op: &'static str, buf: &Buffer, n: usize) -> Result<u32, CudaError> {
-    if n == 0 || buf.len() % n != 0 {
+    if n == 0 || !buf.len().is_multiple_of(n) {
         return Err(CudaError::invalid(
             op,
             format!("{} elements do not split into rows of {n}", buf.len()),

@@ -45,7 +45,7 @@ fn run(
     let len = [r.b, r.t, r.h, r.d]
         .iter()
         .try_fold(1usize, |acc, &v| acc.checked_mul(v));
-    if r.d % 2 != 0 || len != Some(x.len()) {
+    if !r.d.is_multiple_of(2) || len != Some(x.len()) {
         return Err(CudaError::invalid(
             op,
             format!("{r:?} needs an even d and b*t*h*d = {} elements", x.len()),

@@ -6,12 +6,15 @@ use std::time::Instant;
 
 use clap::Args;
 use swax_data::TokenizerKind;
-use swax_hybrid::eval::report::{markdown, write_eval};
+use swax_hybrid::eval::report::markdown;
 use swax_hybrid::eval::results::EvalResults;
 use swax_hybrid::eval::run::{
     eval_task, held_out, load, loss_curve, Chunked, Forward, OneShot, Task,
 };
+use swax_hybrid::eval::store;
 use swax_hybrid::train::compute_dtype;
+use swax_hybrid::train::data::shards_dir;
+use swax_hybrid::train::run_dir::dataset_tokenizer;
 use swax_tensor::Device;
 
 use super::CliResult;
@@ -63,8 +66,9 @@ fn parse_len(s: &str) -> Result<usize, String> {
     digits
         .trim()
         .parse::<usize>()
-        .map(|n| n * scale)
-        .map_err(|e| format!("length {s}: {e}"))
+        .map_err(|e| format!("length {s}: {e}"))?
+        .checked_mul(scale)
+        .ok_or_else(|| format!("length {s}: more tokens than a length can count"))
 }
 
 /// The options' own ranges, checked before anything is loaded, each error naming its option.
@@ -117,6 +121,14 @@ pub fn run(args: EvalArgs) -> CliResult {
         .map(|t| t.parse())
         .collect::<Result<_, _>>()?;
     let kind = cfg.data.tokenizer.parse::<TokenizerKind>()?;
+    let data_dir = args.data.as_deref().and_then(shards_dir);
+    if let Some(made) = dataset_tokenizer(data_dir.as_deref())?.filter(|&k| k != kind) {
+        return Err(format!(
+            "--data {}: made with the {made} tokenizer, the model was trained with {kind}",
+            args.data.as_deref().unwrap_or_default()
+        )
+        .into());
+    }
     let tok = kind.build()?;
     let dtype = compute_dtype(cfg, device);
     let model = &loaded.model;
@@ -180,6 +192,13 @@ pub fn run(args: EvalArgs) -> CliResult {
             };
             let curve = loss_curve(&*f, &seqs, args.bucket.unwrap_or(train_len), unit)?;
             eprintln!("  loss len {len}: {}", throughput(len * seqs.len(), clock));
+            if let Some(b) = curve.buckets.iter().find(|b| !b.bits.is_finite()) {
+                eprintln!(
+                    "  warning: the loss overflowed ({}) from position {}: results.json holds \
+                     null there",
+                    b.bits, b.start
+                );
+            }
             Some(curve)
         }
         false => None,
@@ -197,9 +216,20 @@ pub fn run(args: EvalArgs) -> CliResult {
         loss,
     };
     let dir = loaded.run.join("eval").join(format!("w{window}"));
-    let files = write_eval(&dir, &results)?;
-    print!("{}", markdown(&[results]));
-    eprintln!("wrote {} files to {}", files.len(), dir.display());
+    print!("{}", markdown(std::slice::from_ref(&results)));
+    let saved = store::save(&dir, results)?;
+    if let Some(to) = &saved.moved {
+        eprintln!(
+            "moved the results of the checkpoint evaluated before to {}",
+            to.display()
+        );
+    }
+    if saved.merged {
+        eprintln!(
+            "merged with the earlier results of this checkpoint (re-evaluated cells replaced)"
+        );
+    }
+    eprintln!("wrote {} files to {}", saved.files.len(), dir.display());
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 mod eval;
 mod prepare;
 mod report;
+mod signals;
 mod train;
 
 use clap::{Parser, Subcommand};

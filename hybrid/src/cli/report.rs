@@ -18,11 +18,34 @@ pub struct ReportArgs {
 }
 
 pub fn run(args: ReportArgs) -> CliResult {
+    if args.out.is_file() {
+        return Err(format!(
+            "--out {}: a file; the report is a folder",
+            args.out.display()
+        )
+        .into());
+    }
+    let mut seen: Vec<(PathBuf, &PathBuf)> = Vec::new();
+    for p in &args.paths {
+        let real = p
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+        if let Some((_, first)) = seen.iter().find(|(r, _)| *r == real) {
+            return Err(format!(
+                "{} and {} are the same; give each once",
+                first.display(),
+                p.display()
+            )
+            .into());
+        }
+        seen.push((real, p));
+    }
     let mut runs = Vec::new();
     for p in &args.paths {
         runs.extend(load(p)?);
     }
-    let files = write_report(&args.out, &runs)?;
+    let files =
+        write_report(&args.out, &runs).map_err(|e| format!("--out {}: {e}", args.out.display()))?;
     print!("{}", markdown(&runs));
     eprintln!("wrote {} files to {}", files.len(), args.out.display());
     Ok(())

@@ -1,15 +1,17 @@
 //! `swax train`: resolve the config (`--config`, `--set`), pick the device (the GPU when there
-//! is one), train (see `swax_hybrid::train`), print the summary. Ctrl-C stops after the current
-//! step with a checkpoint; `--resume` continues a run from its latest one.
+//! is one), train (see `swax_hybrid::train`), print the summary. SIGINT (Ctrl-C) or SIGTERM
+//! stops after the current step with a checkpoint and exits 130 or 143 (`signals`); `--resume`
+//! continues a run from its latest one.
+use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 use swax_hybrid::config::Config;
 use swax_hybrid::train::{self, Options};
 use swax_tensor::Device;
 
-use super::CliResult;
+use super::{signals, CliResult};
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -34,6 +36,9 @@ pub struct TrainArgs {
     /// Continue the run in --out from its latest checkpoint.
     #[arg(long, requires = "out")]
     resume: bool,
+    /// With --resume, go on with data other than the run was trained on (from its start).
+    #[arg(long, requires = "resume")]
+    allow_data_change: bool,
     /// Stop (with a checkpoint) after this many steps in total, short of train.steps.
     #[arg(long)]
     stop_at: Option<u64>,
@@ -61,6 +66,8 @@ fn parse_device(s: &str) -> Result<Device, String> {
 }
 
 pub fn run(mut args: TrainArgs) -> CliResult {
+    // First: every thread started later inherits the blocked signals.
+    signals::install(&STOP)?;
     if let Some(source) = &args.data {
         let quoted = toml::Value::String(source.clone()).to_string();
         args.sets.push(format!("data.source={quoted}"));
@@ -73,9 +80,9 @@ pub fn run(mut args: TrainArgs) -> CliResult {
                 );
             }
             let path = out.join("config.toml");
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("{}: {e} (is it a run folder?)", path.display()))?;
-            Config::parse(&text, &path.display().to_string())?.with_overrides(&args.sets)?
+            Config::load(&path)
+                .map_err(|e| format!("{e} (is {} a run folder?)", out.display()))?
+                .with_overrides(&args.sets)?
         }
         _ => Config::resolve(args.config.as_deref(), &args.sets)?,
     };
@@ -88,13 +95,6 @@ pub fn run(mut args: TrainArgs) -> CliResult {
         .out
         .clone()
         .unwrap_or_else(|| train::fresh_run_dir("runs".as_ref(), &cfg.model.name));
-    // A second Ctrl-C while saving falls through to the default (the process ends).
-    ctrlc::set_handler(|| {
-        if STOP.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-        eprintln!("\nstopping after this step (saving a checkpoint); Ctrl-C again to quit now");
-    })?;
     let m = &cfg.model;
     eprintln!(
         "training {} ({} x{} layers, d_model {}, T {}, B {}) on {device} for {} steps into {}",
@@ -111,6 +111,7 @@ pub fn run(mut args: TrainArgs) -> CliResult {
         out,
         device,
         resume: args.resume,
+        allow_data_change: args.allow_data_change,
         stop_at: args.stop_at,
         progress: !args.quiet,
         profile: args.profile,
@@ -118,5 +119,9 @@ pub fn run(mut args: TrainArgs) -> CliResult {
     };
     let summary = train::train(&cfg, &opts)?;
     print!("{}", summary.report());
+    if let Some(status) = signals::exit_status().filter(|_| summary.interrupted) {
+        std::io::stdout().flush()?;
+        std::process::exit(status);
+    }
     Ok(())
 }

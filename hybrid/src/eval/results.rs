@@ -54,7 +54,13 @@ pub struct LossCurve {
 pub struct LossBucket {
     pub start: usize,
     pub end: usize,
+    /// JSON has no NaN or infinity: a loss that overflowed is written `null` and read back NaN.
+    #[serde(deserialize_with = "nan_if_null")]
     pub bits: f64,
+}
+
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 impl EvalResults {

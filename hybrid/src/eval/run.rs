@@ -317,18 +317,26 @@ pub struct Loaded {
     pub step: u64,
 }
 
-/// Loads a run folder's latest checkpoint, or a checkpoint folder (`RUN/checkpoints/step-N`),
-/// with the run's `config.toml`, onto `device`.
+/// Loads a run folder's latest checkpoint, or a checkpoint folder (`RUN/checkpoints/step-N`, or
+/// one copied elsewhere, whose results then go into it), with the config it was trained with
+/// (checked), onto `device`.
 pub fn load(path: &Path, device: Device) -> Result<Loaded> {
-    let (run, dir) = match crate::train::checkpoint::latest(path) {
+    use crate::train::checkpoint;
+    if path.is_file() {
+        return Err(format!(
+            "{}: a file; evaluate a run folder or a checkpoint folder",
+            path.display()
+        )
+        .into());
+    }
+    let (run, dir) = match checkpoint::latest_dir(path)? {
         Some(dir) => (path.to_path_buf(), dir),
         None if path.join("model.safetensors").is_file() => {
-            let run = path.parent().and_then(Path::parent).ok_or_else(|| {
-                format!(
-                    "{}: a checkpoint folder lies in RUN/checkpoints/",
-                    path.display()
-                )
-            })?;
+            let run = path
+                .parent()
+                .filter(|p| p.file_name().is_some_and(|n| n == "checkpoints"))
+                .and_then(Path::parent)
+                .unwrap_or(path);
             (run.to_path_buf(), path.to_path_buf())
         }
         None => {
@@ -339,10 +347,7 @@ pub fn load(path: &Path, device: Device) -> Result<Loaded> {
             .into())
         }
     };
-    let cfg_path = run.join("config.toml");
-    let text =
-        std::fs::read_to_string(&cfg_path).map_err(|e| format!("{}: {e}", cfg_path.display()))?;
-    let cfg = Config::parse(&text, &cfg_path.display().to_string())?;
+    let cfg = checkpoint::config_of(&dir)?;
     let mut model = Model::new(&cfg.model, cfg.train.seed, device)?;
     let (mut weights, _) = swax_nn::checkpoint::load(&dir.join("model.safetensors"))?;
     let names: Vec<(String, Vec<usize>)> = model
@@ -364,15 +369,7 @@ pub fn load(path: &Path, device: Device) -> Result<Loaded> {
         }
         model.params.set(i, t.to_device(device)?);
     }
-    let step = std::fs::read_to_string(dir.join("state.json"))
-        .ok()
-        .and_then(|s| {
-            serde_json::from_str::<serde_json::Value>(&s)
-                .ok()?
-                .get("step")?
-                .as_u64()
-        })
-        .unwrap_or(0);
+    let step = checkpoint::read_state(&dir)?.step;
     Ok(Loaded {
         cfg,
         model,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use swax_data::{
     Batch, Corpus, CorpusConfig, Dataset, Loader, LoaderConfig, LoaderState, RecallConfig,
-    RecallData, RecallKind, RowLoader, Shard, Split, TaskSample, TokenizerKind,
+    RecallData, RecallKind, RowLoader, Shard, Split, TaskSample, Tokenizer, TokenizerKind,
 };
 
 use crate::config::Config;
@@ -34,6 +34,14 @@ impl Source {
     }
 }
 
+/// The folder of shards `source` names, if it names one.
+pub fn shards_dir(source: &str) -> Option<PathBuf> {
+    match Source::parse(source) {
+        Source::Shards(dir) => Some(dir),
+        _ => None,
+    }
+}
+
 /// The training batches, from shards (or the corpus's stream) or from generated rows.
 #[derive(Debug)]
 pub enum TrainLoader {
@@ -53,6 +61,14 @@ impl TrainLoader {
         match self {
             TrainLoader::Stream(l) => l.state(),
             TrainLoader::Rows(l) => l.state(),
+        }
+    }
+
+    /// A digest of the data, to tell a run's data from other data (`Loader::fingerprint`).
+    pub fn fingerprint(&self) -> String {
+        match self {
+            TrainLoader::Stream(l) => l.fingerprint(),
+            TrainLoader::Rows(l) => l.fingerprint(),
         }
     }
 }
@@ -105,14 +121,19 @@ pub fn open(cfg: &Config, resume: Option<LoaderState>) -> Result<Data> {
             stream(ds.train, ds.val, Vec::new(), dir.display().to_string())
         }
         Source::Corpus => {
-            let kind = d.tokenizer.parse::<TokenizerKind>()?;
-            let tok = kind.build()?;
+            let (kind, tok) = tokenizer(cfg)?;
             let corpus = Corpus::new(&*tok, corpus_config(cfg))?;
             let train = corpus.stream(Split::Train, d.corpus_train_tokens);
             let val = corpus.stream(Split::Val, d.corpus_val_tokens);
             let probes = probes(cfg, &mut |count| {
                 corpus.probes(count, d.seq_len).map_err(|e| {
-                    format!("{e}: raise data.seq_len or lower train.recall_probes").into()
+                    format!(
+                        "{e}: the recall probes must fit in data.seq_len {}; raise it, lower \
+                         data.corpus_max_doc_tokens so recalls come sooner, or lower \
+                         train.recall_probes (train.recall_probes=0: none)",
+                        d.seq_len
+                    )
+                    .into()
                 })
             })?;
             stream(
@@ -123,7 +144,6 @@ pub fn open(cfg: &Config, resume: Option<LoaderState>) -> Result<Data> {
             )
         }
         Source::Recall(kind) => {
-            let tok = d.tokenizer.parse::<TokenizerKind>()?;
             let rows = recall_data(cfg, kind, d.seq_len + 1)?;
             let val = (0..t.eval_batches as u64)
                 .map(|i| {
@@ -141,7 +161,7 @@ pub fn open(cfg: &Config, resume: Option<LoaderState>) -> Result<Data> {
                 train: TrainLoader::Rows(train),
                 val,
                 probes,
-                origin: format!("generated {} rows ({tok} tokenizer)", kind.name()),
+                origin: format!("generated {} rows ({} tokenizer)", kind.name(), d.tokenizer),
             })
         }
     }
@@ -160,18 +180,27 @@ pub fn corpus_config(cfg: &Config) -> CorpusConfig {
     }
 }
 
-/// Generated rows of `kind`, `len` tokens each, with the run's tokenizer and seed.
-pub fn recall_data(cfg: &Config, kind: RecallKind, len: usize) -> Result<RecallData> {
-    let tok = cfg.data.tokenizer.parse::<TokenizerKind>()?.build()?;
-    if tok.vocab_size() as usize > cfg.model.vocab_size {
+/// The tokenizer of generated data (`data.tokenizer`), refused if the model's vocabulary cannot
+/// hold its tokens.
+fn tokenizer(cfg: &Config) -> Result<(TokenizerKind, Box<dyn Tokenizer>)> {
+    let kind = cfg.data.tokenizer.parse::<TokenizerKind>()?;
+    let tok = kind.build()?;
+    let vocab = cfg.model.vocab_size;
+    if tok.vocab_size() as usize > vocab {
         return Err(format!(
-            "data.tokenizer {} needs model.vocab_size {} or more, not {}",
-            cfg.data.tokenizer,
+            "model.vocab_size {vocab} cannot hold the {kind} tokenizer's {} tokens \
+             (data.tokenizer); raise it to at least {}",
             tok.vocab_size(),
-            cfg.model.vocab_size
+            tok.vocab_size()
         )
         .into());
     }
+    Ok((kind, tok))
+}
+
+/// Generated rows of `kind`, `len` tokens each, with the run's tokenizer and seed.
+pub fn recall_data(cfg: &Config, kind: RecallKind, len: usize) -> Result<RecallData> {
+    let (_, tok) = tokenizer(cfg)?;
     Ok(RecallData::new(
         tok,
         RecallConfig {

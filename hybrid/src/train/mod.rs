@@ -10,10 +10,15 @@
 //! Exact resume: everything a step depends on is in the checkpoint or a function of the step
 //! (the window's draw, the learning rate), and the CPU kernels are deterministic, so a resumed
 //! CPU run's losses equal the uninterrupted run's bit for bit.
+//!
+//! The run folder: checked, locked and written only once the run can start (`run_dir`), after a
+//! lower bound on the memory it needs is checked against what the device has (`memory`).
 pub mod checkpoint;
 pub mod data;
 pub mod eval;
+pub mod memory;
 pub mod metrics;
+pub mod run_dir;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,9 +34,10 @@ use swax_tensor::{DType, Device, Tensor};
 use crate::config::Config;
 use crate::model::Model;
 use crate::window::WindowSchedule;
-use checkpoint::State;
+use checkpoint::{DataRecord, State};
 use eval::Recall;
 use metrics::Metrics;
+use run_dir::RunDir;
 
 pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -42,13 +48,15 @@ pub struct Options {
     pub device: Device,
     /// Continue the run in `out` from its latest checkpoint.
     pub resume: bool,
+    /// On `resume`, go on with data other than the checkpoint recorded (from its start).
+    pub allow_data_change: bool,
     /// Stop (with a checkpoint) once this many steps are done in total, short of `train.steps`.
     pub stop_at: Option<u64>,
     pub progress: bool,
     /// Synchronize the device between the phases of each step and time them (see
     /// [`StepProfile`]); costs the overlap of host and device work at the phase boundaries.
     pub profile: bool,
-    /// Set (by Ctrl-C) to stop after the current step, saving a checkpoint.
+    /// Set (by SIGINT or SIGTERM) to stop after the current step, saving a checkpoint.
     pub stop: &'static AtomicBool,
 }
 
@@ -92,14 +100,18 @@ pub struct Summary {
     pub run: PathBuf,
     pub steps: u64,
     pub total_steps: u64,
-    /// Mean training loss over the last (up to) 20 steps of this invocation.
-    pub final_loss: f64,
+    /// Steps this invocation ran (0: the run was already at its end).
+    pub steps_run: u64,
+    /// Mean training loss over the run's last (up to) 20 steps, across resumes.
+    pub final_loss: Option<f64>,
     /// The last validation loss at `w_long`.
     pub val_loss: Option<f64>,
     /// Recall on the held-out probes at each window the run trained at, before and after.
     pub recall_before: Vec<(usize, Recall)>,
     pub recall_after: Vec<(usize, Recall)>,
+    /// Training time over the whole run, across resumes.
     pub wall_s: f64,
+    /// Over the whole run.
     pub tokens_per_s: f64,
     pub params: usize,
     pub device: Device,
@@ -149,20 +161,14 @@ pub fn window_schedule(cfg: &Config) -> WindowSchedule {
     }
 }
 
-/// Trains `cfg` as `opts` says and returns the summary.
+/// Trains `cfg` as `opts` says and returns the summary. Everything that can be checked is before
+/// the run folder is touched, and the folder is locked meanwhile (see `run_dir`).
 pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
     let run = &opts.out;
-    if !opts.resume && checkpoint::latest(run).is_some() {
-        return Err(format!(
-            "{} already holds a run: pass --resume to continue it, or another --out",
-            run.display()
-        )
-        .into());
-    }
-    std::fs::create_dir_all(run)?;
-    swax_nn::checkpoint::write_atomic(&run.join("config.toml"), cfg.to_toml().as_bytes())?;
-
+    let mut folder = RunDir::open(run, opts.resume)?;
+    let cfg = &folder.settle(cfg)?;
     let device = opts.device;
+    memory::check(cfg, device)?;
     let dtype = compute_dtype(cfg, device);
     let mut model = Model::new(&cfg.model, cfg.train.seed, device)?;
     let o = &cfg.optim;
@@ -180,8 +186,25 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         true => Some(checkpoint::load(run, &mut model.params, &mut opt, device)?),
         false => None,
     };
-    let mut data = data::open(cfg, resumed.as_ref().map(|s| s.loader))?;
-    let mut metrics = Metrics::open(run, Some(resumed.as_ref().map_or(0, |s| s.step)))?;
+    let mut data = run_dir::open_data(cfg, resumed.as_ref(), opts.allow_data_change)?;
+    let data_record = DataRecord {
+        origin: data.origin.clone(),
+        fingerprint: data.train.fingerprint(),
+    };
+    let start_step = resumed.as_ref().map_or(0, |s| s.step);
+    let end = opts.stop_at.unwrap_or(cfg.train.steps).min(cfg.train.steps);
+    if start_step >= end {
+        // Nothing to train: the run folder stays as it is.
+        return Ok(Summary {
+            final_loss: final_loss(run, start_step),
+            ..Summary::of_state(cfg, opts, &model, dtype, &data, resumed.as_ref())
+        });
+    }
+    folder.commit(cfg)?;
+    let metrics_path = run.join("metrics.jsonl");
+    let mut metrics = Metrics::open(run, Some(start_step))
+        .map_err(|e| format!("{}: {e}", metrics_path.display()))?;
+    folder.record_changes(&mut metrics, start_step)?;
 
     let windows = window_schedule(cfg);
     let lrs = lr_schedule(cfg);
@@ -204,7 +227,6 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         Some(_) => Vec::new(),
     };
 
-    let start_step = resumed.as_ref().map_or(0, |s| s.step);
     let mut state = resumed.unwrap_or(State {
         step: 0,
         adamw_step: 0,
@@ -212,12 +234,12 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         window_seed: t.seed,
         tokens_seen: 0,
         elapsed_s: 0.0,
+        data: None,
     });
-    let end = opts.stop_at.unwrap_or(t.steps).min(t.steps);
+    state.data = Some(data_record);
     let bar = progress_bar(opts.progress, start_step, t.steps);
     let clock = Instant::now();
     let elapsed_before = state.elapsed_s;
-    let mut recent: Vec<f64> = Vec::new();
     let mut val_loss = None;
     let mut last_recall = Vec::new();
     let mut interrupted = false;
@@ -293,10 +315,6 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
             "grad_norm": grad_norm, "tokens": state.tokens_seen, "tokens_per_s": tok_s,
             "elapsed_s": state.elapsed_s,
         }))?;
-        recent.push(loss);
-        if recent.len() > 20 {
-            recent.remove(0);
-        }
 
         let done = state.step == end;
         let due = (t.eval_every > 0 && state.step % t.eval_every == 0) || done;
@@ -326,7 +344,7 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         }
         interrupted = opts.stop.load(Ordering::SeqCst);
         if done || interrupted || (t.save_every > 0 && state.step % t.save_every == 0) {
-            checkpoint::save(run, &model.params, &opt, &state)?;
+            checkpoint::save(run, cfg, &model.params, &opt, &state)?;
         }
         bar.set_position(state.step);
         bar.set_message(format!(
@@ -348,28 +366,32 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         metrics.path(),
         &run.join("loss.svg"),
         &format!("{} — {}", cfg.model.name, run.display()),
-    )?;
-    let wall_s = clock.elapsed().as_secs_f64();
-    let steps_run = state.step.saturating_sub(start_step);
+    )
+    .map_err(|e| format!("{}: {e}", run.join("loss.svg").display()))?;
     let summary = Summary {
-        run: run.clone(),
-        steps: state.step,
-        total_steps: t.steps,
-        final_loss: recent.iter().sum::<f64>() / recent.len().max(1) as f64,
+        steps_run: state.step - start_step,
+        final_loss: final_loss(run, state.step),
         val_loss,
         recall_before,
         recall_after,
-        wall_s,
-        tokens_per_s: (steps_run * tokens_per_step) as f64 / wall_s.max(1e-9),
-        params: model.params.numel(),
-        device,
-        dtype,
         interrupted,
         profile: opts.profile.then_some(profile),
-        data: data.origin.clone(),
+        ..Summary::of_state(cfg, opts, &model, dtype, &data, Some(&state))
     };
-    std::fs::write(run.join("summary.txt"), summary.report())?;
+    swax_nn::checkpoint::write_atomic(&run.join("summary.txt"), summary.report().as_bytes())?;
     Ok(summary)
+}
+
+/// The mean training loss of the run's last (up to) 20 steps up to `step`, from its metrics, so
+/// that it covers the run whatever the invocations it took.
+fn final_loss(run: &Path, step: u64) -> Option<f64> {
+    let losses: Vec<f64> = metrics::series(&run.join("metrics.jsonl"), "loss")
+        .into_iter()
+        .filter(|&(s, _)| s <= step as f64)
+        .map(|(_, loss)| loss)
+        .collect();
+    let last = &losses[losses.len().saturating_sub(20)..];
+    (!last.is_empty()).then(|| last.iter().sum::<f64>() / last.len() as f64)
 }
 
 fn progress_bar(show: bool, at: u64, total: u64) -> ProgressBar {
@@ -390,9 +412,49 @@ fn progress_bar(show: bool, at: u64, total: u64) -> ProgressBar {
 }
 
 impl Summary {
+    /// What the run's state says (before any step, without `state`): the figures over the whole
+    /// run; the caller fills in this invocation's.
+    fn of_state(
+        cfg: &Config,
+        opts: &Options,
+        model: &Model,
+        dtype: DType,
+        data: &data::Data,
+        state: Option<&State>,
+    ) -> Summary {
+        let (steps, tokens, elapsed) =
+            state.map_or((0, 0, 0.0), |s| (s.step, s.tokens_seen, s.elapsed_s));
+        Summary {
+            run: opts.out.clone(),
+            steps,
+            total_steps: cfg.train.steps,
+            steps_run: 0,
+            final_loss: None,
+            val_loss: None,
+            recall_before: Vec::new(),
+            recall_after: Vec::new(),
+            wall_s: elapsed,
+            tokens_per_s: tokens as f64 / elapsed.max(1e-9),
+            params: model.params.numel(),
+            device: opts.device,
+            dtype,
+            interrupted: false,
+            data: data.origin.clone(),
+            profile: None,
+        }
+    }
+
     /// The short report printed at the end and kept as `summary.txt`.
     pub fn report(&self) -> String {
-        let mut s = format!(
+        let mut s = String::new();
+        if self.steps_run == 0 {
+            s += &format!("nothing to train: the run is at step {}", self.steps);
+            s += match self.steps >= self.total_steps {
+                true => " of its train.steps (raise it with --set to train further)\n",
+                false => ", where it was asked to stop\n",
+            };
+        }
+        s += &format!(
             "{} {} steps of {} ({} parameters, {} {:?}) on {} in {:.1} s, {:.0} tokens/s\n",
             if self.interrupted {
                 "stopped after"
@@ -408,7 +470,10 @@ impl Summary {
             self.wall_s,
             self.tokens_per_s
         );
-        s += &format!("final train loss {:.4}", self.final_loss);
+        s += &match self.final_loss {
+            Some(loss) => format!("final train loss {loss:.4}"),
+            None => "no training loss yet".into(),
+        };
         if let Some(v) = self.val_loss {
             s += &format!(", validation loss {v:.4}");
         }
