@@ -4,5 +4,6 @@
 pub mod config;
 pub mod eval;
 pub mod model;
+pub mod study;
 pub mod train;
 pub mod window;

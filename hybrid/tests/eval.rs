@@ -7,7 +7,9 @@ use std::path::Path;
 use swax_data::{Answer, TaskSample, Tokenizer, TokenizerKind};
 use swax_hybrid::eval::report::{load, markdown, write_eval, write_report};
 use swax_hybrid::eval::results::{EvalResults, LossBucket, LossCurve, TaskCell};
-use swax_hybrid::eval::run::{eval_task, loss_curve, row_nll, score_sample, Forward, Task};
+use swax_hybrid::eval::run::{
+    eval_task, loss_curve, row_nll, sample_seed, score_sample, Forward, Task,
+};
 use swax_hybrid::eval::score::exact_answers;
 use swax_tensor::{Device, Tensor};
 
@@ -202,7 +204,7 @@ fn always_right_scores_100_never_right_0_and_partial_answers_do_not_count() {
 fn eval_task_tallies_samples_and_answers() {
     let tok = bytes();
     // Passkey answers are digits: a model that always says token 0 never gets one.
-    let cell = eval_task(&Constant, &*tok, Task::Passkey, 400, Some(0.25), 3, 1).unwrap();
+    let cell = eval_task(&Constant, &*tok, Task::Passkey, 400, Some(0.25), 3, 1, 64).unwrap();
     assert_eq!(
         (cell.task.as_str(), cell.length, cell.samples),
         ("passkey", 400, 3)
@@ -210,7 +212,38 @@ fn eval_task_tallies_samples_and_answers() {
     assert_eq!(cell.depth, Some(0.25));
     assert!(cell.answers >= 3);
     assert_eq!((cell.correct, cell.accuracy()), (0, 0.0));
-    assert!(eval_task(&Constant, &*tok, Task::Niah, 50, Some(0.5), 1, 0).is_err());
+    // The key lies some 300 tokens before the question: beyond a window of 64, within 1000.
+    assert_eq!(cell.near_answers, 0);
+    let wide = eval_task(&Constant, &*tok, Task::Passkey, 400, Some(0.25), 3, 1, 1000).unwrap();
+    assert_eq!(wide.near_answers, wide.answers);
+    assert!(eval_task(&Constant, &*tok, Task::Niah, 50, Some(0.5), 1, 0, 64).is_err());
+}
+
+#[test]
+fn eval_task_splits_the_right_answers_by_the_window() {
+    // A model that knows the text scores every answer; near needles (depth 1: some 80 tokens
+    // before the answer) sit within a window of 128, far ones (depth 0) beyond it.
+    let tok = bytes();
+    for (depth, near) in [(0.0, false), (1.0, true)] {
+        let seed = sample_seed(5, 400, Some(depth), 0);
+        let sample = Task::Passkey.sample(&*tok, 400, depth, seed).unwrap();
+        let oracle = Oracle {
+            truth: &sample.tokens,
+            wrong: Vec::new(),
+        };
+        let cell = eval_task(&oracle, &*tok, Task::Passkey, 400, Some(depth), 1, 5, 128);
+        let cell = cell.unwrap();
+        assert_eq!(cell.correct, cell.answers);
+        assert_eq!(cell.near_correct, if near { cell.answers } else { 0 });
+        assert_eq!(
+            cell.far(),
+            if near {
+                (0, 0)
+            } else {
+                (cell.answers, cell.answers)
+            }
+        );
+    }
 }
 
 #[test]
@@ -281,6 +314,8 @@ fn results(run: &Path, window: usize, niah: [usize; 2]) -> EvalResults {
         samples: 4,
         answers: 4,
         correct,
+        near_answers: 0,
+        near_correct: 0,
     };
     EvalResults {
         run: run.display().to_string(),

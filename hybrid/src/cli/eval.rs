@@ -2,20 +2,15 @@
 //! the loss by position past the training length, for one checkpoint at one window; results,
 //! tables and plots go to `RUN/eval/w<WINDOW>/` (see `swax_hybrid::eval`).
 use std::path::PathBuf;
-use std::time::Instant;
 
 use clap::Args;
 use swax_data::TokenizerKind;
+use swax_hybrid::eval::evaluate::{evaluate, Plan};
 use swax_hybrid::eval::report::markdown;
-use swax_hybrid::eval::results::EvalResults;
-use swax_hybrid::eval::run::{
-    eval_task, held_out, load, loss_curve, Chunked, Forward, OneShot, Task,
-};
+use swax_hybrid::eval::run::{load, Task};
 use swax_hybrid::eval::store;
-use swax_hybrid::train::compute_dtype;
 use swax_hybrid::train::data::shards_dir;
 use swax_hybrid::train::run_dir::dataset_tokenizer;
-use swax_tensor::Device;
 
 use super::CliResult;
 
@@ -95,16 +90,7 @@ fn check(args: &EvalArgs) -> Result<(), String> {
 
 pub fn run(args: EvalArgs) -> CliResult {
     check(&args)?;
-    let device = match args.device.as_deref() {
-        None if swax_tensor::cuda::device(0).is_ok() => Device::Cuda(0),
-        None | Some("cpu") => Device::Cpu,
-        Some("cuda") => Device::Cuda(0),
-        Some(s) => Device::Cuda(
-            s.strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| format!("--device {s}: expected cpu, cuda or cuda:N"))?,
-        ),
-    };
+    let device = super::device(args.device.as_deref())?;
     let loaded = load(&args.path, device)?;
     let cfg = &loaded.cfg;
     let train_len = cfg.data.seq_len;
@@ -129,92 +115,25 @@ pub fn run(args: EvalArgs) -> CliResult {
         )
         .into());
     }
-    let tok = kind.build()?;
-    let dtype = compute_dtype(cfg, device);
-    let model = &loaded.model;
-    let f: Box<dyn Forward> = match args.chunk.unwrap_or(train_len) {
-        0 => Box::new(OneShot {
-            model,
-            window,
-            dtype,
-            device,
-        }),
-        chunk => Box::new(Chunked {
-            model,
-            window,
-            chunk,
-            dtype,
-            device,
-        }),
+    let plan = Plan {
+        tasks,
+        loss: want_loss,
+        lengths,
+        depths: args.depths.clone(),
+        window,
+        samples: args.samples,
+        seed: args.seed,
+        chunk: args.chunk.unwrap_or(train_len),
+        bucket: args.bucket.unwrap_or(train_len),
+        data: args.data.clone(),
     };
     eprintln!(
-        "evaluating {} (step {}) at window {window} on {device}: lengths {lengths:?}",
+        "evaluating {} (step {}) at window {window} on {device}: lengths {:?}",
         loaded.checkpoint.display(),
-        loaded.step
+        loaded.step,
+        plan.lengths
     );
-    let mut cells = Vec::new();
-    for &task in &tasks {
-        let depths: Vec<Option<f64>> = match task.has_depth() {
-            true => args.depths.iter().map(|&d| Some(d)).collect(),
-            false => vec![None],
-        };
-        'lengths: for &len in &lengths {
-            for &depth in &depths {
-                let clock = Instant::now();
-                match eval_task(&*f, &*tok, task, len, depth, args.samples, args.seed) {
-                    Ok(cell) => {
-                        eprintln!(
-                            "  {} len {len} depth {}: {:.1}% ({})",
-                            task.name(),
-                            depth.map_or("-".into(), |d| format!("{d:.2}")),
-                            cell.accuracy(),
-                            throughput(len * args.samples, clock)
-                        );
-                        cells.push(cell);
-                    }
-                    // A task that cannot be laid out at a short length is left out, not fatal.
-                    Err(e) => {
-                        eprintln!("  {} len {len}: skipped ({e})", task.name());
-                        continue 'lengths;
-                    }
-                }
-            }
-        }
-    }
-    let loss = match want_loss {
-        true => {
-            let len = *lengths.iter().max().expect("at least one length");
-            let seqs = held_out(cfg, args.data.as_deref(), len, args.samples)?;
-            let clock = Instant::now();
-            let unit = match kind {
-                TokenizerKind::Bytes => "bits/byte",
-                _ => "bits/token",
-            };
-            let curve = loss_curve(&*f, &seqs, args.bucket.unwrap_or(train_len), unit)?;
-            eprintln!("  loss len {len}: {}", throughput(len * seqs.len(), clock));
-            if let Some(b) = curve.buckets.iter().find(|b| !b.bits.is_finite()) {
-                eprintln!(
-                    "  warning: the loss overflowed ({}) from position {}: results.json holds \
-                     null there",
-                    b.bits, b.start
-                );
-            }
-            Some(curve)
-        }
-        false => None,
-    };
-    let results = EvalResults {
-        run: loaded.run.display().to_string(),
-        checkpoint: loaded.checkpoint.display().to_string(),
-        step: loaded.step,
-        model: cfg.model.name.clone(),
-        pattern: cfg.model.pattern.clone(),
-        train_len,
-        window,
-        tokenizer: kind.name().into(),
-        tasks: cells,
-        loss,
-    };
+    let results = evaluate(&loaded, &plan, &mut |line| eprintln!("{line}"))?;
     let dir = loaded.run.join("eval").join(format!("w{window}"));
     print!("{}", markdown(std::slice::from_ref(&results)));
     let saved = store::save(&dir, results)?;
@@ -231,14 +150,4 @@ pub fn run(args: EvalArgs) -> CliResult {
     }
     eprintln!("wrote {} files to {}", saved.files.len(), dir.display());
     Ok(())
-}
-
-/// Tokens per second since `clock` (every token is read back through the logits, so the device
-/// work is finished), for the progress lines.
-fn throughput(tokens: usize, clock: Instant) -> String {
-    let secs = clock.elapsed().as_secs_f64();
-    format!(
-        "{tokens} tokens in {secs:.2} s, {:.0} tokens/s",
-        tokens as f64 / secs.max(1e-9)
-    )
 }

@@ -5,9 +5,11 @@ mod eval;
 mod prepare;
 mod report;
 mod signals;
+mod study;
 mod train;
 
 use clap::{Parser, Subcommand};
+use swax_tensor::Device;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -30,6 +32,23 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// Several runs' evaluation results side by side: one table, one plot per measure.
     Report(report::ReportArgs),
+    /// A window study from a TOML file: train its grid of runs, evaluate them, report.
+    Study(study::StudyArgs),
+}
+
+/// The device `--device` names (`cpu`, `cuda`, `cuda:N`); without it, the first GPU if there
+/// is one, else the CPU.
+pub(crate) fn device(arg: Option<&str>) -> Result<Device, String> {
+    match arg {
+        None if swax_tensor::cuda::device(0).is_ok() => Ok(Device::Cuda(0)),
+        None | Some("cpu") => Ok(Device::Cpu),
+        Some("cuda" | "gpu") => Ok(Device::Cuda(0)),
+        Some(s) => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Device::Cuda)
+            .ok_or_else(|| format!("--device {s}: expected cpu, cuda or cuda:N")),
+    }
 }
 
 /// Subcommands report any error (data, model, I/O) to `main`, which prints it.
@@ -42,6 +61,7 @@ impl Command {
             Command::Train(args) => train::run(args),
             Command::Eval(args) => eval::run(args),
             Command::Report(args) => report::run(args),
+            Command::Study(args) => study::run(args),
         }
     }
 }

@@ -9,7 +9,6 @@ use std::sync::atomic::AtomicBool;
 use clap::Args;
 use swax_hybrid::config::Config;
 use swax_hybrid::train::{self, Options};
-use swax_tensor::Device;
 
 use super::{signals, CliResult};
 
@@ -53,18 +52,6 @@ pub struct TrainArgs {
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
-fn parse_device(s: &str) -> Result<Device, String> {
-    match s {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" | "gpu" => Ok(Device::Cuda(0)),
-        _ => s
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse().ok())
-            .map(Device::Cuda)
-            .ok_or_else(|| format!("--device {s}: expected cpu, cuda or cuda:N")),
-    }
-}
-
 pub fn run(mut args: TrainArgs) -> CliResult {
     // First: every thread started later inherits the blocked signals.
     signals::install(&STOP)?;
@@ -86,11 +73,7 @@ pub fn run(mut args: TrainArgs) -> CliResult {
         }
         _ => Config::resolve(args.config.as_deref(), &args.sets)?,
     };
-    let device = match &args.device {
-        Some(s) => parse_device(s)?,
-        None if swax_tensor::cuda::device(0).is_ok() => Device::Cuda(0),
-        None => Device::Cpu,
-    };
+    let device = super::device(args.device.as_deref())?;
     let out = args
         .out
         .clone()

@@ -154,7 +154,7 @@ fn accuracy_plot(title: String, series: Vec<Series>) -> String {
     })
 }
 
-fn loss_plot(runs: &[EvalResults]) -> Option<String> {
+pub(crate) fn loss_plot(runs: &[EvalResults]) -> Option<String> {
     let unit = runs.iter().find_map(|r| r.loss.as_ref())?.unit.clone();
     let series = runs
         .iter()
@@ -196,7 +196,7 @@ fn heatmap_of(r: &EvalResults, task: &str) -> String {
     )
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf> {
+pub(crate) fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf> {
     let path = dir.join(name);
     swax_nn::checkpoint::write_atomic(&path, text.as_bytes())?;
     Ok(path)

@@ -30,12 +30,26 @@ pub struct TaskCell {
     pub answers: usize,
     /// Answers whose every token the greedy model predicts.
     pub correct: usize,
+    /// Of those, the answers whose fact lies within the window (less than `window` tokens back),
+    /// and the exact ones among them; the rest lie beyond it.
+    #[serde(default)]
+    pub near_answers: usize,
+    #[serde(default)]
+    pub near_correct: usize,
 }
 
 impl TaskCell {
     /// Exact-match accuracy in percent.
     pub fn accuracy(&self) -> f64 {
         100.0 * self.correct as f64 / self.answers.max(1) as f64
+    }
+
+    /// Answers beyond the window, and the exact ones among them.
+    pub fn far(&self) -> (usize, usize) {
+        (
+            self.answers - self.near_answers,
+            self.correct - self.near_correct,
+        )
     }
 }
 
@@ -104,6 +118,24 @@ impl EvalResults {
         )
     }
 
+    /// Accuracy in percent of `task` at `length` over the answers within the window (`near`) or
+    /// beyond it, pooled over depths; None where there are none.
+    pub fn accuracy_by_reach(&self, task: &str, length: usize, near: bool) -> Option<f64> {
+        let cells = self.cells(task).filter(|c| c.length == length);
+        split_pooled(cells, near)
+    }
+
+    /// Accuracy in percent over every task and length, within the window or beyond it.
+    pub fn overall_by_reach(&self, near: bool) -> Option<f64> {
+        split_pooled(self.tasks.iter(), near)
+    }
+
+    /// The mean loss over the first bucket of the loss curve: with buckets of the training length,
+    /// the loss at the training length (the model's in-window quality).
+    pub fn first_bucket_bits(&self) -> Option<f64> {
+        self.loss.as_ref()?.buckets.first().map(|b| b.bits)
+    }
+
     /// A short name for tables and legends: the run folder's name and the window.
     pub fn label(&self) -> String {
         let name = std::path::Path::new(&self.run)
@@ -120,4 +152,16 @@ impl EvalResults {
         let (n, ok) = cells.fold((0, 0), |(n, ok), c| (n + c.answers, ok + c.correct));
         (n > 0).then(|| 100.0 * ok as f64 / n as f64)
     }
+}
+
+/// Accuracy in percent of the answers within the window (`near`) or beyond it, over `cells`.
+fn split_pooled<'a>(cells: impl Iterator<Item = &'a TaskCell>, near: bool) -> Option<f64> {
+    let (n, ok) = cells.fold((0, 0), |(n, ok), c| {
+        let (cn, cok) = match near {
+            true => (c.near_answers, c.near_correct),
+            false => c.far(),
+        };
+        (n + cn, ok + cok)
+    });
+    (n > 0).then(|| 100.0 * ok as f64 / n as f64)
 }

@@ -229,7 +229,17 @@ pub fn score_sample(f: &dyn Forward, sample: &TaskSample) -> Result<Vec<bool>> {
     )?)
 }
 
-/// `samples` samples of `task` at `len` and `depth`, each run once and scored by exact match.
+/// The seed of sample `i` at `len` and `depth`: a different stream per (length, depth, sample),
+/// the same for every model.
+pub fn sample_seed(seed: u64, len: usize, depth: Option<f64>, i: u64) -> u64 {
+    let depth_key = depth.map_or(0, |d| (d * 1e6) as u64);
+    seed ^ (len as u64).rotate_left(24) ^ depth_key.rotate_left(44) ^ i
+}
+
+/// `samples` samples of `task` at `len` and `depth`, each run once and scored by exact match;
+/// answers whose fact lies less than `window` tokens back are also counted apart (attention
+/// could see the fact; beyond the window only a recurrent state can carry it).
+#[allow(clippy::too_many_arguments)]
 pub fn eval_task(
     f: &dyn Forward,
     tok: &dyn Tokenizer,
@@ -238,6 +248,7 @@ pub fn eval_task(
     depth: Option<f64>,
     samples: usize,
     seed: u64,
+    window: usize,
 ) -> Result<TaskCell> {
     let mut cell = TaskCell {
         task: task.name().into(),
@@ -246,15 +257,21 @@ pub fn eval_task(
         samples,
         answers: 0,
         correct: 0,
+        near_answers: 0,
+        near_correct: 0,
     };
     for i in 0..samples as u64 {
-        // A different stream per (length, depth, sample), the same for every model.
-        let depth_key = depth.map_or(0, |d| (d * 1e6) as u64);
-        let seed = seed ^ (len as u64).rotate_left(24) ^ depth_key.rotate_left(44) ^ i;
+        let seed = sample_seed(seed, len, depth, i);
         let sample = task.sample(tok, len, depth.unwrap_or(0.0), seed)?;
         let exact = score_sample(f, &sample)?;
-        cell.answers += exact.len();
-        cell.correct += exact.iter().filter(|&&ok| ok).count();
+        for (a, &ok) in sample.answers.iter().zip(&exact) {
+            cell.answers += 1;
+            cell.correct += usize::from(ok);
+            if a.distance() < window {
+                cell.near_answers += 1;
+                cell.near_correct += usize::from(ok);
+            }
+        }
     }
     Ok(cell)
 }
@@ -315,6 +332,7 @@ pub struct Loaded {
     pub run: PathBuf,
     pub checkpoint: PathBuf,
     pub step: u64,
+    pub device: Device,
 }
 
 /// Loads a run folder's latest checkpoint, or a checkpoint folder (`RUN/checkpoints/step-N`, or
@@ -376,6 +394,7 @@ pub fn load(path: &Path, device: Device) -> Result<Loaded> {
         run,
         checkpoint: dir,
         step,
+        device,
     })
 }
 

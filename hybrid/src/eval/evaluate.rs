@@ -1,0 +1,138 @@
+//! Evaluating one loaded checkpoint at one window: what to run (a [`Plan`]: tasks, lengths,
+//! depths, samples, the loss by position) and running it to [`EvalResults`]. `swax eval` and
+//! `swax study` both go through here.
+use std::time::Instant;
+
+use swax_data::TokenizerKind;
+
+use super::results::EvalResults;
+use super::run::{eval_task, held_out, loss_curve, Chunked, Forward, Loaded, OneShot, Task};
+use crate::train::compute_dtype;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub tasks: Vec<Task>,
+    /// The loss by position at the longest length, too.
+    pub loss: bool,
+    pub lengths: Vec<usize>,
+    /// Needle depths of the tasks that have them.
+    pub depths: Vec<f64>,
+    pub window: usize,
+    /// Samples per task, length and depth; held-out sequences for the loss.
+    pub samples: usize,
+    pub seed: u64,
+    /// Tokens per piece (0: one pass per sequence).
+    pub chunk: usize,
+    /// Positions per bucket of the loss curve.
+    pub bucket: usize,
+    /// The held-out text of the loss, as `data.source` names it (None: the run's own).
+    pub data: Option<String>,
+}
+
+/// Runs `plan` on `loaded`, telling `progress` what each part took.
+pub fn evaluate(
+    loaded: &Loaded,
+    plan: &Plan,
+    progress: &mut dyn FnMut(&str),
+) -> Result<EvalResults> {
+    let cfg = &loaded.cfg;
+    let device = loaded.device;
+    let kind = cfg.data.tokenizer.parse::<TokenizerKind>()?;
+    let tok = kind.build()?;
+    let dtype = compute_dtype(cfg, device);
+    let model = &loaded.model;
+    let window = plan.window;
+    let f: Box<dyn Forward> = match plan.chunk {
+        0 => Box::new(OneShot {
+            model,
+            window,
+            dtype,
+            device,
+        }),
+        chunk => Box::new(Chunked {
+            model,
+            window,
+            chunk,
+            dtype,
+            device,
+        }),
+    };
+    let mut cells = Vec::new();
+    for &task in &plan.tasks {
+        let depths: Vec<Option<f64>> = match task.has_depth() {
+            true => plan.depths.iter().map(|&d| Some(d)).collect(),
+            false => vec![None],
+        };
+        'lengths: for &len in &plan.lengths {
+            for &depth in &depths {
+                let clock = Instant::now();
+                let samples = plan.samples;
+                match eval_task(&*f, &*tok, task, len, depth, samples, plan.seed, window) {
+                    Ok(cell) => {
+                        progress(&format!(
+                            "  {} len {len} depth {}: {:.1}% ({})",
+                            task.name(),
+                            depth.map_or("-".into(), |d| format!("{d:.2}")),
+                            cell.accuracy(),
+                            throughput(len * samples, clock)
+                        ));
+                        cells.push(cell);
+                    }
+                    // A task that cannot be laid out at a short length is left out, not fatal.
+                    Err(e) => {
+                        progress(&format!("  {} len {len}: skipped ({e})", task.name()));
+                        continue 'lengths;
+                    }
+                }
+            }
+        }
+    }
+    let loss = match (plan.loss, plan.lengths.iter().max()) {
+        (true, Some(&len)) => {
+            let seqs = held_out(cfg, plan.data.as_deref(), len, plan.samples)?;
+            let clock = Instant::now();
+            let unit = match kind {
+                TokenizerKind::Bytes => "bits/byte",
+                _ => "bits/token",
+            };
+            let curve = loss_curve(&*f, &seqs, plan.bucket, unit)?;
+            progress(&format!(
+                "  loss len {len}: {}",
+                throughput(len * seqs.len(), clock)
+            ));
+            if let Some(b) = curve.buckets.iter().find(|b| !b.bits.is_finite()) {
+                progress(&format!(
+                    "  warning: the loss overflowed ({}) from position {}: results.json holds \
+                     null there",
+                    b.bits, b.start
+                ));
+            }
+            Some(curve)
+        }
+        _ => None,
+    };
+    Ok(EvalResults {
+        run: loaded.run.display().to_string(),
+        checkpoint: loaded.checkpoint.display().to_string(),
+        step: loaded.step,
+        model: cfg.model.name.clone(),
+        pattern: cfg.model.pattern.clone(),
+        train_len: cfg.data.seq_len,
+        window,
+        tokenizer: kind.name().into(),
+        tasks: cells,
+        loss,
+    })
+}
+
+/// Tokens per second since `clock` (every token is read back through the logits, so the device
+/// work is finished), for the progress lines.
+fn throughput(tokens: usize, clock: Instant) -> String {
+    let secs = clock.elapsed().as_secs_f64();
+    format!(
+        "{tokens} tokens in {secs:.2} s, {:.0} tokens/s",
+        tokens as f64 / secs.max(1e-9)
+    )
+}

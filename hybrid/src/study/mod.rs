@@ -1,0 +1,389 @@
+//! `swax study`: a window study from one TOML file. The file names a base config and its
+//! overrides, a grid of window schedules (fixed short, fixed long, stochastic `p_short` with and
+//! without the anneal, optionally for several layer patterns) and an evaluation (tasks, lengths
+//! as multiples of the training length, depths, samples). The study trains each run into
+//! `STUDY/runs/NAME` (a finished run is not trained again, an interrupted one resumes),
+//! evaluates it at each window it trained at (`RUN/eval/wW/`, skipped when that checkpoint's
+//! results are there), and writes `STUDY/report.md` with its plots from the saved results alone
+//! (`report`).
+pub mod report;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use serde::{Deserialize, Serialize};
+use swax_tensor::Device;
+
+use crate::config::{Config, ConfigError};
+use crate::eval::evaluate::{evaluate, Plan};
+use crate::eval::results::EvalResults;
+use crate::eval::run::{load, Task};
+use crate::eval::store;
+use crate::train::{self, checkpoint, Options};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// The studies shipped in `configs/studies/`, by name.
+pub const BUILTIN: &[(&str, &str)] = &[
+    (
+        "window-h200",
+        include_str!("../../../configs/studies/window-h200.toml"),
+    ),
+    (
+        "window-cpu",
+        include_str!("../../../configs/studies/window-cpu.toml"),
+    ),
+    (
+        "window-large",
+        include_str!("../../../configs/studies/window-large.toml"),
+    ),
+];
+
+/// A study file, or a shipped study's name; with the name its folder takes by default.
+pub fn resolve(study: &str) -> Result<(StudySpec, String)> {
+    if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == study) {
+        return Ok((StudySpec::parse(text, name, None)?, name.to_string()));
+    }
+    let path = Path::new(study);
+    let name = path
+        .file_stem()
+        .map_or("study".into(), |s| s.to_string_lossy().into_owned());
+    StudySpec::load(path).map(|s| (s, name)).map_err(|e| {
+        let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+        format!(
+            "{e} (not a file, nor a shipped study: {})",
+            names.join(", ")
+        )
+        .into()
+    })
+}
+
+/// The study file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudySpec {
+    pub study: Head,
+    pub grid: Grid,
+    pub eval: EvalSpec,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Head {
+    /// What the study asks, for the report.
+    pub description: String,
+    /// A built-in config or a config file (relative to the study file).
+    pub base: String,
+    /// `key=value` overrides of the base for every run (as `swax train --set`).
+    #[serde(default)]
+    pub set: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grid {
+    /// Layer patterns to study (each gets the whole grid); empty: the base's.
+    #[serde(default)]
+    pub patterns: Vec<String>,
+    pub w_short: usize,
+    pub w_long: usize,
+    /// A run at the short window only and one at the long window only.
+    #[serde(default = "yes")]
+    pub fixed: bool,
+    /// Stochastic runs: each step short with this probability, else long.
+    #[serde(default)]
+    pub p_short: Vec<f64>,
+    /// Each stochastic run once per anneal fraction (0: none; 0.1: the last 10% long only).
+    #[serde(default = "no_anneal")]
+    pub anneal: Vec<f64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn no_anneal() -> Vec<f64> {
+    vec![0.0]
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSpec {
+    /// niah, passkey, mqar.
+    pub tasks: Vec<String>,
+    /// Evaluation lengths as multiples of the training length (1 to 16 and more).
+    pub lengths: Vec<usize>,
+    #[serde(default = "depths")]
+    pub depths: Vec<f64>,
+    pub samples: usize,
+    /// Tokens per evaluation piece (0: the training length).
+    #[serde(default)]
+    pub chunk: usize,
+    /// The loss by position at the longest length.
+    #[serde(default = "yes")]
+    pub loss: bool,
+}
+
+fn depths() -> Vec<f64> {
+    vec![0.0, 0.25, 0.5, 0.75, 1.0]
+}
+
+/// One run of the grid: its folder name and its config.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    pub name: String,
+    pub cfg: Config,
+}
+
+impl StudySpec {
+    /// Reads and checks a study file.
+    pub fn load(path: &Path) -> Result<StudySpec> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        StudySpec::parse(&text, &path.display().to_string(), path.parent())
+    }
+
+    /// A study from TOML text, checked (`origin` names it in errors); a `base` config file is
+    /// looked for relative to `dir` first.
+    pub fn parse(text: &str, origin: &str, dir: Option<&Path>) -> Result<StudySpec> {
+        let mut spec: StudySpec = toml::from_str(text).map_err(|e| format!("{origin}: {e}"))?;
+        if let Some(base) = dir
+            .map(|d| d.join(&spec.study.base))
+            .filter(|b| b.is_file())
+        {
+            spec.study.base = base.display().to_string();
+        }
+        spec.runs().map_err(|e| format!("{origin}: {e}"))?;
+        Ok(spec)
+    }
+
+    /// The grid's runs, each config resolved and checked.
+    pub fn runs(&self) -> Result<Vec<RunSpec>> {
+        let g = &self.grid;
+        let err = |m: String| -> Result<Vec<RunSpec>> { Err(m.into()) };
+        if g.w_short == 0 || g.w_short >= g.w_long {
+            return err(format!(
+                "grid.w_short {} must be positive and below grid.w_long {}",
+                g.w_short, g.w_long
+            ));
+        }
+        if let Some(p) = g
+            .p_short
+            .iter()
+            .chain(&g.anneal)
+            .find(|p| !(0.0..1.0).contains(*p))
+        {
+            return err(format!(
+                "grid.p_short and grid.anneal hold {p}: each is in [0, 1)"
+            ));
+        }
+        if self.eval.lengths.is_empty() || self.eval.lengths.contains(&0) {
+            return err("eval.lengths: multiples of the training length, each at least 1".into());
+        }
+        if self.eval.samples == 0 {
+            return err("eval.samples must be positive".into());
+        }
+        self.tasks()?;
+        let base = Config::resolve(Some(&self.study.base), &self.study.set)?;
+        let patterns = match g.patterns.is_empty() {
+            true => vec![base.model.pattern.clone()],
+            false => g.patterns.clone(),
+        };
+        let mut schedules: Vec<(String, f64, f64)> = Vec::new();
+        if g.fixed {
+            schedules.push((format!("short{}", g.w_short), 1.0, 0.0));
+            schedules.push((format!("long{}", g.w_long), 0.0, 0.0));
+        }
+        for &p in &g.p_short {
+            for &a in &g.anneal {
+                let name = match a {
+                    0.0 => format!("p{p}"),
+                    _ => format!("p{p}-anneal{a}"),
+                };
+                schedules.push((name, p, a));
+            }
+        }
+        if schedules.is_empty() {
+            return err("the grid has no run: set grid.fixed or grid.p_short".into());
+        }
+        let mut runs = Vec::new();
+        for pattern in &patterns {
+            for (schedule, p, anneal) in &schedules {
+                let sets = [
+                    format!("model.pattern={pattern:?}"),
+                    format!("train.w_short={}", g.w_short),
+                    format!("train.w_long={}", g.w_long),
+                    format!("train.p_short={p}"),
+                    format!("train.anneal_fraction={anneal}"),
+                ];
+                let cfg = base
+                    .with_overrides(&sets)
+                    .map_err(|ConfigError(e)| format!("{pattern} {schedule}: {e}"))?;
+                runs.push(RunSpec {
+                    name: format!("{pattern}-{schedule}"),
+                    cfg,
+                });
+            }
+        }
+        Ok(runs)
+    }
+
+    fn tasks(&self) -> Result<Vec<Task>> {
+        Ok(self
+            .eval
+            .tasks
+            .iter()
+            .map(|t| t.parse::<Task>())
+            .collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// The evaluation of `cfg`'s model at `window`.
+    pub fn plan(&self, cfg: &Config, window: usize) -> Result<Plan> {
+        let t = cfg.data.seq_len;
+        Ok(Plan {
+            tasks: self.tasks()?,
+            loss: self.eval.loss,
+            lengths: self.eval.lengths.iter().map(|k| k * t).collect(),
+            depths: self.eval.depths.clone(),
+            window,
+            samples: self.eval.samples,
+            seed: 0,
+            chunk: match self.eval.chunk {
+                0 => t,
+                c => c,
+            },
+            bucket: t,
+            data: None,
+        })
+    }
+}
+
+/// How the study is carried out.
+pub struct StudyOptions<'a> {
+    pub device: Device,
+    pub progress: bool,
+    /// Set (by a signal) to stop after the current training step, with a checkpoint.
+    pub stop: &'static AtomicBool,
+    pub say: &'a mut dyn FnMut(&str),
+}
+
+/// What the study did: `finished` is false when it was stopped before the report.
+#[derive(Debug)]
+pub struct Outcome {
+    pub finished: bool,
+    pub report: Option<PathBuf>,
+}
+
+/// The study of `spec` in the folder `out` (which keeps a copy of the spec: a folder holding
+/// another study is refused).
+pub fn run(spec: &StudySpec, out: &Path, opts: StudyOptions) -> Result<Outcome> {
+    let StudyOptions {
+        device,
+        progress,
+        stop,
+        say,
+    } = opts;
+    let runs = spec.runs()?;
+    keep_spec(spec, out)?;
+    let mut results: Vec<EvalResults> = Vec::new();
+    for r in &runs {
+        let dir = out.join("runs").join(&r.name);
+        let steps = r.cfg.train.steps;
+        let at =
+            checkpoint::latest(&dir).and_then(|c| checkpoint::read_state(&c).ok().map(|s| s.step));
+        if at != Some(steps) {
+            say(&format!(
+                "{}: training {} ({} steps{})",
+                r.name,
+                dir.display(),
+                steps,
+                at.map_or(String::new(), |s| format!(", resuming at {s}"))
+            ));
+            let summary = train::train(
+                &r.cfg,
+                &Options {
+                    out: dir.clone(),
+                    device,
+                    resume: at.is_some(),
+                    allow_data_change: false,
+                    stop_at: None,
+                    progress,
+                    profile: false,
+                    stop,
+                },
+            )?;
+            if summary.interrupted {
+                say("stopped: run the same command again to continue the study");
+                return Ok(Outcome {
+                    finished: false,
+                    report: None,
+                });
+            }
+        }
+        for window in train::window_schedule(&r.cfg).trained_windows() {
+            results.push(evaluated(spec, &dir, window, device, steps, say)?);
+        }
+    }
+    let files = report::write(out, spec, &runs, &results)?;
+    Ok(Outcome {
+        finished: true,
+        report: files.into_iter().next(),
+    })
+}
+
+/// The results of `dir`'s final checkpoint at `window`: the saved ones when they are of that
+/// step and hold every cell of the plan, else a new evaluation (saved).
+fn evaluated(
+    spec: &StudySpec,
+    dir: &Path,
+    window: usize,
+    device: Device,
+    step: u64,
+    say: &mut dyn FnMut(&str),
+) -> Result<EvalResults> {
+    let eval_dir = dir.join("eval").join(format!("w{window}"));
+    let saved = crate::eval::report::load(&eval_dir)
+        .ok()
+        .and_then(|mut r| r.pop());
+    if let (Some(r), Some(latest)) = (saved.filter(|r| r.step == step), checkpoint::latest(dir)) {
+        let plan = spec.plan(&checkpoint::config_of(&latest)?, window)?;
+        if covers(&r, &plan) {
+            return Ok(r);
+        }
+    }
+    let loaded = load(dir, device)?;
+    let plan = spec.plan(&loaded.cfg, window)?;
+    say(&format!("{}: evaluating at window {window}", dir.display()));
+    let results = evaluate(&loaded, &plan, &mut |line| say(line))?;
+    store::save(&eval_dir, results.clone())?;
+    Ok(results)
+}
+
+/// Whether `r` holds every (task, length) of `plan` and, if asked, the loss.
+fn covers(r: &EvalResults, plan: &Plan) -> bool {
+    let tasks = plan.tasks.iter().all(|t| {
+        let have = r.lengths(t.name());
+        plan.lengths.iter().all(|l| have.contains(l))
+    });
+    tasks && (!plan.loss || r.loss.is_some())
+}
+
+/// Writes the spec to `out/study.toml`, or checks that the one there is the same study.
+fn keep_spec(spec: &StudySpec, out: &Path) -> Result<()> {
+    let path = out.join("study.toml");
+    let text = toml::to_string(spec)?;
+    match std::fs::read_to_string(&path) {
+        Ok(old) if old == text => Ok(()),
+        Ok(_) => Err(format!(
+            "{} holds another study ({}): use another folder",
+            out.display(),
+            path.display()
+        )
+        .into()),
+        Err(_) => {
+            std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+            swax_nn::checkpoint::write_atomic(&path, text.as_bytes())
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(())
+        }
+    }
+}
