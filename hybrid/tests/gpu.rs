@@ -11,7 +11,13 @@ use swax_tensor::Device;
 #[test]
 fn first_steps_match_the_cpu() {
     let Some(gpu) = swax_tests::gpu() else { return };
-    let cfg = micro("SMGRF", 4, &["train.recall_probes=4", "train.w_short=16"]);
+    let sets = [
+        "train.recall_probes=4",
+        "train.w_short=16",
+        "data.seq_len=128",
+        "data.corpus_max_doc_tokens=256",
+    ];
+    let cfg = micro("SMGRF", 4, &sets);
     let (cpu_dir, gpu_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let cpu = run(&cfg, cpu_dir.path(), Device::Cpu, false, None);
     let on_gpu = run(&cfg, gpu_dir.path(), gpu, false, None);
