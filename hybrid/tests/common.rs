@@ -21,6 +21,7 @@ pub fn micro(pattern: &str, steps: u64, extra: &[&str]) -> Config {
         "model.chunk=16".into(),
         "data.seq_len=64".into(),
         "data.batch_size=4".into(),
+        "data.source=\"corpus\"".into(),
         "data.corpus_train_tokens=40000".into(),
         "data.corpus_val_tokens=2048".into(),
         "data.corpus_max_doc_tokens=128".into(),

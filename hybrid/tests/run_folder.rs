@@ -702,6 +702,8 @@ fn the_probe_error_names_the_keys_to_change() {
         train(
             &run,
             &[
+                "--data",
+                "corpus",
                 "--set",
                 "train.recall_probes=64",
                 "--set",

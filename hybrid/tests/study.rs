@@ -17,7 +17,8 @@ const MICRO: &str = r#"
 [study]
 description = "A micro study."
 base = "swax-tiny"
-set = ["model.n_layers=2", "model.d_model=32", "model.n_heads=2", "model.n_kv_heads=2",
+set = ["model.pattern=\"SM\"", "model.n_layers=2", "model.d_model=32", "model.n_heads=2",
+  "model.n_kv_heads=2",
   "model.d_ff=64", "model.chunk=16", "data.source=\"mqar\"", "data.seq_len=32",
   "data.batch_size=4", "data.mqar_pairs=4", "train.steps=12", "train.eval_every=6",
   "train.save_every=4", "train.recall_probes=8", "optim.warmup_steps=2"]

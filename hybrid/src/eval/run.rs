@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use swax_autograd::Tape;
 use swax_data::{
-    mqar, niah, passkey, MqarConfig, NiahConfig, NiahKind, PasskeyConfig, TaskSample, Tokenizer,
+    mqar, niah, passkey, MqarConfig, NiahConfig, NiahKind, PasskeyConfig, Split, TaskSample,
+    Tokenizer,
 };
 use swax_nn::Weights;
 use swax_tensor::{DType, Device, Tensor};
@@ -15,6 +16,7 @@ use super::results::{LossBucket, LossCurve, TaskCell};
 use super::score::{exact_answers, scored_prefix};
 use crate::config::Config;
 use crate::model::{EvalState, Model};
+use crate::train::data::{recall_data, Source, VAL_ROWS};
 use crate::train::eval::ids;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -409,6 +411,14 @@ pub fn held_out(
     let mut c = cfg.clone();
     if let Some(source) = data {
         c.data.source = source.to_string();
+    }
+    // Generated rows are made at the length asked, every token of them scored (the trainer
+    // scores only MQAR's answers; the loss by position reads the whole row).
+    if let Source::Recall(kind) = Source::parse(&c.data.source) {
+        let rows = recall_data(&c, kind, len + 1)?;
+        return (0..samples as u64)
+            .map(|i| Ok(rows.row(Split::Val, VAL_ROWS + i)?.sample.tokens))
+            .collect();
     }
     c.data.seq_len = len;
     c.data.batch_size = 1;

@@ -84,7 +84,7 @@ pub struct Data {
 /// Separates the validation loader's draws from the training loader's.
 const VAL_SEED: u64 = 0x56_414c;
 /// Validation rows of generated data start here, past the rows the probes are taken from.
-const VAL_ROWS: u64 = 1 << 32;
+pub const VAL_ROWS: u64 = 1 << 32;
 
 pub fn open(cfg: &Config, resume: Option<LoaderState>) -> Result<Data> {
     let (d, t) = (&cfg.data, &cfg.train);
