@@ -176,6 +176,24 @@ impl RecallData {
         })
     }
 
+    /// Rows `first..first + b` of `split` as a batch.
+    pub fn batch(&self, split: Split, first: u64, b: usize) -> Result<Batch> {
+        let t = self.cfg.len - 1;
+        let mut batch = Batch {
+            b,
+            t,
+            inputs: Vec::with_capacity(b * t),
+            targets: Vec::with_capacity(b * t),
+        };
+        for index in first..first + b as u64 {
+            let row = self.row(split, index)?;
+            let (inputs, targets) = row.inputs_targets();
+            batch.inputs.extend_from_slice(inputs);
+            batch.targets.extend(targets);
+        }
+        Ok(batch)
+    }
+
     /// `count` held-out validation rows that hold at least one answer, cut to their last answer
     /// (the scoring runs the prefix up to it).
     pub fn probes(&self, count: usize) -> Result<Vec<TaskSample>> {
@@ -269,10 +287,6 @@ impl RowLoader {
         }
     }
 
-    pub fn data(&self) -> &RecallData {
-        &self.data
-    }
-
     /// A digest (16 hex digits) of the data, as `Loader::fingerprint`: the first rows' tokens,
     /// which change with the kind, the length, the seed, the tokenizer or the generator.
     pub fn fingerprint(&self) -> String {
@@ -289,20 +303,8 @@ impl RowLoader {
     }
 
     pub fn next_batch(&mut self) -> Result<Batch> {
-        let t = self.data.cfg.len - 1;
-        let mut batch = Batch {
-            b: self.b,
-            t,
-            inputs: Vec::with_capacity(self.b * t),
-            targets: Vec::with_capacity(self.b * t),
-        };
         let first = self.rows + (self.rank * self.b) as u64;
-        for index in first..first + self.b as u64 {
-            let row = self.data.row(Split::Train, index)?;
-            let (inputs, targets) = row.inputs_targets();
-            batch.inputs.extend_from_slice(inputs);
-            batch.targets.extend(targets);
-        }
+        let batch = self.data.batch(Split::Train, first, self.b)?;
         self.rows += (self.world * self.b) as u64;
         Ok(batch)
     }

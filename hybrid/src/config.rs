@@ -119,6 +119,10 @@ pub struct TrainConfig {
     /// Held-out recall probes, scored at every validation and before and after training: enough
     /// of them that this many answers lie within `w_long` and as many beyond it (0: none).
     pub recall_probes: usize,
+    /// Print (and log) a short greedy sample at every validation whose step is a multiple of
+    /// this (0: never).
+    #[serde(default)]
+    pub sample_every: u64,
     /// `auto` (bf16 activations on the GPU, f32 on the CPU), `f32` or `bf16`.
     pub dtype: String,
     pub seed: u64,

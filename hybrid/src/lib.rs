@@ -1,8 +1,9 @@
 //! swax-hybrid: hybrid models from a layer pattern (`model`), their configs (`config`), the
 //! stochastic window schedule (`window`), the trainer (`train`) and long-context evaluation with
-//! its reports (`eval`); the `swax` CLI (`main.rs`, `cli/`) is built on them.
+//! its reports (`eval`), generation (`generate`) and window studies (`study`); the `swax` CLI (`main.rs`, `cli/`) is built on them.
 pub mod config;
 pub mod eval;
+pub mod generate;
 pub mod model;
 pub mod study;
 pub mod train;

@@ -130,3 +130,50 @@ fn eval_names_a_missing_run_a_mistyped_task_and_an_option_out_of_range() {
         text(&out)
     );
 }
+
+#[test]
+fn generation_scoring_sits_beside_exact_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    train(&run);
+    let out = swax(&[
+        "eval",
+        run.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--tasks",
+        "passkey,mqar",
+        "--lengths",
+        "256",
+        "--depths",
+        "0.5",
+        "--samples",
+        "2",
+        "--scoring",
+        "generate",
+        "--generate-tokens",
+        "8",
+    ]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let results = std::fs::read_to_string(run.join("eval/w32/results.json")).expect(&log);
+    let json: serde_json::Value = serde_json::from_str(&results).unwrap();
+    let cell = |task: &str| {
+        json["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["task"] == task)
+            .cloned()
+            .unwrap()
+    };
+    let g = cell("passkey")["generated"]
+        .as_f64()
+        .expect("a generation score");
+    assert!((0.0..=1.0).contains(&g));
+    assert!(
+        cell("mqar").get("generated").is_none(),
+        "MQAR is scored teacher-forced only"
+    );
+    assert!(log.contains("| passkey generated % | 256 |"), "{log}");
+}

@@ -31,7 +31,7 @@ pub fn micro(pattern: &str, steps: u64, extra: &[&str]) -> Config {
         "train.eval_every=0".into(),
         "train.eval_batches=2".into(),
         "train.save_every=0".into(),
-        "train.recall_probes=1".into(),
+        "train.recall_probes=0".into(),
         "optim.warmup_steps=2".into(),
     ]
     .into();

@@ -316,6 +316,7 @@ fn results(run: &Path, window: usize, niah: [usize; 2]) -> EvalResults {
         correct,
         near_answers: 0,
         near_correct: 0,
+        generated: None,
     };
     EvalResults {
         run: run.display().to_string(),
@@ -511,4 +512,17 @@ fn chunked_evaluation_equals_one_shot() {
             "window {window} chunk {chunk}: max |one-shot - chunked| {err}"
         );
     }
+}
+
+#[test]
+fn string_match_all_is_the_share_of_references_found() {
+    use swax_hybrid::eval::generated::string_match_all;
+    let refs = vec![" 48213".to_string(), " Elmsford".to_string()];
+    assert_eq!(
+        string_match_all("The code is 48213 and she lives in elmsford.", &refs),
+        1.0
+    );
+    assert_eq!(string_match_all("The code is 48213.", &refs), 0.5);
+    assert_eq!(string_match_all("4821", &refs), 0.0);
+    assert_eq!(string_match_all("anything", &[]), 0.0);
 }

@@ -112,3 +112,70 @@ fn evaluation_in_pieces_on_the_gpu_matches_one_pass() {
         "pieces on the GPU against the CPU: {e_cpu:.2e}"
     );
 }
+
+/// Generation on the GPU (bf16, head dim 64 so every mixer has its fused kernel): greedy
+/// decoding with the carried states picks, at every step, the argmax of one pass over the whole
+/// sequence up to bf16's rounding; and the memory the pool holds stays flat step after step for
+/// the bounded mixers, growing only for full attention.
+#[test]
+fn generation_on_the_gpu_matches_one_pass_and_holds_flat_memory() {
+    use swax_autograd::Tape;
+    use swax_hybrid::eval::run::{all_logits, OneShot};
+    use swax_hybrid::generate::{generate, Decoder, Request, Sampling};
+    use swax_hybrid::model::Model;
+    use swax_tensor::DType;
+    let Some(gpu) = swax_tests::gpu() else { return };
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 255).collect();
+    for pattern in ["S", "M", "G", "R", "F"] {
+        let sets = ["model.d_model=128", "model.n_heads=2", "model.d_ff=128"];
+        let cfg = micro(pattern, 1, &sets);
+        let model = Model::new(&cfg.model, 7, gpu).unwrap();
+        let req = Request {
+            max_tokens: 16,
+            sampling: Sampling::GREEDY,
+            batch: 1,
+            window: 16,
+            piece: 24,
+            stop: None,
+        };
+        let out = generate(&model, &prompt, &req, DType::BF16, gpu, &mut |_, _| {}).unwrap();
+        let tokens: Vec<u32> = prompt.iter().chain(&out[0]).copied().collect();
+        let one = OneShot {
+            model: &model,
+            window: req.window,
+            dtype: DType::BF16,
+            device: gpu,
+        };
+        let logits = all_logits(&one, &tokens[..tokens.len() - 1]).unwrap();
+        let v = logits.dims()[1];
+        let rows = logits
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        for (j, &t) in out[0].iter().enumerate() {
+            let row = &rows[(prompt.len() - 1 + j) * v..(prompt.len() + j) * v];
+            let best = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert!(
+                row[t as usize] >= best - 2e-2 * best.abs().max(1.0),
+                "{pattern}: step {j} chose {t} ({}), the full pass's best is {best}",
+                row[t as usize]
+            );
+        }
+        let tape = Tape::new();
+        let mut dec = Decoder::new(&model, &tape, 16, DType::BF16, gpu, 4).unwrap();
+        dec.prefill(&prompt, 24).unwrap();
+        let in_use = || swax_tensor::cuda::device(0).unwrap().pool_stats().in_use;
+        let mut held = Vec::new();
+        for step in 0..48u32 {
+            drop(dec.read(&[step + 1, 2, 3, 4]).unwrap());
+            if step == 15 || step == 47 {
+                held.push(in_use());
+            }
+        }
+        match pattern {
+            "F" => assert!(held[1] > held[0], "{pattern}: {held:?}"),
+            _ => assert_eq!(held[0], held[1], "{pattern}: pool bytes in use grew"),
+        }
+    }
+}

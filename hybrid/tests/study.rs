@@ -164,6 +164,7 @@ fn results(run: &str, window: usize, near: usize, far: usize) -> EvalResults {
         correct,
         near_answers,
         near_correct,
+        generated: None,
     };
     EvalResults {
         run: format!("/elsewhere/runs/{run}"),

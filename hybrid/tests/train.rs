@@ -15,6 +15,7 @@ fn loss_falls() {
             "optim.lr=0.01",
             "data.seq_len=128",
             "data.corpus_max_doc_tokens=256",
+            "train.recall_probes=1",
         ],
     );
     let summary = run(&cfg, dir.path(), Device::Cpu, false, None);
@@ -133,4 +134,29 @@ fn a_profiled_run_says_where_the_step_time_went() {
     )
     .profile
     .is_none());
+}
+
+#[test]
+fn samples_are_logged_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let sets = ["train.eval_every=2", "train.sample_every=2"];
+    let cfg = micro("MS", 4, &sets);
+    run(&cfg, dir.path(), Device::Cpu, false, None);
+    let samples = swax_hybrid::train::metrics::series(&dir.path().join("metrics.jsonl"), "step");
+    let text = std::fs::read_to_string(dir.path().join("metrics.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("\"sample\"")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].contains('|'), "prompt|continuation: {}", lines[0]);
+    assert!(!samples.is_empty());
+    // Off by default.
+    let quiet = tempfile::tempdir().unwrap();
+    run(
+        &micro("MS", 2, &["train.eval_every=1"]),
+        quiet.path(),
+        Device::Cpu,
+        false,
+        None,
+    );
+    let text = std::fs::read_to_string(quiet.path().join("metrics.jsonl")).unwrap();
+    assert!(!text.contains("\"sample\""));
 }

@@ -32,7 +32,7 @@ impl Tokenizer for BytesTokenizer {
             .collect()
     }
 
-    fn decode(&self, tokens: &[u32]) -> Result<String> {
+    fn decode_bytes(&self, tokens: &[u32]) -> Result<Vec<u8>> {
         check_ids(tokens, self.vocab_size())?;
         let mut bytes = Vec::with_capacity(tokens.len());
         for &t in tokens {
@@ -42,6 +42,6 @@ impl Tokenizer for BytesTokenizer {
                 bytes.push(t as u8);
             }
         }
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        Ok(bytes)
     }
 }

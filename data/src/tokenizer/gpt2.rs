@@ -48,10 +48,9 @@ impl Tokenizer for Gpt2Tokenizer {
         self.bpe.encode_ordinary(text)
     }
 
-    fn decode(&self, tokens: &[u32]) -> Result<String> {
+    fn decode_bytes(&self, tokens: &[u32]) -> Result<Vec<u8>> {
         check_ids(tokens, self.vocab_size())?;
-        let bytes = self
-            .bpe
+        self.bpe
             .decode_bytes(tokens)
             .map_err(|e| DataError::OutOfVocab {
                 location: format!(
@@ -60,7 +59,6 @@ impl Tokenizer for Gpt2Tokenizer {
                 ),
                 token: e.token,
                 vocab: self.vocab_size(),
-            })?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+            })
     }
 }

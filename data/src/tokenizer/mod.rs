@@ -30,9 +30,15 @@ pub trait Tokenizer: Send + Sync {
 
     fn encode(&self, text: &str) -> Vec<u32>;
 
-    /// Text for `tokens`; the end-of-text token reads `<|endoftext|>`. An id at or above the
-    /// vocabulary size is an error naming its index.
-    fn decode(&self, tokens: &[u32]) -> Result<String>;
+    /// The bytes `tokens` stand for; the end-of-text token reads `<|endoftext|>`. An id at or
+    /// above the vocabulary size is an error naming its index. A token may be part of a
+    /// character (a byte of UTF-8, a piece of one): streamed output writes these as they come.
+    fn decode_bytes(&self, tokens: &[u32]) -> Result<Vec<u8>>;
+
+    /// Text for `tokens` (bytes that are not UTF-8 read as U+FFFD).
+    fn decode(&self, tokens: &[u32]) -> Result<String> {
+        Ok(String::from_utf8_lossy(&self.decode_bytes(tokens)?).into_owned())
+    }
 }
 
 /// The tokenizers we ship, by the name written in a dataset's metadata and given on the CLI.

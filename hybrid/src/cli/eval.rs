@@ -51,6 +51,12 @@ pub struct EvalArgs {
     chunk: Option<usize>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// `forced`: exact match of the greedy answer in one teacher-forced pass; `generate`: that,
+    /// and RULER's string_match_all of up to --generate-tokens generated tokens (niah, passkey).
+    #[arg(long, default_value = "forced", value_parser = ["forced", "generate"])]
+    scoring: String,
+    #[arg(long, default_value_t = 128)]
+    generate_tokens: usize,
 }
 
 fn parse_len(s: &str) -> Result<usize, String> {
@@ -126,6 +132,10 @@ pub fn run(args: EvalArgs) -> CliResult {
         chunk: args.chunk.unwrap_or(train_len),
         bucket: args.bucket.unwrap_or(train_len),
         data: args.data.clone(),
+        generate_tokens: match args.scoring.as_str() {
+            "generate" => args.generate_tokens,
+            _ => 0,
+        },
     };
     eprintln!(
         "evaluating {} (step {}) at window {window} on {device}: lengths {:?}",

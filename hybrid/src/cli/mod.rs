@@ -2,6 +2,7 @@
 //! one is a new file, a variant of [`Command`] and an arm in [`Command::run`].
 
 mod eval;
+mod generate;
 mod prepare;
 mod report;
 mod signals;
@@ -30,6 +31,8 @@ pub enum Command {
     Train(train::TrainArgs),
     /// Long-context tasks and the loss by position for a trained run's checkpoint.
     Eval(eval::EvalArgs),
+    /// Text from a trained run, streamed as it comes (greedy, or sampled with a seed).
+    Generate(generate::GenerateArgs),
     /// Several runs' evaluation results side by side: one table, one plot per measure.
     Report(report::ReportArgs),
     /// A window study from a TOML file: train its grid of runs, evaluate them, report.
@@ -60,6 +63,7 @@ impl Command {
             Command::Prepare(args) => prepare::run(args),
             Command::Train(args) => train::run(args),
             Command::Eval(args) => eval::run(args),
+            Command::Generate(args) => generate::run(args),
             Command::Report(args) => report::run(args),
             Command::Study(args) => study::run(args),
         }

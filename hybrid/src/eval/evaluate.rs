@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use swax_data::TokenizerKind;
 
+use super::generated::{eval_generated, Generation};
 use super::results::EvalResults;
 use super::run::{eval_task, held_out, loss_curve, Chunked, Forward, Loaded, OneShot, Task};
 use crate::train::compute_dtype;
@@ -29,6 +30,9 @@ pub struct Plan {
     pub bucket: usize,
     /// The held-out text of the loss, as `data.source` names it (None: the run's own).
     pub data: Option<String>,
+    /// Also score the text tasks by generation (RULER's string_match_all over up to this many
+    /// generated tokens); 0: teacher-forced exact match only.
+    pub generate_tokens: usize,
 }
 
 /// Runs `plan` on `loaded`, telling `progress` what each part took.
@@ -70,12 +74,31 @@ pub fn evaluate(
                 let clock = Instant::now();
                 let samples = plan.samples;
                 match eval_task(&*f, &*tok, task, len, depth, samples, plan.seed, window) {
-                    Ok(cell) => {
+                    Ok(mut cell) => {
+                        // MQAR's answers follow keys the prompt has not reached: it is scored
+                        // teacher-forced only.
+                        if plan.generate_tokens > 0 && task.has_depth() {
+                            let g = Generation {
+                                model,
+                                window,
+                                dtype,
+                                device,
+                                max_tokens: plan.generate_tokens,
+                                piece: plan.chunk.max(1).min(len),
+                            };
+                            let seed = plan.seed;
+                            cell.generated =
+                                Some(eval_generated(&g, &*tok, task, len, depth, samples, seed)?);
+                        }
                         progress(&format!(
-                            "  {} len {len} depth {}: {:.1}% ({})",
+                            "  {} len {len} depth {}: {:.1}%{} ({})",
                             task.name(),
                             depth.map_or("-".into(), |d| format!("{d:.2}")),
                             cell.accuracy(),
+                            cell.generated.map_or(String::new(), |g| format!(
+                                ", generated {:.1}%",
+                                100.0 * g
+                            )),
                             throughput(len * samples, clock)
                         ));
                         cells.push(cell);

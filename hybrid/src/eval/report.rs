@@ -70,6 +70,13 @@ pub fn markdown(runs: &[EvalResults]) -> String {
                 let _ = write!(s, " {} |", pct(r.accuracy(task, len)));
             }
             s += "\n";
+            if runs.iter().any(|r| r.generated(task, len).is_some()) {
+                let _ = write!(s, "| {task} generated % | {len} |");
+                for r in runs {
+                    let _ = write!(s, " {} |", pct(r.generated(task, len)));
+                }
+                s += "\n";
+            }
         }
     }
     let mut spans: Vec<(usize, usize)> = runs

@@ -36,6 +36,10 @@ pub struct TaskCell {
     pub near_answers: usize,
     #[serde(default)]
     pub near_correct: usize,
+    /// With `--scoring generate`: RULER's string_match_all of the generated answers, in [0, 1],
+    /// averaged over the samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated: Option<f64>,
 }
 
 impl TaskCell {
@@ -116,6 +120,20 @@ impl EvalResults {
             self.cells(task)
                 .filter(|c| c.length == length && c.depth == Some(depth)),
         )
+    }
+
+    /// The generation score in percent of `task` at `length`, over its depths' samples.
+    pub fn generated(&self, task: &str, length: usize) -> Option<f64> {
+        let cells: Vec<&TaskCell> = self
+            .cells(task)
+            .filter(|c| c.length == length && c.generated.is_some())
+            .collect();
+        let n: usize = cells.iter().map(|c| c.samples).sum();
+        let sum: f64 = cells
+            .iter()
+            .map(|c| c.generated.unwrap_or(0.0) * c.samples as f64)
+            .sum();
+        (n > 0).then(|| 100.0 * sum / n as f64)
     }
 
     /// Accuracy in percent of `task` at `length` over the answers within the window (`near`) or

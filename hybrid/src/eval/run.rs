@@ -261,6 +261,7 @@ pub fn eval_task(
         correct: 0,
         near_answers: 0,
         near_correct: 0,
+        generated: None,
     };
     for i in 0..samples as u64 {
         let seed = sample_seed(seed, len, depth, i);

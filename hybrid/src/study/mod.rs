@@ -122,6 +122,10 @@ pub struct EvalSpec {
     /// The loss by position at the longest length.
     #[serde(default = "yes")]
     pub loss: bool,
+    /// Also score the text tasks by generation, RULER's way, over this many generated tokens
+    /// (0: teacher-forced exact match only).
+    #[serde(default)]
+    pub generate_tokens: usize,
 }
 
 fn depths() -> Vec<f64> {
@@ -253,6 +257,7 @@ impl StudySpec {
             },
             bucket: t,
             data: None,
+            generate_tokens: self.eval.generate_tokens,
         })
     }
 }

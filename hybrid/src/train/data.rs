@@ -148,7 +148,7 @@ pub fn open(cfg: &Config, resume: Option<LoaderState>) -> Result<Data> {
             let val = (0..t.eval_batches as u64)
                 .map(|i| {
                     let first = VAL_ROWS + i * d.batch_size as u64;
-                    rows_batch(&rows, Split::Val, first, d.batch_size)
+                    Ok(rows.batch(Split::Val, first, d.batch_size)?)
                 })
                 .collect::<Result<_>>()?;
             let probes = probes(cfg, &mut |count| Ok(rows.probes(count)?))?;
@@ -210,24 +210,6 @@ pub fn recall_data(cfg: &Config, kind: RecallKind, len: usize) -> Result<RecallD
             mqar_pairs: cfg.data.mqar_pairs,
         },
     )?)
-}
-
-/// `b` consecutive rows of `split` from `first`, as a batch.
-fn rows_batch(rows: &RecallData, split: Split, first: u64, b: usize) -> Result<Batch> {
-    let t = rows.config().len - 1;
-    let mut batch = Batch {
-        b,
-        t,
-        inputs: Vec::with_capacity(b * t),
-        targets: Vec::with_capacity(b * t),
-    };
-    for index in first..first + b as u64 {
-        let row = rows.row(split, index)?;
-        let (inputs, targets) = row.inputs_targets();
-        batch.inputs.extend_from_slice(inputs);
-        batch.targets.extend(targets);
-    }
-    Ok(batch)
 }
 
 /// Held-out probes until `train.recall_probes` answers lie within the evaluation window

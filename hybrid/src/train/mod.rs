@@ -332,6 +332,12 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
                     }
                 }
             }
+            if t.sample_every > 0 && state.step % t.sample_every == 0 {
+                if let Some(text) = sample(cfg, &model, &data, dtype, device)? {
+                    bar.println(format!("step {}: {text:?}", state.step));
+                    metrics.log(json!({"step": state.step, "sample": text}))?;
+                }
+            }
             last_recall = recall(&model)?;
             for (w, r) in &last_recall {
                 metrics.log(json!({
@@ -392,6 +398,42 @@ fn final_loss(run: &Path, step: u64) -> Option<f64> {
         .collect();
     let last = &losses[losses.len().saturating_sub(20)..];
     (!last.is_empty()).then(|| last.iter().sum::<f64>() / last.len() as f64)
+}
+
+/// A short greedy continuation of the start of the first held-out sequence (a probe, else a
+/// validation row), as text; None when there is neither.
+fn sample(
+    cfg: &Config,
+    model: &Model,
+    data: &data::Data,
+    dtype: DType,
+    device: Device,
+) -> Result<Option<String>> {
+    let start = match (data.probes.first(), data.val.first()) {
+        (Some(p), _) => &p.tokens[..],
+        (None, Some(b)) => &b.inputs[..b.t],
+        (None, None) => return Ok(None),
+    };
+    let tok = cfg
+        .data
+        .tokenizer
+        .parse::<swax_data::TokenizerKind>()?
+        .build()?;
+    let prompt = &start[..start.len().min(32)];
+    let req = crate::generate::Request {
+        max_tokens: 48,
+        sampling: crate::generate::Sampling::GREEDY,
+        batch: 1,
+        window: cfg.train.w_long,
+        piece: cfg.data.seq_len,
+        stop: Some(tok.eot()),
+    };
+    let out = crate::generate::generate(model, prompt, &req, dtype, device, &mut |_, _| {})?;
+    Ok(Some(format!(
+        "{}|{}",
+        tok.decode(prompt)?,
+        tok.decode(&out[0])?
+    )))
 }
 
 fn progress_bar(show: bool, at: u64, total: u64) -> ProgressBar {

@@ -1,0 +1,234 @@
+//! Generation: a prompt read in pieces, then one token at a time, each layer carrying its
+//! decoding state from step to step (`swax_nn::layers::chunked`: the window's keys and values
+//! for attention, all of them for full attention, the recurrent state and the short
+//! convolution's last inputs for the mLSTM and the gated delta rule, the window and the linear
+//! branch's state for RAttention). Memory stays bounded by the window and the states, whatever
+//! the length, except for full attention.
+//!
+//! Sampling: greedy at temperature 0, else softmax at the temperature, cut to the `top_k` most
+//! likely tokens and to the smallest set whose probability reaches `top_p`; each sequence of a
+//! batch draws from its own stream of the seed, so a seed gives the same text every time.
+use swax_autograd::Tape;
+use swax_data::Rng;
+use swax_nn::Weights;
+use swax_tensor::{DType, Device, Result, Tensor};
+
+use crate::model::{EvalState, Model};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    /// 0: greedy.
+    pub temperature: f64,
+    /// Keep only the k most likely tokens (0: all).
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches p (1: all).
+    pub top_p: f64,
+    pub seed: u64,
+}
+
+impl Sampling {
+    pub const GREEDY: Sampling = Sampling {
+        temperature: 0.0,
+        top_k: 0,
+        top_p: 1.0,
+        seed: 0,
+    };
+
+    /// The ranges a user can give, each error naming its option.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(format!(
+                "--temperature {}: must be finite and >= 0 (0: greedy)",
+                self.temperature
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(format!("--top-p {}: must be in (0, 1]", self.top_p));
+        }
+        Ok(())
+    }
+
+    /// The next token from one row of logits.
+    pub fn pick(&self, logits: &[f32], rng: &mut Rng) -> u32 {
+        let greedy = || {
+            logits
+                .iter()
+                .enumerate()
+                .fold((0, f32::NEG_INFINITY), |best, (i, &x)| match x > best.1 {
+                    true => (i, x),
+                    false => best,
+                })
+                .0 as u32
+        };
+        if self.temperature == 0.0 || self.top_k == 1 {
+            return greedy();
+        }
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        if self.top_k > 0 {
+            order.truncate(self.top_k);
+        }
+        let top = f64::from(logits[order[0]]);
+        let mut probs: Vec<f64> = order
+            .iter()
+            .map(|&i| ((f64::from(logits[i]) - top) / self.temperature).exp())
+            .collect();
+        let total: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|p| *p /= total);
+        // The nucleus: the most likely tokens until their mass reaches top_p.
+        let mut mass = 0.0;
+        let keep = probs
+            .iter()
+            .position(|&p| {
+                mass += p;
+                mass >= self.top_p
+            })
+            .map_or(probs.len(), |i| i + 1);
+        let kept: f64 = probs[..keep].iter().sum();
+        let mut u = rng.unit() * kept;
+        for (j, &p) in probs[..keep].iter().enumerate() {
+            if u < p {
+                return order[j] as u32;
+            }
+            u -= p;
+        }
+        order[keep - 1] as u32
+    }
+}
+
+/// A model reading sequences of a batch in step, carrying every layer's state.
+pub struct Decoder<'a> {
+    model: &'a Model,
+    weights: Weights<'a>,
+    window: usize,
+    device: Device,
+    state: EvalState,
+    batch: usize,
+}
+
+impl<'a> Decoder<'a> {
+    /// A decoder of `batch` sequences at attention window `window`, computing in `dtype`.
+    pub fn new(
+        model: &'a Model,
+        tape: &'a Tape,
+        window: usize,
+        dtype: DType,
+        device: Device,
+        batch: usize,
+    ) -> Result<Decoder<'a>> {
+        Ok(Decoder {
+            model,
+            weights: Weights::inference(tape, &model.params, dtype)?,
+            window,
+            device,
+            state: EvalState::default(),
+            batch,
+        })
+    }
+
+    /// Tokens read so far.
+    pub fn position(&self) -> usize {
+        self.state.pos
+    }
+
+    /// The layers' decoding state (what stays in memory between steps).
+    pub fn state(&self) -> &EvalState {
+        &self.state
+    }
+
+    /// Reads `tokens` (row-major `[batch, n]`) and returns the logits after the last of each
+    /// row, `[batch, V]` in f32.
+    pub fn read(&mut self, tokens: &[u32]) -> Result<Tensor> {
+        let n = tokens.len() / self.batch.max(1);
+        let ids = Tensor::from_vec(tokens.to_vec(), vec![self.batch, n], self.device)?;
+        let logits = self
+            .model
+            .forward_chunk(&self.weights, &ids, self.window, &mut self.state)?;
+        let v = logits.dims()[2];
+        logits
+            .narrow(1, n - 1, 1)?
+            .reshape(vec![self.batch, v])?
+            .to_dtype(DType::F32)
+    }
+
+    /// Reads a prompt shared by every row, `piece` tokens at a time (0: at once), and returns
+    /// the logits after its last token.
+    pub fn prefill(&mut self, prompt: &[u32], piece: usize) -> Result<Tensor> {
+        if prompt.is_empty() {
+            return Err(swax_tensor::Error::Invalid {
+                op: "Decoder::prefill",
+                msg: "the prompt is empty: give at least one token".into(),
+            });
+        }
+        let step = match piece {
+            0 => prompt.len(),
+            p => p,
+        };
+        let mut last = None;
+        for part in prompt.chunks(step) {
+            let rows: Vec<u32> = (0..self.batch).flat_map(|_| part.iter().copied()).collect();
+            last = Some(self.read(&rows)?);
+        }
+        Ok(last.expect("a non-empty prompt has a piece"))
+    }
+}
+
+/// What [`generate`] was asked for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Request {
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    /// Sequences generated from the one prompt.
+    pub batch: usize,
+    /// The attention window (the model's `w_long` by default).
+    pub window: usize,
+    /// Prompt tokens read per forward pass (0: all at once).
+    pub piece: usize,
+    /// Generation of a row stops after this token (the tokenizer's end of text).
+    pub stop: Option<u32>,
+}
+
+/// Generates up to `req.max_tokens` tokens after `prompt` for each of `req.batch` rows, telling
+/// `each(row, token)` every token as it comes; returns each row's tokens (its stop token
+/// included when it stopped on it).
+pub fn generate(
+    model: &Model,
+    prompt: &[u32],
+    req: &Request,
+    dtype: DType,
+    device: Device,
+    each: &mut dyn FnMut(usize, u32),
+) -> Result<Vec<Vec<u32>>> {
+    let tape = Tape::new();
+    let mut dec = Decoder::new(model, &tape, req.window, dtype, device, req.batch)?;
+    let mut rngs: Vec<Rng> = (0..req.batch as u64)
+        .map(|row| Rng::derive(req.sampling.seed, &[0x47_454e, row]))
+        .collect();
+    let mut out: Vec<Vec<u32>> = vec![Vec::new(); req.batch];
+    let mut done = vec![false; req.batch];
+    let mut logits = dec.prefill(prompt, req.piece)?;
+    for step in 0..req.max_tokens {
+        let rows = logits.to_vec::<f32>()?;
+        let v = rows.len() / req.batch;
+        let mut next = Vec::with_capacity(req.batch);
+        for (row, rng) in rngs.iter_mut().enumerate() {
+            // A finished row keeps reading its stop token: the batch steps together.
+            let token = match done[row] {
+                true => *out[row].last().expect("a finished row has its stop token"),
+                false => {
+                    let t = req.sampling.pick(&rows[row * v..(row + 1) * v], rng);
+                    out[row].push(t);
+                    each(row, t);
+                    done[row] = Some(t) == req.stop;
+                    t
+                }
+            };
+            next.push(token);
+        }
+        if done.iter().all(|&d| d) || step + 1 == req.max_tokens {
+            break;
+        }
+        logits = dec.read(&next)?;
+    }
+    Ok(out)
+}
