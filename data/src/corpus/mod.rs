@@ -170,16 +170,7 @@ impl<'a> Corpus<'a> {
         let mut tokens = Vec::with_capacity(len);
         tokens.push(self.tok.eot());
         tokens.extend(doc.tokens.into_iter().take(len.saturating_sub(1)));
-        let answers = doc
-            .recalls
-            .into_iter()
-            .map(|a| Answer {
-                pos: a.pos + 1,
-                source: a.source + 1,
-                tokens: a.tokens,
-            })
-            .filter(|a| a.pos + a.tokens.len() <= len)
-            .collect();
+        let answers = after_eot(doc.recalls, len);
         TaskSample { tokens, answers }
     }
 
@@ -209,16 +200,7 @@ impl<'a> Corpus<'a> {
                 break;
             }
             let doc = self.document(Split::Val, index);
-            let answers: Vec<Answer> = doc
-                .recalls
-                .into_iter()
-                .map(|a| Answer {
-                    pos: a.pos + 1,
-                    source: a.source + 1,
-                    tokens: a.tokens,
-                })
-                .filter(|a| a.pos + a.tokens.len() <= max_len)
-                .collect();
+            let answers = after_eot(doc.recalls, max_len);
             let Some(last) = answers.last() else {
                 continue;
             };
@@ -236,4 +218,18 @@ impl<'a> Corpus<'a> {
         }
         Ok(probes)
     }
+}
+
+/// A document's recalls as positions in a sequence that begins with the end-of-text token and
+/// then the document, keeping those whose value ends within `len` tokens.
+fn after_eot(recalls: Vec<Answer>, len: usize) -> Vec<Answer> {
+    recalls
+        .into_iter()
+        .map(|a| Answer {
+            pos: a.pos + 1,
+            source: a.source + 1,
+            tokens: a.tokens,
+        })
+        .filter(|a| a.pos + a.tokens.len() <= len)
+        .collect()
 }
