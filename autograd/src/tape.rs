@@ -105,7 +105,26 @@ impl Tape {
                 msg: format!("the loss must be a scalar, got shape {}", loss.shape()),
             });
         }
-        if !self.is_tracked(loss) {
+        self.backward_from(loss, &loss.ones_like()?)
+    }
+
+    /// `backward` from `output` of any shape, given its gradient `grad` (the gradients of
+    /// `sum(output * grad)`, without computing that sum): what a benchmark needs to time a
+    /// node's backward on a given output gradient and nothing else.
+    pub fn backward_from(&self, output: &Tensor, grad: &Tensor) -> Result<Gradients> {
+        if grad.shape() != output.shape() || grad.dtype() != output.dtype() {
+            return Err(Error::Invalid {
+                op: "backward",
+                msg: format!(
+                    "the gradient ({} {:?}) must match the output ({} {:?})",
+                    grad.shape(),
+                    grad.dtype(),
+                    output.shape(),
+                    output.dtype()
+                ),
+            });
+        }
+        if !self.is_tracked(output) {
             return Err(Error::Invalid {
                 op: "backward",
                 msg: "the loss does not depend on any watched tensor".into(),
@@ -115,7 +134,7 @@ impl Tape {
         let tracked = self.tracked.borrow();
         let leaves = self.leaves.borrow();
         let mut grads: HashMap<TensorId, Tensor> = HashMap::new();
-        grads.insert(loss.id(), loss.ones_like()?);
+        grads.insert(output.id(), grad.clone());
         for node in nodes.into_iter().rev() {
             let Some(dy) = grads.remove(&node.output) else {
                 continue;

@@ -2,7 +2,7 @@
 //! differences, in f64, on random shapes (size 1 and odd sizes included) and random values.
 //! Tolerances are `Tolerance::default()` unless a test says why not (see gradcheck.rs).
 use proptest::prelude::*;
-use swax_autograd::gradcheck::{check, Tolerance};
+use swax_autograd::gradcheck::{check, GradCheckError, Tolerance};
 use swax_autograd::Tape;
 use swax_tensor::{DType, Device, Result, Tensor, UnaryOp};
 
@@ -101,10 +101,16 @@ const UNARY: [UnaryCase; 15] = [
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
+    /// Every unary op in every case: a draw of one op per case would leave some ops unchecked
+    /// in a run.
     #[test]
-    fn unary_ops(d in dims(3, 5), seed in any::<u64>(), which in 0..UNARY.len()) {
-        let (op, domain) = UNARY[which];
-        grad(|t, x| t.unary(&x[0], op), &[mapped(&d, seed, domain)], seed);
+    fn unary_ops(d in dims(3, 5), seed in any::<u64>()) {
+        for (op, domain) in UNARY {
+            let x = mapped(&d, seed, domain);
+            if let Err(e) = check(|t, v| t.unary(&v[0], op), &[x], Tolerance::default(), seed) {
+                panic!("{op:?}: gradient check failed: {e}");
+            }
+        }
     }
 
     #[test]
@@ -246,10 +252,19 @@ fn cast_round_trip_passes_the_gradient_through() {
     assert_grad(f, &[randn(&[3, 5], 11)], tol, 11);
 }
 
+/// Fails unless `result` is the checker's mismatch on input `input`: any other error (a missing
+/// gradient, a failed op) would pass a plain `is_err` whether or not the wrong gradient was seen.
+fn assert_mismatch_on(result: std::result::Result<(), GradCheckError>, input: usize) {
+    match result {
+        Err(GradCheckError::Mismatch { input: i, .. }) if i == input => {}
+        other => panic!("expected a mismatch on input {input}, got {other:?}"),
+    }
+}
+
 #[test]
 fn the_checker_rejects_a_wrong_backward() {
-    // exp with a backward off by a factor of 2, and a matmul whose backward forgets a transpose:
-    // both must fail the check, or the check proves nothing.
+    // exp with a backward off by a factor of 2, and a matmul whose backward forgets a transpose
+    // in dA (its dB right): the check must find each wrong gradient, or it proves nothing.
     let doubled = |t: &Tape, v: &[Tensor]| {
         let y = v[0].exp()?;
         let saved = y.clone();
@@ -257,25 +272,30 @@ fn the_checker_rejects_a_wrong_backward() {
             Ok(vec![Some(dy.mul(&saved)?.scale(2.0)?)])
         }))
     };
-    assert!(check(doubled, &[randn(&[4], 1)], Tolerance::default(), 1).is_err());
+    assert_mismatch_on(
+        check(doubled, &[randn(&[4], 1)], Tolerance::default(), 1),
+        0,
+    );
 
     let untransposed = |t: &Tape, v: &[Tensor]| {
         let y = v[0].matmul(&v[1])?;
-        let b = v[1].clone();
+        let (a, b) = (v[0].clone(), v[1].clone());
         Ok(t.record("bad_matmul", &[&v[0], &v[1]], y, move |dy, _| {
             Ok(vec![
                 Some(dy.matmul(&b.transpose(0, 1)?.transpose(0, 1)?.reshape([3, 3])?)?),
-                None,
+                Some(a.transpose(0, 1)?.matmul(dy)?),
             ])
         }))
     };
-    assert!(check(
-        untransposed,
-        &[randn(&[3, 3], 2), randn(&[3, 3], 3)],
-        Tolerance::default(),
-        2
-    )
-    .is_err());
+    assert_mismatch_on(
+        check(
+            untransposed,
+            &[randn(&[3, 3], 2), randn(&[3, 3], 3)],
+            Tolerance::default(),
+            2,
+        ),
+        0,
+    );
 
     // The correct ops pass the same harness at the same shapes.
     assert!(check(

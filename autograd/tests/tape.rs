@@ -77,6 +77,39 @@ fn backward_of_a_non_scalar_is_an_error_naming_the_shape() {
 }
 
 #[test]
+fn backward_from_an_output_gradient_is_the_weighted_sums_backward() {
+    let x = t(&[0.5, -1.0, 2.0, 0.25], &[2, 2]);
+    let g = t(&[1.0, -2.0, 0.5, 3.0], &[2, 2]);
+    let grad_of = |from_output: bool| {
+        let tape = Tape::new();
+        tape.watch(&x);
+        let y = tape.matmul(&tape.exp(&x).unwrap(), &x).unwrap();
+        let grads = match from_output {
+            true => tape.backward_from(&y, &g).unwrap(),
+            false => {
+                let loss = tape.sum_all(&tape.mul(&y, &g).unwrap()).unwrap();
+                tape.backward(&loss).unwrap()
+            }
+        };
+        grads.get(&x).unwrap().to_f64_vec().unwrap()
+    };
+    let (from_output, from_loss) = (grad_of(true), grad_of(false));
+    assert_eq!((from_output.len(), from_loss.len()), (4, 4));
+    for (a, b) in from_output.iter().zip(&from_loss) {
+        assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{a} vs {b}");
+    }
+
+    let tape = Tape::new();
+    tape.watch(&x);
+    let y = tape.exp(&x).unwrap();
+    let err = tape
+        .backward_from(&y, &t(&[1.0, 2.0], &[2]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("[2]") && err.contains("[2, 2]"), "{err}");
+}
+
+#[test]
 fn a_backward_returning_a_wrong_shape_is_caught() {
     let tape = Tape::new();
     let x = t(&[1.0, 2.0], &[2]);

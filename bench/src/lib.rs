@@ -1,8 +1,19 @@
-//! swax-bench: benchmark programs (`src/bin`) and what they share. Benchmarks are programs,
-//! never timed tests; each writes its figures as JSON lines under `bench/results/`.
+//! swax-bench: the benchmark programs (`src/bin`) and what they share. Benchmarks are programs,
+//! never timed tests, and live here rather than in the crates they measure, so that a program
+//! may use any crate (the attention benchmark times nn's fused RAttention node itself). Their
+//! figures, with the commands and dates, are in BENCHMARKS.md.
 //!
-//! - `learning`: scoring the learning benchmark (`learn`), which trains each layer pattern on
-//!   recall data and measures how fast it learns to retrieve.
-//! - `record`: the date and commit every result line carries, and appending lines.
+//! - `learn`: how fast each layer pattern learns to retrieve; appends JSON lines to
+//!   `bench/results/learn.jsonl`.
+//! - On the GPU (built for the GPU machine by `tools/gpu-pack`): `bench-gpu` (engine ops against
+//!   bare swax-cuda calls and a copy), `bench-cuda` (swax-cuda against raw cuBLAS, a copy and the
+//!   driver's allocator), `bench-attention-gpu` (SWA and RAttention), `bench-recurrent-gpu`
+//!   (mLSTM and the gated delta rule); their PyTorch peers are `bench/peers/*.py`.
+//! - On the CPU: `bench-cpu` (matmul against numpy, softmax, rms_norm), `bench-mixers-cpu`
+//!   (each fused mixer against its reference), `bench_loader` (the loader's batches), and
+//!   `gen_text` (a text file of corpus documents, to time `swax prepare` on).
+//!
+//! The library: `learning` scores the learning benchmark; `record` gives the date and commit
+//! every result line carries, and appends lines.
 pub mod learning;
 pub mod record;

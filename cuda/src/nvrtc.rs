@@ -158,12 +158,17 @@ fn cache_dir() -> Option<PathBuf> {
 }
 
 fn cache_path(src: &KernelSource, arch: (u32, u32), nvrtc: (i32, i32)) -> Option<PathBuf> {
+    Some(cache_dir()?.join(cache_file(src, arch, nvrtc)))
+}
+
+/// The cache entry's file name: the module, the architecture and a hash of everything that
+/// changes the CUBIN, so a stale entry is never found.
+fn cache_file(src: &KernelSource, arch: (u32, u32), nvrtc: (i32, i32)) -> String {
     let mut h = Fnv1a::default();
     h.write(src.source.as_bytes());
     h.write(COMMON_HEADER.as_bytes());
     h.write(format!("{arch:?}{nvrtc:?}{:?}", options(arch)).as_bytes());
-    let file = format!("{}-sm{}{}-{:016x}.cubin", src.name, arch.0, arch.1, h.0);
-    Some(cache_dir()?.join(file))
+    format!("{}-sm{}{}-{:016x}.cubin", src.name, arch.0, arch.1, h.0)
 }
 
 /// Writes through a temporary file and a rename, so a concurrent reader never sees half a file.
@@ -213,19 +218,23 @@ mod tests {
         assert_eq!(hash("foobar"), 0x8594_4171_f739_67e8);
     }
 
+    /// The key is a pure function of its inputs, so it is checked on every machine: whether a
+    /// cache folder exists (HOME may be unset) has nothing to do with it.
     #[test]
-    fn cache_key_depends_on_arch_and_version() {
+    fn cache_key_depends_on_source_arch_and_version() {
         let src = KernelSource {
             name: "t",
             source: "x",
         };
-        let a = cache_path(&src, (9, 0), (13, 0));
-        let b = cache_path(&src, (8, 0), (13, 0));
-        let c = cache_path(&src, (9, 0), (13, 1));
-        if a.is_some() {
-            assert_ne!(a, b);
-            assert_ne!(a, c);
-        }
+        let other = KernelSource {
+            name: "t",
+            source: "y",
+        };
+        let a = cache_file(&src, (9, 0), (13, 0));
+        assert_eq!(a, cache_file(&src, (9, 0), (13, 0)));
+        assert_ne!(a, cache_file(&src, (8, 0), (13, 0)));
+        assert_ne!(a, cache_file(&src, (9, 0), (13, 1)));
+        assert_ne!(a, cache_file(&other, (9, 0), (13, 0)));
     }
 
     /// Needs only libnvrtc, no GPU: skips where it is missing (CI), fails there under

@@ -72,3 +72,18 @@ pub fn run(
 pub fn losses(out: &Path) -> Vec<(f64, f64)> {
     train::metrics::series(&out.join("metrics.jsonl"), "loss")
 }
+
+/// `(step, loss in a, loss in b)` for steps 1 to `steps` of two runs, each of which must have
+/// logged exactly those steps: zipped unchecked, a short or empty series would compare nothing.
+pub fn paired_losses(a: &Path, b: &Path, steps: usize) -> Vec<(f64, f64, f64)> {
+    let (la, lb) = (losses(a), losses(b));
+    let want: Vec<f64> = (1..=steps).map(|s| s as f64).collect();
+    for (run, series) in [(a, &la), (b, &lb)] {
+        let logged: Vec<f64> = series.iter().map(|&(step, _)| step).collect();
+        assert_eq!(logged, want, "steps logged by {}", run.display());
+    }
+    la.iter()
+        .zip(&lb)
+        .map(|(&(step, x), &(_, y))| (step, x, y))
+        .collect()
+}

@@ -5,7 +5,7 @@
 //! every GPU test.
 mod common;
 
-use common::{losses, micro, run};
+use common::{losses, micro, paired_losses, run};
 use swax_tensor::Device;
 
 #[test]
@@ -22,9 +22,7 @@ fn first_steps_match_the_cpu() {
     let cpu = run(&cfg, cpu_dir.path(), Device::Cpu, false, None);
     let on_gpu = run(&cfg, gpu_dir.path(), gpu, false, None);
     assert_eq!(on_gpu.dtype, swax_tensor::DType::BF16);
-    let (lc, lg) = (losses(cpu_dir.path()), losses(gpu_dir.path()));
-    assert_eq!(lc.len(), 4);
-    for ((step, c), (_, g)) in lc.iter().zip(&lg) {
+    for (step, c, g) in paired_losses(cpu_dir.path(), gpu_dir.path(), 4) {
         // bf16 keeps 8 bits of mantissa: a few parts in a thousand per op, compounding.
         let rel = (c - g).abs() / c.abs();
         assert!(

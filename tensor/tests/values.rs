@@ -295,20 +295,61 @@ fn rope_rotates_and_its_backward_undoes_it() {
     }
 }
 
+/// `x` rounded to bf16's 8 significant bits (to nearest, ties to even), as an f32: the rounding
+/// bf16 arithmetic applies after every operation.
+fn round_to_bf16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    f32::from_bits(bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) & 0xffff_0000)
+}
+
 #[test]
 fn bf16_storage_computes_in_f32() {
+    // Computing in f32 and storing bf16 rounds once, at the end: each output is within half a
+    // bf16 ulp (2^-8 of its value) of the f32 softmax of the same inputs. Softmax in bf16
+    // arithmetic rounds every exp, partial sum and quotient, and misses that bound; the test
+    // checks that its bound rejects such a softmax, computed here row by row.
     let x = randn(&[4, 33], 12, DType::F32);
     let xb = x.to_dtype(DType::BF16).unwrap();
-    let y = x
-        .to_dtype(DType::BF16)
-        .unwrap()
+    let want = xb
         .to_dtype(DType::F32)
         .unwrap()
         .softmax()
+        .unwrap()
+        .to_f64_vec()
         .unwrap();
+    let one_rounding = |got: &[f64]| {
+        assert_eq!(got.len(), want.len());
+        got.iter()
+            .zip(&want)
+            .map(|(g, w)| (g - w).abs() / w.abs())
+            .fold(0.0, f64::max)
+            <= 2f64.powi(-8)
+    };
     let yb = xb.softmax().unwrap();
     assert_eq!(yb.dtype(), DType::BF16);
-    close(&yb.to_f64_vec().unwrap(), &y.to_f64_vec().unwrap(), 1e-2);
+    assert!(
+        one_rounding(&yb.to_f64_vec().unwrap()),
+        "bf16 softmax is not the f32 softmax rounded once"
+    );
+    let inputs = xb.to_f64_vec().unwrap();
+    let bf16_arithmetic: Vec<f64> = inputs
+        .chunks(33)
+        .flat_map(|row| {
+            let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max) as f32;
+            let e: Vec<f32> = row
+                .iter()
+                .map(|&v| round_to_bf16(round_to_bf16(v as f32 - m).exp()))
+                .collect();
+            let sum = e.iter().fold(0.0, |s, &v| round_to_bf16(s + v));
+            e.into_iter()
+                .map(move |v| round_to_bf16(v / sum) as f64)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        !one_rounding(&bf16_arithmetic),
+        "the bound must reject a softmax computed in bf16 arithmetic"
+    );
     let w = Tensor::ones([33], DType::BF16, Device::Cpu).unwrap();
     let (_, stats) = xb.rms_norm(&w, 1e-6).unwrap();
     assert_eq!(

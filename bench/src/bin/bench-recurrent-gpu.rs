@@ -1,8 +1,8 @@
-//! GPU benchmark of the fused mLSTM and gated delta rule chunkwise kernels at the shape of the
-//! recurrent-mixers issue (B=8, T=8192, H=16, D=128, bf16, chunk 64): forward alone, backward
+//! GPU benchmark of the fused mLSTM and gated delta rule chunkwise kernels at the shape their
+//! PyTorch peers are timed at (B=8, T=8192, H=16, D=128, bf16, chunk 64): forward alone, backward
 //! alone and forward + backward, event-timed medians after warm-up, on random inputs (the gated
 //! delta rule's beta in (0, 1) and log decay below 0, as its layer makes them). Needs a GPU; the
-//! peers are timed in the same run by nn/peers/recurrent_peers.py.
+//! peers are timed in the same run by bench/peers/recurrent_peers.py.
 //!
 //!     .gpu/bin/bench-recurrent-gpu [T]
 use swax_cuda::timing::median_ms;

@@ -2,7 +2,7 @@
 //! and forward + backward (through a weighted-sum loss), f32, median wall time in ms. One
 //! function per mixer family prints its rows of the shared table; `main` runs them all.
 //!
-//!     cargo run --release -p swax-nn --bin bench-mixers-cpu
+//!     cargo run --release -p swax-bench --bin bench-mixers-cpu
 use std::time::Instant;
 use swax_autograd::Tape;
 use swax_nn::mixers::{attention, gated_delta, mlstm, rattention};

@@ -1,11 +1,11 @@
-"""Times the attention peers on the GPU at the shape of the attention issue (B=8, T=8192, H=16,
+"""Times the attention peers on the GPU at the shape of bench-attention-gpu (B=8, T=8192, H=16,
 D=128, bf16), forward alone and forward + backward, median ms by triton.testing.do_bench:
 PyTorch FlexAttention (compiled, sliding-window block mask) at windows 128, 512, 2048 and full
 causal, and PyTorch SDPA for full causal with each of its backends (flash, cuDNN, memory-efficient)
-and with PyTorch's own choice. Same row format as tensor/src/bin/bench-attention-gpu.rs, so the
+and with PyTorch's own choice. Same row format as bench/src/bin/bench-attention-gpu.rs, so the
 two tables sit side by side.
 
-    python3 nn/peers/attention_peers.py [T] [all|sdpa]
+    python3 bench/peers/attention_peers.py [T] [all|sdpa]
 """
 import sys
 

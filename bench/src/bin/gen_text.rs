@@ -1,6 +1,6 @@
 //! Writes default-corpus documents as plain text, separated by `<|endoftext|>`, to time
 //! `swax prepare` on a realistic input:
-//! `cargo run --release -p swax-data --example gen_text -- OUT.txt [MEGABYTES] [SEED]`.
+//! `cargo run --release -p swax-bench --bin gen_text -- OUT.txt [MEGABYTES] [SEED]`.
 //! Also handy to look at what the default corpus reads like.
 
 use std::io::{BufWriter, Write};

@@ -3,7 +3,7 @@
 //! output, and memory-bound ops against a device-to-device copy, in the same run. Event-timed
 //! medians after warm-up, on random inputs. Needs a GPU.
 //!
-//!     .gpu/bin/bench-gpu        (built by ../shared/tools/gpu-pack --workspace)
+//!     .gpu/bin/bench-gpu        (built by tools/gpu-pack)
 use swax_cuda::timing::median_ms;
 use swax_cuda::{gemm, Buffer, GemmArgs};
 use swax_tensor::{DType, Device, Error, Result, Tensor};

@@ -1,24 +1,27 @@
-//! GPU benchmark of the fused attention mixers at the shape of the attention issue (B=8, T=8192,
-//! H=16, D=128, bf16): forward alone and forward + backward, event-timed medians after warm-up,
-//! on random inputs. Sliding-window attention at windows 128, 512, 2048 and T, with TFLOP/s
-//! counting only in-window query-key pairs (forward 4·B·H·T·avg_keys·D, forward + backward 3.5
-//! times that); RAttention at window 512: its linear branch alone (`rla`) and the whole fused
-//! mixer node (RoPE, SWA, the linear branch, both RMSNorms and their sum, forward and backward:
-//! the ops of nn's `mixers::rattention::fused`, called here directly). Needs a GPU; the peers are
-//! timed in the same run by nn/peers/attention_peers.py.
+//! GPU benchmark of the fused attention mixers at the shape their PyTorch peers are timed at
+//! (B=8, T=8192, H=16, D=128, bf16): forward alone and forward + backward, event-timed medians
+//! after warm-up, on random inputs. Sliding-window attention at windows 128, 512, 2048 and T,
+//! with TFLOP/s counting only in-window query-key pairs (forward 4·B·H·T·avg_keys·D, forward +
+//! backward 3.5 times that); RAttention at window 512: its linear branch alone (`rla`) and the
+//! whole fused mixer node (RoPE, SWA, the linear branch, both RMSNorms and their sum, forward and
+//! backward), which is nn's `mixers::rattention::fused::rattention`, the node the models' R
+//! layers run. Needs a GPU; the peers are timed in the same run by
+//! bench/peers/attention_peers.py.
 //!
 //!     .gpu/bin/bench-attention-gpu [T] [all|swa|rattention] [SWA WINDOWS, comma-separated]
 //!
 //! The windows default to 128, 512, 2048 and T (one window alone is what a profiler wants).
+use swax_autograd::Tape;
 use swax_cuda::timing::median_ms;
+use swax_nn::mixers::rattention::{fused, Config};
 use swax_tensor::{DType, Device, Error, Result, Tensor};
 
 const B: usize = 8;
 const H: usize = 16;
 const D: usize = 128;
 const REPS: usize = 20;
-/// RAttention's window, and its peer's time (FlexAttention w=512 + fla chunk_linear_attn,
-/// ../shared/GPU.md).
+/// RAttention's window, and its peer's time: FlexAttention at w=512 (4.78 ms) plus fla's
+/// `chunk_linear_attn` (7.18 ms), each measured on the H200 on 2026-11-29 (BENCHMARKS.md).
 const RA_WINDOW: usize = 512;
 const RA_PEER_MS: f64 = 11.96;
 
@@ -69,36 +72,23 @@ fn swa(dev: &swax_cuda::Device, x: &Inputs, windows: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// The fused RAttention node's forward and, with `backward`, its backward (as nn's
-/// `mixers::rattention::fused` runs them, RoPE from position 0 with theta 10000, eps 1e-6).
+/// nn's fused RAttention node at window `RA_WINDOW` with its default settings (RoPE from
+/// position 0 with theta 10000, eps 1e-6, chunks of 64): forward alone on a tape that watches
+/// nothing, so it records nothing, or forward and, from `dout`, backward to q, k, v and both
+/// norm scales.
 fn rattention_node(x: &Inputs, norms: (&Tensor, &Tensor), backward: bool) -> Result<()> {
-    let Inputs {
-        q,
-        k,
-        v,
-        dout,
-        scale,
-        ..
-    } = x;
-    let (w, theta, eps) = (RA_WINDOW, 10_000.0, 1e-6);
-    let (qr, kr) = (q.rope(0, theta)?, k.rope(0, theta)?);
-    let (o_swa, lse) = qr.swa(&kr, v, w, *scale)?;
-    let o_rla = q.rla(k, v, w, 64)?;
-    let (y_swa, stats_swa) = o_swa.rms_norm(norms.0, eps)?;
-    let (y_rla, stats_rla) = o_rla.rms_norm(norms.1, eps)?;
-    let y = y_swa.add(&y_rla)?;
-    if !backward {
-        return Ok(());
+    let Inputs { q, k, v, dout, .. } = x;
+    let tape = Tape::new();
+    if backward {
+        for input in [q, k, v, norms.0, norms.1] {
+            tape.watch(input);
+        }
     }
-    drop(y);
-    let (do_swa, _) = o_swa.rms_norm_backward(norms.0, &stats_swa, dout)?;
-    let (do_rla, _) = o_rla.rms_norm_backward(norms.1, &stats_rla, dout)?;
-    let (dqr, dkr, dv_swa) = qr.swa_backward(&kr, v, &o_swa, &lse, &do_swa, w, *scale)?;
-    let (dq_swa, dk_swa) = (dqr.rope_backward(0, theta)?, dkr.rope_backward(0, theta)?);
-    let (dq_rla, dk_rla, dv_rla) = q.rla_backward(k, v, &do_rla, w, 64)?;
-    dq_swa.add(&dq_rla)?;
-    dk_swa.add(&dk_rla)?;
-    dv_swa.add(&dv_rla)?;
+    let cfg = Config::new(RA_WINDOW);
+    let y = fused::rattention(&tape, q, k, v, norms.0, norms.1, &cfg)?;
+    if backward {
+        tape.backward_from(&y, dout)?;
+    }
     Ok(())
 }
 

@@ -1,9 +1,9 @@
-"""Times the recurrent-mixer peers on the GPU, forward + backward, bf16, at the shape of the
-recurrent-mixers issue (B=8, T=8192, H=16, D=128), median ms by triton.testing.do_bench:
+"""Times the recurrent-mixer peers on the GPU, forward + backward, bf16, at the benchmark shape
+of bench-recurrent-gpu (B=8, T=8192, H=16, D=128), median ms by triton.testing.do_bench:
 mlstm_kernels `chunkwise--triton_limit_chunk` (chunk 64) and fla `chunk_gated_delta_rule` with the
 q/k L2 norm in the kernel. Printed as a table; run beside .gpu/bin/bench-recurrent-gpu.
 
-    FLA_FLASH_QLA=0 python3 nn/peers/recurrent_peers.py [T]
+    FLA_FLASH_QLA=0 python3 bench/peers/recurrent_peers.py [T]
 """
 import os
 import sys
@@ -40,7 +40,8 @@ def gated_delta_peer():
     import fla.ops.common.chunk_o as chunk_o
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
-    # Timing only: Triton 3.6 on Hopper trips fla's guard for its issue #640 (see GPU.md).
+    # Timing only: with Triton 3.6 on Hopper fla refuses the gated backward (its issue #640, a
+    # numerics bug fixed in Triton 3.7.1); the guard is lifted to time it, not to trust its values.
     chunk_o.TRITON_ABOVE_3_7_1 = True
     mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16).requires_grad_()
     q, k, v = mk(B, T, H, D), mk(B, T, H, D), mk(B, T, H, D)

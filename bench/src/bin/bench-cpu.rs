@@ -1,7 +1,7 @@
 //! CPU benchmark: f32 matmul GFLOP/s at 1024³ and 2048³, softmax and rms_norm GB/s, with numpy
 //! (its BLAS, on the same cores) timed in the same run when python3 and numpy are there.
 //!
-//!     cargo run --release -p swax-tensor --bin bench-cpu
+//!     cargo run --release -p swax-bench --bin bench-cpu
 use std::process::Command;
 use std::time::Instant;
 use swax_tensor::{DType, Device, Result, Tensor};

@@ -1,6 +1,6 @@
 //! Loader throughput: writes temporary u16 shards (like FineWeb's GPT-2 shards), then times
 //! batches at a few (B, T). A training step takes milliseconds at least; a batch should cost
-//! microseconds. `cargo run --release -p swax-data --example bench_loader [MILLION_TOKENS]`.
+//! microseconds. `cargo run --release -p swax-bench --bin bench_loader -- [MILLION_TOKENS]`.
 
 use std::time::Instant;
 
