@@ -174,6 +174,11 @@ impl Device {
         lock(&self.inner.pool).stats()
     }
 
+    /// See [`crate::pool::Pool::reset_peak`].
+    pub fn reset_peak(&self) {
+        lock(&self.inner.pool).reset_peak()
+    }
+
     /// Returns every cached segment with nothing in use to the driver (waits for the stream
     /// first); returns the bytes released.
     pub fn empty_cache(&self) -> Result<usize, CudaError> {

@@ -114,6 +114,12 @@ impl<D: SegmentDriver> Pool<D> {
         self.stats
     }
 
+    /// Starts `peak_in_use` again from what is in use now, so a program can measure the peak
+    /// of each phase it runs.
+    pub fn reset_peak(&mut self) {
+        self.stats.peak_in_use = self.stats.in_use;
+    }
+
     /// Returns (address, block size) of a block of at least `bytes` bytes.
     pub fn alloc(&mut self, bytes: usize) -> Result<(u64, usize), CudaError> {
         let size = bytes
@@ -476,6 +482,8 @@ mod tests {
         let s = p.stats();
         assert_eq!((s.in_use, s.peak_in_use), (512, 4 * MIB + 512));
         assert_eq!(s.cached(), 4 * MIB + SMALL_SEGMENT - 512);
+        p.reset_peak();
+        assert_eq!(p.stats().peak_in_use, 512);
         p.free(b);
     }
 

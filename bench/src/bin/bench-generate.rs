@@ -1,0 +1,155 @@
+//! The generation benchmark: a model with random weights reads a prompt of each context length
+//! (prefill, in pieces), then decodes tokens one at a time, for each batch size; it prints
+//! prefill tokens/s, the latency of a decoding step and the GPU memory at each phase, and appends
+//! one JSON line per case to `bench/results/generate.jsonl`.
+//!
+//!   bench-generate --config swax-small --batches 1,64 --contexts 4096,32768,131072
+//!
+//! A decoding step is timed from the token ids on the host to the logits back on the host (what
+//! sampling needs), so its latency is what a user of `swax generate` waits per token; the median
+//! of `--decode-tokens` steps after `--warmup` steps. Memory is the CUDA pool's: the peak while
+//! prefilling, the peak while decoding, and the bytes in use once the prompt is read and again
+//! after the last step (the weights and the decoding state: flat for windowed and recurrent
+//! layers, growing for full attention).
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser;
+use serde_json::json;
+use swax_autograd::Tape;
+use swax_bench::record;
+use swax_hybrid::config::Config;
+use swax_hybrid::generate::Decoder;
+use swax_hybrid::model::Model;
+use swax_tensor::{DType, Device};
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// A config name (configs/) or file.
+    #[arg(long, default_value = "swax-small")]
+    config: String,
+    /// Config overrides, as `swax train --set`.
+    #[arg(long = "set")]
+    sets: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "1,64")]
+    batches: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_value = "4096,32768,131072")]
+    contexts: Vec<usize>,
+    /// The attention window (0: the config's w_long).
+    #[arg(long, default_value_t = 0)]
+    window: usize,
+    /// Tokens of all rows together read per prefill pass (the logits of a pass are
+    /// [rows, piece, V], so this bounds their memory).
+    #[arg(long, default_value_t = 16384)]
+    piece_tokens: usize,
+    #[arg(long, default_value_t = 64)]
+    decode_tokens: usize,
+    #[arg(long, default_value_t = 8)]
+    warmup: usize,
+    /// `cpu`, `cuda`; default: the GPU if there is one.
+    #[arg(long)]
+    device: Option<String>,
+    #[arg(long, default_value = "bench/results/generate.jsonl")]
+    results: PathBuf,
+}
+
+/// The CUDA pool's statistics, or none on the CPU.
+fn pool(device: Device) -> Option<swax_cuda::pool::PoolStats> {
+    match device {
+        Device::Cuda(i) => swax_tensor::cuda::device(i).ok().map(|d| d.pool_stats()),
+        Device::Cpu => None,
+    }
+}
+
+fn reset_peak(device: Device) {
+    if let Device::Cuda(i) = device {
+        if let Ok(d) = swax_tensor::cuda::device(i) {
+            d.reset_peak();
+        }
+    }
+}
+
+fn gib(bytes: Option<usize>) -> String {
+    bytes.map_or("-".into(), |b| {
+        format!("{:.2}", b as f64 / (1u64 << 30) as f64)
+    })
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let a = Args::parse();
+    let cfg = Config::resolve(Some(&a.config), &a.sets)?;
+    let device = match a.device.as_deref() {
+        Some("cpu") => Device::Cpu,
+        Some(_) => Device::Cuda(0),
+        None if swax_tensor::cuda::device(0).is_ok() => Device::Cuda(0),
+        None => Device::Cpu,
+    };
+    let dtype = match device {
+        Device::Cuda(_) => DType::BF16,
+        Device::Cpu => DType::F32,
+    };
+    let window = match a.window {
+        0 => cfg.train.w_long,
+        w => w,
+    };
+    let model = Model::new(&cfg.model, cfg.train.seed, device)?;
+    let v = cfg.model.vocab_size as u32;
+    println!(
+        "{} ({} x{} layers, d_model {}), window {window}, on {device}, {dtype:?}",
+        cfg.model.name, cfg.model.pattern, cfg.model.n_layers, cfg.model.d_model
+    );
+    println!("batch  context  piece  prefill tok/s  decode ms/token  decode tok/s  peak GiB prefill/decode  in use GiB after prefill/decode");
+    let mut lines = Vec::new();
+    for &batch in &a.batches {
+        for &context in &a.contexts {
+            let piece = (a.piece_tokens / batch).clamp(1, context);
+            let prompt: Vec<u32> = (0..context as u32).map(|i| (i * 7919 + 13) % v).collect();
+            let tape = Tape::new();
+            let mut dec = Decoder::new(&model, &tape, window, dtype, device, batch)?;
+            reset_peak(device);
+            let start = Instant::now();
+            dec.prefill(&prompt, piece)?.to_vec::<f32>()?;
+            let prefill_s = start.elapsed().as_secs_f64();
+            let after_prefill = pool(device);
+            reset_peak(device);
+            let mut times = Vec::with_capacity(a.decode_tokens);
+            for step in 0..a.warmup + a.decode_tokens {
+                let next: Vec<u32> = (0..batch as u32).map(|r| (r + step as u32) % v).collect();
+                let start = Instant::now();
+                dec.read(&next)?.to_vec::<f32>()?;
+                if step >= a.warmup {
+                    times.push(start.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            let after_decode = pool(device);
+            times.sort_by(f64::total_cmp);
+            let decode_ms = times[times.len() / 2];
+            let prefill_tps = (batch * context) as f64 / prefill_s;
+            let decode_tps = batch as f64 / decode_ms * 1e3;
+            let peak = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.peak_in_use);
+            let held = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.in_use);
+            println!(
+                "{batch:>5}  {context:>7}  {piece:>5}  {prefill_tps:>13.0}  {decode_ms:>15.2}  {decode_tps:>12.0}  {:>11} / {:<11}  {:>12} / {}",
+                gib(peak(&after_prefill)),
+                gib(peak(&after_decode)),
+                gib(held(&after_prefill)),
+                gib(held(&after_decode)),
+            );
+            lines.push(json!({
+                "bench": "generate", "date": record::today(), "commit": record::commit(),
+                "device": device.to_string(), "config": cfg.model.name, "pattern": cfg.model.pattern,
+                "n_layers": cfg.model.n_layers, "d_model": cfg.model.d_model, "dtype": format!("{dtype:?}"),
+                "batch": batch, "context": context, "window": window, "piece": piece,
+                "prefill_s": prefill_s, "prefill_tokens_per_s": prefill_tps,
+                "decode_ms_per_token": decode_ms, "decode_tokens_per_s": decode_tps,
+                "decode_steps": a.decode_tokens,
+                "peak_bytes_prefill": peak(&after_prefill), "peak_bytes_decode": peak(&after_decode),
+                "in_use_bytes_after_prefill": held(&after_prefill),
+                "in_use_bytes_after_decode": held(&after_decode),
+            }));
+        }
+    }
+    record::append(&a.results, &lines)?;
+    println!("appended {} lines to {}", lines.len(), a.results.display());
+    Ok(())
+}
