@@ -1,5 +1,5 @@
 //! Generation: a prompt read in pieces, then one token at a time, each layer carrying its
-//! decoding state from step to step (`swax_nn::layers::chunked`: the window's keys and values
+//! decoding state from step to step (`swax_nn::layers::pieces`: the window's keys and values
 //! for attention, all of them for full attention, the recurrent state and the short
 //! convolution's last inputs for the mLSTM and the gated delta rule, the window and the linear
 //! branch's state for RAttention). Memory stays bounded by the window and the states, whatever
@@ -13,7 +13,7 @@ use swax_data::Rng;
 use swax_nn::Weights;
 use swax_tensor::{DType, Device, Result, Tensor};
 
-use crate::model::{EvalState, Model};
+use crate::model::{Model, SequenceState};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sampling {
@@ -102,7 +102,7 @@ pub struct Decoder<'a> {
     weights: Weights<'a>,
     window: usize,
     device: Device,
-    state: EvalState,
+    state: SequenceState,
     batch: usize,
 }
 
@@ -121,7 +121,7 @@ impl<'a> Decoder<'a> {
             weights: Weights::inference(tape, &model.params, dtype)?,
             window,
             device,
-            state: EvalState::default(),
+            state: SequenceState::default(),
             batch,
         })
     }
@@ -132,7 +132,7 @@ impl<'a> Decoder<'a> {
     }
 
     /// The layers' decoding state (what stays in memory between steps).
-    pub fn state(&self) -> &EvalState {
+    pub fn state(&self) -> &SequenceState {
         &self.state
     }
 
@@ -143,7 +143,7 @@ impl<'a> Decoder<'a> {
         let ids = Tensor::from_vec(tokens.to_vec(), vec![self.batch, n], self.device)?;
         let logits = self
             .model
-            .forward_chunk(&self.weights, &ids, self.window, &mut self.state)?;
+            .forward_piece(&self.weights, &ids, self.window, &mut self.state)?;
         let v = logits.dims()[2];
         logits
             .narrow(1, n - 1, 1)?

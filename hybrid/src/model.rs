@@ -4,7 +4,7 @@
 use crate::config::ModelConfig;
 use swax_data::IGNORE;
 use swax_nn::layers::basic::{Embedding, Linear, RmsNorm, INIT_STD};
-use swax_nn::layers::chunked::MixerState;
+use swax_nn::layers::pieces::MixerState;
 use swax_nn::layers::MixerDims;
 use swax_nn::{Block, Params, Weights};
 use swax_tensor::{DType, Device, Result, Tensor};
@@ -89,31 +89,31 @@ impl Model {
     }
 }
 
-/// What evaluation in pieces carries from one piece to the next: the position reached and each
-/// layer's [`MixerState`] (see `swax_nn::layers::chunked`).
+/// Where a model is in a sequence read in pieces (evaluation, generation): the position reached
+/// and each layer's [`MixerState`] (see `swax_nn::layers::pieces`).
 #[derive(Clone, Debug, Default)]
-pub struct EvalState {
+pub struct SequenceState {
     pub pos: usize,
     pub layers: Vec<MixerState>,
 }
 
 impl Model {
-    /// Logits `[B, Tc, V]` for the next piece `[B, Tc]` of a sequence, continuing from `state`
-    /// (start from `EvalState::default()`). Pieces in order give the logits of one pass over
+    /// Logits `[B, Tp, V]` for the next piece `[B, Tp]` of a sequence, continuing from `state`
+    /// (start from `SequenceState::default()`). Pieces in order give the logits of one pass over
     /// the whole sequence, while memory holds only a piece, the windows and the states.
-    pub fn forward_chunk(
+    pub fn forward_piece(
         &self,
         w: &Weights,
         ids: &Tensor,
         window: usize,
-        state: &mut EvalState,
+        state: &mut SequenceState,
     ) -> Result<Tensor> {
         state
             .layers
             .resize_with(self.blocks.len(), MixerState::default);
         let mut x = self.embed.forward(w, ids)?;
         for (block, layer) in self.blocks.iter().zip(&mut state.layers) {
-            x = block.forward_chunk(w, &x, window, state.pos, layer)?;
+            x = block.forward_piece(w, &x, window, state.pos, layer)?;
         }
         state.pos += ids.dims()[1];
         self.head.forward(w, &self.norm.forward(w, &x)?)

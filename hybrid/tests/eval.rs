@@ -26,7 +26,7 @@ fn one_hot(t: usize, pick: impl Fn(usize) -> u32) -> Result<Tensor> {
     Ok(Tensor::from_vec(v, vec![t, V], Device::Cpu)?)
 }
 
-/// Hands `logits` `[T, V]` to `each` in pieces of `size` rows, as a chunked model would.
+/// Hands `logits` `[T, V]` to `each` in pieces of `size` rows, as a model read in pieces would.
 fn in_pieces(
     logits: Tensor,
     size: usize,
@@ -466,9 +466,9 @@ fn a_loss_that_overflowed_is_kept_and_reported() {
 }
 
 #[test]
-fn chunked_evaluation_equals_one_shot() {
+fn evaluation_in_pieces_equals_one_shot() {
     use swax_hybrid::config::Config;
-    use swax_hybrid::eval::run::{all_logits, Chunked, OneShot};
+    use swax_hybrid::eval::run::{all_logits, InPieces, OneShot};
     use swax_hybrid::model::Model;
     let sets: Vec<String> = [
         "model.pattern=SMGRF",
@@ -484,7 +484,7 @@ fn chunked_evaluation_equals_one_shot() {
     let cfg = Config::resolve(Some("swax-tiny"), &sets).unwrap();
     let model = Model::new(&cfg.model, 3, Device::Cpu).unwrap();
     let tokens: Vec<u32> = (0..75u32).map(|t| (t * 37 + 11) % 256).collect();
-    for (window, chunk) in [(5, 16), (24, 7), (100, 20), (1, 9)] {
+    for (window, piece) in [(5, 16), (24, 7), (100, 20), (1, 9)] {
         let dtype = swax_tensor::DType::F32;
         let one = OneShot {
             model: &model,
@@ -492,10 +492,10 @@ fn chunked_evaluation_equals_one_shot() {
             dtype,
             device: Device::Cpu,
         };
-        let pieces = Chunked {
+        let pieces = InPieces {
             model: &model,
             window,
-            chunk,
+            piece,
             dtype,
             device: Device::Cpu,
         };
@@ -509,7 +509,7 @@ fn chunked_evaluation_equals_one_shot() {
             .fold(0.0, f64::max);
         assert!(
             err < 1e-4,
-            "window {window} chunk {chunk}: max |one-shot - chunked| {err}"
+            "window {window} piece {piece}: max |one-shot - in pieces| {err}"
         );
     }
 }

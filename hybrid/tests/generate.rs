@@ -9,7 +9,7 @@ use swax_autograd::Tape;
 use swax_data::Rng;
 use swax_hybrid::eval::run::{all_logits, OneShot};
 use swax_hybrid::generate::{generate, Decoder, Request, Sampling};
-use swax_hybrid::model::{EvalState, Model};
+use swax_hybrid::model::{Model, SequenceState};
 use swax_tensor::{DType, Device};
 
 fn model(pattern: &str, seed: u64) -> Model {
@@ -124,7 +124,7 @@ fn the_nucleus_and_the_top_k_bound_what_is_drawn() {
 }
 
 /// Values held by the layers' decoding states.
-fn held(state: &EvalState) -> usize {
+fn held(state: &SequenceState) -> usize {
     state
         .layers
         .iter()

@@ -55,7 +55,7 @@ fn a_gpu_run_resumes() {
 /// on the GPU and one pass on the CPU (f32), for a model with every mixer.
 #[test]
 fn evaluation_in_pieces_on_the_gpu_matches_one_pass() {
-    use swax_hybrid::eval::run::{all_logits, Chunked, OneShot};
+    use swax_hybrid::eval::run::{all_logits, InPieces, OneShot};
     use swax_hybrid::model::Model;
     use swax_tensor::DType;
     let Some(gpu) = swax_tests::gpu() else { return };
@@ -80,10 +80,10 @@ fn evaluation_in_pieces_on_the_gpu_matches_one_pass() {
         dtype: DType::BF16,
         device: gpu,
     };
-    let pieces = Chunked {
+    let pieces = InPieces {
         model: &on_gpu,
         window,
-        chunk: 256,
+        piece: 256,
         dtype: DType::BF16,
         device: gpu,
     };

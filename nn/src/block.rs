@@ -1,5 +1,7 @@
-//! The pre-norm residual block: `x + mixer(norm(x))`, then `x + mlp(norm(x))`.
+//! The pre-norm residual block: `x + mixer(norm(x))`, then `x + mlp(norm(x))`, over a whole
+//! sequence or over one piece of a longer one.
 use crate::layers::basic::{RmsNorm, SwiGlu};
+use crate::layers::pieces::MixerState;
 use crate::layers::{Mixer, MixerDims};
 use crate::params::{Params, Weights};
 use swax_tensor::{Result, Tensor};
@@ -35,6 +37,23 @@ impl Block {
         let mixed = self
             .mixer
             .forward(w, &self.mixer_norm.forward(w, x)?, window)?;
+        let x = tape.add(x, &mixed)?;
+        let y = self.mlp.forward(w, &self.mlp_norm.forward(w, &x)?)?;
+        tape.add(&x, &y)
+    }
+
+    /// `forward` over one piece of a longer sequence; see [`Mixer::forward_piece`].
+    pub fn forward_piece(
+        &self,
+        w: &Weights,
+        x: &Tensor,
+        window: usize,
+        pos: usize,
+        state: &mut MixerState,
+    ) -> Result<Tensor> {
+        let tape = w.tape;
+        let normed = self.mixer_norm.forward(w, x)?;
+        let mixed = self.mixer.forward_piece(w, &normed, window, pos, state)?;
         let x = tape.add(x, &mixed)?;
         let y = self.mlp.forward(w, &self.mlp_norm.forward(w, &x)?)?;
         tape.add(&x, &y)

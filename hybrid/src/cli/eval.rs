@@ -47,8 +47,8 @@ pub struct EvalArgs {
     /// Evaluate in pieces of this many tokens, carrying window tails and recurrent states
     /// (memory bounded by the piece, not the sequence); 0 for one pass per sequence. Default:
     /// the training length.
-    #[arg(long)]
-    chunk: Option<usize>,
+    #[arg(long, alias = "chunk")]
+    piece: Option<usize>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// `forced`: exact match of the greedy answer in one teacher-forced pass; `generate`: that,
@@ -129,7 +129,7 @@ pub fn run(args: EvalArgs) -> CliResult {
         window,
         samples: args.samples,
         seed: args.seed,
-        chunk: args.chunk.unwrap_or(train_len),
+        piece: args.piece.unwrap_or(train_len),
         bucket: args.bucket.unwrap_or(train_len),
         data: args.data.clone(),
         generate_tokens: match args.scoring.as_str() {

@@ -7,7 +7,7 @@ use swax_data::TokenizerKind;
 
 use super::generated::{eval_generated, Generation};
 use super::results::EvalResults;
-use super::run::{eval_task, held_out, loss_curve, Chunked, Forward, Loaded, OneShot, Task};
+use super::run::{eval_task, held_out, loss_curve, Forward, InPieces, Loaded, OneShot, Task};
 use crate::train::compute_dtype;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -25,7 +25,7 @@ pub struct Plan {
     pub samples: usize,
     pub seed: u64,
     /// Tokens per piece (0: one pass per sequence).
-    pub chunk: usize,
+    pub piece: usize,
     /// Positions per bucket of the loss curve.
     pub bucket: usize,
     /// The held-out text of the loss, as `data.source` names it (None: the run's own).
@@ -48,17 +48,17 @@ pub fn evaluate(
     let dtype = compute_dtype(cfg, device);
     let model = &loaded.model;
     let window = plan.window;
-    let f: Box<dyn Forward> = match plan.chunk {
+    let f: Box<dyn Forward> = match plan.piece {
         0 => Box::new(OneShot {
             model,
             window,
             dtype,
             device,
         }),
-        chunk => Box::new(Chunked {
+        piece => Box::new(InPieces {
             model,
             window,
-            chunk,
+            piece,
             dtype,
             device,
         }),
@@ -84,7 +84,7 @@ pub fn evaluate(
                                 dtype,
                                 device,
                                 max_tokens: plan.generate_tokens,
-                                piece: plan.chunk.max(1).min(len),
+                                piece: plan.piece.max(1).min(len),
                             };
                             let seed = plan.seed;
                             cell.generated =

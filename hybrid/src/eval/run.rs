@@ -15,14 +15,14 @@ use swax_tensor::{DType, Device, Tensor};
 use super::results::{LossBucket, LossCurve, TaskCell};
 use super::score::{exact_answers, scored_prefix};
 use crate::config::Config;
-use crate::model::{EvalState, Model};
+use crate::model::{Model, SequenceState};
 use crate::train::data::{recall_data, Source, VAL_ROWS};
 use crate::train::eval::ids;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// Something that gives next-token logits for a sequence of token ids, piece by piece: `each`
-/// gets the logits `[Tc, V]` of consecutive pieces in order (with the position of each piece's
+/// gets the logits `[Tp, V]` of consecutive pieces in order (with the position of each piece's
 /// first row), so a caller that scores a piece as it comes holds one piece's logits at a time.
 pub trait Forward {
     fn pieces(
@@ -57,18 +57,18 @@ impl Forward for OneShot<'_> {
     }
 }
 
-/// The sequence in pieces of `chunk` tokens, each layer carrying its window tail or recurrent
-/// state to the next (`Model::forward_chunk`): the same logits as [`OneShot`], while the
+/// The sequence in pieces of `piece` tokens, each layer carrying its window tail or recurrent
+/// state to the next (`Model::forward_piece`): the same logits as [`OneShot`], while the
 /// activations held stay those of one piece.
-pub struct Chunked<'a> {
+pub struct InPieces<'a> {
     pub model: &'a Model,
     pub window: usize,
-    pub chunk: usize,
+    pub piece: usize,
     pub dtype: DType,
     pub device: Device,
 }
 
-impl Forward for Chunked<'_> {
+impl Forward for InPieces<'_> {
     fn pieces(
         &self,
         tokens: &[u32],
@@ -76,11 +76,11 @@ impl Forward for Chunked<'_> {
     ) -> Result<()> {
         let tape = Tape::new();
         let w = Weights::inference(&tape, &self.model.params, self.dtype)?;
-        let mut state = EvalState::default();
-        let step = self.chunk.max(1);
+        let mut state = SequenceState::default();
+        let step = self.piece.max(1);
         for (i, piece) in tokens.chunks(step).enumerate() {
             let x = ids(piece, 1, piece.len(), self.device)?;
-            let logits = self.model.forward_chunk(&w, &x, self.window, &mut state)?;
+            let logits = self.model.forward_piece(&w, &x, self.window, &mut state)?;
             let v = logits.dims()[2];
             each(i * step, &logits.reshape(vec![piece.len(), v])?)?;
         }

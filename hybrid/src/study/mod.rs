@@ -117,8 +117,8 @@ pub struct EvalSpec {
     pub depths: Vec<f64>,
     pub samples: usize,
     /// Tokens per evaluation piece (0: the training length).
-    #[serde(default)]
-    pub chunk: usize,
+    #[serde(default, alias = "chunk")]
+    pub piece: usize,
     /// The loss by position at the longest length.
     #[serde(default = "yes")]
     pub loss: bool,
@@ -251,7 +251,7 @@ impl StudySpec {
             window,
             samples: self.eval.samples,
             seed: 0,
-            chunk: match self.eval.chunk {
+            piece: match self.eval.piece {
                 0 => t,
                 c => c,
             },
@@ -376,8 +376,10 @@ fn covers(r: &EvalResults, plan: &Plan) -> bool {
 fn keep_spec(spec: &StudySpec, out: &Path) -> Result<()> {
     let path = out.join("study.toml");
     let text = toml::to_string(spec)?;
+    // Compared as specs, not as text: one written under a field's old name (`eval.chunk`, now
+    // `eval.piece`) is still the same study.
     match std::fs::read_to_string(&path) {
-        Ok(old) if old == text => Ok(()),
+        Ok(old) if toml::from_str::<StudySpec>(&old).is_ok_and(|old| old == *spec) => Ok(()),
         Ok(_) => Err(format!(
             "{} holds another study ({}): use another folder",
             out.display(),

@@ -1,7 +1,7 @@
 //! The attention layer (sliding-window or full): q, k, v from one projection, RoPE on q and k,
 //! grouped-query heads, the SWA mixer, the output projection.
 use super::basic::{Linear, INIT_STD};
-use super::chunked::join_tail;
+use super::pieces::join_tail;
 use super::{fused, in_f32, MixerDims};
 use crate::mixers::attention::{fused as fused_swa, reference};
 use crate::params::{Params, Weights};
@@ -44,14 +44,14 @@ impl Attention {
     /// x `[B, T, C]`; each query sees `window` keys (itself included). A whole sequence is
     /// one piece with nothing before it.
     pub fn forward(&self, w: &Weights, x: &Tensor, window: usize) -> Result<Tensor> {
-        Ok(self.forward_chunk(w, x, window, 0, None)?.0)
+        Ok(self.forward_piece(w, x, window, 0, None)?.0)
     }
 
-    /// One piece x `[B, Tc, C]` of a longer sequence whose first token is at `pos`: `tail` is
+    /// One piece x `[B, Tp, C]` of a longer sequence whose first token is at `pos`: `tail` is
     /// the qkv projection of the tokens just before it (those within the window). The piece runs
     /// joined to its tail, whose queries are computed and dropped. Returns the output for x and
     /// the joined qkv, to cut the next tail from.
-    pub fn forward_chunk(
+    pub fn forward_piece(
         &self,
         w: &Weights,
         x: &Tensor,
@@ -60,7 +60,7 @@ impl Attention {
         tail: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
         let tape = w.tape;
-        let (b, tc) = (x.dims()[0], x.dims()[1]);
+        let (b, tp) = (x.dims()[0], x.dims()[1]);
         let (h, hkv, d) = (self.h, self.hkv, self.d);
         let (qkv, start) = join_tail(tape, &self.qkv.forward(w, x)?, tail, pos)?;
         let t = qkv.dims()[1];
@@ -81,7 +81,7 @@ impl Attention {
                 reference::swa(tape, &q, &k, &v, window, None)
             })?
         };
-        let o = tape.reshape(&tape.narrow(&o, 1, t - tc, tc)?, vec![b, tc, h * d])?;
+        let o = tape.reshape(&tape.narrow(&o, 1, t - tp, tp)?, vec![b, tp, h * d])?;
         Ok((self.out.forward(w, &o)?, qkv))
     }
 }

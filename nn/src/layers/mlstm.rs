@@ -83,13 +83,13 @@ impl Mlstm {
 
     /// x `[B, T, C]`: a whole sequence is one piece, from a zero state.
     pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
-        Ok(self.forward_chunk(w, x, None, None)?.0)
+        Ok(self.forward_piece(w, x, None, None)?.0)
     }
 
-    /// One piece x `[B, Tc, C]` of a longer sequence: `conv_tail` is the pre-convolution qkv of
+    /// One piece x `[B, Tp, C]` of a longer sequence: `conv_tail` is the pre-convolution qkv of
     /// the tokens just before it, `state` the mLSTM's state after them (`None` for both: the
     /// sequence starts here). Returns the output, the next piece's `conv_tail` and the state.
-    pub fn forward_chunk(
+    pub fn forward_piece(
         &self,
         w: &Weights,
         x: &Tensor,

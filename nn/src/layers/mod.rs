@@ -8,9 +8,9 @@
 //! `SWAX_REFERENCE_MIXERS=1` forces the reference forms on every device.
 pub mod attention;
 pub mod basic;
-pub mod chunked;
 pub mod gated_delta;
 pub mod mlstm;
+pub mod pieces;
 pub mod rattention;
 pub mod short_conv;
 

@@ -3,7 +3,7 @@
 //! keys, each branch RMS-normalized, summed), the out projection; and the same over one piece of
 //! a longer sequence, for evaluation in pieces.
 use super::basic::{Linear, INIT_STD};
-use super::chunked::{join_tail, tail_len, MixerState};
+use super::pieces::{join_tail, tail_len, MixerState};
 use super::{fused, in_f32, MixerDims};
 use crate::mixers::attention::{fused as fused_swa, reference as swa_reference};
 use crate::mixers::rattention::{carry, fused as fused_ra, reference, Config, Rope};
@@ -95,13 +95,13 @@ impl RAttention {
             .forward(w, &tape.reshape(&o, vec![b, t, self.h * self.d])?)
     }
 
-    /// `forward` over one piece x `[B, Tc, C]` of a longer sequence whose first token is at `pos`
-    /// (evaluation: no gradient flows through it). As in `Attention::forward_chunk` the piece
+    /// `forward` over one piece x `[B, Tp, C]` of a longer sequence whose first token is at `pos`
+    /// (evaluation: no gradient flows through it). As in `Attention::forward_piece` the piece
     /// runs joined to the qkv of the window's tokens before it, which serves the SWA branch and
     /// the linear branch's keys inside that span; the keys before it reach the linear branch
     /// through the carried state (`carry`). Both branches are computed whole and normed here,
     /// the state read in between. Updates `state`'s tail and linear state.
-    pub fn forward_chunk(
+    pub fn forward_piece(
         &self,
         w: &Weights,
         x: &Tensor,
@@ -110,14 +110,14 @@ impl RAttention {
         state: &mut MixerState,
     ) -> Result<Tensor> {
         let tape = w.tape;
-        let (b, tc) = (x.dims()[0], x.dims()[1]);
+        let (b, tp) = (x.dims()[0], x.dims()[1]);
         let (qkv, start) = join_tail(tape, &self.qkv.forward(w, x)?, state.kv_tail.as_ref(), pos)?;
         let t = qkv.dims()[1];
         let [q, k, v] = self.heads(tape, &qkv)?;
         // A window past the span sees all of it: the same as the span's length.
         let cfg = self.config(window.min(t), start);
         let (ns, nr) = (w.get(self.norm_swa), w.get(self.norm_rla));
-        let dims = AttnDims::check("RAttention::forward_chunk", &q, &k, &v, cfg.window)?;
+        let dims = AttnDims::check("RAttention::forward_piece", &q, &k, &v, cfg.window)?;
         let rope = |x: &Tensor| tape.rope(x, start, self.rope_theta);
         let o_swa = if fused(&q, &[FusedKernel::Swa]) {
             fused_swa::swa(tape, &rope(&q)?, &rope(&k)?, &v, cfg.window, None)?
@@ -133,7 +133,7 @@ impl RAttention {
                 reference::linear(tape, &q, &k, &v, dims, cfg.window)
             })?
         };
-        let piece = |x: &Tensor| tape.narrow(x, 1, t - tc, tc);
+        let piece = |x: &Tensor| tape.narrow(x, 1, t - tp, tp);
         let (o_swa, mut o_rla) = (piece(&o_swa)?, piece(&o_rla)?);
         if let Some(s) = &state.linear {
             let dtype = o_rla.dtype();
@@ -159,6 +159,6 @@ impl RAttention {
         }
         state.kv_tail = Some(tape.narrow(&qkv, 1, t - keep, keep)?);
         self.out
-            .forward(w, &tape.reshape(&o, vec![b, tc, self.h * self.d])?)
+            .forward(w, &tape.reshape(&o, vec![b, tp, self.h * self.d])?)
     }
 }

@@ -33,7 +33,7 @@ impl ShortConv {
         Ok(ShortConv { weight })
     }
 
-    /// `silu(conv(x))` over the piece x `[B, Tc, C]`, after `tail` (the inputs of the tokens
+    /// `silu(conv(x))` over the piece x `[B, Tp, C]`, after `tail` (the inputs of the tokens
     /// just before it; `None` at the start of a sequence). Returns the output and the next
     /// piece's tail.
     pub fn forward(

@@ -1,5 +1,5 @@
 //! RAttention's linear-branch state, carried from one piece of a long sequence to the next when
-//! evaluating in pieces (`layers::chunked`): `S = sum_s phi(k_s)^T v_s` over the keys that have
+//! evaluating in pieces (`layers::pieces`): `S = sum_s phi(k_s)^T v_s` over the keys that have
 //! left the window tail, f32 `[B, Hkv, 2D, D]`. A piece runs joined to its tail, so the linear
 //! branch sees the tail's old-enough keys by itself; the keys before the tail reach it only
 //! through S, which every query of the piece reads (they are all older than its window).

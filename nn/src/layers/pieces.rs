@@ -1,12 +1,11 @@
-//! Evaluation of a long sequence in pieces, without a tape: each mixer carries what the next
-//! piece needs, so memory grows with the piece and the window, not with the sequence (except
-//! full attention, whose window is the whole past). Sliding-window attention carries the qkv
-//! projection of the last W - 1 tokens, RAttention those and its linear branch's state over the
-//! keys before them, the mLSTM and the gated delta rule their recurrent state and the inputs of
-//! their short convolution. The pieces give the same outputs as one pass over the
+//! A long sequence run in pieces (evaluation, generation), nothing recorded: each mixer carries
+//! what the next piece needs, so memory grows with the piece and the window, not with the
+//! sequence (except full attention, whose window is the whole past). Sliding-window attention
+//! carries the qkv projection of the last W - 1 tokens, RAttention those and its linear branch's
+//! state over the keys before them, the mLSTM and the gated delta rule their recurrent state and
+//! the inputs of their short convolution. The pieces give the same outputs as one pass over the
 //! whole sequence.
 use super::Mixer;
-use crate::block::Block;
 use crate::mixers::mlstm::MlstmState;
 use crate::params::Weights;
 use swax_autograd::Tape;
@@ -27,9 +26,9 @@ pub struct MixerState {
 }
 
 impl Mixer {
-    /// `forward` over the piece x `[B, Tc, C]` whose first token sits at `pos`, carrying
+    /// `forward` over the piece x `[B, Tp, C]` whose first token sits at `pos`, carrying
     /// `state` from the previous piece to the next.
-    pub fn forward_chunk(
+    pub fn forward_piece(
         &self,
         w: &Weights,
         x: &Tensor,
@@ -39,7 +38,7 @@ impl Mixer {
     ) -> Result<Tensor> {
         let tape = w.tape;
         let attend = |m: &super::attention::Attention, window: usize, state: &mut MixerState| {
-            let (y, joined) = m.forward_chunk(w, x, window, pos, state.kv_tail.as_ref())?;
+            let (y, joined) = m.forward_piece(w, x, window, pos, state.kv_tail.as_ref())?;
             let t = joined.dims()[1];
             let keep = tail_len(t, window);
             state.kv_tail = Some(tape.narrow(&joined, 1, t - keep, keep)?);
@@ -50,22 +49,22 @@ impl Mixer {
             Mixer::Full(m) => attend(m, usize::MAX, state),
             Mixer::Mlstm(m) => {
                 let (y, tail, s) =
-                    m.forward_chunk(w, x, state.conv_tail.as_ref(), state.mlstm.as_ref())?;
+                    m.forward_piece(w, x, state.conv_tail.as_ref(), state.mlstm.as_ref())?;
                 (state.conv_tail, state.mlstm) = (Some(tail), Some(s));
                 Ok(y)
             }
             Mixer::GatedDelta(m) => {
                 let (y, tail, s) =
-                    m.forward_chunk(w, x, state.conv_tail.as_ref(), state.delta.as_ref())?;
+                    m.forward_piece(w, x, state.conv_tail.as_ref(), state.delta.as_ref())?;
                 (state.conv_tail, state.delta) = (Some(tail), Some(s));
                 Ok(y)
             }
-            Mixer::RAttention(m) => m.forward_chunk(w, x, window, pos, state),
+            Mixer::RAttention(m) => m.forward_piece(w, x, window, pos, state),
         }
     }
 }
 
-/// A piece's qkv projection `[B, Tc, ..]` joined after the tail carried to it, and the position
+/// A piece's qkv projection `[B, Tp, ..]` joined after the tail carried to it, and the position
 /// of the joined span's first token (the piece's first is at `pos`).
 pub(crate) fn join_tail(
     tape: &Tape,
@@ -79,7 +78,7 @@ pub(crate) fn join_tail(
     };
     let before = joined.dims()[1] - qkv.dims()[1];
     let start = pos.checked_sub(before).ok_or_else(|| Error::Invalid {
-        op: "forward_chunk",
+        op: "forward_piece",
         msg: format!("a tail of {before} tokens before position {pos}"),
     })?;
     Ok((joined, start))
@@ -89,23 +88,4 @@ pub(crate) fn join_tail(
 /// window - 1 keys before it.
 pub(crate) fn tail_len(t: usize, window: usize) -> usize {
     t.min(window.saturating_sub(1))
-}
-
-impl Block {
-    /// `forward` over one piece of a longer sequence; see [`Mixer::forward_chunk`].
-    pub fn forward_chunk(
-        &self,
-        w: &Weights,
-        x: &Tensor,
-        window: usize,
-        pos: usize,
-        state: &mut MixerState,
-    ) -> Result<Tensor> {
-        let tape = w.tape;
-        let normed = self.mixer_norm.forward(w, x)?;
-        let mixed = self.mixer.forward_chunk(w, &normed, window, pos, state)?;
-        let x = tape.add(x, &mixed)?;
-        let y = self.mlp.forward(w, &self.mlp_norm.forward(w, &x)?)?;
-        tape.add(&x, &y)
-    }
 }
