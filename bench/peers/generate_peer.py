@@ -82,7 +82,7 @@ def main():
     p.add_argument("--batches", default="1,64")
     p.add_argument("--contexts", default="4096,32768,131072")
     p.add_argument("--window", type=int, default=2048)
-    p.add_argument("--piece-tokens", type=int, default=16384)
+    p.add_argument("--piece-tokens", type=int, default=65536)
     p.add_argument("--decode-tokens", type=int, default=64)
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--results", default="bench/results/generate.jsonl")

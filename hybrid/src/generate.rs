@@ -141,14 +141,14 @@ impl<'a> Decoder<'a> {
     pub fn read(&mut self, tokens: &[u32]) -> Result<Tensor> {
         let n = tokens.len() / self.batch.max(1);
         let ids = Tensor::from_vec(tokens.to_vec(), vec![self.batch, n], self.device)?;
+        let hidden = self
+            .model
+            .hidden_piece(&self.weights, &ids, self.window, &mut self.state)?;
         let logits = self
             .model
-            .forward_piece(&self.weights, &ids, self.window, &mut self.state)?;
+            .project(&self.weights, &hidden.narrow(1, n - 1, 1)?)?;
         let v = logits.dims()[2];
-        logits
-            .narrow(1, n - 1, 1)?
-            .reshape(vec![self.batch, v])?
-            .to_dtype(DType::F32)
+        logits.reshape(vec![self.batch, v])?.to_dtype(DType::F32)
     }
 
     /// Reads a prompt shared by every row, `piece` tokens at a time (0: at once), and returns

@@ -108,6 +108,20 @@ impl Model {
         window: usize,
         state: &mut SequenceState,
     ) -> Result<Tensor> {
+        let x = self.hidden_piece(w, ids, window, state)?;
+        self.project(w, &x)
+    }
+
+    /// The final normalized hidden states `[B, Tp, D]` of [`Model::forward_piece`], before the
+    /// output projection: generation projects only the last position, which at a vocabulary of
+    /// 50k is a third of a small model's work per token that the other positions would waste.
+    pub fn hidden_piece(
+        &self,
+        w: &Weights,
+        ids: &Tensor,
+        window: usize,
+        state: &mut SequenceState,
+    ) -> Result<Tensor> {
         state
             .layers
             .resize_with(self.blocks.len(), MixerState::default);
@@ -116,6 +130,11 @@ impl Model {
             x = block.forward_piece(w, &x, window, state.pos, layer)?;
         }
         state.pos += ids.dims()[1];
-        self.head.forward(w, &self.norm.forward(w, &x)?)
+        self.norm.forward(w, &x)
+    }
+
+    /// Logits `[B, Tp, V]` of hidden states from [`Model::hidden_piece`].
+    pub fn project(&self, w: &Weights, hidden: &Tensor) -> Result<Tensor> {
+        self.head.forward(w, hidden)
     }
 }

@@ -38,9 +38,8 @@ struct Args {
     /// The attention window (0: the config's w_long).
     #[arg(long, default_value_t = 0)]
     window: usize,
-    /// Tokens of all rows together read per prefill pass (the logits of a pass are
-    /// [rows, piece, V], so this bounds their memory).
-    #[arg(long, default_value_t = 16384)]
+    /// Tokens of all rows together read per prefill pass (this bounds the activations' memory).
+    #[arg(long, default_value_t = 65536)]
     piece_tokens: usize,
     #[arg(long, default_value_t = 64)]
     decode_tokens: usize,
