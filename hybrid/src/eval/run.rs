@@ -14,10 +14,10 @@ use swax_tensor::{DType, Device, Tensor};
 
 use super::results::{LossBucket, LossCurve, TaskCell};
 use super::score::{exact_answers, scored_prefix};
+use crate::batch::ids;
 use crate::config::Config;
 use crate::model::{Model, SequenceState};
 use crate::train::data::{recall_data, Source, VAL_ROWS};
-use crate::train::eval::ids;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
