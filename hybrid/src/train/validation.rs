@@ -1,7 +1,6 @@
 //! Validation during training, without a tape: the loss over fixed batches, and the recall
 //! check — exact-match accuracy on the answers of held-out corpus documents (facts stated once
 //! and asked for again later), split by whether the fact lies within the attention window.
-use swax_autograd::Tape;
 use swax_data::{Batch, TaskSample};
 use swax_nn::Weights;
 use swax_tensor::{DType, Device, Result};
@@ -17,8 +16,7 @@ pub fn val_loss(
     dtype: DType,
     device: Device,
 ) -> Result<f64> {
-    let tape = Tape::new();
-    let w = Weights::inference(&tape, &model.params, dtype)?;
+    let w = Weights::inference(&model.params, dtype)?;
     let mut total = 0.0;
     for batch in batches {
         let (x, y) = batch::to_device(batch, device)?;
@@ -80,8 +78,7 @@ pub fn recall(
     dtype: DType,
     device: Device,
 ) -> Result<Recall> {
-    let tape = Tape::new();
-    let w = Weights::inference(&tape, &model.params, dtype)?;
+    let w = Weights::inference(&model.params, dtype)?;
     let t = probes.iter().map(|p| p.tokens.len()).max().unwrap_or(1);
     let mut r = Recall::default();
     for group in probes.chunks(b.max(1)) {

@@ -80,7 +80,7 @@ impl GatedDelta {
         conv_tail: Option<&Tensor>,
         state: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        let tape = w.tape;
+        let tape = w.tape();
         let (b, t) = (x.dims()[0], x.dims()[1]);
         let (h, d) = (self.h, self.d);
         let (qkv, tail) = self.conv.forward(w, &self.qkv.forward(w, x)?, conv_tail)?;

@@ -96,7 +96,7 @@ impl Mlstm {
         conv_tail: Option<&Tensor>,
         state: Option<&mlstm::MlstmState>,
     ) -> Result<(Tensor, Tensor, mlstm::MlstmState)> {
-        let tape = w.tape;
+        let tape = w.tape();
         let (b, t) = (x.dims()[0], x.dims()[1]);
         let (h, dk, dv) = (self.h, self.dk, self.dv);
         let (qkv, tail) = self.conv.forward(w, &self.qkv.forward(w, x)?, conv_tail)?;

@@ -72,7 +72,7 @@ fn cast(w: &Weights, x: &Tensor, dtype: DType) -> Result<Tensor> {
     if x.dtype() == dtype {
         Ok(x.clone())
     } else {
-        w.tape.to_dtype(x, dtype)
+        w.tape().to_dtype(x, dtype)
     }
 }
 
