@@ -8,7 +8,6 @@
 //! Sampling: greedy at temperature 0, else softmax at the temperature, cut to the `top_k` most
 //! likely tokens and to the smallest set whose probability reaches `top_p`; each sequence of a
 //! batch draws from its own stream of the seed, so a seed gives the same text every time.
-use swax_autograd::Tape;
 use swax_data::Rng;
 use swax_nn::Weights;
 use swax_tensor::{DType, Device, Result, Tensor};
@@ -110,7 +109,6 @@ impl<'a> Decoder<'a> {
     /// A decoder of `batch` sequences at attention window `window`, computing in `dtype`.
     pub fn new(
         model: &'a Model,
-        tape: &'a Tape,
         window: usize,
         dtype: DType,
         device: Device,
@@ -118,7 +116,7 @@ impl<'a> Decoder<'a> {
     ) -> Result<Decoder<'a>> {
         Ok(Decoder {
             model,
-            weights: Weights::inference(tape, &model.params, dtype)?,
+            weights: Weights::inference(&model.params, dtype)?,
             window,
             device,
             state: SequenceState::default(),
@@ -199,8 +197,7 @@ pub fn generate(
     device: Device,
     each: &mut dyn FnMut(usize, u32),
 ) -> Result<Vec<Vec<u32>>> {
-    let tape = Tape::new();
-    let mut dec = Decoder::new(model, &tape, req.window, dtype, device, req.batch)?;
+    let mut dec = Decoder::new(model, req.window, dtype, device, req.batch)?;
     let mut rngs: Vec<Rng> = (0..req.batch as u64)
         .map(|row| Rng::derive(req.sampling.seed, &[0x47_454e, row]))
         .collect();

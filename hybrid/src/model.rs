@@ -78,7 +78,7 @@ impl Model {
         let logits = self.logits(w, inputs, window)?;
         let v = *logits.dims().last().expect("logits have a vocabulary axis");
         let rows = logits.numel() / v;
-        let tape = w.tape;
+        let tape = w.tape();
         let flat = tape.reshape(&logits, vec![rows, v])?;
         let targets = tape.reshape(targets, vec![rows])?;
         let loss = tape.cross_entropy(&flat, &targets, Some(IGNORE))?;

@@ -5,7 +5,6 @@
 mod common;
 
 use common::micro;
-use swax_autograd::Tape;
 use swax_data::Rng;
 use swax_hybrid::eval::run::{all_logits, OneShot};
 use swax_hybrid::generate::{generate, Decoder, Request, Sampling};
@@ -143,8 +142,7 @@ fn held(state: &SequenceState) -> usize {
 fn the_decoding_state_is_bounded_except_for_full_attention() {
     for pattern in ["S", "M", "G", "R", "F"] {
         let m = model(pattern, 5);
-        let tape = Tape::new();
-        let mut dec = Decoder::new(&m, &tape, 8, DType::F32, Device::Cpu, 2).unwrap();
+        let mut dec = Decoder::new(&m, 8, DType::F32, Device::Cpu, 2).unwrap();
         dec.prefill(&PROMPT, 4).unwrap();
         let mut sizes = Vec::new();
         for step in 0..40 {

@@ -117,7 +117,6 @@ fn evaluation_in_pieces_on_the_gpu_matches_one_pass() {
 /// the bounded mixers, growing only for full attention.
 #[test]
 fn generation_on_the_gpu_matches_one_pass_and_holds_flat_memory() {
-    use swax_autograd::Tape;
     use swax_hybrid::eval::run::{all_logits, OneShot};
     use swax_hybrid::generate::{generate, Decoder, Request, Sampling};
     use swax_hybrid::model::Model;
@@ -160,8 +159,7 @@ fn generation_on_the_gpu_matches_one_pass_and_holds_flat_memory() {
                 row[t as usize]
             );
         }
-        let tape = Tape::new();
-        let mut dec = Decoder::new(&model, &tape, 16, DType::BF16, gpu, 4).unwrap();
+        let mut dec = Decoder::new(&model, 16, DType::BF16, gpu, 4).unwrap();
         dec.prefill(&prompt, 24).unwrap();
         let in_use = || swax_tensor::cuda::device(0).unwrap().pool_stats().in_use;
         let mut held = Vec::new();

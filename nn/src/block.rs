@@ -33,7 +33,7 @@ impl Block {
     }
 
     pub fn forward(&self, w: &Weights, x: &Tensor, window: usize) -> Result<Tensor> {
-        let tape = w.tape;
+        let tape = w.tape();
         let mixed = self
             .mixer
             .forward(w, &self.mixer_norm.forward(w, x)?, window)?;
@@ -51,7 +51,7 @@ impl Block {
         pos: usize,
         state: &mut MixerState,
     ) -> Result<Tensor> {
-        let tape = w.tape;
+        let tape = w.tape();
         let normed = self.mixer_norm.forward(w, x)?;
         let mixed = self.mixer.forward_piece(w, &normed, window, pos, state)?;
         let x = tape.add(x, &mixed)?;

@@ -110,12 +110,19 @@ impl Params {
     }
 }
 
-/// The parameters as one forward pass sees them: watched on `tape` (when training) and cast to
+/// The parameters as one forward pass sees them: watched on a tape (when training) and cast to
 /// the compute dtype.
 pub struct Weights<'a> {
-    pub tape: &'a Tape,
+    tape: Recorder<'a>,
     values: Vec<Tensor>,
     pub dtype: DType,
+}
+
+/// The tape a forward pass's ops go through: the caller's when training (its `backward` follows),
+/// else one of the weights' own with nothing watched, which records nothing.
+enum Recorder<'a> {
+    Training(&'a Tape),
+    Inference(Tape),
 }
 
 impl<'a> Weights<'a> {
@@ -124,30 +131,40 @@ impl<'a> Weights<'a> {
         for p in params.iter() {
             tape.watch(&p.value);
         }
-        Weights::cast(tape, params, dtype)
+        Weights::cast(Recorder::Training(tape), params, dtype)
     }
 
-    /// The parameters cast to `dtype`, nothing watched: `tape` records nothing (evaluation).
-    pub fn inference(tape: &'a Tape, params: &Params, dtype: DType) -> Result<Weights<'a>> {
-        Weights::cast(tape, params, dtype)
+    /// The parameters cast to `dtype`, nothing watched and no tape needed: the forward pass
+    /// records nothing (evaluation, generation).
+    pub fn inference(params: &Params, dtype: DType) -> Result<Weights<'static>> {
+        Weights::cast(Recorder::Inference(Tape::new()), params, dtype)
     }
 
-    fn cast(tape: &'a Tape, params: &Params, dtype: DType) -> Result<Weights<'a>> {
-        let values = params
+    fn cast(tape: Recorder<'a>, params: &Params, dtype: DType) -> Result<Weights<'a>> {
+        let mut w = Weights {
+            tape,
+            values: Vec::new(),
+            dtype,
+        };
+        w.values = params
             .iter()
             .map(|p| match p.value.dtype() == dtype {
                 true => Ok(p.value.clone()),
-                false => tape.to_dtype(&p.value, dtype),
+                false => w.tape().to_dtype(&p.value, dtype),
             })
             .collect::<Result<_>>()?;
-        Ok(Weights {
-            tape,
-            values,
-            dtype,
-        })
+        Ok(w)
     }
 
     pub fn get(&self, id: ParamId) -> &Tensor {
         &self.values[id.0]
+    }
+
+    /// The tape the forward pass's ops go through.
+    pub fn tape(&self) -> &Tape {
+        match &self.tape {
+            Recorder::Training(tape) => tape,
+            Recorder::Inference(tape) => tape,
+        }
     }
 }

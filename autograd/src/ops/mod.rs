@@ -2,13 +2,11 @@
 //! backward on the tape. The files mirror `swax_tensor`'s `ops/`.
 mod conv;
 mod elementwise;
-mod gates;
 mod index;
 mod layout;
 mod loss;
 mod mask;
 mod matmul;
-mod mixer_norm;
 mod norm;
 mod reduce;
 mod rope;

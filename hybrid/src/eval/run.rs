@@ -4,7 +4,6 @@
 //! checkpoint, on hand-made test predictors, or on any other way of producing the logits.
 use std::path::{Path, PathBuf};
 
-use swax_autograd::Tape;
 use swax_data::{
     mqar, niah, passkey, MqarConfig, NiahConfig, NiahKind, PasskeyConfig, Split, TaskSample,
     Tokenizer,
@@ -14,10 +13,10 @@ use swax_tensor::{DType, Device, Tensor};
 
 use super::results::{LossBucket, LossCurve, TaskCell};
 use super::score::{exact_answers, scored_prefix};
+use crate::batch::ids;
 use crate::config::Config;
 use crate::model::{Model, SequenceState};
 use crate::train::data::{recall_data, Source, VAL_ROWS};
-use crate::train::eval::ids;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -46,8 +45,7 @@ impl Forward for OneShot<'_> {
         tokens: &[u32],
         each: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
     ) -> Result<()> {
-        let tape = Tape::new();
-        let w = Weights::inference(&tape, &self.model.params, self.dtype)?;
+        let w = Weights::inference(&self.model.params, self.dtype)?;
         let t = tokens.len();
         let logits = self
             .model
@@ -74,8 +72,7 @@ impl Forward for InPieces<'_> {
         tokens: &[u32],
         each: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
     ) -> Result<()> {
-        let tape = Tape::new();
-        let w = Weights::inference(&tape, &self.model.params, self.dtype)?;
+        let w = Weights::inference(&self.model.params, self.dtype)?;
         let mut state = SequenceState::default();
         let step = self.piece.max(1);
         for (i, piece) in tokens.chunks(step).enumerate() {

@@ -15,10 +15,10 @@
 //! lower bound on the memory it needs is checked against what the device has (`memory`).
 pub mod checkpoint;
 pub mod data;
-pub mod eval;
 pub mod memory;
 pub mod metrics;
 pub mod run_dir;
+pub mod validation;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,13 +31,14 @@ use swax_nn::optim::{AdamW, AdamWConfig, Schedule};
 use swax_nn::Weights;
 use swax_tensor::{DType, Device, Tensor};
 
+use crate::batch;
 use crate::config::Config;
 use crate::model::Model;
 use crate::window::WindowSchedule;
 use checkpoint::{DataRecord, State};
-use eval::Recall;
 use metrics::Metrics;
 use run_dir::RunDir;
+use validation::Recall;
 
 pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -218,7 +219,12 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
             true => Ok(Vec::new()),
             false => eval_windows
                 .iter()
-                .map(|&w| Ok((w, eval::recall(model, &data.probes, b, w, dtype, device)?)))
+                .map(|&w| {
+                    Ok((
+                        w,
+                        validation::recall(model, &data.probes, b, w, dtype, device)?,
+                    ))
+                })
                 .collect(),
         }
     };
@@ -261,8 +267,7 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
             let batch = data.train.next_batch()?;
             let tape = Tape::new();
             let w = Weights::training(&tape, &model.params, dtype)?;
-            let x = eval::ids(&batch.inputs, batch.b, batch.t, device)?;
-            let y = eval::ids(&batch.targets, batch.b, batch.t, device)?;
+            let (x, y) = batch::to_device(&batch, device)?;
             profile.data += laps.lap()?;
             let loss = model.loss(&w, &x, &y, window)?;
             profile.forward += laps.lap()?;
@@ -325,7 +330,7 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
             val_windows.dedup();
             if !data.val.is_empty() {
                 for &w in &val_windows {
-                    let v = eval::val_loss(&model, &data.val, w, dtype, device)?;
+                    let v = validation::val_loss(&model, &data.val, w, dtype, device)?;
                     metrics.log(json!({"step": state.step, "val_loss": v, "window": w}))?;
                     if w == t.w_long {
                         val_loss = Some(v);

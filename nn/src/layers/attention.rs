@@ -59,7 +59,7 @@ impl Attention {
         pos: usize,
         tail: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
-        let tape = w.tape;
+        let tape = w.tape();
         let (b, tp) = (x.dims()[0], x.dims()[1]);
         let (h, hkv, d) = (self.h, self.hkv, self.d);
         let (qkv, start) = join_tail(tape, &self.qkv.forward(w, x)?, tail, pos)?;

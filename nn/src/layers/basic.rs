@@ -25,7 +25,7 @@ impl Linear {
 
     /// `x W` over the last axis of x `[.., in]`.
     pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
-        let tape = w.tape;
+        let tape = w.tape();
         let dims = x.dims().to_vec();
         let rows = dims[..dims.len() - 1].iter().product::<usize>();
         let y = tape.matmul(&tape.reshape(x, vec![rows, self.d_in])?, w.get(self.w))?;
@@ -52,7 +52,7 @@ impl Embedding {
 
     /// Rows of the table for U32 ids `[..]`: `[.., d]`.
     pub fn forward(&self, w: &Weights, ids: &Tensor) -> Result<Tensor> {
-        w.tape.embedding(w.get(self.table), ids)
+        w.tape().embedding(w.get(self.table), ids)
     }
 }
 
@@ -69,7 +69,7 @@ impl RmsNorm {
     }
 
     pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
-        w.tape.rms_norm(x, w.get(self.weight), self.eps)
+        w.tape().rms_norm(x, w.get(self.weight), self.eps)
     }
 }
 
@@ -92,7 +92,7 @@ impl SwiGlu {
     }
 
     pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
-        let tape = w.tape;
+        let tape = w.tape();
         let gu = self.gate_up.forward(w, x)?;
         let gate = tape.narrow(&gu, -1, 0, self.hidden)?;
         let up = tape.narrow(&gu, -1, self.hidden, self.hidden)?;

@@ -3,6 +3,8 @@
 //! `-exp(A) softplus(x W_a + dt_bias)`; the chunkwise gated delta rule (q, k L2-normalized
 //! inside it); an RMSNorm gated by swish(x W_g); the out projection.
 use super::basic::{Linear, INIT_STD};
+use super::gates::log_decay;
+use super::output_norm::gated_rms_norm;
 use super::short_conv::ShortConv;
 use super::{cast, fused, MixerDims};
 use crate::mixers::gated_delta;
@@ -80,7 +82,7 @@ impl GatedDelta {
         conv_tail: Option<&Tensor>,
         state: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        let tape = w.tape;
+        let tape = w.tape();
         let (b, t) = (x.dims()[0], x.dims()[1]);
         let (h, d) = (self.h, self.d);
         let (qkv, tail) = self.conv.forward(w, &self.qkv.forward(w, x)?, conv_tail)?;
@@ -88,7 +90,8 @@ impl GatedDelta {
             |i: usize| tape.reshape(&tape.narrow(&qkv, -1, i * h * d, h * d)?, vec![b, t, h, d]);
         let (q, k, v) = (part(0)?, part(1)?, part(2)?);
         let beta = tape.sigmoid(&self.beta.forward(w, x)?)?;
-        let g = tape.log_decay(
+        let g = log_decay(
+            tape,
             &self.decay.forward(w, x)?,
             w.get(self.a_log),
             w.get(self.dt_bias),
@@ -104,7 +107,7 @@ impl GatedDelta {
             (cast(w, &o, q.dtype())?, s)
         };
         let gate = tape.reshape(&self.gate.forward(w, x)?, vec![b, t, h, d])?;
-        let y = tape.gated_rms_norm(&o, &gate, w.get(self.norm), self.eps)?;
+        let y = gated_rms_norm(tape, &o, &gate, w.get(self.norm), self.eps)?;
         let y = self.out.forward(w, &tape.reshape(&y, vec![b, t, h * d])?)?;
         Ok((y, tail, state))
     }

@@ -10,6 +10,8 @@
 //! by exp(-10), below the head norm's epsilon, so the layer's gradient starts a thousand times
 //! weaker than the paths around it.
 use super::basic::{Linear, INIT_STD};
+use super::gates::soft_cap;
+use super::output_norm::head_layer_norm;
 use super::short_conv::ShortConv;
 use super::{cast, fused, MixerDims};
 use crate::mixers::mlstm;
@@ -96,7 +98,7 @@ impl Mlstm {
         conv_tail: Option<&Tensor>,
         state: Option<&mlstm::MlstmState>,
     ) -> Result<(Tensor, Tensor, mlstm::MlstmState)> {
-        let tape = w.tape;
+        let tape = w.tape();
         let (b, t) = (x.dims()[0], x.dims()[1]);
         let (h, dk, dv) = (self.h, self.dk, self.dv);
         let (qkv, tail) = self.conv.forward(w, &self.qkv.forward(w, x)?, conv_tail)?;
@@ -105,7 +107,7 @@ impl Mlstm {
         };
         let (q, k, v) = (part(0, dk)?, part(h * dk, dk)?, part(2 * h * dk, dv)?);
         let gates = tape.add(&self.gates.forward(w, x)?, w.get(self.gate_bias))?;
-        let gates = tape.soft_cap(&gates, GATE_CAP)?;
+        let gates = soft_cap(tape, &gates, GATE_CAP)?;
         let (i, f) = (
             tape.narrow(&gates, -1, 0, h)?,
             tape.narrow(&gates, -1, h, h)?,
@@ -128,7 +130,7 @@ impl Mlstm {
             )?;
             (cast(w, &hs, q.dtype())?, s)
         };
-        let normed = tape.head_layer_norm(&hs, w.get(self.norm), None, self.eps)?;
+        let normed = head_layer_norm(tape, &hs, w.get(self.norm), None, self.eps)?;
         let o = tape.reshape(&self.ogate.forward(w, x)?, vec![b, t, h, dv])?;
         let gated = tape.mul(&normed, &tape.sigmoid(&o)?)?;
         let y = self

@@ -1,5 +1,6 @@
 //! Layers: the plain ones (`basic`), the four sequence-mixer layers around the mixers of
-//! `crate::mixers`, and [`Mixer`], the one of them a block holds.
+//! `crate::mixers` with the gates and output norms of the recurrent ones (`gates`, `output_norm`),
+//! and [`Mixer`], the one of them a block holds.
 //!
 //! A mixer layer calls the fused mixer (one tape node) when the device has that kernel
 //! (`Device::has_fused`, whose CUDA list lives in `swax_tensor::cuda::has_fused`) and the
@@ -9,7 +10,9 @@
 pub mod attention;
 pub mod basic;
 pub mod gated_delta;
+pub mod gates;
 pub mod mlstm;
+pub mod output_norm;
 pub mod pieces;
 pub mod rattention;
 pub mod short_conv;
@@ -72,7 +75,7 @@ fn cast(w: &Weights, x: &Tensor, dtype: DType) -> Result<Tensor> {
     if x.dtype() == dtype {
         Ok(x.clone())
     } else {
-        w.tape.to_dtype(x, dtype)
+        w.tape().to_dtype(x, dtype)
     }
 }
 

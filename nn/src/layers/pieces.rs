@@ -36,7 +36,7 @@ impl Mixer {
         pos: usize,
         state: &mut MixerState,
     ) -> Result<Tensor> {
-        let tape = w.tape;
+        let tape = w.tape();
         let attend = |m: &super::attention::Attention, window: usize, state: &mut MixerState| {
             let (y, joined) = m.forward_piece(w, x, window, pos, state.kv_tail.as_ref())?;
             let t = joined.dims()[1];

@@ -79,7 +79,7 @@ impl RAttention {
     }
 
     pub fn forward(&self, w: &Weights, x: &Tensor, window: usize) -> Result<Tensor> {
-        let tape = w.tape;
+        let tape = w.tape();
         let (b, t) = (x.dims()[0], x.dims()[1]);
         let [q, k, v] = self.heads(tape, &self.qkv.forward(w, x)?)?;
         let cfg = self.config(window, 0);
@@ -109,7 +109,7 @@ impl RAttention {
         pos: usize,
         state: &mut MixerState,
     ) -> Result<Tensor> {
-        let tape = w.tape;
+        let tape = w.tape();
         let (b, tp) = (x.dims()[0], x.dims()[1]);
         let (qkv, start) = join_tail(tape, &self.qkv.forward(w, x)?, state.kv_tail.as_ref(), pos)?;
         let t = qkv.dims()[1];

@@ -42,7 +42,7 @@ impl ShortConv {
         x: &Tensor,
         tail: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
-        let tape = w.tape;
+        let tape = w.tape();
         let t = x.dims()[1];
         let joined = match tail {
             Some(tail) => tape.concat(&[tail, x], 1)?,

@@ -1,17 +1,12 @@
-//! Evaluation without a tape: the validation loss over fixed batches, and the recall check —
-//! exact-match accuracy on the answers of held-out corpus documents (facts stated once and
-//! asked for again later), split by whether the fact lies within the attention window.
-use swax_autograd::Tape;
+//! Validation during training, without a tape: the loss over fixed batches, and the recall
+//! check — exact-match accuracy on the answers of held-out corpus documents (facts stated once
+//! and asked for again later), split by whether the fact lies within the attention window.
 use swax_data::{Batch, TaskSample};
 use swax_nn::Weights;
-use swax_tensor::{DType, Device, Result, Tensor};
+use swax_tensor::{DType, Device, Result};
 
+use crate::batch::{self, ids};
 use crate::model::Model;
-
-/// Ids as a U32 tensor `[B, T]` on `device`.
-pub fn ids(values: &[u32], b: usize, t: usize, device: Device) -> Result<Tensor> {
-    Tensor::from_vec(values.to_vec(), vec![b, t], device)
-}
 
 /// The mean loss over `batches` at `window`.
 pub fn val_loss(
@@ -21,12 +16,10 @@ pub fn val_loss(
     dtype: DType,
     device: Device,
 ) -> Result<f64> {
-    let tape = Tape::new();
-    let w = Weights::inference(&tape, &model.params, dtype)?;
+    let w = Weights::inference(&model.params, dtype)?;
     let mut total = 0.0;
     for batch in batches {
-        let x = ids(&batch.inputs, batch.b, batch.t, device)?;
-        let y = ids(&batch.targets, batch.b, batch.t, device)?;
+        let (x, y) = batch::to_device(batch, device)?;
         total += model.loss(&w, &x, &y, window)?.to_scalar()?;
     }
     Ok(total / batches.len().max(1) as f64)
@@ -85,8 +78,7 @@ pub fn recall(
     dtype: DType,
     device: Device,
 ) -> Result<Recall> {
-    let tape = Tape::new();
-    let w = Weights::inference(&tape, &model.params, dtype)?;
+    let w = Weights::inference(&model.params, dtype)?;
     let t = probes.iter().map(|p| p.tokens.len()).max().unwrap_or(1);
     let mut r = Recall::default();
     for group in probes.chunks(b.max(1)) {
