@@ -16,7 +16,6 @@ use std::time::Instant;
 
 use clap::Parser;
 use serde_json::json;
-use swax_autograd::Tape;
 use swax_bench::record;
 use swax_hybrid::config::Config;
 use swax_hybrid::generate::Decoder;
@@ -103,8 +102,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for &context in &a.contexts {
             let piece = (a.piece_tokens / batch).clamp(1, context);
             let prompt: Vec<u32> = (0..context as u32).map(|i| (i * 7919 + 13) % v).collect();
-            let tape = Tape::new();
-            let mut dec = Decoder::new(&model, &tape, window, dtype, device, batch)?;
+            let mut dec = Decoder::new(&model, window, dtype, device, batch)?;
             reset_peak(device);
             let start = Instant::now();
             dec.prefill(&prompt, piece)?.to_vec::<f32>()?;
