@@ -12,6 +12,7 @@ mod buffer;
 mod device;
 mod dtype;
 mod error;
+mod guard;
 pub mod kernels;
 mod nvrtc;
 pub mod pool;
