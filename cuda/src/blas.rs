@@ -83,26 +83,31 @@ fn handle(dev: &Device) -> Result<Arc<Mutex<BlasHandle>>, CudaError> {
     Ok(h)
 }
 
-/// `c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i]` for `i` in `0..batch`, all row-major.
-///
-/// `op(a)` is `m x k` (stored `k x m` when `ta`), `op(b)` is `k x n` (stored `n x k` when `tb`),
-/// `c` is `m x n`. Matrix `i` of each operand starts at `i * stride` elements (a stride of 0
-/// broadcasts one matrix to every batch entry, for `a` and `b`).
+/// A batch of row-major products `C[b] = op(A[b]) · op(B[b])`, `C[b]` of `m × n`, inner size `k`.
+/// A transposed operand is stored as its transpose (`A` as `k × m`). Matrix `b` of an operand
+/// starts at `b * stride` elements; a batch stride of 0 broadcasts that operand over the batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulLayout {
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub lhs_transposed: bool,
+    pub rhs_transposed: bool,
+    pub lhs_batch_stride: usize,
+    pub rhs_batch_stride: usize,
+}
+
+/// `c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i]` for `i` in `0..batch`, all row-major, the
+/// products laid out by `layout`; matrix `i` of `c` starts at `i * c_stride` elements.
 ///
 /// Dtypes come from the buffers: `a` and `b` both f32 (`c` f32; f32 arithmetic, TF32 tensor
 /// cores only when `allow_tf32`) or both bf16 (`c` bf16 or f32; f32 accumulation).
 #[derive(Debug)]
 pub struct GemmArgs<'a> {
-    pub ta: bool,
-    pub tb: bool,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub batch: usize,
+    pub layout: MatmulLayout,
     pub a: &'a Buffer,
-    pub a_stride: usize,
     pub b: &'a Buffer,
-    pub b_stride: usize,
     pub c: &'a mut Buffer,
     pub c_stride: usize,
     pub alpha: f32,
@@ -119,16 +124,19 @@ pub struct GemmArgs<'a> {
 pub fn gemm(dev: &Device, args: GemmArgs<'_>) -> Result<(), CudaError> {
     const OP: &str = "gemm";
     let GemmArgs {
-        ta,
-        tb,
-        m,
-        n,
-        k,
-        batch,
+        layout:
+            MatmulLayout {
+                batch,
+                m,
+                n,
+                k,
+                lhs_transposed: ta,
+                rhs_transposed: tb,
+                lhs_batch_stride: a_stride,
+                rhs_batch_stride: b_stride,
+            },
         a,
-        a_stride,
         b,
-        b_stride,
         c,
         c_stride,
         alpha,

@@ -151,8 +151,12 @@ impl Device {
         lock(&self.inner.pool).empty_cache()
     }
 
-    /// An uninitialised buffer of `len` elements.
+    /// An uninitialised buffer of `len` elements; any dtype but f64, which no kernel takes (f64
+    /// is for gradient checks on the CPU).
     pub fn alloc(&self, dtype: DType, len: usize) -> Result<Buffer, CudaError> {
+        if dtype == DType::F64 {
+            return Err(CudaError::invalid("alloc", "the GPU holds no f64 data"));
+        }
         let bytes = len
             .checked_mul(dtype.size_bytes())
             .ok_or_else(|| CudaError::invalid("alloc", format!("{len} x {dtype} overflows")))?;

@@ -18,7 +18,7 @@ mod nvrtc;
 pub mod pool;
 pub mod timing;
 
-pub use blas::{gemm, GemmArgs};
+pub use blas::{gemm, GemmArgs, MatmulLayout};
 pub use buffer::Buffer;
 pub use device::Device;
 pub use dtype::{DType, DeviceScalar};
