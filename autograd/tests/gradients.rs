@@ -89,7 +89,7 @@ const UNARY: [UnaryCase; 15] = [
     (UnaryOp::Scale(-1.7), std::convert::identity),
     (UnaryOp::AddScalar(0.4), std::convert::identity),
     // Values within 0.05 of a bound are moved off it, so no difference straddles the kink.
-    (UnaryOp::Clamp(-0.5, 0.8), |x| {
+    (UnaryOp::Clamp { lo: -0.5, hi: 0.8 }, |x| {
         if (x + 0.5).abs() < 0.05 || (x - 0.8).abs() < 0.05 {
             x + 0.11
         } else {

@@ -1,4 +1,4 @@
-// binary.cu: y = a (op) b elementwise for add, sub, mul, div, with numpy broadcasting.
+// binary.cu: y = a (op) b elementwise for add, sub, mul, div, maximum, with numpy broadcasting.
 //
 // Two kernels per dtype: a vectorised one for same-shape contiguous operands (the op made a
 // compile-time constant by `dispatch`, so the loop has no per-element switch), and a strided one
@@ -6,7 +6,7 @@
 // Op numbers match `BinaryOp::code` in src/kernels/binary.rs.
 #include "common.cuh"
 
-enum { OP_ADD = 0, OP_SUB, OP_MUL, OP_DIV, OP_COUNT };
+enum { OP_ADD = 0, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_COUNT };
 
 __device__ __forceinline__ float binop(int op, float a, float b) {
     switch (op) {
@@ -14,6 +14,7 @@ __device__ __forceinline__ float binop(int op, float a, float b) {
         case OP_SUB: return a - b;
         case OP_MUL: return a * b;
         case OP_DIV: return a / b;
+        case OP_MAX: return fmaxf(a, b);
         default: return quiet_nan();
     }
 }

@@ -8,7 +8,7 @@
 
 enum {
     OP_NEG = 0, OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, OP_TANH, OP_SIGMOID, OP_SILU,
-    OP_SOFTPLUS, OP_LOG_SIGMOID, OP_RELU, OP_SQUARE, OP_SCALE, OP_CLAMP, OP_COUNT
+    OP_SOFTPLUS, OP_LOG_SIGMOID, OP_RELU, OP_SQUARE, OP_SCALE, OP_CLAMP, OP_ADD_SCALAR, OP_COUNT
 };
 
 // The approximate division (2 ulp) instead of IEEE division's multi-instruction sequence: the
@@ -17,7 +17,8 @@ __device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f
 // log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
 __device__ __forceinline__ float softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 
-// a and b are the op's parameters: the factor of OP_SCALE, the bounds of OP_CLAMP.
+// a and b are the op's parameters: the factor of OP_SCALE, the bounds of OP_CLAMP, the addend
+// of OP_ADD_SCALAR.
 __device__ __forceinline__ float apply_op(int op, float x, float a, float b) {
     switch (op) {
         case OP_NEG: return -x;
@@ -34,6 +35,7 @@ __device__ __forceinline__ float apply_op(int op, float x, float a, float b) {
         case OP_SQUARE: return x * x;
         case OP_SCALE: return x * a;
         case OP_CLAMP: return fminf(fmaxf(x, a), b);
+        case OP_ADD_SCALAR: return x + a;
         default: return quiet_nan();
     }
 }
@@ -55,6 +57,7 @@ __device__ __forceinline__ float deriv_from_x(int op, float x, float a, float b)
         case OP_SQUARE: return 2.0f * x;
         case OP_SCALE: return a;
         case OP_CLAMP: return (x >= a && x <= b) ? 1.0f : 0.0f;
+        case OP_ADD_SCALAR: return 1.0f;
         default: return quiet_nan();
     }
 }
@@ -74,6 +77,7 @@ __device__ __forceinline__ float deriv_from_y(int op, float y, float a) {
         case OP_LOG_SIGMOID: return -expm1f(y);    // 1 - sigmoid(x) = 1 - exp(log_sigmoid(x))
         case OP_RELU: return y > 0.0f ? 1.0f : 0.0f;
         case OP_SCALE: return a;
+        case OP_ADD_SCALAR: return 1.0f;
         default: return quiet_nan();
     }
 }

@@ -1,19 +1,20 @@
 //! Matrix multiplication through cuBLAS: row-major, optionally transposed, strided-batched.
 
-use crate::device::{guard_loader, lock};
+use crate::guard::{guard_loader, lock};
 use crate::{Buffer, CudaError, DType, Device};
 use cudarc::cublas::{result, sys};
+use std::sync::{Arc, Mutex};
 
 /// cuBLAS's workspace, from our pool: 32 MiB is what NVIDIA recommends on Hopper.
 const WORKSPACE_BYTES: usize = 32 << 20;
 
 /// A cuBLAS handle bound to the device's stream, created on the first `gemm`.
-pub(crate) struct BlasHandle {
+struct BlasHandle {
     handle: sys::cublasHandle_t,
 }
 
-// SAFETY: the handle is only used under the device's `blas` mutex, one thread at a time, with
-// the device's context made current first.
+// SAFETY: the handle is only used under its mutex in `HANDLES`, one thread at a time, with the
+// device's context made current first.
 unsafe impl Send for BlasHandle {}
 
 impl Drop for BlasHandle {
@@ -43,8 +44,8 @@ impl BlasHandle {
             result::create_handle().map_err(err("cublasCreate"))
         })?;
         let blas = BlasHandle { handle };
-        // The workspace block is held for the device's lifetime, outside any Buffer (a Buffer
-        // would keep the device alive through its own cuBLAS handle).
+        // The workspace block is held for the device's lifetime, outside any Buffer: like the
+        // handle, it is never given back.
         let workspace = dev.alloc_raw(WORKSPACE_BYTES)?;
         // SAFETY: the handle is live; the stream belongs to the current context and outlives
         // the handle (both live as long as the device); the workspace is a live block of
@@ -64,26 +65,49 @@ impl BlasHandle {
     }
 }
 
-/// `c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i]` for `i` in `0..batch`, all row-major.
-///
-/// `op(a)` is `m x k` (stored `k x m` when `ta`), `op(b)` is `k x n` (stored `n x k` when `tb`),
-/// `c` is `m x n`. Matrix `i` of each operand starts at `i * stride` elements (a stride of 0
-/// broadcasts one matrix to every batch entry, for `a` and `b`).
+/// Each device's handle, by ordinal, created at its first `gemm` and kept, like the device
+/// itself, until the process exits. Kept here, not in the device, so that the device knows
+/// nothing of cuBLAS. A handle serves one thread at a time; devices each have their own.
+static HANDLES: Mutex<Vec<(usize, Arc<Mutex<BlasHandle>>)>> = Mutex::new(Vec::new());
+
+fn handle(dev: &Device) -> Result<Arc<Mutex<BlasHandle>>, CudaError> {
+    let mut handles = lock(&HANDLES);
+    if let Some((_, h)) = handles
+        .iter()
+        .find(|(ordinal, _)| *ordinal == dev.ordinal())
+    {
+        return Ok(h.clone());
+    }
+    let h = Arc::new(Mutex::new(BlasHandle::new(dev)?));
+    handles.push((dev.ordinal(), h.clone()));
+    Ok(h)
+}
+
+/// A batch of row-major products `C[b] = op(A[b]) · op(B[b])`, `C[b]` of `m × n`, inner size `k`.
+/// A transposed operand is stored as its transpose (`A` as `k × m`). Matrix `b` of an operand
+/// starts at `b * stride` elements; a batch stride of 0 broadcasts that operand over the batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulLayout {
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub lhs_transposed: bool,
+    pub rhs_transposed: bool,
+    pub lhs_batch_stride: usize,
+    pub rhs_batch_stride: usize,
+}
+
+/// `c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i]` for `i` in `0..batch`, all row-major, the
+/// products laid out by `layout`; matrix `i` of `c` starts at `i * c_stride` elements.
 ///
 /// Dtypes come from the buffers: `a` and `b` both f32 (`c` f32; f32 arithmetic, TF32 tensor
 /// cores only when `allow_tf32`) or both bf16 (`c` bf16 or f32; f32 accumulation).
 #[derive(Debug)]
 pub struct GemmArgs<'a> {
-    pub ta: bool,
-    pub tb: bool,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub batch: usize,
+    pub layout: MatmulLayout,
     pub a: &'a Buffer,
-    pub a_stride: usize,
     pub b: &'a Buffer,
-    pub b_stride: usize,
     pub c: &'a mut Buffer,
     pub c_stride: usize,
     pub alpha: f32,
@@ -100,16 +124,19 @@ pub struct GemmArgs<'a> {
 pub fn gemm(dev: &Device, args: GemmArgs<'_>) -> Result<(), CudaError> {
     const OP: &str = "gemm";
     let GemmArgs {
-        ta,
-        tb,
-        m,
-        n,
-        k,
-        batch,
+        layout:
+            MatmulLayout {
+                batch,
+                m,
+                n,
+                k,
+                lhs_transposed: ta,
+                rhs_transposed: tb,
+                lhs_batch_stride: a_stride,
+                rhs_batch_stride: b_stride,
+            },
         a,
-        a_stride,
         b,
-        b_stride,
         c,
         c_stride,
         alpha,
@@ -196,18 +223,15 @@ pub fn gemm(dev: &Device, args: GemmArgs<'_>) -> Result<(), CudaError> {
     let ldb = int("ldb", if ta { m } else { k })?;
     let ldc = int("ldc", n)?;
 
-    let mut blas = lock(&dev.inner.blas);
-    if blas.is_none() {
-        *blas = Some(BlasHandle::new(dev)?);
-    }
-    let handle = blas.as_ref().expect("created above").handle;
+    let shared = handle(dev)?;
+    let blas = lock(&shared);
     dev.bind()?;
     // SAFETY: the sizes checked above keep every matrix of every batch entry inside its buffer;
     // alpha and beta are host f32 (the handle's default pointer mode), matching the f32 compute
     // type; the handle is used under its mutex with the device's context current.
     unsafe {
         result::gemm_strided_batched_ex(
-            handle,
+            blas.handle,
             op(tb),
             op(ta),
             ni,

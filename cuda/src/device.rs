@@ -5,14 +5,14 @@
 //! the stream ordering. A device is never torn down before the process exits, which also spares
 //! us CUDA's teardown-order hazards at exit.
 
-use crate::blas::BlasHandle;
+use crate::guard::{guard_loader, lock};
 use crate::nvrtc::{self, KernelSource};
 use crate::pool::{CudaSegments, Pool, PoolStats};
 use crate::{Buffer, CudaError, DType, DeviceScalar};
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// Bits of the device-side error word that kernels set on bad input (see `take_kernel_errors`).
 pub(crate) const FLAG_INDEX_OUT_OF_RANGE: u32 = 1;
@@ -22,7 +22,7 @@ pub(crate) const FLAG_TARGET_OUT_OF_RANGE: u32 = 2;
 /// asynchronously; `dtoh`, `synchronize` and `take_kernel_errors` wait for it.
 #[derive(Clone)]
 pub struct Device {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
 struct LoadedModule {
@@ -34,10 +34,9 @@ struct LoadedModule {
 /// Dynamic shared memory a block gets without opting in.
 const DEFAULT_SHARED: u32 = 48 * 1024;
 
-/// Field order is drop order: cuBLAS and the pool release device memory before the modules,
-/// stream and context go.
-pub(crate) struct Inner {
-    pub(crate) blas: Mutex<Option<BlasHandle>>,
+/// Field order is drop order: the pool releases device memory before the modules, stream and
+/// context go.
+struct Inner {
     pool: Mutex<Pool<CudaSegments>>,
     /// Address of the u32 error word kernels OR flags into; allocated on first use.
     error_word: Mutex<Option<u64>>,
@@ -52,34 +51,6 @@ pub(crate) struct Inner {
 }
 
 static DEVICES: Mutex<Vec<Device>> = Mutex::new(Vec::new());
-
-/// Locks a mutex even if a panicking thread poisoned it: the data behind our locks (free lists,
-/// caches) is never left half-updated across a panic point.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
-}
-
-/// Runs `f`, turning a panic inside cudarc's dynamic loader (a missing library or symbol) into
-/// an error for `lib`.
-pub(crate) fn guard_loader<T>(
-    lib: &'static str,
-    f: impl FnOnce() -> Result<T, CudaError> + std::panic::UnwindSafe,
-) -> Result<T, CudaError> {
-    std::panic::catch_unwind(f).unwrap_or_else(|p| {
-        Err(CudaError::LibraryMissing {
-            lib,
-            reason: panic_message(p),
-        })
-    })
-}
 
 impl Device {
     /// The device with this ordinal; an error (never a panic) when there is no driver, no GPU,
@@ -185,8 +156,12 @@ impl Device {
         lock(&self.inner.pool).empty_cache()
     }
 
-    /// An uninitialised buffer of `len` elements.
+    /// An uninitialised buffer of `len` elements; any dtype but f64, which no kernel takes (f64
+    /// is for gradient checks on the CPU).
     pub fn alloc(&self, dtype: DType, len: usize) -> Result<Buffer, CudaError> {
+        if dtype == DType::F64 {
+            return Err(CudaError::invalid("alloc", "the GPU holds no f64 data"));
+        }
         let bytes = len
             .checked_mul(dtype.size_bytes())
             .ok_or_else(|| CudaError::invalid("alloc", format!("{len} x {dtype} overflows")))?;
@@ -525,7 +500,6 @@ fn create(ordinal: usize) -> Result<Inner, CudaError> {
         ordinal,
     );
     Ok(Inner {
-        blas: Mutex::new(None),
         pool: Mutex::new(pool),
         error_word: Mutex::new(None),
         modules: Mutex::new(HashMap::new()),

@@ -1,12 +1,16 @@
-//! Element types a device buffer can hold, and the host types that map onto them.
+//! Element types, one vocabulary for tensors and device buffers, and the host types that a
+//! device buffer can be copied to and from.
 
 use half::bf16;
 
-/// Storage type of a [`crate::Buffer`]. Float kernels take `F32` or `BF16` (arithmetic is always
-/// f32); `U32` holds token ids, targets and argmax results; `U8` holds masks and raw bytes.
+/// The element type of a tensor's storage or a [`crate::Buffer`]. BF16 is a storage format:
+/// every kernel widens it to f32 for arithmetic. F64 exists on the CPU, for gradient checks;
+/// device buffers refuse it. U32 holds token ids, targets and indices; U8 holds masks and raw
+/// bytes on the device (tensors do not hold it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
+    F64,
     BF16,
     U32,
     U8,
@@ -15,15 +19,21 @@ pub enum DType {
 impl DType {
     pub fn size_bytes(self) -> usize {
         match self {
+            DType::F64 => 8,
             DType::F32 | DType::U32 => 4,
             DType::BF16 => 2,
             DType::U8 => 1,
         }
     }
 
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::BF16)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
+            DType::F64 => "f64",
             DType::BF16 => "bf16",
             DType::U32 => "u32",
             DType::U8 => "u8",

@@ -12,12 +12,13 @@ mod buffer;
 mod device;
 mod dtype;
 mod error;
+mod guard;
 pub mod kernels;
 mod nvrtc;
 pub mod pool;
 pub mod timing;
 
-pub use blas::{gemm, GemmArgs};
+pub use blas::{gemm, GemmArgs, MatmulLayout};
 pub use buffer::Buffer;
 pub use device::Device;
 pub use dtype::{DType, DeviceScalar};

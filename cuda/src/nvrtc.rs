@@ -7,7 +7,7 @@
 //! version and the options. Failing to write the cache is not an error: it only costs a
 //! recompile next time.
 
-use crate::device::guard_loader;
+use crate::guard::guard_loader;
 use crate::CudaError;
 use cudarc::nvrtc::{result, sys};
 use std::ffi::{c_char, c_int, CStr, CString};

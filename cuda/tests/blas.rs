@@ -4,7 +4,7 @@
 mod common;
 
 use common::{assert_close, download, poisoned, rounded, upload, Rng};
-use swax_cuda::{gemm, DType, Device, GemmArgs};
+use swax_cuda::{gemm, DType, Device, GemmArgs, MatmulLayout};
 
 /// Row-major op(a) [m, k] of batch entry `i`.
 fn at(a: &[f32], i: usize, stride: usize, t: bool, m: usize, k: usize, r: usize, c: usize) -> f64 {
@@ -33,16 +33,18 @@ fn check(dev: &Device, dt: DType, out: DType, ta: bool, tb: bool, b_stride0: boo
         upload(dev, out, &c0)
     };
     let args = GemmArgs {
-        ta,
-        tb,
-        m,
-        n,
-        k,
-        batch,
+        layout: MatmulLayout {
+            batch,
+            m,
+            n,
+            k,
+            lhs_transposed: ta,
+            rhs_transposed: tb,
+            lhs_batch_stride: sa,
+            rhs_batch_stride: sb,
+        },
         a: &ga,
-        a_stride: sa,
         b: &gb,
-        b_stride: sb,
         c: &mut gc,
         c_stride: sc,
         alpha,
@@ -101,16 +103,18 @@ fn gemm_rejects_bad_sizes() {
     let b = dev.alloc(DType::F32, 6).unwrap();
     let mut c = dev.alloc(DType::F32, 3).unwrap();
     let args = GemmArgs {
-        ta: false,
-        tb: false,
-        m: 2,
-        n: 2,
-        k: 3,
-        batch: 1,
+        layout: MatmulLayout {
+            batch: 1,
+            m: 2,
+            n: 2,
+            k: 3,
+            lhs_transposed: false,
+            rhs_transposed: false,
+            lhs_batch_stride: 0,
+            rhs_batch_stride: 0,
+        },
         a: &a,
-        a_stride: 0,
         b: &b,
-        b_stride: 0,
         c: &mut c,
         c_stride: 0,
         alpha: 1.0,

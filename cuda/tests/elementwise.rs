@@ -64,19 +64,13 @@ fn reference(op: UnaryOp, x: f64) -> (f64, f64) {
         UnaryOp::LogSigmoid => (-softplus(-x), sigmoid(-x)),
         UnaryOp::Relu => (x.max(0.0), if x > 0.0 { 1.0 } else { 0.0 }),
         UnaryOp::Square => (x * x, 2.0 * x),
-        UnaryOp::Scale(c) => (x * c as f64, c as f64),
-        UnaryOp::Clamp { lo, hi } => (
-            x.clamp(lo as f64, hi as f64),
-            if x >= lo as f64 && x <= hi as f64 {
-                1.0
-            } else {
-                0.0
-            },
-        ),
+        UnaryOp::Scale(c) => (x * c, c),
+        UnaryOp::AddScalar(c) => (x + c, 1.0),
+        UnaryOp::Clamp { lo, hi } => (x.clamp(lo, hi), if x >= lo && x <= hi { 1.0 } else { 0.0 }),
     }
 }
 
-const OPS: [UnaryOp; 14] = [
+const OPS: [UnaryOp; 15] = [
     UnaryOp::Neg,
     UnaryOp::Exp,
     UnaryOp::Log,
@@ -90,6 +84,7 @@ const OPS: [UnaryOp; 14] = [
     UnaryOp::Relu,
     UnaryOp::Square,
     UnaryOp::Scale(-1.75),
+    UnaryOp::AddScalar(0.625),
     UnaryOp::Clamp { lo: -0.5, hi: 1.25 },
 ];
 
@@ -148,6 +143,7 @@ fn apply(op: BinaryOp, a: f64, b: f64) -> f64 {
         BinaryOp::Sub => a - b,
         BinaryOp::Mul => a * b,
         BinaryOp::Div => a / b,
+        BinaryOp::Maximum => a.max(b),
     }
 }
 
@@ -189,7 +185,13 @@ fn binary_same_shape_and_broadcast() {
     let dev = gpu!();
     let mut rng = Rng::new(3);
     for dt in FLOATS {
-        for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+        for op in [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Maximum,
+        ] {
             let a = rounded(dt, &rng.vec(N, -2.0, 2.0));
             let b = rounded(dt, &rng.vec(N, 0.5, 2.0));
             let (ga, gb) = (upload(&dev, dt, &a), upload(&dev, dt, &b));

@@ -7,8 +7,8 @@ use common::{assert_close, download, poisoned, rounded, to_f64, tol, upload, Rng
 use swax_cuda::kernels::cross_entropy::{cross_entropy, cross_entropy_backward};
 use swax_cuda::kernels::embedding::{embedding, embedding_backward, index_select};
 use swax_cuda::kernels::norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
-use swax_cuda::kernels::optim::{adamw_step, clip_scale, sum_squares, AdamW};
-use swax_cuda::kernels::rope::{rope, rope_backward, Rope};
+use swax_cuda::kernels::optim::{adamw_step, clip_scale, sum_squares, AdamWStep};
+use swax_cuda::kernels::rope::{rope, rope_backward, RopeDims};
 use swax_cuda::DType;
 
 #[test]
@@ -272,12 +272,12 @@ fn rope_rotates_and_unrotates() {
     let dev = gpu!();
     let mut rng = Rng::new(23);
     for dt in FLOATS {
-        let r = Rope {
+        let r = RopeDims {
             b: 2,
             t: 37,
             h: 3,
             d: 10,
-            pos_offset: 5,
+            offset: 5,
             theta: 10000.0,
         };
         let x = rounded(dt, &rng.vec(r.b * r.t * r.h * r.d, -1.0, 1.0));
@@ -289,7 +289,7 @@ fn rope_rotates_and_unrotates() {
             let mut out = vec![0.0f64; v.len()];
             for (row_idx, row) in v.chunks(r.d).enumerate() {
                 let t = (row_idx / r.h) % r.t;
-                let p = (t as i64 + r.pos_offset) as f64;
+                let p = (t + r.offset) as f64;
                 for k in 0..half {
                     let ang = p * r.theta.powf(-2.0 * k as f64 / r.d as f64);
                     let (s, c) = (sign * ang.sin(), ang.cos());
@@ -357,25 +357,25 @@ fn adamw_and_clipping() {
         (1e-5, 0.0),
     );
 
-    let hp = AdamW {
+    let hp = AdamWStep {
         lr: 1e-2,
         beta1: 0.9,
         beta2: 0.95,
         eps: 1e-8,
         weight_decay: 0.1,
+        step: 3,
     };
-    let step = 3u64;
     let (mut gp, mut gm, mut gv) = (gp, gm, gv);
-    adamw_step(&dev, hp, step, &mut gp, &gg, &mut gm, &mut gv, Some(&scale)).unwrap();
-    let (b1, b2) = (hp.beta1 as f64, hp.beta2 as f64);
+    adamw_step(&dev, hp, &mut gp, &gg, &mut gm, &mut gv, Some(&scale)).unwrap();
+    let (b1, b2) = (hp.beta1, hp.beta2);
     let (bc1, bc2) = (1.0 - b1.powi(3), 1.0 - b2.powi(3));
     let (mut wp, mut wm, mut wv) = (vec![], vec![], vec![]);
     for i in 0..n {
         let gi = g[i] as f64 * want_scale;
         let mi = b1 * m[i] as f64 + (1.0 - b1) * gi;
         let vi = b2 * v[i] as f64 + (1.0 - b2) * gi * gi;
-        let pi = p[i] as f64 * (1.0 - hp.lr as f64 * hp.weight_decay as f64)
-            - hp.lr as f64 * (mi / bc1) / ((vi / bc2).sqrt() + hp.eps as f64);
+        let pi = p[i] as f64 * (1.0 - hp.lr * hp.weight_decay)
+            - hp.lr * (mi / bc1) / ((vi / bc2).sqrt() + hp.eps);
         wp.push(pi);
         wm.push(mi);
         wv.push(vi);

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{assert_close, download, poisoned, rounded, tol, upload, Rng, FLOATS};
-use swax_cuda::kernels::reduce::{cumsum, reduce, sum_to, Axis, ReduceOp};
+use swax_cuda::kernels::reduce::{cumsum, reduce, sum_to, AxisDims, ReduceOp};
 use swax_cuda::kernels::softmax::{softmax, softmax_backward, Softmax};
 use swax_cuda::DType;
 
@@ -30,38 +30,38 @@ fn reference(op: ReduceOp, v: &[f64]) -> (f64, u32) {
     }
 }
 
-const AXES: [Axis; 7] = [
-    Axis {
+const AXES: [AxisDims; 7] = [
+    AxisDims {
         outer: 7,
         n: 1,
         inner: 1,
     },
-    Axis {
+    AxisDims {
         outer: 33,
         n: 301,
         inner: 1,
     },
-    Axis {
+    AxisDims {
         outer: 3,
         n: 5001,
         inner: 1,
     },
-    Axis {
+    AxisDims {
         outer: 5,
         n: 19,
         inner: 37,
     },
-    Axis {
+    AxisDims {
         outer: 2,
         n: 3001,
         inner: 45,
     },
-    Axis {
+    AxisDims {
         outer: 5,
         n: 4096,
         inner: 1,
     },
-    Axis {
+    AxisDims {
         outer: 2,
         n: 20000,
         inner: 1,
@@ -123,7 +123,7 @@ fn argmax_takes_the_first_maximum() {
     let gx = dev.htod(&x).unwrap();
     let mut gy = poisoned(&dev, DType::F32, 1);
     let mut ga = poisoned(&dev, DType::U32, 1);
-    let axis = Axis {
+    let axis = AxisDims {
         outer: 1,
         n: 6,
         inner: 1,

@@ -2,50 +2,13 @@
 //! (the CPU's, the GPU's) implements. Ops in `ops/` check shapes and dtypes, then call exactly one
 //! of these methods; a method sees plain contiguous buffers and the sizes it needs, nothing more.
 use crate::{DType, Device, Result};
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum UnaryOp {
-    Neg,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Tanh,
-    Sigmoid,
-    Silu,
-    Softplus,
-    LogSigmoid,
-    Relu,
-    Square,
-    Scale(f64),
-    AddScalar(f64),
-    Clamp(f64, f64),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Maximum,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReduceOp {
-    Sum,
-    Mean,
-    Max,
-    LogSumExp,
-}
-
-/// A tensor seen as `[outer, n, inner]` around the axis an op works along.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AxisDims {
-    pub outer: usize,
-    pub n: usize,
-    pub inner: usize,
-}
+pub use swax_cuda::kernels::binary::BinaryOp;
+pub use swax_cuda::kernels::optim::AdamWStep;
+pub use swax_cuda::kernels::reduce::{AxisDims, ReduceOp};
+pub use swax_cuda::kernels::rope::RopeDims;
+pub use swax_cuda::kernels::short_conv::ConvDims;
+pub use swax_cuda::kernels::unary::UnaryOp;
+pub use swax_cuda::MatmulLayout;
 
 /// How a binary op reads its operands: the output shape and each operand's strides in elements,
 /// 0 on broadcast dims.
@@ -63,33 +26,6 @@ pub struct StridedLayout {
     pub shape: Vec<usize>,
     pub strides: Vec<usize>,
     pub offset: usize,
-}
-
-/// A batch of row-major products `C[b] = op(A[b]) · op(B[b])`, `C[b]` of `m × n`, inner size `k`.
-/// A transposed operand is stored as its transpose (`A` as `k × m`). A batch stride of 0
-/// broadcasts that operand over the batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MatmulLayout {
-    pub batch: usize,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub lhs_transposed: bool,
-    pub rhs_transposed: bool,
-    pub lhs_batch_stride: usize,
-    pub rhs_batch_stride: usize,
-}
-
-/// Sizes of a `[B, T, H, D]` tensor for rotary embeddings.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RopeDims {
-    pub b: usize,
-    pub t: usize,
-    pub h: usize,
-    pub d: usize,
-    /// Absolute position of the first time step (for decoding or chunked evaluation).
-    pub offset: usize,
-    pub theta: f64,
 }
 
 /// Sizes of an attention call: q `[B, T, H, D]`, k and v `[B, T, Hkv, D]`, all row-major.
@@ -121,16 +57,6 @@ impl RecurrentDims {
     pub fn chunks(&self) -> usize {
         self.t.div_ceil(self.chunk)
     }
-}
-
-/// Sizes of a causal depthwise convolution: x `[B, T, C]`, weights `[C, K]` (tap `K - 1` on the
-/// current step), bias `[C]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConvDims {
-    pub b: usize,
-    pub t: usize,
-    pub c: usize,
-    pub k: usize,
 }
 
 pub trait Backend: Sized {
@@ -390,19 +316,6 @@ pub trait Backend: Sized {
     ) -> Result<(Self, Self, Self)>;
     /// `sum(x^2)` as f32 `[1]`, accumulated in a fixed order (deterministic).
     fn sum_squares(&self) -> Result<Self>;
-}
-
-/// The hyperparameters of one AdamW step (decoupled weight decay, Loshchilov & Hutter):
-/// `p <- p (1 - lr wd) - lr m^ / (sqrt(v^) + eps)` with bias-corrected moments; `step` counts
-/// from 1.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdamWStep {
-    pub lr: f64,
-    pub beta1: f64,
-    pub beta2: f64,
-    pub eps: f64,
-    pub weight_decay: f64,
-    pub step: u64,
 }
 
 /// The fused mixer kernels a backend may or may not have yet; layers ask

@@ -2,11 +2,13 @@
 //! method as one or a few swax-cuda kernel launches (or a cuBLAS call). Nothing here waits for
 //! the GPU: results are queued on the device's stream, and only a host copy synchronizes.
 //!
-//! F64 does not exist on the GPU (it is for gradient checks on the CPU). Where swax-cuda's kernel
-//! set is narrower than `Backend` (an `AddScalar`, a `maximum`, a reversed running sum, selects
-//! along an inner axis), the method composes kernels that exist and says so.
+//! Shapes, dtypes and op codes are swax-cuda's own types, handed over as they are; what a kernel
+//! accepts, its wrapper checks. Where swax-cuda's kernel set is narrower than `Backend` (a
+//! reversed running sum, selects along an inner axis), the method composes kernels that exist and
+//! says so.
 use crate::backend::*;
 use crate::{DType, Device, Error, Result};
+use std::ops::Deref;
 use swax_cuda as cu;
 use swax_cuda::kernels as k;
 use swax_cuda::Buffer;
@@ -24,15 +26,6 @@ impl std::fmt::Debug for CudaStorage {
 impl From<cu::CudaError> for Error {
     fn from(e: cu::CudaError) -> Self {
         Error::Cuda(e.to_string())
-    }
-}
-
-fn to_cu(op: &'static str, dtype: DType) -> Result<cu::DType> {
-    match dtype {
-        DType::F32 => Ok(cu::DType::F32),
-        DType::BF16 => Ok(cu::DType::BF16),
-        DType::U32 => Ok(cu::DType::U32),
-        DType::F64 => Err(Error::UnsupportedDType { op, dtype }),
     }
 }
 
@@ -55,8 +48,29 @@ impl CudaStorage {
         CudaStorage { buf }
     }
 
+    /// A new `len`-element `dtype` tensor, written by `kernel`.
+    fn output(
+        &self,
+        dtype: DType,
+        len: usize,
+        kernel: impl FnOnce(&mut Buffer) -> std::result::Result<(), cu::CudaError>,
+    ) -> Result<Self> {
+        let mut y = self.alloc(dtype, len)?;
+        kernel(&mut y)?;
+        Ok(Self::wrap(y))
+    }
+
+    /// [`CudaStorage::output`] in this tensor's dtype.
+    fn output_like(
+        &self,
+        len: usize,
+        kernel: impl FnOnce(&mut Buffer) -> std::result::Result<(), cu::CudaError>,
+    ) -> Result<Self> {
+        self.output(self.buf.dtype(), len, kernel)
+    }
+
     /// A new, uninitialised buffer on the same device; every caller writes all of it.
-    fn alloc(&self, dtype: cu::DType, len: usize) -> Result<Buffer> {
+    fn alloc(&self, dtype: DType, len: usize) -> Result<Buffer> {
         Ok(self.dev().alloc(dtype, len)?)
     }
 
@@ -84,32 +98,19 @@ impl CudaStorage {
     pub fn to_cpu(&self) -> Result<crate::cpu::CpuStorage> {
         use crate::cpu::CpuStorage as C;
         Ok(match self.buf.dtype() {
-            cu::DType::F32 => C::F32(self.dev().dtoh(&self.buf)?),
-            cu::DType::BF16 => C::BF16(self.dev().dtoh(&self.buf)?),
-            cu::DType::U32 => C::U32(self.dev().dtoh(&self.buf)?),
-            cu::DType::U8 => C::U32(
-                self.dev()
-                    .dtoh::<u8>(&self.buf)?
-                    .into_iter()
-                    .map(u32::from)
-                    .collect(),
-            ),
+            DType::F32 => C::F32(self.dev().dtoh(&self.buf)?),
+            DType::BF16 => C::BF16(self.dev().dtoh(&self.buf)?),
+            DType::U32 => C::U32(self.dev().dtoh(&self.buf)?),
+            dtype @ (DType::F64 | DType::U8) => {
+                return Err(Error::UnsupportedDType {
+                    op: "to_cpu",
+                    dtype,
+                })
+            }
         })
     }
 
-    /// A one-element f32 buffer holding `value` (a scalar operand, broadcast with stride 0).
-    fn scalar(&self, value: f64) -> Result<Buffer> {
-        let mut s = self.alloc(self.buf.dtype(), 1)?;
-        k::cast::fill(self.dev(), &mut s, value as f32)?;
-        Ok(s)
-    }
-
-    fn binary_into(
-        &self,
-        op: k::binary::BinaryOp,
-        rhs: &Buffer,
-        layout: &BroadcastLayout,
-    ) -> Result<Buffer> {
+    fn binary_into(&self, op: BinaryOp, rhs: &Buffer, layout: &BroadcastLayout) -> Result<Buffer> {
         let len = layout.shape.iter().product();
         let mut y = self.alloc_like(len)?;
         k::binary::binary(
@@ -156,7 +157,7 @@ impl CudaStorage {
 
     /// A `dtype` copy of `b`, or None when `b` already is `dtype` (the caller then reads `b`):
     /// norm weights and dloss go to the kernels in f32, attention operands in bf16.
-    fn converted(&self, b: &Buffer, dtype: cu::DType) -> Result<Option<Buffer>> {
+    fn converted(&self, b: &Buffer, dtype: DType) -> Result<Option<Buffer>> {
         if b.dtype() == dtype {
             return Ok(None);
         }
@@ -165,7 +166,15 @@ impl CudaStorage {
         Ok(Some(y))
     }
 
-    fn cast_to(&self, b: Buffer, dtype: cu::DType) -> Result<Buffer> {
+    /// `b` as a kernel reads it in `dtype`: `b` itself, or a converted copy.
+    fn read_as<'a>(&self, b: &'a Buffer, dtype: DType) -> Result<Operand<'a>> {
+        Ok(match self.converted(b, dtype)? {
+            Some(y) => Operand::Owned(y),
+            None => Operand::Same(b),
+        })
+    }
+
+    fn cast_to(&self, b: Buffer, dtype: DType) -> Result<Buffer> {
         if b.dtype() == dtype {
             return Ok(b);
         }
@@ -175,28 +184,22 @@ impl CudaStorage {
     }
 }
 
-fn cu_unary(op: UnaryOp) -> Option<k::unary::UnaryOp> {
-    use k::unary::UnaryOp as U;
-    Some(match op {
-        UnaryOp::Neg => U::Neg,
-        UnaryOp::Exp => U::Exp,
-        UnaryOp::Log => U::Log,
-        UnaryOp::Sqrt => U::Sqrt,
-        UnaryOp::Rsqrt => U::Rsqrt,
-        UnaryOp::Tanh => U::Tanh,
-        UnaryOp::Sigmoid => U::Sigmoid,
-        UnaryOp::Silu => U::Silu,
-        UnaryOp::Softplus => U::Softplus,
-        UnaryOp::LogSigmoid => U::LogSigmoid,
-        UnaryOp::Relu => U::Relu,
-        UnaryOp::Square => U::Square,
-        UnaryOp::Scale(c) => U::Scale(c as f32),
-        UnaryOp::Clamp(lo, hi) => U::Clamp {
-            lo: lo as f32,
-            hi: hi as f32,
-        },
-        UnaryOp::AddScalar(_) => return None,
-    })
+/// A buffer a kernel reads: one that already was in the dtype wanted, or a converted copy that
+/// lives as long as the read.
+enum Operand<'a> {
+    Same(&'a Buffer),
+    Owned(Buffer),
+}
+
+impl Deref for Operand<'_> {
+    type Target = Buffer;
+
+    fn deref(&self) -> &Buffer {
+        match self {
+            Operand::Same(b) => b,
+            Operand::Owned(b) => b,
+        }
+    }
 }
 
 /// Whether a fused mixer kernel has a CUDA version for this dtype and head dim (the mixer's
@@ -227,15 +230,6 @@ fn recurrent_shape(d: RecurrentDims) -> k::chunk::RecurrentShape {
     }
 }
 
-fn conv_shape(d: ConvDims) -> k::short_conv::ConvShape {
-    k::short_conv::ConvShape {
-        b: d.b,
-        t: d.t,
-        c: d.c,
-        k: d.k,
-    }
-}
-
 fn heads(d: AttnDims) -> k::attention::Heads {
     k::attention::Heads {
         b: d.b,
@@ -261,25 +255,21 @@ fn rla(d: AttnDims, window: usize) -> k::rla::Rla {
     }
 }
 
-fn axis(d: AxisDims) -> k::reduce::Axis {
-    k::reduce::Axis {
-        outer: d.outer,
-        n: d.n,
-        inner: d.inner,
-    }
-}
-
 fn contiguous(shape: &[usize]) -> Vec<usize> {
     crate::Shape::new(shape).strides()
 }
 
+fn softmax_kind(log: bool) -> k::softmax::Softmax {
+    if log {
+        k::softmax::Softmax::LogSoftmax
+    } else {
+        k::softmax::Softmax::Softmax
+    }
+}
+
 impl Backend for CudaStorage {
     fn dtype(&self) -> DType {
-        match self.buf.dtype() {
-            cu::DType::F32 => DType::F32,
-            cu::DType::BF16 => DType::BF16,
-            cu::DType::U32 | cu::DType::U8 => DType::U32,
-        }
+        self.buf.dtype()
     }
 
     fn device(&self) -> Device {
@@ -291,213 +281,121 @@ impl Backend for CudaStorage {
     }
 
     fn zeros(&self, len: usize, dtype: DType) -> Result<Self> {
-        Ok(Self::wrap(
-            self.dev().alloc_zeros(to_cu("zeros", dtype)?, len)?,
-        ))
+        Ok(Self::wrap(self.dev().alloc_zeros(dtype, len)?))
     }
 
     fn to_dtype(&self, dtype: DType) -> Result<Self> {
-        let target = to_cu("to_dtype", dtype)?;
-        if target == cu::DType::U32 || self.buf.dtype() == cu::DType::U32 {
+        if dtype == DType::U32 || self.buf.dtype() == DType::U32 {
             // Index <-> float casts are rare (masks, counts): go through the host.
             let cpu = self.to_cpu()?.to_dtype(dtype)?;
             return CudaStorage::from_cpu(&cpu, self.dev().ordinal());
         }
-        let mut y = self.alloc(target, self.buf.len())?;
+        let mut y = self.alloc(dtype, self.buf.len())?;
         k::cast::cast(self.dev(), &self.buf, &mut y)?;
         Ok(Self::wrap(y))
     }
 
     fn unary(&self, op: UnaryOp) -> Result<Self> {
-        match cu_unary(op) {
-            Some(op) => {
-                let mut y = self.alloc_like(self.buf.len())?;
-                k::unary::unary(self.dev(), op, &self.buf, &mut y)?;
-                Ok(Self::wrap(y))
-            }
-            None => {
-                let UnaryOp::AddScalar(c) = op else {
-                    unreachable!("only AddScalar lacks a kernel")
-                };
-                let s = self.scalar(c)?;
-                let n = self.buf.len();
-                let layout = BroadcastLayout {
-                    shape: vec![n],
-                    lhs_strides: vec![1],
-                    rhs_strides: vec![0],
-                };
-                Ok(Self::wrap(self.binary_into(
-                    k::binary::BinaryOp::Add,
-                    &s,
-                    &layout,
-                )?))
-            }
-        }
+        self.output_like(self.buf.len(), |y| {
+            k::unary::unary(self.dev(), op, &self.buf, y)
+        })
     }
 
     fn unary_backward(&self, op: UnaryOp, dy: &Self) -> Result<Self> {
-        let mut dx = self.alloc_like(self.buf.len())?;
-        match cu_unary(op) {
-            Some(op) => k::unary::unary_backward(
-                self.dev(),
-                op,
-                k::unary::Saved::Input(&self.buf),
-                &dy.buf,
-                &mut dx,
-            )?,
-            // d(x + c)/dx = 1.
-            None => self.dev().copy(&dy.buf, &mut dx)?,
-        }
-        Ok(Self::wrap(dx))
+        let saved = k::unary::Saved::Input(&self.buf);
+        self.output_like(self.buf.len(), |dx| {
+            k::unary::unary_backward(self.dev(), op, saved, &dy.buf, dx)
+        })
     }
 
     fn binary(&self, rhs: &Self, op: BinaryOp, layout: &BroadcastLayout) -> Result<Self> {
-        use k::binary::BinaryOp as B;
-        let cu_op = match op {
-            BinaryOp::Add => B::Add,
-            BinaryOp::Sub => B::Sub,
-            BinaryOp::Mul => B::Mul,
-            BinaryOp::Div => B::Div,
-            BinaryOp::Maximum => {
-                // max(a, b) = b + relu(a - b), with b broadcast back in by its own strides.
-                let diff = self.binary_into(B::Sub, &rhs.buf, layout)?;
-                let mut pos = self.alloc_like(diff.len())?;
-                k::unary::unary(self.dev(), k::unary::UnaryOp::Relu, &diff, &mut pos)?;
-                let back = BroadcastLayout {
-                    shape: layout.shape.clone(),
-                    lhs_strides: contiguous(&layout.shape),
-                    rhs_strides: layout.rhs_strides.clone(),
-                };
-                let pos = Self::wrap(pos);
-                return Ok(Self::wrap(pos.binary_into(B::Add, &rhs.buf, &back)?));
-            }
-        };
-        Ok(Self::wrap(self.binary_into(cu_op, &rhs.buf, layout)?))
+        Ok(Self::wrap(self.binary_into(op, &rhs.buf, layout)?))
     }
 
     fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self> {
-        let mut y = on_true.alloc_like(on_true.buf.len())?;
-        k::mask::where_select(self.dev(), &self.buf, &on_true.buf, &on_false.buf, &mut y)?;
-        Ok(Self::wrap(y))
+        on_true.output_like(on_true.buf.len(), |y| {
+            k::mask::where_select(self.dev(), &self.buf, &on_true.buf, &on_false.buf, y)
+        })
     }
 
     fn reduce(&self, op: ReduceOp, dims: AxisDims) -> Result<Self> {
-        use k::reduce::ReduceOp as R;
-        let op = match op {
-            ReduceOp::Sum => R::Sum,
-            ReduceOp::Mean => R::Mean,
-            ReduceOp::Max => R::Max,
-            ReduceOp::LogSumExp => R::LogSumExp,
-        };
-        let mut y = self.alloc_like(dims.outer * dims.inner)?;
-        k::reduce::reduce(self.dev(), op, &self.buf, axis(dims), &mut y, None)?;
-        Ok(Self::wrap(y))
+        self.output_like(dims.outer * dims.inner, |y| {
+            k::reduce::reduce(self.dev(), op, &self.buf, dims, y, None)
+        })
     }
 
     fn argmax(&self, dims: AxisDims) -> Result<Self> {
         let mut y = self.alloc_like(dims.outer * dims.inner)?;
-        let mut idx = self.alloc(cu::DType::U32, dims.outer * dims.inner)?;
-        k::reduce::reduce(
-            self.dev(),
-            k::reduce::ReduceOp::Max,
-            &self.buf,
-            axis(dims),
-            &mut y,
-            Some(&mut idx),
-        )?;
-        Ok(Self::wrap(idx))
+        self.output(DType::U32, dims.outer * dims.inner, |idx| {
+            k::reduce::reduce(
+                self.dev(),
+                ReduceOp::Max,
+                &self.buf,
+                dims,
+                &mut y,
+                Some(idx),
+            )
+        })
     }
 
     fn scatter_axis(&self, idx: &Self, dims: AxisDims) -> Result<Self> {
         let mut y = self
             .dev()
             .alloc_zeros(self.buf.dtype(), dims.outer * dims.n * dims.inner)?;
-        k::scatter::scatter_axis(self.dev(), &self.buf, &idx.buf, axis(dims), &mut y)?;
+        k::scatter::scatter_axis(self.dev(), &self.buf, &idx.buf, dims, &mut y)?;
         Ok(Self::wrap(y))
     }
 
     fn cumsum(&self, dims: AxisDims, reverse: bool) -> Result<Self> {
-        let mut c = self.alloc_like(self.buf.len())?;
-        k::reduce::cumsum(self.dev(), &self.buf, axis(dims), &mut c)?;
+        let c = self.output_like(self.buf.len(), |c| {
+            k::reduce::cumsum(self.dev(), &self.buf, dims, c)
+        })?;
         if !reverse {
-            return Ok(Self::wrap(c));
+            return Ok(c);
         }
         // From the end: sum_{s >= t} x_s = total - sum_{s <= t} x_s + x_t.
-        let mut total = self.alloc_like(dims.outer * dims.inner)?;
-        k::reduce::reduce(
-            self.dev(),
-            k::reduce::ReduceOp::Sum,
-            &self.buf,
-            axis(dims),
-            &mut total,
-            None,
-        )?;
+        let total = self.reduce(ReduceOp::Sum, dims)?;
         let shape = vec![dims.outer, dims.n, dims.inner];
-        let minus = Self::wrap(total).binary_into(
-            k::binary::BinaryOp::Sub,
-            &c,
+        let minus = total.binary_into(
+            BinaryOp::Sub,
+            &c.buf,
             &BroadcastLayout {
                 lhs_strides: vec![dims.inner, 0, 1],
                 rhs_strides: contiguous(&shape),
                 shape,
             },
         )?;
-        let mut out = self.alloc_like(self.buf.len())?;
-        k::binary::binary_same_shape(
-            self.dev(),
-            k::binary::BinaryOp::Add,
-            &minus,
-            &self.buf,
-            &mut out,
-        )?;
-        Ok(Self::wrap(out))
+        self.output_like(self.buf.len(), |out| {
+            k::binary::binary_same_shape(self.dev(), BinaryOp::Add, &minus, &self.buf, out)
+        })
     }
 
     fn softmax(&self, n: usize, log: bool) -> Result<Self> {
-        let kind = if log {
-            k::softmax::Softmax::LogSoftmax
-        } else {
-            k::softmax::Softmax::Softmax
-        };
-        let mut y = self.alloc_like(self.buf.len())?;
-        k::softmax::softmax(self.dev(), kind, &self.buf, n, &mut y)?;
-        Ok(Self::wrap(y))
+        self.output_like(self.buf.len(), |y| {
+            k::softmax::softmax(self.dev(), softmax_kind(log), &self.buf, n, y)
+        })
     }
 
     fn softmax_backward(&self, dy: &Self, n: usize, log: bool) -> Result<Self> {
-        let kind = if log {
-            k::softmax::Softmax::LogSoftmax
-        } else {
-            k::softmax::Softmax::Softmax
-        };
-        let mut dx = self.alloc_like(self.buf.len())?;
-        k::softmax::softmax_backward(self.dev(), kind, &self.buf, &dy.buf, n, &mut dx)?;
-        Ok(Self::wrap(dx))
+        self.output_like(self.buf.len(), |dx| {
+            k::softmax::softmax_backward(self.dev(), softmax_kind(log), &self.buf, &dy.buf, n, dx)
+        })
     }
 
     fn matmul(&self, rhs: &Self, l: &MatmulLayout) -> Result<Self> {
-        let mut c = self.alloc_like(l.batch * l.m * l.n)?;
-        cu::gemm(
-            self.dev(),
-            cu::GemmArgs {
-                ta: l.lhs_transposed,
-                tb: l.rhs_transposed,
-                m: l.m,
-                n: l.n,
-                k: l.k,
-                batch: l.batch,
+        self.output_like(l.batch * l.m * l.n, |c| {
+            let args = cu::GemmArgs {
+                layout: *l,
                 a: &self.buf,
-                a_stride: l.lhs_batch_stride,
                 b: &rhs.buf,
-                b_stride: l.rhs_batch_stride,
-                c: &mut c,
+                c,
                 c_stride: l.m * l.n,
                 alpha: 1.0,
                 beta: 0.0,
                 allow_tf32: false,
-            },
-        )?;
-        Ok(Self::wrap(c))
+            };
+            cu::gemm(self.dev(), args)
+        })
     }
 
     fn copy_strided(&self, src: &StridedLayout) -> Result<Self> {
@@ -526,19 +424,13 @@ impl Backend for CudaStorage {
     fn index_select(&self, ids: &Self, d: AxisDims) -> Result<Self> {
         let m = ids.buf.len();
         let rows = if d.outer == 1 {
-            None
+            Operand::Same(&self.buf)
         } else {
-            Some(self.swap_outer(&self.buf, d.outer, d.n, d.inner)?)
+            Operand::Owned(self.swap_outer(&self.buf, d.outer, d.n, d.inner)?)
         };
         let row_len = d.outer * d.inner;
         let mut y = self.alloc_like(m * row_len)?;
-        k::embedding::index_select(
-            self.dev(),
-            rows.as_ref().unwrap_or(&self.buf),
-            row_len,
-            &ids.buf,
-            &mut y,
-        )?;
+        k::embedding::index_select(self.dev(), &rows, row_len, &ids.buf, &mut y)?;
         if d.outer == 1 {
             return Ok(Self::wrap(y));
         }
@@ -548,20 +440,13 @@ impl Backend for CudaStorage {
     fn index_add(&self, ids: &Self, d: AxisDims) -> Result<Self> {
         let m = ids.buf.len();
         let rows = if d.outer == 1 {
-            None
+            Operand::Same(&self.buf)
         } else {
-            Some(self.swap_outer(&self.buf, d.outer, m, d.inner)?)
+            Operand::Owned(self.swap_outer(&self.buf, d.outer, m, d.inner)?)
         };
         let row_len = d.outer * d.inner;
-        let mut acc = self.dev().alloc_zeros(cu::DType::F32, d.n * row_len)?;
-        k::embedding::embedding_backward(
-            self.dev(),
-            &ids.buf,
-            rows.as_ref().unwrap_or(&self.buf),
-            d.n,
-            row_len,
-            &mut acc,
-        )?;
+        let mut acc = self.dev().alloc_zeros(DType::F32, d.n * row_len)?;
+        k::embedding::embedding_backward(self.dev(), &ids.buf, &rows, d.n, row_len, &mut acc)?;
         let acc = self.cast_to(acc, self.buf.dtype())?;
         if d.outer == 1 {
             return Ok(Self::wrap(acc));
@@ -576,27 +461,26 @@ impl Backend for CudaStorage {
         window: usize,
         value: f64,
     ) -> Result<Self> {
-        let mut y = self.alloc_like(self.buf.len())?;
         let offset = (cols - rows) as i64;
-        k::mask::band_mask(
-            self.dev(),
-            &self.buf,
-            rows,
-            cols,
-            offset,
-            window.min(cols + 1),
-            value as f32,
-            &mut y,
-        )?;
-        Ok(Self::wrap(y))
+        self.output_like(self.buf.len(), |y| {
+            k::mask::band_mask(
+                self.dev(),
+                &self.buf,
+                rows,
+                cols,
+                offset,
+                window.min(cols + 1),
+                value as f32,
+                y,
+            )
+        })
     }
 
     fn rms_norm(&self, weight: &Self, n: usize, eps: f64) -> Result<(Self, Self)> {
-        let w32 = self.converted(&weight.buf, cu::DType::F32)?;
-        let w = w32.as_ref().unwrap_or(&weight.buf);
+        let w = self.read_as(&weight.buf, DType::F32)?;
         let mut y = self.alloc_like(self.buf.len())?;
-        let mut rstd = self.alloc(cu::DType::F32, self.buf.len() / n.max(1))?;
-        k::norm::rms_norm(self.dev(), &self.buf, n, w, eps as f32, &mut y, &mut rstd)?;
+        let mut rstd = self.alloc(DType::F32, self.buf.len() / n.max(1))?;
+        k::norm::rms_norm(self.dev(), &self.buf, n, &w, eps as f32, &mut y, &mut rstd)?;
         Ok((Self::wrap(y), Self::wrap(rstd)))
     }
 
@@ -607,15 +491,14 @@ impl Backend for CudaStorage {
         dy: &Self,
         n: usize,
     ) -> Result<(Self, Self)> {
-        let w32 = self.converted(&weight.buf, cu::DType::F32)?;
-        let w = w32.as_ref().unwrap_or(&weight.buf);
+        let w = self.read_as(&weight.buf, DType::F32)?;
         let mut dx = self.alloc_like(self.buf.len())?;
-        let mut dw = self.alloc(cu::DType::F32, n)?;
+        let mut dw = self.alloc(DType::F32, n)?;
         k::norm::rms_norm_backward(
             self.dev(),
             &self.buf,
             n,
-            w,
+            &w,
             &rstd.buf,
             &dy.buf,
             &mut dx,
@@ -634,24 +517,18 @@ impl Backend for CudaStorage {
         n: usize,
         eps: f64,
     ) -> Result<(Self, Self, Self)> {
-        let (w32, b32) = (
-            self.converted(&weight.buf, cu::DType::F32)?,
-            self.converted(&bias.buf, cu::DType::F32)?,
-        );
-        let (w, b) = (
-            w32.as_ref().unwrap_or(&weight.buf),
-            b32.as_ref().unwrap_or(&bias.buf),
-        );
+        let w = self.read_as(&weight.buf, DType::F32)?;
+        let b = self.read_as(&bias.buf, DType::F32)?;
         let rows = self.buf.len() / n.max(1);
         let mut y = self.alloc_like(self.buf.len())?;
-        let mut mean = self.alloc(cu::DType::F32, rows)?;
-        let mut rstd = self.alloc(cu::DType::F32, rows)?;
+        let mut mean = self.alloc(DType::F32, rows)?;
+        let mut rstd = self.alloc(DType::F32, rows)?;
         k::norm::layer_norm(
             self.dev(),
             &self.buf,
             n,
-            w,
-            b,
+            &w,
+            &b,
             eps as f32,
             &mut y,
             &mut mean,
@@ -668,16 +545,15 @@ impl Backend for CudaStorage {
         dy: &Self,
         n: usize,
     ) -> Result<(Self, Self, Self)> {
-        let w32 = self.converted(&weight.buf, cu::DType::F32)?;
-        let w = w32.as_ref().unwrap_or(&weight.buf);
+        let w = self.read_as(&weight.buf, DType::F32)?;
         let mut dx = self.alloc_like(self.buf.len())?;
-        let mut dw = self.alloc(cu::DType::F32, n)?;
-        let mut db = self.alloc(cu::DType::F32, n)?;
+        let mut dw = self.alloc(DType::F32, n)?;
+        let mut db = self.alloc(DType::F32, n)?;
         k::norm::layer_norm_backward(
             self.dev(),
             &self.buf,
             n,
-            w,
+            &w,
             &mean.buf,
             &rstd.buf,
             &dy.buf,
@@ -733,39 +609,29 @@ impl Backend for CudaStorage {
         v: usize,
         ignore_index: Option<u32>,
     ) -> Result<Self> {
-        let mut dlogits = self.alloc_like(self.buf.len())?;
-        let dloss32 = self.converted(&dloss.buf, cu::DType::F32)?;
-        let dloss = dloss32.as_ref().unwrap_or(&dloss.buf);
-        k::cross_entropy::cross_entropy_backward(
-            self.dev(),
-            &self.buf,
-            v,
-            &targets.buf,
-            ignore_index.unwrap_or(u32::MAX),
-            &lse.buf,
-            &count.buf,
-            dloss,
-            &mut dlogits,
-        )?;
-        Ok(Self::wrap(dlogits))
+        let dloss = self.read_as(&dloss.buf, DType::F32)?;
+        self.output_like(self.buf.len(), |dlogits| {
+            k::cross_entropy::cross_entropy_backward(
+                self.dev(),
+                &self.buf,
+                v,
+                &targets.buf,
+                ignore_index.unwrap_or(u32::MAX),
+                &lse.buf,
+                &count.buf,
+                &dloss,
+                dlogits,
+            )
+        })
     }
 
-    fn rope(&self, d: RopeDims, inverse: bool) -> Result<Self> {
-        let r = k::rope::Rope {
-            b: d.b,
-            t: d.t,
-            h: d.h,
-            d: d.d,
-            pos_offset: d.offset as i64,
-            theta: d.theta,
-        };
-        let mut y = self.alloc_like(self.buf.len())?;
-        if inverse {
-            k::rope::rope_backward(self.dev(), r, &self.buf, &mut y)?;
+    fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {
+        let rotate = if inverse {
+            k::rope::rope_backward
         } else {
-            k::rope::rope(self.dev(), r, &self.buf, &mut y)?;
-        }
-        Ok(Self::wrap(y))
+            k::rope::rope
+        };
+        self.output_like(self.buf.len(), |y| rotate(self.dev(), dims, &self.buf, y))
     }
 
     fn mlstm_chunk_forward(
@@ -899,16 +765,9 @@ impl Backend for CudaStorage {
     }
 
     fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self> {
-        let mut y = self.alloc_like(self.buf.len())?;
-        k::short_conv::short_conv(
-            self.dev(),
-            &self.buf,
-            &w.buf,
-            &bias.buf,
-            conv_shape(dims),
-            &mut y,
-        )?;
-        Ok(Self::wrap(y))
+        self.output_like(self.buf.len(), |y| {
+            k::short_conv::short_conv(self.dev(), &self.buf, &w.buf, &bias.buf, dims, y)
+        })
     }
 
     fn short_conv_backward(
@@ -917,13 +776,8 @@ impl Backend for CudaStorage {
         dy: &Self,
         dims: ConvDims,
     ) -> Result<(Self, Self, Self)> {
-        let (dx, dw, db) = k::short_conv::short_conv_backward(
-            self.dev(),
-            &self.buf,
-            &w.buf,
-            &dy.buf,
-            conv_shape(dims),
-        )?;
+        let (dx, dw, db) =
+            k::short_conv::short_conv_backward(self.dev(), &self.buf, &w.buf, &dy.buf, dims)?;
         Ok((Self::wrap(dx), Self::wrap(dw), Self::wrap(db)))
     }
 
@@ -938,12 +792,12 @@ impl Backend for CudaStorage {
         scale: f64,
     ) -> Result<(Self, Self)> {
         let (qc, kc, vc) = (
-            self.converted(&self.buf, cu::DType::BF16)?,
-            self.converted(&k.buf, cu::DType::BF16)?,
-            self.converted(&v.buf, cu::DType::BF16)?,
+            self.converted(&self.buf, DType::BF16)?,
+            self.converted(&k.buf, DType::BF16)?,
+            self.converted(&v.buf, DType::BF16)?,
         );
-        let mut o = self.alloc(cu::DType::BF16, self.buf.len())?;
-        let mut lse = self.alloc(cu::DType::F32, dims.b * dims.h * dims.t)?;
+        let mut o = self.alloc(DType::BF16, self.buf.len())?;
+        let mut lse = self.alloc(DType::F32, dims.b * dims.h * dims.t)?;
         k::attention::swa_forward(
             self.dev(),
             attn(dims, window, scale),
@@ -970,12 +824,12 @@ impl Backend for CudaStorage {
         window: usize,
         scale: f64,
     ) -> Result<(Self, Self, Self)> {
-        let [qc, kc, vc, oc, dc] = [&self.buf, &k.buf, &v.buf, &o.buf, &dout.buf]
-            .map(|b| self.converted(b, cu::DType::BF16));
+        let [qc, kc, vc, oc, dc] =
+            [&self.buf, &k.buf, &v.buf, &o.buf, &dout.buf].map(|b| self.converted(b, DType::BF16));
         let (qc, kc, vc, oc, dc) = (qc?, kc?, vc?, oc?, dc?);
         let mut dq = self.alloc_like(self.buf.len())?;
-        let mut dk = self.alloc(cu::DType::BF16, k.buf.len())?;
-        let mut dv = self.alloc(cu::DType::BF16, v.buf.len())?;
+        let mut dk = self.alloc(DType::BF16, k.buf.len())?;
+        let mut dv = self.alloc(DType::BF16, v.buf.len())?;
         let saved = k::attention::Saved {
             q: qc.as_ref().unwrap_or(&self.buf),
             k: kc.as_ref().unwrap_or(&k.buf),
@@ -1010,9 +864,9 @@ impl Backend for CudaStorage {
         window: usize,
         _chunk: usize,
     ) -> Result<Self> {
-        let [qc, kc, vc] = [&self.buf, &k.buf, &v.buf].map(|b| self.converted(b, cu::DType::BF16));
+        let [qc, kc, vc] = [&self.buf, &k.buf, &v.buf].map(|b| self.converted(b, DType::BF16));
         let (qc, kc, vc) = (qc?, kc?, vc?);
-        let mut o = self.alloc(cu::DType::BF16, self.buf.len())?;
+        let mut o = self.alloc(DType::BF16, self.buf.len())?;
         k::rla::rla_forward(
             self.dev(),
             rla(dims, window),
@@ -1034,11 +888,11 @@ impl Backend for CudaStorage {
         _chunk: usize,
     ) -> Result<(Self, Self, Self)> {
         let [qc, kc, vc, dc] =
-            [&self.buf, &k.buf, &v.buf, &dout.buf].map(|b| self.converted(b, cu::DType::BF16));
+            [&self.buf, &k.buf, &v.buf, &dout.buf].map(|b| self.converted(b, DType::BF16));
         let (qc, kc, vc, dc) = (qc?, kc?, vc?, dc?);
-        let mut dq = self.alloc(cu::DType::BF16, self.buf.len())?;
-        let mut dk = self.alloc(cu::DType::BF16, k.buf.len())?;
-        let mut dv = self.alloc(cu::DType::BF16, v.buf.len())?;
+        let mut dq = self.alloc(DType::BF16, self.buf.len())?;
+        let mut dk = self.alloc(DType::BF16, k.buf.len())?;
+        let mut dv = self.alloc(DType::BF16, v.buf.len())?;
         let inputs = (
             qc.as_ref().unwrap_or(&self.buf),
             kc.as_ref().unwrap_or(&k.buf),
@@ -1077,17 +931,9 @@ impl Backend for CudaStorage {
             Ok(dst)
         };
         let (mut p, mut m2, mut v2) = (fresh(&self.buf)?, fresh(&m.buf)?, fresh(&v.buf)?);
-        let cfg = k::optim::AdamW {
-            lr: hp.lr as f32,
-            beta1: hp.beta1 as f32,
-            beta2: hp.beta2 as f32,
-            eps: hp.eps as f32,
-            weight_decay: hp.weight_decay as f32,
-        };
         k::optim::adamw_step(
             dev,
-            cfg,
-            hp.step,
+            hp,
             &mut p,
             &grad.buf,
             &mut m2,
@@ -1098,8 +944,8 @@ impl Backend for CudaStorage {
     }
 
     fn sum_squares(&self) -> Result<Self> {
-        let mut out = self.alloc(cu::DType::F32, 1)?;
-        k::optim::sum_squares(self.dev(), &self.buf, &mut out, false)?;
-        Ok(Self::wrap(out))
+        self.output(DType::F32, 1, |out| {
+            k::optim::sum_squares(self.dev(), &self.buf, out, false)
+        })
     }
 }

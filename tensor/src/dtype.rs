@@ -1,31 +1,6 @@
-//! Element types: what a tensor stores, and the Rust types that map onto them.
+//! The Rust types a tensor's elements can be, and the `DType` each maps onto.
+use crate::DType;
 use half::bf16;
-
-/// The element type of a tensor's storage.
-///
-/// BF16 is a storage format: every kernel widens it to f32 for arithmetic. F64 exists on the
-/// CPU for gradient checks. U32 holds token ids and indices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    F32,
-    F64,
-    BF16,
-    U32,
-}
-
-impl DType {
-    pub fn size_in_bytes(self) -> usize {
-        match self {
-            DType::F32 | DType::U32 => 4,
-            DType::F64 => 8,
-            DType::BF16 => 2,
-        }
-    }
-
-    pub fn is_float(self) -> bool {
-        !matches!(self, DType::U32)
-    }
-}
 
 /// A Rust type that can be the element of a tensor.
 pub trait Element: Copy + Send + Sync + std::fmt::Debug + 'static {

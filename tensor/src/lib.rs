@@ -17,10 +17,11 @@ mod tensor;
 
 pub use backend::{BinaryOp, ReduceOp, UnaryOp};
 pub use device::Device;
-pub use dtype::{DType, Element};
+pub use dtype::Element;
 pub use error::{Error, Result};
 pub use ops::{CrossEntropyStats, NormStats, CAUSAL};
 pub use ops::{GatedDeltaGrads, MlstmChunkStates, MlstmGrads};
 pub use shape::Shape;
 pub use storage::Storage;
+pub use swax_cuda::DType;
 pub use tensor::{Tensor, TensorId};

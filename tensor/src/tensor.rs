@@ -115,6 +115,12 @@ impl Tensor {
             DType::F64 => CpuStorage::F64(*any.downcast().expect("T is f64")),
             DType::BF16 => CpuStorage::BF16(*any.downcast().expect("T is bf16")),
             DType::U32 => CpuStorage::U32(*any.downcast().expect("T is u32")),
+            DType::U8 => {
+                return Err(Error::UnsupportedDType {
+                    op: "from_vec",
+                    dtype: DType::U8,
+                })
+            }
         };
         Tensor::on(device, cpu, shape)
     }
@@ -134,7 +140,11 @@ impl Tensor {
                 shape,
             });
         }
-        Tensor::on(device, CpuStorage::from_f64_vec(values, dtype), shape)
+        Tensor::on(
+            device,
+            CpuStorage::from_f64_vec("from_f64s", values, dtype)?,
+            shape,
+        )
     }
 
     pub fn full(

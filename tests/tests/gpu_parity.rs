@@ -80,7 +80,7 @@ fn cases() -> Vec<Case> {
             UnaryOp::AddScalar(0.75),
             std::convert::identity,
         ),
-        ("clamp", UnaryOp::Clamp(-0.5, 0.5), |x| {
+        ("clamp", UnaryOp::Clamp { lo: -0.5, hi: 0.5 }, |x| {
             if (x.abs() - 0.5).abs() < 0.05 {
                 x * 1.3
             } else {

@@ -50,7 +50,7 @@ impl Tape {
     }
 
     pub fn clamp(&self, x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
-        self.unary(x, UnaryOp::Clamp(lo, hi))
+        self.unary(x, UnaryOp::Clamp { lo, hi })
     }
 
     pub fn binary(&self, a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {

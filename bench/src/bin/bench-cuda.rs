@@ -25,7 +25,7 @@ use swax_cuda::kernels::norm::rms_norm;
 use swax_cuda::kernels::softmax::{softmax, Softmax};
 use swax_cuda::kernels::unary::{unary, UnaryOp};
 use swax_cuda::timing::median_ms as time_ms;
-use swax_cuda::{gemm, Buffer, CudaError, DType, Device, GemmArgs};
+use swax_cuda::{gemm, Buffer, CudaError, DType, Device, GemmArgs, MatmulLayout};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -63,6 +63,8 @@ fn random(dev: &Device, dtype: DType, n: usize, seed: u64) -> Result<Buffer> {
                 .map(|_| (next().abs() * 255.0) as u8)
                 .collect::<Vec<_>>(),
         )?,
+        // Refused: the GPU holds no f64.
+        DType::F64 => dev.alloc(dtype, n)?,
     })
 }
 
@@ -137,16 +139,18 @@ fn bench_gemm(dev: &Device, rows: &mut Vec<Row>, reps: usize) -> Result<()> {
             gemm(
                 dev,
                 GemmArgs {
-                    ta: false,
-                    tb: false,
-                    m: n,
-                    n,
-                    k: n,
-                    batch: 1,
+                    layout: MatmulLayout {
+                        batch: 1,
+                        m: n,
+                        n,
+                        k: n,
+                        lhs_transposed: false,
+                        rhs_transposed: false,
+                        lhs_batch_stride: 0,
+                        rhs_batch_stride: 0,
+                    },
                     a: &a,
-                    a_stride: 0,
                     b: &b,
-                    b_stride: 0,
                     c: &mut c,
                     c_stride: 0,
                     alpha: 1.0,

@@ -5,7 +5,7 @@
 //!
 //!     .gpu/bin/bench-gpu        (built by tools/gpu-pack)
 use swax_cuda::timing::median_ms;
-use swax_cuda::{gemm, Buffer, GemmArgs};
+use swax_cuda::{gemm, Buffer, GemmArgs, MatmulLayout};
 use swax_tensor::{DType, Device, Error, Result, Tensor};
 
 fn buffer(t: &Tensor) -> Result<&Buffer> {
@@ -41,16 +41,18 @@ fn main() -> Result<()> {
             gemm(
                 &dev,
                 GemmArgs {
-                    ta: false,
-                    tb: false,
-                    m: n,
-                    n,
-                    k: n,
-                    batch: 1,
+                    layout: MatmulLayout {
+                        batch: 1,
+                        m: n,
+                        n,
+                        k: n,
+                        lhs_transposed: false,
+                        rhs_transposed: false,
+                        lhs_batch_stride: 0,
+                        rhs_batch_stride: 0,
+                    },
                     a: ab,
-                    a_stride: 0,
                     b: bb,
-                    b_stride: 0,
                     c: &mut c,
                     c_stride: 0,
                     alpha: 1.0,
@@ -72,7 +74,7 @@ fn main() -> Result<()> {
         let x = randn(&[rows, cols], 3, dtype)?;
         let y = randn(&[rows, cols], 4, dtype)?;
         let w = randn(&[cols], 5, dtype)?;
-        let bytes = (rows * cols * dtype.size_in_bytes()) as f64;
+        let bytes = (rows * cols * dtype.size_bytes()) as f64;
         let mut copy_dst = dev.alloc(buffer(&x)?.dtype(), rows * cols)?;
         let xb = buffer(&x)?;
         let copy = median_ms(&dev, 3, 20, || dev.copy(xb, &mut copy_dst))?;

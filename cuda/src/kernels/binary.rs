@@ -1,4 +1,4 @@
-//! Elementwise add, sub, mul, div with numpy broadcasting (`kernels/binary.cu`).
+//! Elementwise add, sub, mul, div, maximum with numpy broadcasting (`kernels/binary.cu`).
 
 use super::layout::{contiguous_strides, Operand, TwoStrided};
 use super::{check_device, check_dtype, check_len, float_kernel, launch, Launch, ELEMENTWISE_VEC};
@@ -16,6 +16,8 @@ pub enum BinaryOp {
     Sub,
     Mul,
     Div,
+    /// The larger of the two; a NaN loses to a number (as `f32::max`).
+    Maximum,
 }
 
 impl BinaryOp {
@@ -25,6 +27,7 @@ impl BinaryOp {
             BinaryOp::Sub => 1,
             BinaryOp::Mul => 2,
             BinaryOp::Div => 3,
+            BinaryOp::Maximum => 4,
         }
     }
 }

@@ -46,7 +46,7 @@ pub fn strided_copy(
     if n == 0 {
         return Ok(());
     }
-    let name = bits_kernel!("copy", src.dtype());
+    let name = bits_kernel!(OP, "copy", src.dtype())?;
     // SAFETY: copy_bN(const E* src, E* dst, TwoStrided p) with E of the dtype's size;
     // `TwoStrided::new` checked both operands stay in bounds.
     unsafe {

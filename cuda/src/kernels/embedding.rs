@@ -51,7 +51,7 @@ pub fn index_select(
     let count = idx.len() as u64;
     let row_len = row_len as u64;
     let err = dev.error_word()?;
-    let name = bits_kernel!("gather", src.dtype());
+    let name = bits_kernel!(OP, "gather", src.dtype())?;
     // SAFETY: gather_bN(const u32* ids, const E* src, E* dst, u64 count, u32 src_rows,
     // u64 row_len, u32* err); ids holds count, src src_rows * row_len, dst count * row_len
     // elements; ids >= src_rows are never dereferenced; err is the device's live error word.

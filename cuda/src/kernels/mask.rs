@@ -80,8 +80,8 @@ pub fn where_select(
     check_like(OP, "y", y, a)?;
     check_len(OP, "cond", cond, a.len())?;
     let name = match cond.dtype() {
-        DType::U8 => bits_kernel!("where_u8", a.dtype()),
-        DType::U32 => bits_kernel!("where_u32", a.dtype()),
+        DType::U8 => bits_kernel!(OP, "where_u8", a.dtype())?,
+        DType::U32 => bits_kernel!(OP, "where_u32", a.dtype())?,
         other => {
             return Err(CudaError::invalid(
                 OP,

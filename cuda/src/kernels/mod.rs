@@ -222,11 +222,12 @@ pub(crate) use row_kernel;
 /// The instantiation of a kernel that only moves elements, by element size: `<base>_b32` for
 /// f32/u32, `_b16` for bf16, `_b8` for u8.
 macro_rules! bits_kernel {
-    ($base:literal, $dtype:expr) => {
+    ($op:expr, $base:literal, $dtype:expr) => {
         match $dtype {
-            $crate::DType::F32 | $crate::DType::U32 => concat!($base, "_b32"),
-            $crate::DType::BF16 => concat!($base, "_b16"),
-            $crate::DType::U8 => concat!($base, "_b8"),
+            $crate::DType::F32 | $crate::DType::U32 => Ok(concat!($base, "_b32")),
+            $crate::DType::BF16 => Ok(concat!($base, "_b16")),
+            $crate::DType::U8 => Ok(concat!($base, "_b8")),
+            $crate::DType::F64 => Err($crate::CudaError::invalid($op, "no kernel moves f64 data")),
         }
     };
 }

@@ -1,6 +1,6 @@
 //! RMSNorm and LayerNorm over the last axis, forward and backward (`kernels/norm.cu`).
 
-use super::reduce::{reduce, Axis, ReduceOp};
+use super::reduce::{reduce, AxisDims, ReduceOp};
 use super::{
     check_device, check_dtype, check_len, check_like, launch, ptr_or_null, row_kernel, rows_of,
     to_u32, vector_rows, Launch,
@@ -110,7 +110,7 @@ fn backward(
     rstd: &Buffer,
     dy: &Buffer,
     dx: &mut Buffer,
-) -> Result<(Buffer, Axis), CudaError> {
+) -> Result<(Buffer, AxisDims), CudaError> {
     check_device(op, dev, &[x, dy, dx])?;
     check_like(op, "dy", dy, x)?;
     check_like(op, "dx", dx, x)?;
@@ -153,7 +153,7 @@ fn backward(
     } else {
         dev.alloc(DType::F32, blocks as usize * width)?
     };
-    let axis = Axis {
+    let axis = AxisDims {
         outer: 1,
         n: blocks as usize,
         inner: width,

@@ -14,25 +14,27 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 /// Threads of the one-block kernels.
 const FINISH_BLOCK: u32 = 1024;
 
-/// AdamW hyperparameters (decoupled weight decay, as in Loshchilov & Hutter).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdamW {
-    pub lr: f32,
-    pub beta1: f32,
-    pub beta2: f32,
-    pub eps: f32,
-    pub weight_decay: f32,
+/// The hyperparameters of one AdamW step (decoupled weight decay, Loshchilov & Hutter):
+/// `p <- p (1 - lr wd) - lr m^ / (sqrt(v^) + eps)` with bias-corrected moments; `step` counts
+/// from 1. f64 for the CPU's f64 arithmetic; the kernel takes them as f32.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWStep {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub step: u64,
 }
 
-/// One AdamW step in place, `step` counting from 1 (for bias correction):
+/// One AdamW step in place, `hp.step` counting from 1 (for bias correction):
 /// `g' = g * scale`, `m = b1 m + (1 - b1) g'`, `v = b2 v + (1 - b2) g'^2`,
 /// `p = p (1 - lr wd) - lr (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps)`.
 /// All f32 of one length; `grad_scale` (f32 [1] on the device, e.g. from [`clip_scale`])
 /// multiplies the gradient, 1 when `None`.
 pub fn adamw_step(
     dev: &Device,
-    hp: AdamW,
-    step: u64,
+    hp: AdamWStep,
     params: &mut Buffer,
     grads: &Buffer,
     m: &mut Buffer,
@@ -50,15 +52,17 @@ pub fn adamw_step(
         check_dtype(OP, "grad_scale", s, DType::F32)?;
         check_len(OP, "grad_scale", s, 1)?;
     }
-    if step == 0 {
+    if hp.step == 0 {
         return Err(CudaError::invalid(OP, "steps count from 1"));
     }
     if params.is_empty() {
         return Ok(());
     }
-    let exp = i32::try_from(step).unwrap_or(i32::MAX);
-    let bc1 = (1.0 - (hp.beta1 as f64).powi(exp)) as f32;
-    let bc2 = (1.0 - (hp.beta2 as f64).powi(exp)) as f32;
+    let exp = i32::try_from(hp.step).unwrap_or(i32::MAX);
+    let bc1 = (1.0 - hp.beta1.powi(exp)) as f32;
+    let bc2 = (1.0 - hp.beta2.powi(exp)) as f32;
+    let [lr, beta1, beta2, eps, wd] =
+        [hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay].map(|v| v as f32);
     let n = params.len() as u64;
     let scale = ptr_or_null(grad_scale);
     // SAFETY: adamw(float* p, const float* g, float* m, float* v, u64 n, float lr, float b1,
@@ -71,19 +75,7 @@ pub fn adamw_step(
             "adamw",
             Launch::elementwise(dev, n.div_ceil(4)),
             &[
-                params,
-                grads,
-                m,
-                v,
-                &n,
-                &hp.lr,
-                &hp.beta1,
-                &hp.beta2,
-                &hp.eps,
-                &hp.weight_decay,
-                &bc1,
-                &bc2,
-                &scale,
+                params, grads, m, v, &n, &lr, &beta1, &beta2, &eps, &wd, &bc1, &bc2, &scale,
             ],
         )
     }

@@ -42,15 +42,16 @@ impl ReduceOp {
     }
 }
 
-/// The [outer, n, inner] view of a contiguous buffer whose middle axis is reduced or scanned.
+/// A contiguous buffer seen as `[outer, n, inner]` around the axis an op works along (reduces,
+/// scans, scatters or selects along).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Axis {
+pub struct AxisDims {
     pub outer: usize,
     pub n: usize,
     pub inner: usize,
 }
 
-impl Axis {
+impl AxisDims {
     fn len(self) -> Option<usize> {
         self.outer.checked_mul(self.n)?.checked_mul(self.inner)
     }
@@ -77,7 +78,7 @@ pub fn reduce(
     dev: &Device,
     op: ReduceOp,
     x: &Buffer,
-    axis: Axis,
+    axis: AxisDims,
     y: &mut Buffer,
     argmax: Option<&mut Buffer>,
 ) -> Result<(), CudaError> {
@@ -180,7 +181,7 @@ pub fn reduce(
 ///
 /// Rows (inner == 1) are scanned in parallel; with inner > 1 each (outer, inner) column is one
 /// thread walking n, which is slow for long n with few columns (transpose first there).
-pub fn cumsum(dev: &Device, x: &Buffer, axis: Axis, y: &mut Buffer) -> Result<(), CudaError> {
+pub fn cumsum(dev: &Device, x: &Buffer, axis: AxisDims, y: &mut Buffer) -> Result<(), CudaError> {
     const OP: &str = "cumsum";
     check_device(OP, dev, &[x, y])?;
     let (outer, n, inner) = axis.checked(OP, x)?;
@@ -243,7 +244,7 @@ pub fn sum_to(
                 None => dev.copy(x, y),
             };
         };
-        let axis = Axis {
+        let axis = AxisDims {
             outer: dims[..pos].iter().map(|g| g.0).product(),
             n: dims[pos].0,
             inner: dims[pos + 1..].iter().map(|g| g.0).product(),

@@ -10,32 +10,38 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 };
 
 /// Shape and positions of a rotary embedding: `x` is [b, t, h, d] (d even), token `t` of every
-/// sequence sits at position `t + pos_offset`, frequencies `theta^(-2i/d)`.
+/// sequence sits at position `t + offset`, frequencies `theta^(-2i/d)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rope {
+pub struct RopeDims {
     pub b: usize,
     pub t: usize,
     pub h: usize,
     pub d: usize,
-    pub pos_offset: i64,
+    /// Absolute position of the first time step (for decoding or chunked evaluation).
+    pub offset: usize,
     pub theta: f64,
 }
 
 /// `y = rotate(x)`: pair (i, i + d/2) at position p turned by `p * theta^(-2i/d)`
 /// ("rotate_half", as in Llama / GPT-NeoX). `x`, `y` f32 or bf16, same length.
-pub fn rope(dev: &Device, r: Rope, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
+pub fn rope(dev: &Device, r: RopeDims, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
     run("rope", dev, r, x, y, 1.0)
 }
 
 /// Backward of [`rope`]: the inverse rotation of `dy` into `dx`.
-pub fn rope_backward(dev: &Device, r: Rope, dy: &Buffer, dx: &mut Buffer) -> Result<(), CudaError> {
+pub fn rope_backward(
+    dev: &Device,
+    r: RopeDims,
+    dy: &Buffer,
+    dx: &mut Buffer,
+) -> Result<(), CudaError> {
     run("rope_backward", dev, r, dy, dx, -1.0)
 }
 
 fn run(
     op: &'static str,
     dev: &Device,
-    r: Rope,
+    r: RopeDims,
     x: &Buffer,
     y: &mut Buffer,
     sign: f32,
@@ -60,6 +66,8 @@ fn run(
         to_u32(op, "h", r.h)?,
         to_u32(op, "d / 2", r.d / 2)?,
     );
+    let pos_offset = i64::try_from(r.offset)
+        .map_err(|_| CudaError::invalid(op, format!("offset {} exceeds i64", r.offset)))?;
     let entries = r.t * (r.d / 2);
     let cos = dev.alloc(DType::F32, entries)?;
     let sin = dev.alloc(DType::F32, entries)?;
@@ -71,7 +79,7 @@ fn run(
             &SOURCE,
             "rope_table",
             Launch::elementwise(dev, entries as u64),
-            &[&cos, &sin, &t_len, &half, &r.pos_offset, &r.theta],
+            &[&cos, &sin, &t_len, &half, &pos_offset, &r.theta],
         )?;
     }
     let pairs = (x.len() / 2) as u64;

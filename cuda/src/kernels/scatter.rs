@@ -1,7 +1,7 @@
 //! Scatter along the middle axis of an `[outer, n, inner]` view (`kernels/scatter.cu`): the
 //! backward of an arg-reduction such as max.
 
-use super::reduce::Axis;
+use super::reduce::AxisDims;
 use super::{check_device, check_dtype, check_len, float_kernel, launch, to_u32, Launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
@@ -18,7 +18,7 @@ pub fn scatter_axis(
     dev: &Device,
     x: &Buffer,
     idx: &Buffer,
-    axis: Axis,
+    axis: AxisDims,
     y: &mut Buffer,
 ) -> Result<(), CudaError> {
     const OP: &str = "scatter_axis";

@@ -17,16 +17,17 @@ pub const MAX_TAPS: usize = 8;
 const WG_X: u32 = 32;
 const WG_Y: u32 = 8;
 
-/// Sizes: x `[B, T, C]`, weights `[C, K]`, bias `[C]`.
+/// Sizes of a causal depthwise convolution: x `[B, T, C]`, weights `[C, K]` (tap `K - 1` on the
+/// current step), bias `[C]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConvShape {
+pub struct ConvDims {
     pub b: usize,
     pub t: usize,
     pub c: usize,
     pub k: usize,
 }
 
-impl ConvShape {
+impl ConvDims {
     fn checked(&self, op: &'static str) -> Result<[u32; 4], CudaError> {
         if self.k == 0 || self.k > MAX_TAPS {
             return Err(CudaError::invalid(
@@ -49,7 +50,7 @@ pub fn short_conv(
     x: &Buffer,
     w: &Buffer,
     bias: &Buffer,
-    s: ConvShape,
+    s: ConvDims,
     y: &mut Buffer,
 ) -> Result<(), CudaError> {
     const OP: &str = "short_conv";
@@ -89,7 +90,7 @@ pub fn short_conv_backward(
     x: &Buffer,
     w: &Buffer,
     dy: &Buffer,
-    s: ConvShape,
+    s: ConvDims,
 ) -> Result<(Buffer, Buffer, Buffer), CudaError> {
     const OP: &str = "short_conv_backward";
     let [bt, t, c, k] = s.checked(OP)?;

@@ -9,7 +9,8 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
     source: include_str!("../../kernels/unary.cu"),
 };
 
-/// y = f(x), elementwise.
+/// y = f(x), elementwise. Parameters are f64 for the CPU's f64 gradient checks; the kernels
+/// take them as f32.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum UnaryOp {
     Neg,
@@ -28,11 +29,13 @@ pub enum UnaryOp {
     Relu,
     Square,
     /// x * c
-    Scale(f32),
+    Scale(f64),
+    /// x + c
+    AddScalar(f64),
     /// min(max(x, lo), hi); the gradient passes where lo <= x <= hi
     Clamp {
-        lo: f32,
-        hi: f32,
+        lo: f64,
+        hi: f64,
     },
 }
 
@@ -52,8 +55,9 @@ impl UnaryOp {
             UnaryOp::LogSigmoid => (9, 0.0, 0.0),
             UnaryOp::Relu => (10, 0.0, 0.0),
             UnaryOp::Square => (11, 0.0, 0.0),
-            UnaryOp::Scale(c) => (12, c, 0.0),
-            UnaryOp::Clamp { lo, hi } => (13, lo, hi),
+            UnaryOp::Scale(c) => (12, c as f32, 0.0),
+            UnaryOp::Clamp { lo, hi } => (13, lo as f32, hi as f32),
+            UnaryOp::AddScalar(c) => (14, c as f32, 0.0),
         }
     }
 

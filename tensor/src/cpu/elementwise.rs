@@ -37,7 +37,7 @@ fn apply<T: Real>(x: T, op: UnaryOp) -> T {
         UnaryOp::Square => x * x,
         UnaryOp::Scale(c) => x * T::of(c),
         UnaryOp::AddScalar(c) => x + T::of(c),
-        UnaryOp::Clamp(lo, hi) => x.max(T::of(lo)).min(T::of(hi)),
+        UnaryOp::Clamp { lo, hi } => x.max(T::of(lo)).min(T::of(hi)),
     }
 }
 
@@ -69,7 +69,7 @@ fn derivative<T: Real>(x: T, op: UnaryOp) -> T {
         UnaryOp::Scale(c) => T::of(c),
         UnaryOp::AddScalar(_) => one,
         // Subgradient 1 on the boundary, like PyTorch.
-        UnaryOp::Clamp(lo, hi) => {
+        UnaryOp::Clamp { lo, hi } => {
             if x >= T::of(lo) && x <= T::of(hi) {
                 one
             } else {

@@ -94,7 +94,7 @@ fn floats<'a>(op: &'static str, xs: &[&'a CpuStorage]) -> Result<Floats<'a>> {
             true,
         ),
         DType::F64 => Floats::F64(xs.iter().map(|x| Cow::Borrowed(x.f64())).collect()),
-        DType::U32 => return Err(Error::UnsupportedDType { op, dtype }),
+        DType::U32 | DType::U8 => return Err(Error::UnsupportedDType { op, dtype }),
     })
 }
 
@@ -170,13 +170,15 @@ impl CpuStorage {
         }
     }
 
-    pub fn from_f64_vec(v: &[f64], dtype: DType) -> Self {
-        match dtype {
+    /// `v` stored as `dtype`; an error for U8, which tensors do not hold.
+    pub fn from_f64_vec(op: &'static str, v: &[f64], dtype: DType) -> Result<Self> {
+        Ok(match dtype {
             DType::F32 => CpuStorage::F32(v.iter().map(|&x| x as f32).collect()),
             DType::F64 => CpuStorage::F64(v.to_vec()),
             DType::BF16 => CpuStorage::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
             DType::U32 => CpuStorage::U32(v.iter().map(|&x| x as u32).collect()),
-        }
+            DType::U8 => return Err(Error::UnsupportedDType { op, dtype }),
+        })
     }
 }
 
@@ -209,6 +211,7 @@ impl Backend for CpuStorage {
             DType::F64 => CpuStorage::F64(vec![0.0; len]),
             DType::BF16 => CpuStorage::BF16(vec![bf16::ZERO; len]),
             DType::U32 => CpuStorage::U32(vec![0; len]),
+            DType::U8 => return Err(Error::UnsupportedDType { op: "zeros", dtype }),
         })
     }
 
@@ -219,7 +222,7 @@ impl Backend for CpuStorage {
         Ok(match (self, dtype) {
             (CpuStorage::F32(v), DType::BF16) => CpuStorage::BF16(narrow(v.clone())),
             (CpuStorage::BF16(v), DType::F32) => CpuStorage::F32(widen(v)),
-            _ => CpuStorage::from_f64_vec(&self.to_f64_vec(), dtype),
+            _ => CpuStorage::from_f64_vec("to_dtype", &self.to_f64_vec(), dtype)?,
         })
     }
 

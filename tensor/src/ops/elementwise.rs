@@ -55,7 +55,7 @@ impl Tensor {
     }
 
     pub fn clamp(&self, lo: f64, hi: f64) -> Result<Tensor> {
-        self.unary(UnaryOp::Clamp(lo, hi))
+        self.unary(UnaryOp::Clamp { lo, hi })
     }
 
     /// A binary op with numpy broadcasting between the operands.
