@@ -1,7 +1,7 @@
 //! `swax prepare`'s pipeline: text files, folders or stdin to train and validation shards and
 //! `meta.json`.
 //!
-//! A document is a file, or a piece of one between `<|endoftext|>` markers, trimmed of
+//! A document is a file, or a part of one between `<|endoftext|>` markers, trimmed of
 //! surrounding whitespace; empty ones are skipped. Input is read as UTF-8 (invalid sequences
 //! become U+FFFD). Each document goes whole to one split, so the splits never share text: a
 //! document goes to validation while validation holds less than `val_fraction` of the tokens so
@@ -312,7 +312,7 @@ fn read_source(source: &Input) -> Result<Text> {
     }
 }
 
-/// Non-empty documents of `text` with the offset where each one's piece of input ends.
+/// Non-empty documents of `text` with the offset where each one's part of the input ends.
 fn documents(text: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {
     let ends = memmem::find_iter(text, EOT_TEXT.as_bytes()).chain([text.len()]);
     let mut start = 0;

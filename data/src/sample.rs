@@ -1,5 +1,5 @@
 //! Token sequences with answers to score: the shape shared by the default corpus's recall probes
-//! and the long-context tasks, and the builder that assembles them piece by piece so that every
+//! and the long-context tasks, and the builder that assembles them part by part so that every
 //! answer's position is known by construction rather than searched for after tokenizing.
 
 use crate::tokenizer::Tokenizer;
@@ -29,7 +29,7 @@ pub struct TaskSample {
     pub answers: Vec<Answer>,
 }
 
-/// Appends encoded pieces and reports where each landed. Pieces are encoded one by one, so with
+/// Appends encoded parts and reports where each landed. Parts are encoded one by one, so with
 /// BPE the ids may differ from encoding the joined text: the sample is defined by these ids.
 pub(crate) struct Builder<'a> {
     pub tok: &'a dyn Tokenizer,

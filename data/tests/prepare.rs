@@ -95,7 +95,7 @@ fn check_dataset(tokenizer: TokenizerKind) {
     assert_eq!(
         train.len() + val.len(),
         300,
-        "empty files and pieces are skipped"
+        "empty files and parts are skipped"
     );
     let share = meta.val.tokens as f64 / (meta.train.tokens + meta.val.tokens) as f64;
     assert!((share - 0.2).abs() < 0.02, "validation share {share}");

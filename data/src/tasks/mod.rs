@@ -25,13 +25,13 @@ pub(crate) struct Needle {
 }
 
 impl Needle {
-    /// `prefix` + `value` + `suffix`, encoded piece by piece.
-    pub fn new(tok: &dyn Tokenizer, pieces: [&str; 3], depth: f64) -> Needle {
+    /// `prefix` + `value` + `suffix`, encoded part by part.
+    pub fn new(tok: &dyn Tokenizer, parts: [&str; 3], depth: f64) -> Needle {
         let mut b = Builder::new(tok);
-        b.text(pieces[0]);
-        let start = b.text(pieces[1]);
+        b.text(parts[0]);
+        let start = b.text(parts[1]);
         let end = b.len();
-        b.text(pieces[2]);
+        b.text(parts[2]);
         Needle {
             tokens: b.tokens,
             value: start..end,

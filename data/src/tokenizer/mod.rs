@@ -32,7 +32,7 @@ pub trait Tokenizer: Send + Sync {
 
     /// The bytes `tokens` stand for; the end-of-text token reads `<|endoftext|>`. An id at or
     /// above the vocabulary size is an error naming its index. A token may be part of a
-    /// character (a byte of UTF-8, a piece of one): streamed output writes these as they come.
+    /// character (a byte of UTF-8, a part of one): streamed output writes these as they come.
     fn decode_bytes(&self, tokens: &[u32]) -> Result<Vec<u8>>;
 
     /// Text for `tokens` (bytes that are not UTF-8 read as U+FFFD).

@@ -7,8 +7,9 @@ use clap::Args;
 use swax_data::TokenizerKind;
 use swax_hybrid::eval::evaluate::{evaluate, Plan};
 use swax_hybrid::eval::report::markdown;
-use swax_hybrid::eval::run::{load, Task};
+use swax_hybrid::eval::run::Task;
 use swax_hybrid::eval::store;
+use swax_hybrid::loaded::load;
 use swax_hybrid::train::data::shards_dir;
 use swax_hybrid::train::run_dir::dataset_tokenizer;
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use swax_data::TokenizerKind;
-use swax_hybrid::eval::run::load;
 use swax_hybrid::generate::{generate, Request, Sampling};
+use swax_hybrid::loaded::load;
 use swax_hybrid::train::compute_dtype;
 
 use super::CliResult;

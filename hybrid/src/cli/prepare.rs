@@ -13,7 +13,7 @@ use super::CliResult;
 
 #[derive(Debug, Args)]
 pub struct PrepareArgs {
-    /// Text files, folders (read recursively) or `-` for stdin. Documents are files, or pieces
+    /// Text files, folders (read recursively) or `-` for stdin. Documents are files, or parts
     /// of files between `<|endoftext|>` markers.
     #[arg(required = true, value_name = "INPUT")]
     inputs: Vec<String>,

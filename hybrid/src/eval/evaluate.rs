@@ -7,7 +7,8 @@ use swax_data::TokenizerKind;
 
 use super::generated::{eval_generated, Generation};
 use super::results::EvalResults;
-use super::run::{eval_task, held_out, loss_curve, Forward, InPieces, Loaded, OneShot, Task};
+use super::run::{eval_task, held_out, loss_curve, Forward, InPieces, OneShot, Task};
+use crate::loaded::Loaded;
 use crate::train::compute_dtype;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;

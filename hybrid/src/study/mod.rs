@@ -17,8 +17,9 @@ use swax_tensor::Device;
 use crate::config::{Config, ConfigError};
 use crate::eval::evaluate::{evaluate, Plan};
 use crate::eval::results::EvalResults;
-use crate::eval::run::{load, Task};
+use crate::eval::run::Task;
 use crate::eval::store;
+use crate::loaded::load;
 use crate::train::{self, checkpoint, Options};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
