@@ -7,6 +7,7 @@ pub use swax_cuda::kernels::optim::AdamWStep;
 pub use swax_cuda::kernels::reduce::{AxisDims, ReduceOp};
 pub use swax_cuda::kernels::rope::RopeDims;
 pub use swax_cuda::kernels::short_conv::ConvDims;
+pub use swax_cuda::kernels::softmax::Softmax;
 pub use swax_cuda::kernels::unary::UnaryOp;
 pub use swax_cuda::MatmulLayout;
 
@@ -87,9 +88,9 @@ pub trait Backend: Sized {
     fn cumsum(&self, dims: AxisDims, reverse: bool) -> Result<Self>;
 
     /// Softmax (or log-softmax) over contiguous rows of length `n`.
-    fn softmax(&self, n: usize, log: bool) -> Result<Self>;
+    fn softmax(&self, n: usize, kind: Softmax) -> Result<Self>;
     /// Given the forward's output `self` and its gradient, the input's gradient.
-    fn softmax_backward(&self, dy: &Self, n: usize, log: bool) -> Result<Self>;
+    fn softmax_backward(&self, dy: &Self, n: usize, kind: Softmax) -> Result<Self>;
 
     fn matmul(&self, rhs: &Self, layout: &MatmulLayout) -> Result<Self>;
 

@@ -259,14 +259,6 @@ fn contiguous(shape: &[usize]) -> Vec<usize> {
     crate::Shape::new(shape).strides()
 }
 
-fn softmax_kind(log: bool) -> k::softmax::Softmax {
-    if log {
-        k::softmax::Softmax::LogSoftmax
-    } else {
-        k::softmax::Softmax::Softmax
-    }
-}
-
 impl Backend for CudaStorage {
     fn dtype(&self) -> DType {
         self.buf.dtype()
@@ -370,15 +362,15 @@ impl Backend for CudaStorage {
         })
     }
 
-    fn softmax(&self, n: usize, log: bool) -> Result<Self> {
+    fn softmax(&self, n: usize, kind: Softmax) -> Result<Self> {
         self.output_like(self.buf.len(), |y| {
-            k::softmax::softmax(self.dev(), softmax_kind(log), &self.buf, n, y)
+            k::softmax::softmax(self.dev(), kind, &self.buf, n, y)
         })
     }
 
-    fn softmax_backward(&self, dy: &Self, n: usize, log: bool) -> Result<Self> {
+    fn softmax_backward(&self, dy: &Self, n: usize, kind: Softmax) -> Result<Self> {
         self.output_like(self.buf.len(), |dx| {
-            k::softmax::softmax_backward(self.dev(), softmax_kind(log), &self.buf, &dy.buf, n, dx)
+            k::softmax::softmax_backward(self.dev(), kind, &self.buf, &dy.buf, n, dx)
         })
     }
 

@@ -15,7 +15,7 @@ mod shape;
 mod storage;
 mod tensor;
 
-pub use backend::{BinaryOp, ReduceOp, UnaryOp};
+pub use backend::{BinaryOp, ReduceOp, Softmax, UnaryOp};
 pub use device::Device;
 pub use dtype::Element;
 pub use error::{Error, Result};

@@ -191,13 +191,13 @@ impl Backend for Storage {
         forward!("cumsum", self, [], |s| s.cumsum(dims, reverse))
     }
 
-    fn softmax(&self, n: usize, log: bool) -> Result<Self> {
-        forward!("softmax", self, [], |s| s.softmax(n, log))
+    fn softmax(&self, n: usize, kind: Softmax) -> Result<Self> {
+        forward!("softmax", self, [], |s| s.softmax(n, kind))
     }
 
-    fn softmax_backward(&self, dy: &Self, n: usize, log: bool) -> Result<Self> {
+    fn softmax_backward(&self, dy: &Self, n: usize, kind: Softmax) -> Result<Self> {
         forward!("softmax_backward", self, [dy], |s| s
-            .softmax_backward(dy, n, log))
+            .softmax_backward(dy, n, kind))
     }
 
     fn matmul(&self, rhs: &Self, layout: &MatmulLayout) -> Result<Self> {

@@ -282,17 +282,17 @@ impl Backend for CpuStorage {
         )))
     }
 
-    fn softmax(&self, n: usize, log: bool) -> Result<Self> {
+    fn softmax(&self, n: usize, kind: Softmax) -> Result<Self> {
         Ok(with_floats!("softmax", [self], |x, out, _s| out(
-            softmax::softmax(&x[0], n, log)
+            softmax::softmax(&x[0], n, kind)
         )))
     }
 
-    fn softmax_backward(&self, dy: &Self, n: usize, log: bool) -> Result<Self> {
+    fn softmax_backward(&self, dy: &Self, n: usize, kind: Softmax) -> Result<Self> {
         Ok(with_floats!(
             "softmax_backward",
             [self, dy],
-            |x, out, _s| out(softmax::softmax_backward(&x[0], &x[1], n, log))
+            |x, out, _s| out(softmax::softmax_backward(&x[0], &x[1], n, kind))
         ))
     }
 

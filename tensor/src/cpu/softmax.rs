@@ -1,5 +1,6 @@
 //! Softmax and log-softmax over contiguous rows, and their backwards.
 use super::{Real, PAR_MIN};
+use crate::backend::Softmax;
 use rayon::prelude::*;
 
 /// Runs `f(row_in..., row_out)` over rows of length `n`, in parallel when the buffer is large.
@@ -20,13 +21,13 @@ pub(crate) fn for_rows<T: Real>(
     out
 }
 
-pub(crate) fn softmax<T: Real>(x: &[T], n: usize, log: bool) -> Vec<T> {
+pub(crate) fn softmax<T: Real>(x: &[T], n: usize, kind: Softmax) -> Vec<T> {
     for_rows(x.len(), n, |r, out| {
         let row = &x[r * n..(r + 1) * n];
         let m = row.iter().copied().fold(T::neg_infinity(), T::max);
         // A fully masked softmax row (all -inf) gives zeros rather than 0/0.
         let m = if m == T::neg_infinity() { T::zero() } else { m };
-        if log {
+        if kind == Softmax::LogSoftmax {
             let log_sum = row.iter().map(|&v| (v - m).exp()).sum::<T>().ln();
             for (o, &v) in out.iter_mut().zip(row) {
                 *o = v - m - log_sum;
@@ -48,10 +49,10 @@ pub(crate) fn softmax<T: Real>(x: &[T], n: usize, log: bool) -> Vec<T> {
     })
 }
 
-pub(crate) fn softmax_backward<T: Real>(y: &[T], dy: &[T], n: usize, log: bool) -> Vec<T> {
+pub(crate) fn softmax_backward<T: Real>(y: &[T], dy: &[T], n: usize, kind: Softmax) -> Vec<T> {
     for_rows(y.len(), n, |r, out| {
         let (yr, gr) = (&y[r * n..(r + 1) * n], &dy[r * n..(r + 1) * n]);
-        if log {
+        if kind == Softmax::LogSoftmax {
             let total: T = gr.iter().copied().sum();
             for k in 0..n {
                 out[k] = gr[k] - yr[k].exp() * total;

@@ -1,5 +1,5 @@
 //! Softmax and log-softmax over the last axis.
-use crate::backend::Backend;
+use crate::backend::{Backend, Softmax};
 use crate::{Result, Tensor};
 
 impl Tensor {
@@ -10,7 +10,7 @@ impl Tensor {
     pub fn softmax(&self) -> Result<Tensor> {
         self.float_only("softmax")?;
         Ok(self.with_storage(
-            self.storage().softmax(self.last_dim(), false)?,
+            self.storage().softmax(self.last_dim(), Softmax::Softmax)?,
             self.shape().clone(),
         ))
     }
@@ -18,18 +18,19 @@ impl Tensor {
     pub fn log_softmax(&self) -> Result<Tensor> {
         self.float_only("log_softmax")?;
         Ok(self.with_storage(
-            self.storage().softmax(self.last_dim(), true)?,
+            self.storage()
+                .softmax(self.last_dim(), Softmax::LogSoftmax)?,
             self.shape().clone(),
         ))
     }
 
-    /// Given the forward's output (`self`) and dy, dx; `log` for log-softmax.
-    pub fn softmax_backward(&self, dy: &Tensor, log: bool) -> Result<Tensor> {
+    /// Given the forward's output (`self`) of `kind` and dy, dx.
+    pub fn softmax_backward(&self, dy: &Tensor, kind: Softmax) -> Result<Tensor> {
         self.same_dtype("softmax_backward", dy)?;
         self.same_shape("softmax_backward", dy)?;
         let out = self
             .storage()
-            .softmax_backward(dy.storage(), self.last_dim(), log)?;
+            .softmax_backward(dy.storage(), self.last_dim(), kind)?;
         Ok(self.with_storage(out, self.shape().clone()))
     }
 }
