@@ -21,6 +21,13 @@ impl std::fmt::Debug for CudaStorage {
     }
 }
 
+/// A kernel's result buffer as storage (the fused mixers' CUDA kernels, in swax-nn).
+impl From<Buffer> for CudaStorage {
+    fn from(buf: Buffer) -> Self {
+        CudaStorage { buf }
+    }
+}
+
 impl From<cu::CudaError> for Error {
     fn from(e: cu::CudaError) -> Self {
         Error::Cuda(e.to_string())
@@ -209,9 +216,7 @@ pub fn has_fused(kernel: FusedKernel, dtype: DType, head_dim: usize) -> bool {
         // f32 model keeps the exact reference.
         FusedKernel::Swa | FusedKernel::Rla => dtype == DType::BF16 && matches!(head_dim, 64 | 128),
         // The bf16 paths feed m16n8k16 tiles; the f32 paths take any size.
-        FusedKernel::Mlstm | FusedKernel::GatedDelta => {
-            dtype == DType::F32 || head_dim.is_multiple_of(16)
-        }
+        FusedKernel::GatedDelta => dtype == DType::F32 || head_dim.is_multiple_of(16),
         FusedKernel::ShortConv => true,
     }
 }
@@ -766,86 +771,6 @@ impl Backend for CudaStorage {
             k::rope::rope(self.dev(), r, &self.buf, &mut y)?;
         }
         Ok(Self::wrap(y))
-    }
-
-    fn mlstm_chunk_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        i: &Self,
-        f: &Self,
-        c0: &Self,
-        n0: &Self,
-        m0: &Self,
-        dims: RecurrentDims,
-        eps: f64,
-    ) -> Result<(Self, Self, Self, Self)> {
-        let x = k::mlstm::MlstmInputs {
-            q: &self.buf,
-            k: &k.buf,
-            v: &v.buf,
-            i: &i.buf,
-            f: &f.buf,
-        };
-        let s0 = k::mlstm::MlstmState {
-            c: &c0.buf,
-            n: &n0.buf,
-            m: &m0.buf,
-        };
-        let r = k::mlstm::mlstm_forward(self.dev(), &x, &s0, recurrent_shape(dims), eps as f32)?;
-        Ok((
-            Self::wrap(r.h),
-            Self::wrap(r.c),
-            Self::wrap(r.n),
-            Self::wrap(r.m),
-        ))
-    }
-
-    fn mlstm_chunk_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        i: &Self,
-        f: &Self,
-        c: &Self,
-        n: &Self,
-        m: &Self,
-        h: &Self,
-        dh: &Self,
-        dc: &Self,
-        dn: &Self,
-        dm: &Self,
-        dims: RecurrentDims,
-        eps: f64,
-    ) -> Result<Vec<Self>> {
-        let x = k::mlstm::MlstmInputs {
-            q: &self.buf,
-            k: &k.buf,
-            v: &v.buf,
-            i: &i.buf,
-            f: &f.buf,
-        };
-        let states = k::mlstm::MlstmState {
-            c: &c.buf,
-            n: &n.buf,
-            m: &m.buf,
-        };
-        let ds = k::mlstm::MlstmState {
-            c: &dc.buf,
-            n: &dn.buf,
-            m: &dm.buf,
-        };
-        let g = k::mlstm::mlstm_backward(
-            self.dev(),
-            &x,
-            &states,
-            &h.buf,
-            &dh.buf,
-            &ds,
-            recurrent_shape(dims),
-            eps as f32,
-        )?;
-        Ok(g.into_iter().map(Self::wrap).collect())
     }
 
     fn gated_delta_forward(

@@ -6,6 +6,7 @@
 //!
 //!     .gpu/bin/bench-recurrent-gpu [T]
 use swax_cuda::timing::median_ms;
+use swax_nn::mixers::mlstm::{self, MlstmBackward, MlstmGrads, MlstmIn, MlstmOut, MlstmState};
 use swax_tensor::{DType, Device, Result, Tensor};
 
 const B: usize = 8;
@@ -36,30 +37,43 @@ fn main() -> Result<()> {
     );
     let (i, f) = (randn(vec![B, t, H], 1.0, 4)?, randn(vec![B, t, H], 1.0, 5)?);
     let zeros = |dims: Vec<usize>| Tensor::zeros(dims, DType::BF16, gpu);
-    let (c0, n0, m0) = (
-        zeros(vec![B, H, D, D])?,
-        zeros(vec![B, H, D])?,
-        zeros(vec![B, H])?,
-    );
+    let s0 = MlstmState {
+        c: zeros(vec![B, H, D, D])?,
+        n: zeros(vec![B, H, D])?,
+        m: zeros(vec![B, H])?,
+    };
+    let x = MlstmIn {
+        q: &q,
+        k: &k,
+        v: &v,
+        i: &i,
+        f: &f,
+        state: s0.try_map(Ok)?,
+    };
     let dh = randn(vec![B, t, H, D], 1.0, 6)?;
     let eps = 1e-6;
-    let fwd = median_ms(&dev, 2, REPS, || {
-        q.mlstm_chunkwise(&k, &v, &i, &f, &c0, &n0, &m0, CHUNK, eps)
-            .map(drop)
-    })?;
+    // The gradient of the final state: zeros, as where the final state is unused.
+    let backward = |out: &MlstmOut| -> Result<MlstmGrads> {
+        mlstm::backward(
+            &MlstmBackward {
+                input: x.clone(),
+                out: out.try_map(Ok)?,
+                dh: &dh,
+                d_final: s0.try_map(Ok)?,
+            },
+            CHUNK,
+            eps,
+        )
+    };
+    let fwd = median_ms(&dev, 2, REPS, || mlstm::forward(&x, CHUNK, eps).map(drop))?;
     let both = median_ms(&dev, 2, REPS, || {
-        let (h, st) = q.mlstm_chunkwise(&k, &v, &i, &f, &c0, &n0, &m0, CHUNK, eps)?;
-        q.mlstm_chunkwise_backward(&k, &v, &i, &f, &st, &h, &dh, [&c0, &n0, &m0], CHUNK, eps)
-            .map(drop)
+        backward(&mlstm::forward(&x, CHUNK, eps)?).map(drop)
     })?;
     // The backward alone, from the boundary states the forward stored: recomputing them in the
     // backward instead would add a forward pass (the state pass is the forward kernel).
     let bwd = {
-        let (h, st) = q.mlstm_chunkwise(&k, &v, &i, &f, &c0, &n0, &m0, CHUNK, eps)?;
-        median_ms(&dev, 2, REPS, || {
-            q.mlstm_chunkwise_backward(&k, &v, &i, &f, &st, &h, &dh, [&c0, &n0, &m0], CHUNK, eps)
-                .map(drop)
-        })?
+        let out = mlstm::forward(&x, CHUNK, eps)?;
+        median_ms(&dev, 2, REPS, || backward(&out).map(drop))?
     };
     let beta = randn(vec![B, t, H], 1.0, 7)?.sigmoid()?;
     let g = randn(vec![B, t, H], 1.0, 8)?.softplus()?.scale(-0.1)?;

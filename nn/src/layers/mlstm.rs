@@ -11,10 +11,9 @@
 //! weaker than the paths around it.
 use super::basic::{Linear, INIT_STD};
 use super::short_conv::ShortConv;
-use super::{cast, fused, MixerDims};
+use super::{cast, reference_forced, MixerDims};
 use crate::mixers::mlstm;
 use crate::params::{ParamId, Params, Weights};
-use swax_tensor::backend::FusedKernel;
 use swax_tensor::{DType, Error, Result, Tensor};
 
 /// xLSTM-7B caps its gate preactivations at 15.
@@ -110,7 +109,8 @@ impl Mlstm {
             tape.narrow(&gates, -1, 0, h)?,
             tape.narrow(&gates, -1, h, h)?,
         );
-        let (hs, state) = if fused(&q, &[FusedKernel::Mlstm]) {
+        let kernel = mlstm::has_kernel(q.device(), q.dtype(), dk, dv);
+        let (hs, state) = if kernel && !reference_forced() {
             mlstm::chunkwise(tape, &q, &k, &v, &i, &f, state, self.chunk, mlstm::EPS)?
         } else {
             // The reference in f32 (`in_f32`'s policy), its state carried in f32.

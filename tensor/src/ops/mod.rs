@@ -8,7 +8,6 @@ mod layout;
 mod loss;
 mod mask;
 mod matmul;
-mod mlstm;
 mod norm;
 mod optim;
 mod recurrent;
@@ -22,7 +21,6 @@ mod swa;
 pub use gated_delta::GatedDeltaGrads;
 pub use loss::CrossEntropyStats;
 pub use mask::CAUSAL;
-pub use mlstm::{MlstmChunkStates, MlstmGrads};
 pub use norm::NormStats;
 
 use crate::{Error, Result, Tensor};
