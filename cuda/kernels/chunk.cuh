@@ -1,4 +1,4 @@
-// chunk.cuh: what the chunkwise recurrent kernels (nn/src/mixers/mlstm/mlstm.cu, gated_delta.cu)
+// chunk.cuh: what the chunkwise recurrent kernels (mlstm.cu, gated_delta.cu in nn/src/mixers/)
 // share, prepended to each of them (after mma.cuh) by its Rust wrapper (NVRTC gets common.cuh as
 // its only header).
 //

@@ -103,26 +103,6 @@ pub struct AttnDims {
     pub d: usize,
 }
 
-/// Sizes of a chunkwise recurrent mixer call (the mLSTM, the gated delta rule): q and k `[B, T, H, Dk]`,
-/// v `[B, T, H, Dv]`, per-head gates `[B, T, H]`, a state per head `[B, H, Dk, Dv]` (the outer
-/// products `k v^T` it sums have k along the rows). Time runs in `chunk`-step chunks, the last
-/// one shorter when `chunk` does not divide T; `chunks()` of them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecurrentDims {
-    pub b: usize,
-    pub t: usize,
-    pub h: usize,
-    pub dk: usize,
-    pub dv: usize,
-    pub chunk: usize,
-}
-
-impl RecurrentDims {
-    pub fn chunks(&self) -> usize {
-        self.t.div_ceil(self.chunk)
-    }
-}
-
 /// Sizes of a causal depthwise convolution: x `[B, T, C]`, weights `[C, K]` (tap `K - 1` on the
 /// current step), bias `[C]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,37 +217,6 @@ pub trait Backend: Sized {
         ignore_index: Option<u32>,
     ) -> Result<Self>;
 
-    /// Gated delta rule, chunkwise (WY form), `self` as q `[B, T, H, Dk]`; k `[B, T, H, Dk]`,
-    /// v `[B, T, H, Dv]`, beta and the log-decay g `[B, T, H]`, the initial state s0
-    /// `[B, H, Dk, Dv]` (the transpose of the paper's S). q and k are L2-normalized here
-    /// (`x / sqrt(|x|^2 + 1e-6)`), q then scaled by `1/sqrt(Dk)`; per step
-    /// `S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`, `o_t = S_t^T q_t`.
-    /// Returns `(o [B, T, H, Dv], s [B, H, N + 1, Dk, Dv])`: the state before each chunk and after
-    /// the last (entry 0 the initial state, entry N the final one).
-    fn gated_delta_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        s0: &Self,
-        dims: RecurrentDims,
-    ) -> Result<(Self, Self)>;
-    /// The gradients of `gated_delta_forward` given its inputs, its saved boundary states, and
-    /// the gradients do of the output and ds `[B, H, Dk, Dv]` of the final state. Returns
-    /// `[dq, dk, dv, dbeta, dg, ds0]` (dq, dk with respect to the raw, unnormalized q and k).
-    fn gated_delta_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        states: &Self,
-        dout: &Self,
-        ds: &Self,
-        dims: RecurrentDims,
-    ) -> Result<Vec<Self>>;
-
     /// Causal depthwise convolution, `self` as x `[B, T, C]`, weights `[C, K]`, bias `[C]`:
     /// `y[b, t, c] = bias[c] + sum_j w[c, j] x[b, t - K + 1 + j, c]` (zeros before t = 0).
     fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self>;
@@ -367,6 +316,5 @@ pub struct AdamWStep {
 pub enum FusedKernel {
     Swa,
     Rla,
-    GatedDelta,
     ShortConv,
 }

@@ -215,20 +215,7 @@ pub fn has_fused(kernel: FusedKernel, dtype: DType, head_dim: usize) -> bool {
         // bf16 tensor-core tiles of 64 or 128 columns; f32 would be rounded to bf16 inside, so an
         // f32 model keeps the exact reference.
         FusedKernel::Swa | FusedKernel::Rla => dtype == DType::BF16 && matches!(head_dim, 64 | 128),
-        // The bf16 paths feed m16n8k16 tiles; the f32 paths take any size.
-        FusedKernel::GatedDelta => dtype == DType::F32 || head_dim.is_multiple_of(16),
         FusedKernel::ShortConv => true,
-    }
-}
-
-fn recurrent_shape(d: RecurrentDims) -> k::chunk::RecurrentShape {
-    k::chunk::RecurrentShape {
-        b: d.b,
-        t: d.t,
-        h: d.h,
-        dk: d.dk,
-        dv: d.dv,
-        chunk: d.chunk,
     }
 }
 
@@ -771,56 +758,6 @@ impl Backend for CudaStorage {
             k::rope::rope(self.dev(), r, &self.buf, &mut y)?;
         }
         Ok(Self::wrap(y))
-    }
-
-    fn gated_delta_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        s0: &Self,
-        dims: RecurrentDims,
-    ) -> Result<(Self, Self)> {
-        let x = k::gated_delta::GatedDeltaInputs {
-            q: &self.buf,
-            k: &k.buf,
-            v: &v.buf,
-            beta: &beta.buf,
-            g: &g.buf,
-        };
-        let (o, s) =
-            k::gated_delta::gated_delta_forward(self.dev(), &x, &s0.buf, recurrent_shape(dims))?;
-        Ok((Self::wrap(o), Self::wrap(s)))
-    }
-
-    fn gated_delta_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        states: &Self,
-        dout: &Self,
-        ds: &Self,
-        dims: RecurrentDims,
-    ) -> Result<Vec<Self>> {
-        let x = k::gated_delta::GatedDeltaInputs {
-            q: &self.buf,
-            k: &k.buf,
-            v: &v.buf,
-            beta: &beta.buf,
-            g: &g.buf,
-        };
-        let grads = k::gated_delta::gated_delta_backward(
-            self.dev(),
-            &x,
-            &states.buf,
-            &dout.buf,
-            &ds.buf,
-            recurrent_shape(dims),
-        )?;
-        Ok(grads.into_iter().map(Self::wrap).collect())
     }
 
     fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self> {

@@ -22,7 +22,6 @@ pub use device::Device;
 pub use device_op::DeviceOp;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
-pub use ops::GatedDeltaGrads;
 pub use ops::{CrossEntropyStats, NormStats, CAUSAL};
 pub use shape::Shape;
 pub use storage::Storage;

@@ -326,38 +326,6 @@ impl Backend for Storage {
         )
     }
 
-    fn gated_delta_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        s0: &Self,
-        dims: RecurrentDims,
-    ) -> Result<(Self, Self)> {
-        forward!("gated_delta_forward", self, [k, v, beta, g, s0], |s| s
-            .gated_delta_forward(k, v, beta, g, s0, dims))
-    }
-
-    fn gated_delta_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        states: &Self,
-        dout: &Self,
-        ds: &Self,
-        dims: RecurrentDims,
-    ) -> Result<Vec<Self>> {
-        forward!(
-            "gated_delta_backward",
-            self,
-            [k, v, beta, g, states, dout, ds],
-            |s| s.gated_delta_backward(k, v, beta, g, states, dout, ds, dims)
-        )
-    }
-
     fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self> {
         forward!("short_conv", self, [w, bias], |s| s
             .short_conv(w, bias, dims))

@@ -6,6 +6,9 @@
 //!
 //!     .gpu/bin/bench-recurrent-gpu [T]
 use swax_cuda::timing::median_ms;
+use swax_nn::mixers::gated_delta::{
+    self, GatedDeltaBackward, GatedDeltaGrads, GatedDeltaIn, GatedDeltaOut,
+};
 use swax_nn::mixers::mlstm::{self, MlstmBackward, MlstmGrads, MlstmIn, MlstmOut, MlstmState};
 use swax_tensor::{DType, Device, Result, Tensor};
 
@@ -77,22 +80,32 @@ fn main() -> Result<()> {
     };
     let beta = randn(vec![B, t, H], 1.0, 7)?.sigmoid()?;
     let g = randn(vec![B, t, H], 1.0, 8)?.softplus()?.scale(-0.1)?;
-    let s0 = zeros(vec![B, H, D, D])?;
-    let gdn_fwd = median_ms(&dev, 2, REPS, || {
-        q.gated_delta_chunkwise(&k, &v, &beta, &g, &s0, CHUNK)
-            .map(drop)
-    })?;
+    let s1 = zeros(vec![B, H, D, D])?;
+    let gx = GatedDeltaIn {
+        q: &q,
+        k: &k,
+        v: &v,
+        beta: &beta,
+        g: &g,
+        state: &s1,
+    };
+    // The output stands in for its own gradient; the final state's gradient is zeros.
+    let gdn_backward = |out: &GatedDeltaOut| -> Result<GatedDeltaGrads> {
+        let x = GatedDeltaBackward {
+            input: gx.clone(),
+            boundary: &out.boundary,
+            d_out: &out.o,
+            d_final: &s1,
+        };
+        gated_delta::backward(&x, CHUNK)
+    };
+    let gdn_fwd = median_ms(&dev, 2, REPS, || gated_delta::forward(&gx, CHUNK).map(drop))?;
     let gdn_both = median_ms(&dev, 2, REPS, || {
-        let (o, st) = q.gated_delta_chunkwise(&k, &v, &beta, &g, &s0, CHUNK)?;
-        q.gated_delta_chunkwise_backward(&k, &v, &beta, &g, &st, &o, &s0, CHUNK)
-            .map(drop)
+        gdn_backward(&gated_delta::forward(&gx, CHUNK)?).map(drop)
     })?;
     let gdn_bwd = {
-        let (o, st) = q.gated_delta_chunkwise(&k, &v, &beta, &g, &s0, CHUNK)?;
-        median_ms(&dev, 2, REPS, || {
-            q.gated_delta_chunkwise_backward(&k, &v, &beta, &g, &st, &o, &s0, CHUNK)
-                .map(drop)
-        })?
+        let out = gated_delta::forward(&gx, CHUNK)?;
+        median_ms(&dev, 2, REPS, || gdn_backward(&out).map(drop))?
     };
     println!("swax chunkwise mixers, B={B} T={t} H={H} D={D} chunk={CHUNK} bf16, median of {REPS}");
     println!("| mixer | fwd ms | bwd ms (stored states) | fwd+bwd ms |");

@@ -1,7 +1,8 @@
-//! What the chunkwise recurrent kernel wrappers (the mLSTM's in swax-nn, the gated delta rule's)
-//! share: the sizes struct the kernels take, the checks of their operands, the launch of one
-//! block per (batch, head, value tile) with its shared memory, and the sum of the value tiles'
-//! shares of a gradient (`kernels/chunk.cuh`).
+//! What the chunkwise recurrent kernel wrappers (the mLSTM's and the gated delta rule's, in
+//! swax-nn) share: the sizes struct the kernels take (swax-nn's mixers check it against their
+//! tensors), the checks of their operands, the launch of one block per (batch, head, value tile)
+//! with its shared memory, and the sum of the value tiles' shares of a gradient
+//! (`kernels/chunk.cuh`).
 
 use super::{check_device, check_dtype, check_len, launch, to_u32, KernelArg, Launch};
 use crate::nvrtc::KernelSource;

@@ -14,8 +14,6 @@ pub mod chunk;
 pub mod copy;
 pub mod cross_entropy;
 pub mod embedding;
-pub mod gated_delta;
-pub mod gated_delta_parallel;
 mod layout;
 pub mod mask;
 pub mod norm;
@@ -298,7 +296,7 @@ pub(crate) fn rows_of(op: &'static str, buf: &Buffer, n: usize) -> Result<u32, C
     to_u32(op, "rows", buf.len() / n)
 }
 
-pub(crate) fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32, CudaError> {
+pub fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32, CudaError> {
     u32::try_from(v).map_err(|_| CudaError::invalid(op, format!("{what} = {v} exceeds u32")))
 }
 
@@ -350,8 +348,6 @@ mod tests {
             &copy::SOURCE,
             &cross_entropy::SOURCE,
             &embedding::SOURCE,
-            &gated_delta::SOURCE,
-            &gated_delta_parallel::SOURCE,
             &mask::SOURCE,
             &norm::SOURCE,
             &optim::SOURCE,

@@ -5,6 +5,7 @@ mod joined;
 pub mod mlstm;
 mod one_step;
 pub mod rattention;
+mod recurrent;
 
 #[cfg(test)]
 mod tests {
@@ -16,7 +17,11 @@ mod tests {
     /// SWAX_REQUIRE_CUDA=1 like every GPU test.
     #[test]
     fn every_mixer_kernel_compiles_for_every_architecture() {
-        match compile_for_every_architecture(&[&super::mlstm::SOURCE]) {
+        match compile_for_every_architecture(&[
+            &super::gated_delta::SOURCE,
+            &super::gated_delta::PARALLEL_SOURCE,
+            &super::mlstm::SOURCE,
+        ]) {
             Err(CudaError::LibraryMissing { reason, .. })
                 if std::env::var("SWAX_REQUIRE_CUDA").as_deref() != Ok("1") =>
             {

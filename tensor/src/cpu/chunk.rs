@@ -1,16 +1,18 @@
-//! What the chunkwise recurrent kernels (mLSTM, gated delta rule) share: one (batch, head)
-//! sequence cut out of a `[B, T, H, D]` buffer as contiguous chunk tiles and put back, small
-//! row-major tile products through the shared gemm, and the parallel loop over heads.
+//! What the chunkwise recurrent CPU kernels (the mLSTM's and the gated delta rule's, in swax-nn)
+//! share: one (batch, head) sequence cut out of a `[B, T, H, D]` buffer as contiguous chunk tiles
+//! and put back, small row-major tile products through the shared gemm, and the parallel loop
+//! over heads.
 use super::matmul::matmul;
 use super::Real;
-use crate::backend::{MatmulLayout, RecurrentDims};
+use crate::backend::MatmulLayout;
 use rayon::prelude::*;
+use swax_cuda::kernels::chunk::RecurrentShape;
 
 /// Rows `t0..t0 + len` of head `bh` (= b·H + h) of a `[B, T, H, d]` buffer, as a `[len, d]`
 /// tile (`d = 1` for the per-head gates `[B, T, H]`).
 pub fn rows<T: Real>(
     x: &[T],
-    dims: &RecurrentDims,
+    dims: &RecurrentShape,
     d: usize,
     bh: usize,
     t0: usize,
@@ -26,7 +28,7 @@ pub fn rows<T: Real>(
 }
 
 /// Puts per-head `[T, d]` buffers (in b·H + h order) back into one `[B, T, H, d]` buffer.
-pub fn interleave<T: Real>(heads: &[&[T]], dims: &RecurrentDims, d: usize) -> Vec<T> {
+pub fn interleave<T: Real>(heads: &[&[T]], dims: &RecurrentShape, d: usize) -> Vec<T> {
     let mut out = vec![T::zero(); dims.b * dims.t * dims.h * d];
     for (bh, head) in heads.iter().enumerate() {
         let (b, h) = (bh / dims.h, bh % dims.h);
@@ -40,7 +42,7 @@ pub fn interleave<T: Real>(heads: &[&[T]], dims: &RecurrentDims, d: usize) -> Ve
 
 /// Runs `job` for every (batch, head) pair, in parallel, results in b·H + h order: heads are
 /// independent, and within a head the chunks depend on each other through the state.
-pub fn per_head<R: Send>(dims: &RecurrentDims, job: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
+pub fn per_head<R: Send>(dims: &RecurrentShape, job: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
     (0..dims.b * dims.h).into_par_iter().map(job).collect()
 }
 

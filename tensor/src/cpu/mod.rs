@@ -6,7 +6,6 @@
 pub mod chunk;
 mod copy;
 mod elementwise;
-mod gated_delta;
 mod loss;
 mod mask;
 mod matmul;
@@ -486,46 +485,6 @@ impl Backend for CpuStorage {
                 v,
                 ignore_index
             ))
-        ))
-    }
-
-    fn gated_delta_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        s0: &Self,
-        dims: RecurrentDims,
-    ) -> Result<(Self, Self)> {
-        Ok(with_floats!(
-            "gated_delta_forward",
-            [self, k, v, beta, g, s0],
-            |x, out, stat| {
-                let (o, s) = gated_delta::forward(&x, dims);
-                (out(o), stat(s))
-            }
-        ))
-    }
-
-    fn gated_delta_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        states: &Self,
-        dout: &Self,
-        ds: &Self,
-        dims: RecurrentDims,
-    ) -> Result<Vec<Self>> {
-        Ok(with_floats!(
-            "gated_delta_backward",
-            [self, k, v, beta, g, states, dout, ds],
-            |x, out, _s| gated_delta::backward(&x, dims)
-                .into_iter()
-                .map(out)
-                .collect()
         ))
     }
 

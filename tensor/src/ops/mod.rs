@@ -2,7 +2,6 @@
 //! seam. The differentiable ones have their backward beside them in the autograd crate; the
 //! `*_backward` methods here are the fused kernels those backwards call.
 mod elementwise;
-mod gated_delta;
 mod index;
 mod layout;
 mod loss;
@@ -10,7 +9,6 @@ mod mask;
 mod matmul;
 mod norm;
 mod optim;
-mod recurrent;
 mod reduce;
 mod rla;
 mod rope;
@@ -18,7 +16,6 @@ mod short_conv;
 mod softmax;
 mod swa;
 
-pub use gated_delta::GatedDeltaGrads;
 pub use loss::CrossEntropyStats;
 pub use mask::CAUSAL;
 pub use norm::NormStats;

@@ -12,7 +12,8 @@
 //! flows back along the recurrence of m to whichever of `i_t` or `lf_t + m_{t-1}` won each max.
 use super::{MlstmBackward, MlstmGrads, MlstmIn, MlstmOut, MlstmState};
 use std::borrow::Cow;
-use swax_tensor::backend::{Backend, RecurrentDims};
+use swax_cuda::kernels::chunk::RecurrentShape;
+use swax_tensor::backend::Backend;
 use swax_tensor::cpu::chunk::{
     axpy, dot, interleave, mm, per_head, reverse_cumsum, rows, scale_rows,
 };
@@ -27,13 +28,13 @@ type Values<'a, T> = MlstmIn<Cow<'a, [T]>>;
 pub(super) fn forward(
     op: &'static str,
     x: &MlstmIn<&CpuStorage>,
-    dims: &RecurrentDims,
+    dims: &RecurrentShape,
     eps: f64,
 ) -> Result<MlstmOut<CpuStorage>> {
     fn run<T: Real>(
         op: &'static str,
         x: &MlstmIn<&CpuStorage>,
-        dims: &RecurrentDims,
+        dims: &RecurrentShape,
         eps: f64,
     ) -> Result<MlstmOut<CpuStorage>> {
         let dtype = x.q.dtype();
@@ -59,13 +60,13 @@ pub(super) fn forward(
 pub(super) fn backward(
     op: &'static str,
     x: &MlstmBackward<&CpuStorage>,
-    dims: &RecurrentDims,
+    dims: &RecurrentShape,
     eps: f64,
 ) -> Result<MlstmGrads<CpuStorage>> {
     fn run<T: Real>(
         op: &'static str,
         x: &MlstmBackward<&CpuStorage>,
-        dims: &RecurrentDims,
+        dims: &RecurrentShape,
         eps: f64,
     ) -> Result<MlstmGrads<CpuStorage>> {
         let dtype = x.input.q.dtype();
@@ -122,7 +123,7 @@ impl<T: Real> Chunk<T> {
     #[allow(clippy::too_many_arguments)]
     fn new(
         x: &Values<T>,
-        dims: &RecurrentDims,
+        dims: &RecurrentShape,
         bh: usize,
         t0: usize,
         len: usize,
@@ -188,9 +189,9 @@ impl<T: Real> Chunk<T> {
     }
 }
 
-fn forward_values<T: Real>(x: &Values<T>, dims: &RecurrentDims, eps: f64) -> MlstmOut<Vec<T>> {
+fn forward_values<T: Real>(x: &Values<T>, dims: &RecurrentShape, eps: f64) -> MlstmOut<Vec<T>> {
     let (c0, n0, m0) = (&x.state.c, &x.state.n, &x.state.m);
-    let RecurrentDims { dk, dv, chunk, .. } = *dims;
+    let RecurrentShape { dk, dv, chunk, .. } = *dims;
     let eps = T::of(eps);
     let heads = per_head(dims, |bh| {
         let mut c = c0[bh * dk * dv..(bh + 1) * dk * dv].to_vec();
@@ -249,7 +250,7 @@ struct HeadGrads<T> {
 
 fn backward_values<T: Real>(
     x: &MlstmBackward<Cow<[T]>>,
-    dims: &RecurrentDims,
+    dims: &RecurrentShape,
     eps: f64,
 ) -> MlstmGrads<Vec<T>> {
     let heads = per_head(dims, |bh| head_backward(x, dims, eps, bh));
@@ -273,14 +274,14 @@ fn backward_values<T: Real>(
 
 fn head_backward<T: Real>(
     x: &MlstmBackward<Cow<[T]>>,
-    dims: &RecurrentDims,
+    dims: &RecurrentShape,
     eps: f64,
     bh: usize,
 ) -> HeadGrads<T> {
     let inputs = &x.input;
     let (cb, nb, mb) = (&x.out.boundary.c, &x.out.boundary.n, &x.out.boundary.m);
     let (h, dh) = (&x.out.h, &x.dh);
-    let RecurrentDims {
+    let RecurrentShape {
         t, dk, dv, chunk, ..
     } = *dims;
     let nc = dims.chunks();

@@ -7,7 +7,6 @@ use swax_cuda::kernels::chunk::{
 };
 use swax_cuda::kernels::{float_kernel, launch};
 use swax_cuda::{Buffer, CudaError, DType, KernelSource};
-use swax_tensor::backend::RecurrentDims;
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
@@ -18,36 +17,6 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
         include_str!("mlstm.cu")
     ),
 };
-
-pub(super) fn shape(d: &RecurrentDims) -> RecurrentShape {
-    RecurrentShape {
-        b: d.b,
-        t: d.t,
-        h: d.h,
-        dk: d.dk,
-        dv: d.dv,
-        chunk: d.chunk,
-    }
-}
-
-/// Whether the kernels take data of `dtype` with these head dims: what their sizes check
-/// (`RecArgs::new`) accepts.
-pub(super) fn runs(dtype: swax_tensor::DType, dk: usize, dv: usize) -> bool {
-    let dt = match dtype {
-        swax_tensor::DType::F32 => DType::F32,
-        swax_tensor::DType::BF16 => DType::BF16,
-        _ => return false,
-    };
-    let s = RecurrentShape {
-        b: 1,
-        t: 1,
-        h: 1,
-        dk,
-        dv,
-        chunk: 1,
-    };
-    RecArgs::new("mlstm", s, dt, 0.0).is_ok()
-}
 
 /// Checks the inputs q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`, i, f `[B, T, H]` and the state (or
 /// state gradient) of one dtype (f32 or bf16); returns the kernels' sizes and that dtype.

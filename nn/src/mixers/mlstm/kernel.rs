@@ -2,7 +2,8 @@
 //! their checks, and the hand-off to the kernel of the device that holds the operands (`cpu.rs`,
 //! `cuda.rs`) through `DeviceOp`.
 use super::{cpu, cuda, MlstmState};
-use swax_tensor::backend::RecurrentDims;
+use crate::mixers::recurrent::{cuda_takes, RecurrentChecks};
+use swax_cuda::kernels::chunk::RecurrentShape;
 use swax_tensor::cpu::CpuStorage;
 use swax_tensor::cuda::CudaStorage;
 use swax_tensor::{DType, Device, DeviceOp, Error, Result, Storage, Tensor};
@@ -81,7 +82,7 @@ impl<T> MlstmBackward<T> {
 
 impl<S: Into<Storage>> MlstmIn<S> {
     /// A kernel's gradients as tensors shaped as the inputs.
-    fn tensors(self, d: &RecurrentDims) -> Result<MlstmGrads> {
+    fn tensors(self, d: &RecurrentShape) -> Result<MlstmGrads> {
         let (b, t, h) = (d.b, d.t, d.h);
         Ok(MlstmIn {
             q: Tensor::from_storage(self.q, vec![b, t, h, d.dk])?,
@@ -100,7 +101,7 @@ impl<S: Into<Storage>> MlstmIn<S> {
 
 impl<S: Into<Storage>> MlstmOut<S> {
     /// A kernel's results as tensors.
-    fn tensors(self, d: &RecurrentDims) -> Result<MlstmOut> {
+    fn tensors(self, d: &RecurrentShape) -> Result<MlstmOut> {
         let (b, h, nb) = (d.b, d.h, d.chunks() + 1);
         Ok(MlstmOut {
             h: Tensor::from_storage(self.h, vec![b, d.t, h, d.dv])?,
@@ -115,8 +116,8 @@ impl<S: Into<Storage>> MlstmOut<S> {
 
 /// Checks the inputs of either pass (states, or state gradients, of the inputs' dtype); returns
 /// the sizes.
-fn check(op: &'static str, x: &MlstmIn<&Tensor>, chunk: usize) -> Result<RecurrentDims> {
-    let d = RecurrentDims::check(op, x.q, x.k, x.v, &[x.i, x.f], chunk)?;
+fn check(op: &'static str, x: &MlstmIn<&Tensor>, chunk: usize) -> Result<RecurrentShape> {
+    let d = RecurrentShape::check(op, x.q, x.k, x.v, &[x.i, x.f], chunk)?;
     d.check_state(op, x.q, x.state.c, &[d.dk, d.dv])?;
     d.check_state(op, x.q, x.state.n, &[d.dk])?;
     d.check_state(op, x.q, x.state.m, &[])?;
@@ -164,12 +165,12 @@ pub fn backward(x: &MlstmBackward<&Tensor>, chunk: usize, eps: f64) -> Result<Ml
 pub fn has_kernel(device: Device, dtype: DType, dk: usize, dv: usize) -> bool {
     match device {
         Device::Cpu => dtype.is_float(),
-        Device::Cuda(_) => cuda::runs(dtype, dk, dv),
+        Device::Cuda(_) => cuda_takes("mlstm", dtype, dk, dv),
     }
 }
 
 struct Forward {
-    dims: RecurrentDims,
+    dims: RecurrentShape,
     eps: f64,
 }
 
@@ -191,12 +192,12 @@ impl DeviceOp for Forward {
 
     fn cuda(&self, _device: Device, x: MlstmIn<&CudaStorage>) -> Result<MlstmOut> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
-        cuda::forward(&x, cuda::shape(&self.dims), self.eps as f32)?.tensors(&self.dims)
+        cuda::forward(&x, self.dims, self.eps as f32)?.tensors(&self.dims)
     }
 }
 
 struct Backward {
-    dims: RecurrentDims,
+    dims: RecurrentShape,
     eps: f64,
 }
 
@@ -218,6 +219,6 @@ impl DeviceOp for Backward {
 
     fn cuda(&self, _device: Device, x: MlstmBackward<&CudaStorage>) -> Result<MlstmGrads> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
-        cuda::backward(&x, cuda::shape(&self.dims), self.eps as f32)?.tensors(&self.dims)
+        cuda::backward(&x, self.dims, self.eps as f32)?.tensors(&self.dims)
     }
 }

@@ -39,7 +39,8 @@ pub use reference::{parallel, recurrent};
 #[cfg(test)]
 pub(crate) use cuda::SOURCE;
 
-use swax_tensor::backend::RecurrentDims;
+use crate::mixers::recurrent::RecurrentChecks;
+use swax_cuda::kernels::chunk::RecurrentShape;
 use swax_tensor::{DType, Device, Result, Tensor};
 
 /// xLSTM's eps in the denominator.
@@ -91,7 +92,7 @@ impl MlstmState {
         state: Option<&MlstmState>,
         op: &'static str,
         q: &Tensor,
-        dims: &RecurrentDims,
+        dims: &RecurrentShape,
     ) -> Result<MlstmState> {
         let Some(s) = state else {
             return MlstmState::zeros(dims.b, dims.h, dims.dk, dims.dv, q.dtype(), q.device());

@@ -9,8 +9,9 @@ use super::kernel::{self, MlstmBackward, MlstmIn};
 use super::MlstmState;
 use crate::mixers::joined::record_joined;
 use crate::mixers::one_step::{with_time, without_time};
+use crate::mixers::recurrent::{boundary, RecurrentChecks};
 use swax_autograd::Tape;
-use swax_tensor::backend::RecurrentDims;
+use swax_cuda::kernels::chunk::RecurrentShape;
 use swax_tensor::{Result, Tensor};
 
 /// The chunkwise mLSTM, `chunk` steps per chunk (any chunk gives the same values). Returns h
@@ -28,7 +29,7 @@ pub fn chunkwise(
     eps: f64,
 ) -> Result<(Tensor, MlstmState)> {
     let op = "mlstm::chunkwise";
-    let dims = RecurrentDims::check(op, q, k, v, &[i, f], chunk)?;
+    let dims = RecurrentShape::check(op, q, k, v, &[i, f], chunk)?;
     let s0 = MlstmState::or_zeros(state, op, q, &dims)?;
     let x = MlstmIn {
         q,
@@ -43,7 +44,7 @@ pub fn chunkwise(
         },
     };
     let out = kernel::forward(&x, chunk, eps)?;
-    let last = |x: &Tensor| dims.boundary(x, dims.chunks())?.to_dtype(q.dtype());
+    let last = |x: &Tensor| boundary(x, dims.chunks())?.to_dtype(q.dtype());
     let fin = MlstmState {
         c: last(&out.boundary.c)?,
         n: last(&out.boundary.n)?,
