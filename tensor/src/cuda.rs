@@ -212,9 +212,18 @@ fn cu_unary(op: UnaryOp) -> Option<k::unary::UnaryOp> {
 /// used by the models with no change elsewhere.
 pub fn has_fused(kernel: FusedKernel, dtype: DType, head_dim: usize) -> bool {
     match kernel {
-        // bf16 tensor-core tiles of 64 or 128 columns; f32 would be rounded to bf16 inside, so an
-        // f32 model keeps the exact reference.
-        FusedKernel::Swa | FusedKernel::Rla => dtype == DType::BF16 && matches!(head_dim, 64 | 128),
+        // bf16 tensor-core tiles of the head dims the kernels' own check takes; f32 would be
+        // rounded to bf16 inside, so an f32 model keeps the exact reference.
+        FusedKernel::Swa | FusedKernel::Rla => {
+            let one_head = k::attention::Heads {
+                b: 1,
+                t: 1,
+                h: 1,
+                hkv: 1,
+                d: head_dim,
+            };
+            dtype == DType::BF16 && one_head.check("has_fused").is_ok()
+        }
         FusedKernel::ShortConv => true,
     }
 }

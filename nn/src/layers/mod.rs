@@ -43,7 +43,7 @@ impl MixerDims {
 
 /// Whether every kernel of `kernels` runs fused for `x`, the mixer's input (its dtype, device
 /// and last dim: the head dim of a `[B, T, H, D]` query), and no reference is forced.
-pub(crate) fn fused(x: &Tensor, kernels: &[FusedKernel]) -> bool {
+pub(crate) fn runs_fused(x: &Tensor, kernels: &[FusedKernel]) -> bool {
     let head_dim = x.dims().last().copied().unwrap_or(0);
     !reference_forced()
         && kernels
