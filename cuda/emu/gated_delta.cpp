@@ -1,9 +1,9 @@
 // gated_delta.cpp: the gated delta rule's bf16 kernels in the emulator (emu.h), launched as the
 // Rust wrappers launch them, on the inputs that tests/tests/emulated_kernels.rs wrote into DIR:
-// raw f32 files, `dims` (B T H Dk Dv chunk) and `launch`, the wrappers' launch sizes
-// (gated_delta_parallel::sizes, gated_delta::one_tile_sizes). Writes the outputs and gradients
+// raw f32 files, `dims` (B T H Dk Dv chunk) and `launch`, the wrappers' launch sizes (swax-nn's
+// gated_delta::parallel_sizes, gated_delta::one_tile_sizes). Writes the outputs and gradients
 // there as emu_*.f32. `parallel` runs gated_delta_parallel.cu (chunk 64), `walk` gated_delta.cu's
-// one block per head. The test builds it.
+// one block per head (both in nn/src/mixers/gated_delta/). The test builds it.
 //     gated_delta DIR parallel|walk
 #include "kernels.cpp"  // the kernel sources as C++ over emu.h, written by the test
 #include "io.h"

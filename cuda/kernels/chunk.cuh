@@ -1,5 +1,6 @@
-// chunk.cuh: what the chunkwise recurrent kernels (mlstm.cu, gated_delta.cu) share, prepended to
-// each of them (after mma.cuh) by its Rust wrapper (NVRTC gets common.cuh as its only header).
+// chunk.cuh: what the chunkwise recurrent kernels (mlstm.cu, gated_delta.cu in nn/src/mixers/)
+// share, prepended to each of them (after mma.cuh) by its Rust wrapper (NVRTC gets common.cuh as
+// its only header).
 //
 // - Matrix views: strided f32 ones over shared or global memory (Mat), and row-major tiles in
 //   shared memory of f32 or bf16 (STile), each with a transposed view, so one product routine

@@ -50,7 +50,7 @@ impl CudaError {
         }
     }
 
-    pub(crate) fn invalid(op: &'static str, message: impl Into<String>) -> Self {
+    pub fn invalid(op: &'static str, message: impl Into<String>) -> Self {
         CudaError::InvalidArgument {
             op,
             message: message.into(),

@@ -23,4 +23,5 @@ pub use buffer::Buffer;
 pub use device::Device;
 pub use dtype::{DType, DeviceScalar};
 pub use error::CudaError;
+pub use nvrtc::KernelSource;
 pub use pool::PoolStats;

@@ -13,8 +13,9 @@ use cudarc::nvrtc::{result, sys};
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::path::PathBuf;
 
-/// One `.cu` file, embedded in the binary.
-pub(crate) struct KernelSource {
+/// One `.cu` file (with the headers it uses before it), embedded in the binary: this crate's
+/// kernels and the fused mixers' (in swax-nn).
+pub struct KernelSource {
     /// Module name, used in errors and cache file names.
     pub name: &'static str,
     pub source: &'static str,

@@ -7,7 +7,7 @@ use common::{check_fused, randn};
 use proptest::prelude::*;
 use swax_autograd::gradcheck::{check, Tolerance};
 use swax_autograd::Tape;
-use swax_nn::mixers::attention::{fused, reference};
+use swax_nn::mixers::attention::{node, reference};
 use swax_tensor::{Result, Tensor, CAUSAL};
 
 /// q `[B, T, H, D]`, k and v `[B, T, Hkv, D]`.
@@ -26,7 +26,7 @@ fn against_reference(shape: (usize, usize, usize, usize, usize), window: usize, 
     let mixer =
         |f: Form| move |tape: &Tape, x: &[Tensor]| f(tape, &x[0], &x[1], &x[2], window, None);
     check_fused(
-        &mixer(fused::swa),
+        &mixer(node::swa),
         &mixer(reference::swa),
         &qkv(b, t, h, hkv, d, seed),
         seed,
@@ -109,7 +109,7 @@ fn bad_input_is_an_error() {
         ),
     ];
     for (x, window) in cases {
-        assert!(fused::swa(&tape, &x[0], &x[1], &x[2], window, None).is_err());
+        assert!(node::swa(&tape, &x[0], &x[1], &x[2], window, None).is_err());
         assert!(reference::swa(&tape, &x[0], &x[1], &x[2], window, None).is_err());
     }
 }

@@ -8,7 +8,7 @@ use common::{check_fused, randn};
 use proptest::prelude::*;
 use swax_autograd::gradcheck::{check, Tolerance};
 use swax_autograd::Tape;
-use swax_nn::mixers::rattention::{fused, reference, Config, Rope};
+use swax_nn::mixers::rattention::{node, reference, Config, Rope};
 use swax_tensor::{Result, Tensor, CAUSAL};
 
 type Form = fn(&Tape, &Tensor, &Tensor, &Tensor, &Tensor, &Tensor, &Config) -> Result<Tensor>;
@@ -32,7 +32,7 @@ fn mixer(f: Form, cfg: Config) -> impl Fn(&Tape, &[Tensor]) -> Result<Tensor> {
 fn against_reference(shape: (usize, usize, usize, usize, usize), cfg: Config, seed: u64) {
     let (b, t, h, hkv, d) = shape;
     check_fused(
-        &mixer(fused::rattention, cfg),
+        &mixer(node::rattention, cfg),
         &mixer(reference::rattention, cfg),
         &inputs(b, t, h, hkv, d, seed),
         seed,
@@ -137,8 +137,8 @@ fn bad_input_is_an_error() {
         (with(4, randn(&[2, 8], 1.0, 0)), config(2, 4)),
     ];
     for (x, cfg) in cases {
-        assert!(mixer(fused::rattention, cfg)(&tape, &x).is_err());
+        assert!(mixer(node::rattention, cfg)(&tape, &x).is_err());
         assert!(mixer(reference::rattention, cfg)(&tape, &x).is_err());
     }
-    assert!(mixer(fused::rattention, config(2, 0))(&tape, &ok).is_err());
+    assert!(mixer(node::rattention, config(2, 0))(&tape, &ok).is_err());
 }

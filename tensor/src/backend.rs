@@ -40,26 +40,6 @@ pub struct AttnDims {
     pub d: usize,
 }
 
-/// Sizes of a chunkwise recurrent mixer call (mLSTM, gated delta rule): q and k `[B, T, H, Dk]`,
-/// v `[B, T, H, Dv]`, per-head gates `[B, T, H]`, a state per head `[B, H, Dk, Dv]` (the outer
-/// products `k v^T` it sums have k along the rows). Time runs in `chunk`-step chunks, the last
-/// one shorter when `chunk` does not divide T; `chunks()` of them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecurrentDims {
-    pub b: usize,
-    pub t: usize,
-    pub h: usize,
-    pub dk: usize,
-    pub dv: usize,
-    pub chunk: usize,
-}
-
-impl RecurrentDims {
-    pub fn chunks(&self) -> usize {
-        self.t.div_ceil(self.chunk)
-    }
-}
-
 pub trait Backend: Sized {
     fn dtype(&self) -> DType;
     fn device(&self) -> Device;
@@ -164,81 +144,6 @@ pub trait Backend: Sized {
         ignore_index: Option<u32>,
     ) -> Result<Self>;
 
-    /// mLSTM (xLSTM-7B form), chunkwise, `self` as q `[B, T, H, Dk]`; k `[B, T, H, Dk]`,
-    /// v `[B, T, H, Dv]`, input- and forget-gate preactivations i, f `[B, T, H]`, the initial
-    /// state c0 `[B, H, Dk, Dv]`, n0 `[B, H, Dk]`, m0 `[B, H]`. With q scaled by `1/sqrt(Dk)`
-    /// and `lf = log_sigmoid(f)`, per step: `m_t = max(lf_t + m_{t-1}, i_t)`,
-    /// `C_t = exp(lf_t + m_{t-1} - m_t) C_{t-1} + exp(i_t - m_t) k_t v_t^T` (n_t likewise with
-    /// k_t), `h_t = q_t^T C_t / (max(|q_t^T n_t|, exp(-m_t)) + eps)`. Returns
-    /// `(h [B, T, H, Dv], c [B, H, N + 1, Dk, Dv], n [B, H, N + 1, Dk], m [B, H, N + 1])` with
-    /// N = `dims.chunks()`: the state before each chunk and after the last (entry 0 is the initial
-    /// state, entry N the final one; per-row statistics: f32 for BF16 operands).
-    fn mlstm_chunk_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        i: &Self,
-        f: &Self,
-        c0: &Self,
-        n0: &Self,
-        m0: &Self,
-        dims: RecurrentDims,
-        eps: f64,
-    ) -> Result<(Self, Self, Self, Self)>;
-    /// The gradients of `mlstm_chunk_forward` given its inputs, its boundary states c, n, m and
-    /// output h (saved: the backward never re-runs the sequential state pass), and the gradients
-    /// dh, dc `[B, H, Dk, Dv]`, dn `[B, H, Dk]`, dm `[B, H]` of the output and the final state.
-    /// Returns `[dq, dk, dv, di, df, dc0, dn0, dm0]`, exact gradients: the stabilizer's own path
-    /// (it only moves `eps`'s weight) included.
-    fn mlstm_chunk_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        i: &Self,
-        f: &Self,
-        c: &Self,
-        n: &Self,
-        m: &Self,
-        h: &Self,
-        dh: &Self,
-        dc: &Self,
-        dn: &Self,
-        dm: &Self,
-        dims: RecurrentDims,
-        eps: f64,
-    ) -> Result<Vec<Self>>;
-
-    /// Gated delta rule, chunkwise (WY form), `self` as q `[B, T, H, Dk]`; k `[B, T, H, Dk]`,
-    /// v `[B, T, H, Dv]`, beta and the log-decay g `[B, T, H]`, the initial state s0
-    /// `[B, H, Dk, Dv]` (the transpose of the paper's S). q and k are L2-normalized here
-    /// (`x / sqrt(|x|^2 + 1e-6)`), q then scaled by `1/sqrt(Dk)`; per step
-    /// `S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`, `o_t = S_t^T q_t`.
-    /// Returns `(o [B, T, H, Dv], s [B, H, N + 1, Dk, Dv])`: the state before each chunk and after
-    /// the last (entry 0 the initial state, entry N the final one).
-    fn gated_delta_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        s0: &Self,
-        dims: RecurrentDims,
-    ) -> Result<(Self, Self)>;
-    /// The gradients of `gated_delta_forward` given its inputs, its saved boundary states, and
-    /// the gradients do of the output and ds `[B, H, Dk, Dv]` of the final state. Returns
-    /// `[dq, dk, dv, dbeta, dg, ds0]` (dq, dk with respect to the raw, unnormalized q and k).
-    fn gated_delta_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        states: &Self,
-        dout: &Self,
-        ds: &Self,
-        dims: RecurrentDims,
-    ) -> Result<Vec<Self>>;
-
     /// Causal depthwise convolution, `self` as x `[B, T, C]`, weights `[C, K]`, bias `[C]`:
     /// `y[b, t, c] = bias[c] + sum_j w[c, j] x[b, t - K + 1 + j, c]` (zeros before t = 0).
     fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self>;
@@ -325,7 +230,5 @@ pub trait Backend: Sized {
 pub enum FusedKernel {
     Swa,
     Rla,
-    Mlstm,
-    GatedDelta,
     ShortConv,
 }

@@ -23,6 +23,13 @@ impl std::fmt::Debug for CudaStorage {
     }
 }
 
+/// A kernel's result buffer as storage (the fused mixers' CUDA kernels, in swax-nn).
+impl From<Buffer> for CudaStorage {
+    fn from(buf: Buffer) -> Self {
+        CudaStorage { buf }
+    }
+}
+
 impl From<cu::CudaError> for Error {
     fn from(e: cu::CudaError) -> Self {
         Error::Cuda(e.to_string())
@@ -208,25 +215,19 @@ impl Deref for Operand<'_> {
 /// used by the models with no change elsewhere.
 pub fn has_fused(kernel: FusedKernel, dtype: DType, head_dim: usize) -> bool {
     match kernel {
-        // bf16 tensor-core tiles of 64 or 128 columns; f32 would be rounded to bf16 inside, so an
-        // f32 model keeps the exact reference.
-        FusedKernel::Swa | FusedKernel::Rla => dtype == DType::BF16 && matches!(head_dim, 64 | 128),
-        // The bf16 paths feed m16n8k16 tiles; the f32 paths take any size.
-        FusedKernel::Mlstm | FusedKernel::GatedDelta => {
-            dtype == DType::F32 || head_dim.is_multiple_of(16)
+        // bf16 tensor-core tiles of the head dims the kernels' own check takes; f32 would be
+        // rounded to bf16 inside, so an f32 model keeps the exact reference.
+        FusedKernel::Swa | FusedKernel::Rla => {
+            let one_head = k::attention::Heads {
+                b: 1,
+                t: 1,
+                h: 1,
+                hkv: 1,
+                d: head_dim,
+            };
+            dtype == DType::BF16 && one_head.check("has_fused").is_ok()
         }
         FusedKernel::ShortConv => true,
-    }
-}
-
-fn recurrent_shape(d: RecurrentDims) -> k::chunk::RecurrentShape {
-    k::chunk::RecurrentShape {
-        b: d.b,
-        t: d.t,
-        h: d.h,
-        dk: d.dk,
-        dv: d.dv,
-        chunk: d.chunk,
     }
 }
 
@@ -624,136 +625,6 @@ impl Backend for CudaStorage {
             k::rope::rope
         };
         self.output_like(self.buf.len(), |y| rotate(self.dev(), dims, &self.buf, y))
-    }
-
-    fn mlstm_chunk_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        i: &Self,
-        f: &Self,
-        c0: &Self,
-        n0: &Self,
-        m0: &Self,
-        dims: RecurrentDims,
-        eps: f64,
-    ) -> Result<(Self, Self, Self, Self)> {
-        let x = k::mlstm::MlstmInputs {
-            q: &self.buf,
-            k: &k.buf,
-            v: &v.buf,
-            i: &i.buf,
-            f: &f.buf,
-        };
-        let s0 = k::mlstm::MlstmState {
-            c: &c0.buf,
-            n: &n0.buf,
-            m: &m0.buf,
-        };
-        let r = k::mlstm::mlstm_forward(self.dev(), &x, &s0, recurrent_shape(dims), eps as f32)?;
-        Ok((
-            Self::wrap(r.h),
-            Self::wrap(r.c),
-            Self::wrap(r.n),
-            Self::wrap(r.m),
-        ))
-    }
-
-    fn mlstm_chunk_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        i: &Self,
-        f: &Self,
-        c: &Self,
-        n: &Self,
-        m: &Self,
-        h: &Self,
-        dh: &Self,
-        dc: &Self,
-        dn: &Self,
-        dm: &Self,
-        dims: RecurrentDims,
-        eps: f64,
-    ) -> Result<Vec<Self>> {
-        let x = k::mlstm::MlstmInputs {
-            q: &self.buf,
-            k: &k.buf,
-            v: &v.buf,
-            i: &i.buf,
-            f: &f.buf,
-        };
-        let states = k::mlstm::MlstmState {
-            c: &c.buf,
-            n: &n.buf,
-            m: &m.buf,
-        };
-        let ds = k::mlstm::MlstmState {
-            c: &dc.buf,
-            n: &dn.buf,
-            m: &dm.buf,
-        };
-        let g = k::mlstm::mlstm_backward(
-            self.dev(),
-            &x,
-            &states,
-            &h.buf,
-            &dh.buf,
-            &ds,
-            recurrent_shape(dims),
-            eps as f32,
-        )?;
-        Ok(g.into_iter().map(Self::wrap).collect())
-    }
-
-    fn gated_delta_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        s0: &Self,
-        dims: RecurrentDims,
-    ) -> Result<(Self, Self)> {
-        let x = k::gated_delta::GatedDeltaInputs {
-            q: &self.buf,
-            k: &k.buf,
-            v: &v.buf,
-            beta: &beta.buf,
-            g: &g.buf,
-        };
-        let (o, s) =
-            k::gated_delta::gated_delta_forward(self.dev(), &x, &s0.buf, recurrent_shape(dims))?;
-        Ok((Self::wrap(o), Self::wrap(s)))
-    }
-
-    fn gated_delta_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        states: &Self,
-        dout: &Self,
-        ds: &Self,
-        dims: RecurrentDims,
-    ) -> Result<Vec<Self>> {
-        let x = k::gated_delta::GatedDeltaInputs {
-            q: &self.buf,
-            k: &k.buf,
-            v: &v.buf,
-            beta: &beta.buf,
-            g: &g.buf,
-        };
-        let grads = k::gated_delta::gated_delta_backward(
-            self.dev(),
-            &x,
-            &states.buf,
-            &dout.buf,
-            &ds.buf,
-            recurrent_shape(dims),
-        )?;
-        Ok(grads.into_iter().map(Self::wrap).collect())
     }
 
     fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self> {

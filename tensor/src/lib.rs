@@ -1,12 +1,14 @@
 //! swax-tensor: `Tensor` (row-major, contiguous, immutable), its shapes, dtypes and devices, and
-//! every op the models need, with a kernel per device behind one seam (`backend::Backend`).
+//! every op the models need, with a kernel per device behind one seam (`backend::Backend`), and
+//! the seam for ops whose kernels live elsewhere (`device_op::DeviceOp`: the fused mixers).
 //!
 //! Reading order: `tensor.rs` (the type), `ops/` (what each op checks and computes),
-//! `backend.rs` (the seam), `cpu/` (the CPU kernels).
+//! `backend.rs` (the seam), `cpu/` (the CPU kernels), `device_op.rs`.
 pub mod backend;
 pub mod cpu;
 pub mod cuda;
 mod device;
+pub mod device_op;
 mod dtype;
 mod error;
 mod ops;
@@ -17,10 +19,10 @@ mod tensor;
 
 pub use backend::{BinaryOp, ReduceOp, Softmax, UnaryOp};
 pub use device::Device;
+pub use device_op::DeviceOp;
 pub use dtype::Element;
 pub use error::{Error, Result};
 pub use ops::{CrossEntropyStats, NormStats, CAUSAL};
-pub use ops::{GatedDeltaGrads, MlstmChunkStates, MlstmGrads};
 pub use shape::Shape;
 pub use storage::Storage;
 pub use swax_cuda::DType;

@@ -58,6 +58,18 @@ impl Storage {
     }
 }
 
+impl From<CpuStorage> for Storage {
+    fn from(s: CpuStorage) -> Storage {
+        Storage::Cpu(s)
+    }
+}
+
+impl From<CudaStorage> for Storage {
+    fn from(s: CudaStorage) -> Storage {
+        Storage::Cuda(s)
+    }
+}
+
 /// Wraps a device's results back into `Storage`, whatever the method returns.
 trait Lift {
     type Out;
@@ -311,79 +323,6 @@ impl Backend for Storage {
             self,
             [targets, lse, totals, dloss],
             |s| s.cross_entropy_backward(targets, lse, totals, dloss, v, ignore_index)
-        )
-    }
-
-    fn mlstm_chunk_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        i: &Self,
-        f: &Self,
-        c0: &Self,
-        n0: &Self,
-        m0: &Self,
-        dims: RecurrentDims,
-        eps: f64,
-    ) -> Result<(Self, Self, Self, Self)> {
-        forward!("mlstm_chunk_forward", self, [k, v, i, f, c0, n0, m0], |s| s
-            .mlstm_chunk_forward(k, v, i, f, c0, n0, m0, dims, eps))
-    }
-
-    fn mlstm_chunk_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        i: &Self,
-        f: &Self,
-        c: &Self,
-        n: &Self,
-        m: &Self,
-        h: &Self,
-        dh: &Self,
-        dc: &Self,
-        dn: &Self,
-        dm: &Self,
-        dims: RecurrentDims,
-        eps: f64,
-    ) -> Result<Vec<Self>> {
-        forward!(
-            "mlstm_chunk_backward",
-            self,
-            [k, v, i, f, c, n, m, h, dh, dc, dn, dm],
-            |s| s.mlstm_chunk_backward(k, v, i, f, c, n, m, h, dh, dc, dn, dm, dims, eps)
-        )
-    }
-
-    fn gated_delta_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        s0: &Self,
-        dims: RecurrentDims,
-    ) -> Result<(Self, Self)> {
-        forward!("gated_delta_forward", self, [k, v, beta, g, s0], |s| s
-            .gated_delta_forward(k, v, beta, g, s0, dims))
-    }
-
-    fn gated_delta_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        states: &Self,
-        dout: &Self,
-        ds: &Self,
-        dims: RecurrentDims,
-    ) -> Result<Vec<Self>> {
-        forward!(
-            "gated_delta_backward",
-            self,
-            [k, v, beta, g, states, dout, ds],
-            |s| s.gated_delta_backward(k, v, beta, g, states, dout, ds, dims)
         )
     }
 

@@ -56,6 +56,19 @@ impl Tensor {
         }
     }
 
+    /// A tensor of `shape` over `storage` (a kernel's result), which must hold its elements.
+    pub fn from_storage(storage: impl Into<Storage>, shape: impl Into<Shape>) -> Result<Tensor> {
+        let (storage, shape) = (storage.into(), shape.into());
+        if storage.len() != shape.numel() {
+            return Err(Error::LengthMismatch {
+                op: "from_storage",
+                len: storage.len(),
+                shape,
+            });
+        }
+        Ok(Tensor::new(storage, shape))
+    }
+
     pub(crate) fn with_storage(&self, storage: Storage, shape: Shape) -> Tensor {
         Tensor::new(storage, shape)
     }

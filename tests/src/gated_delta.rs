@@ -1,6 +1,7 @@
 //! What the gated delta rule's kernel tests share (on the GPU, gpu_recurrent.rs; in the CPU
 //! emulation of the CUDA kernels, emulated_kernels.rs): the random inputs and output gradients of
 //! a case, with the distributions its layer gives beta and the log decay.
+use swax_nn::mixers::gated_delta::{self, GatedDeltaBackward, GatedDeltaIn};
 use swax_tensor::{DType, Device, Result, Tensor};
 
 /// The spreads of a case's gates: beta = sigmoid(N(beta_mean, gate_std)) and the log decay
@@ -52,11 +53,32 @@ pub fn output_grads(dims: [usize; 5], seed: u64) -> Result<Vec<Tensor>> {
 /// One forward and backward from the inputs and output gradients: o, the boundary states, dq,
 /// dk, dv, dbeta, dg and ds0, on whatever device the tensors are.
 pub fn run(x: &[Tensor], grads: &[Tensor], chunk: usize) -> Result<Vec<Tensor>> {
-    let (o, st) = x[0].gated_delta_chunkwise(&x[1], &x[2], &x[3], &x[4], &x[5], chunk)?;
-    let g = x[0].gated_delta_chunkwise_backward(
-        &x[1], &x[2], &x[3], &x[4], &st, &grads[0], &grads[1], chunk,
-    )?;
-    Ok(vec![o, st, g.dq, g.dk, g.dv, g.dbeta, g.dg, g.ds0])
+    let input = GatedDeltaIn {
+        q: &x[0],
+        k: &x[1],
+        v: &x[2],
+        beta: &x[3],
+        g: &x[4],
+        state: &x[5],
+    };
+    let out = gated_delta::forward(&input, chunk)?;
+    let saved = GatedDeltaBackward {
+        input,
+        boundary: &out.boundary,
+        d_out: &grads[0],
+        d_final: &grads[1],
+    };
+    let g = gated_delta::backward(&saved, chunk)?;
+    Ok(vec![
+        out.o,
+        out.boundary,
+        g.q,
+        g.k,
+        g.v,
+        g.beta,
+        g.g,
+        g.state,
+    ])
 }
 
 /// The names of `run`'s results, in order.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use swax_cuda::kernels::chunk::RecurrentShape;
-use swax_cuda::kernels::{gated_delta, gated_delta_parallel};
+use swax_nn::mixers::gated_delta;
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::gated_delta::{self as gdn, Gates};
 use swax_tests::relative_error;
@@ -114,7 +114,11 @@ fn build() -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()?
         .to_path_buf();
-    let (emu, kernels) = (root.join("cuda/emu"), root.join("cuda/kernels"));
+    let emu = root.join("cuda/emu");
+    let (shared, mixer) = (
+        root.join("cuda/kernels"),
+        root.join("nn/src/mixers/gated_delta"),
+    );
     if !emu.join("gated_delta.cpp").exists() {
         eprintln!("skipping: no kernel sources at {}", emu.display());
         return None;
@@ -123,16 +127,16 @@ fn build() -> Option<PathBuf> {
     std::fs::create_dir_all(&out).expect("the emulator's build folder");
     // The order of the Rust wrappers' concatenation, after common.cuh (NVRTC's header).
     let sources = [
-        "common.cuh",
-        "mma.cuh",
-        "chunk.cuh",
-        "gated_delta.cuh",
-        "gated_delta.cu",
-        "gated_delta_parallel.cu",
+        shared.join("common.cuh"),
+        shared.join("mma.cuh"),
+        shared.join("chunk.cuh"),
+        mixer.join("gated_delta.cuh"),
+        mixer.join("gated_delta.cu"),
+        mixer.join("gated_delta_parallel.cu"),
     ];
     let mut unit = String::from("#include \"emu.h\"\n");
     for s in sources {
-        let text = std::fs::read_to_string(kernels.join(s)).expect("a kernel source");
+        let text = std::fs::read_to_string(s).expect("a kernel source");
         unit.push_str(&emulated(&text));
     }
     let asm = unit.lines().find(|l| {
@@ -236,7 +240,7 @@ fn case(
         chunk,
     };
     let sizes = if family == "parallel" {
-        let z = gated_delta_parallel::sizes(s, swax_cuda::DType::BF16, SHARED_LIMIT)
+        let z = gated_delta::parallel_sizes(s, swax_cuda::DType::BF16, SHARED_LIMIT)
             .unwrap_or_else(|| panic!("{name}: the chunk-parallel kernels do not take {s:?}"));
         format!(
             "{} {} {} {} {} {} {} {}",

@@ -5,7 +5,7 @@
 //! with RoPE, the linear branch, both RMSNorms, the sum): output and the gradients of q, k, v
 //! and both norm scales. Skips without a GPU (see `swax_tests::gpu`).
 use swax_autograd::Tape;
-use swax_nn::mixers::rattention::{fused, Config};
+use swax_nn::mixers::rattention::{node, Config};
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::attention::{assert_close, case, input, short_cases, Case};
 use swax_tests::gpu;
@@ -90,7 +90,7 @@ fn rattention(inputs: &[Tensor], weights: &Tensor, cfg: &Config) -> Result<Vec<T
     let [q, k, v, ns, nr] = inputs else {
         unreachable!("five inputs")
     };
-    let out = fused::rattention(&tape, q, k, v, ns, nr, cfg)?;
+    let out = node::rattention(&tape, q, k, v, ns, nr, cfg)?;
     let loss = tape.sum_all(&tape.mul(&out, weights)?)?;
     let grads = tape.backward(&loss)?;
     let mut all = vec![out];

@@ -4,6 +4,7 @@
 //! matters, a value dim unlike the key dim, a value dim split into tiles, f32 at odd sizes, a
 //! chunk other than 64, head dim 32, and extreme gates (no NaN or Inf).
 //! Skips without a GPU (see `swax_tests::gpu`).
+use swax_nn::mixers::mlstm::{MlstmBackward, MlstmIn, MlstmState};
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::gated_delta as gdn;
 use swax_tests::{gpu, relative_error};
@@ -110,23 +111,34 @@ impl Mixer for Mlstm {
 
     fn run(c: &Case, x: &[Tensor], grads: &[Tensor]) -> Result<Vec<Tensor>> {
         let eps = 1e-6;
-        let (hh, st) = x[0].mlstm_chunkwise(
-            &x[1], &x[2], &x[3], &x[4], &x[5], &x[6], &x[7], c.chunk, eps,
-        )?;
-        let g = x[0].mlstm_chunkwise_backward(
-            &x[1],
-            &x[2],
-            &x[3],
-            &x[4],
-            &st,
-            &hh,
-            &grads[0],
-            [&grads[1], &grads[2], &grads[3]],
-            c.chunk,
-            eps,
-        )?;
+        let input = MlstmIn {
+            q: &x[0],
+            k: &x[1],
+            v: &x[2],
+            i: &x[3],
+            f: &x[4],
+            state: MlstmState {
+                c: &x[5],
+                n: &x[6],
+                m: &x[7],
+            },
+        };
+        let out = swax_nn::mixers::mlstm::forward(&input, c.chunk, eps)?;
+        let d_final = MlstmState {
+            c: &grads[1],
+            n: &grads[2],
+            m: &grads[3],
+        };
+        let saved = MlstmBackward {
+            input,
+            out: out.try_map(Ok)?,
+            dh: &grads[0],
+            d_final,
+        };
+        let g = swax_nn::mixers::mlstm::backward(&saved, c.chunk, eps)?;
+        let (st, gs) = (out.boundary, g.state);
         Ok(vec![
-            hh, st.c, st.n, st.m, g.dq, g.dk, g.dv, g.di, g.df, g.dc0, g.dn0, g.dm0,
+            out.h, st.c, st.n, st.m, g.q, g.k, g.v, g.i, g.f, gs.c, gs.n, gs.m,
         ])
     }
 }

@@ -4,7 +4,7 @@
 //! with TFLOP/s counting only in-window query-key pairs (forward 4·B·H·T·avg_keys·D, forward +
 //! backward 3.5 times that); RAttention at window 512: its linear branch alone (`rla`) and the
 //! whole fused mixer node (RoPE, SWA, the linear branch, both RMSNorms and their sum, forward and
-//! backward), which is nn's `mixers::rattention::fused::rattention`, the node the models' R
+//! backward), which is nn's `mixers::rattention::node::rattention`, the node the models' R
 //! layers run. Needs a GPU; the peers are timed in the same run by
 //! bench/peers/attention_peers.py.
 //!
@@ -13,7 +13,7 @@
 //! The windows default to 128, 512, 2048 and T (one window alone is what a profiler wants).
 use swax_autograd::Tape;
 use swax_cuda::timing::median_ms;
-use swax_nn::mixers::rattention::{fused, Config};
+use swax_nn::mixers::rattention::{node, Config};
 use swax_tensor::{DType, Device, Error, Result, Tensor};
 
 const B: usize = 8;
@@ -85,7 +85,7 @@ fn rattention_node(x: &Inputs, norms: (&Tensor, &Tensor), backward: bool) -> Res
         }
     }
     let cfg = Config::new(RA_WINDOW);
-    let y = fused::rattention(&tape, q, k, v, norms.0, norms.1, &cfg)?;
+    let y = node::rattention(&tape, q, k, v, norms.0, norms.1, &cfg)?;
     if backward {
         tape.backward_from(&y, dout)?;
     }

@@ -89,7 +89,7 @@ fn attention_rows() -> Result<()> {
             row(
                 "swa",
                 &shape,
-                &swa(attention::fused::swa),
+                &swa(attention::node::swa),
                 &swa(attention::reference::swa),
                 &x,
             )?;
@@ -100,7 +100,7 @@ fn attention_rows() -> Result<()> {
             row(
                 "rattention",
                 &shape,
-                &rat(rattention::fused::rattention),
+                &rat(rattention::node::rattention),
                 &rat(rattention::reference::rattention),
                 &all,
             )?;

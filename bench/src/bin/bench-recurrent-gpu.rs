@@ -6,6 +6,10 @@
 //!
 //!     .gpu/bin/bench-recurrent-gpu [T]
 use swax_cuda::timing::median_ms;
+use swax_nn::mixers::gated_delta::{
+    self, GatedDeltaBackward, GatedDeltaGrads, GatedDeltaIn, GatedDeltaOut,
+};
+use swax_nn::mixers::mlstm::{self, MlstmBackward, MlstmGrads, MlstmIn, MlstmOut, MlstmState};
 use swax_tensor::{DType, Device, Result, Tensor};
 
 const B: usize = 8;
@@ -36,49 +40,72 @@ fn main() -> Result<()> {
     );
     let (i, f) = (randn(vec![B, t, H], 1.0, 4)?, randn(vec![B, t, H], 1.0, 5)?);
     let zeros = |dims: Vec<usize>| Tensor::zeros(dims, DType::BF16, gpu);
-    let (c0, n0, m0) = (
-        zeros(vec![B, H, D, D])?,
-        zeros(vec![B, H, D])?,
-        zeros(vec![B, H])?,
-    );
+    let s0 = MlstmState {
+        c: zeros(vec![B, H, D, D])?,
+        n: zeros(vec![B, H, D])?,
+        m: zeros(vec![B, H])?,
+    };
+    let x = MlstmIn {
+        q: &q,
+        k: &k,
+        v: &v,
+        i: &i,
+        f: &f,
+        state: s0.try_map(Ok)?,
+    };
     let dh = randn(vec![B, t, H, D], 1.0, 6)?;
     let eps = 1e-6;
-    let fwd = median_ms(&dev, 2, REPS, || {
-        q.mlstm_chunkwise(&k, &v, &i, &f, &c0, &n0, &m0, CHUNK, eps)
-            .map(drop)
-    })?;
+    // The gradient of the final state: zeros, as where the final state is unused.
+    let backward = |out: &MlstmOut| -> Result<MlstmGrads> {
+        mlstm::backward(
+            &MlstmBackward {
+                input: x.clone(),
+                out: out.try_map(Ok)?,
+                dh: &dh,
+                d_final: s0.try_map(Ok)?,
+            },
+            CHUNK,
+            eps,
+        )
+    };
+    let fwd = median_ms(&dev, 2, REPS, || mlstm::forward(&x, CHUNK, eps).map(drop))?;
     let both = median_ms(&dev, 2, REPS, || {
-        let (h, st) = q.mlstm_chunkwise(&k, &v, &i, &f, &c0, &n0, &m0, CHUNK, eps)?;
-        q.mlstm_chunkwise_backward(&k, &v, &i, &f, &st, &h, &dh, [&c0, &n0, &m0], CHUNK, eps)
-            .map(drop)
+        backward(&mlstm::forward(&x, CHUNK, eps)?).map(drop)
     })?;
     // The backward alone, from the boundary states the forward stored: recomputing them in the
     // backward instead would add a forward pass (the state pass is the forward kernel).
     let bwd = {
-        let (h, st) = q.mlstm_chunkwise(&k, &v, &i, &f, &c0, &n0, &m0, CHUNK, eps)?;
-        median_ms(&dev, 2, REPS, || {
-            q.mlstm_chunkwise_backward(&k, &v, &i, &f, &st, &h, &dh, [&c0, &n0, &m0], CHUNK, eps)
-                .map(drop)
-        })?
+        let out = mlstm::forward(&x, CHUNK, eps)?;
+        median_ms(&dev, 2, REPS, || backward(&out).map(drop))?
     };
     let beta = randn(vec![B, t, H], 1.0, 7)?.sigmoid()?;
     let g = randn(vec![B, t, H], 1.0, 8)?.softplus()?.scale(-0.1)?;
-    let s0 = zeros(vec![B, H, D, D])?;
-    let gdn_fwd = median_ms(&dev, 2, REPS, || {
-        q.gated_delta_chunkwise(&k, &v, &beta, &g, &s0, CHUNK)
-            .map(drop)
-    })?;
+    let s1 = zeros(vec![B, H, D, D])?;
+    let gx = GatedDeltaIn {
+        q: &q,
+        k: &k,
+        v: &v,
+        beta: &beta,
+        g: &g,
+        state: &s1,
+    };
+    // The output stands in for its own gradient; the final state's gradient is zeros.
+    let gdn_backward = |out: &GatedDeltaOut| -> Result<GatedDeltaGrads> {
+        let x = GatedDeltaBackward {
+            input: gx.clone(),
+            boundary: &out.boundary,
+            d_out: &out.o,
+            d_final: &s1,
+        };
+        gated_delta::backward(&x, CHUNK)
+    };
+    let gdn_fwd = median_ms(&dev, 2, REPS, || gated_delta::forward(&gx, CHUNK).map(drop))?;
     let gdn_both = median_ms(&dev, 2, REPS, || {
-        let (o, st) = q.gated_delta_chunkwise(&k, &v, &beta, &g, &s0, CHUNK)?;
-        q.gated_delta_chunkwise_backward(&k, &v, &beta, &g, &st, &o, &s0, CHUNK)
-            .map(drop)
+        gdn_backward(&gated_delta::forward(&gx, CHUNK)?).map(drop)
     })?;
     let gdn_bwd = {
-        let (o, st) = q.gated_delta_chunkwise(&k, &v, &beta, &g, &s0, CHUNK)?;
-        median_ms(&dev, 2, REPS, || {
-            q.gated_delta_chunkwise_backward(&k, &v, &beta, &g, &st, &o, &s0, CHUNK)
-                .map(drop)
-        })?
+        let out = gated_delta::forward(&gx, CHUNK)?;
+        median_ms(&dev, 2, REPS, || gdn_backward(&out).map(drop))?
     };
     println!("swax chunkwise mixers, B={B} T={t} H={H} D={D} chunk={CHUNK} bf16, median of {REPS}");
     println!("| mixer | fwd ms | bwd ms (stored states) | fwd+bwd ms |");

@@ -37,7 +37,7 @@ pub struct Heads {
 
 impl Heads {
     /// A head dim the kernels exist for, and whole groups of q heads per kv head.
-    pub(crate) fn check(&self, op: &'static str) -> Result<(), CudaError> {
+    pub fn check(&self, op: &'static str) -> Result<(), CudaError> {
         if !matches!(self.d, 64 | 128) {
             return Err(CudaError::invalid(
                 op,

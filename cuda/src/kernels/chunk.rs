@@ -1,7 +1,8 @@
-//! What the chunkwise recurrent kernel wrappers (mLSTM, gated delta rule) share: the sizes
-//! struct the kernels take, the checks of their operands, the launch of one block per (batch,
-//! head, value tile) with its shared memory, and the sum of the value tiles' shares of a
-//! gradient (`kernels/chunk.cuh`).
+//! What the chunkwise recurrent kernel wrappers (the mLSTM's and the gated delta rule's, in
+//! swax-nn) share: the sizes struct the kernels take (swax-nn's mixers check it against their
+//! tensors), the checks of their operands, the launch of one block per (batch, head, value tile)
+//! with its shared memory, and the sum of the value tiles' shares of a gradient
+//! (`kernels/chunk.cuh`).
 
 use super::{check_device, check_dtype, check_len, launch, to_u32, KernelArg, Launch};
 use crate::nvrtc::KernelSource;
@@ -41,7 +42,7 @@ impl RecurrentShape {
 /// The kernels' `RecDims` (chunk.cuh).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RecArgs {
+pub struct RecArgs {
     b: i32,
     t: i32,
     h: i32,
@@ -61,7 +62,7 @@ impl KernelArg for RecArgs {
 }
 
 /// Threads of a chunkwise block (`REC_THREADS` in chunk.cuh).
-pub(crate) const CHUNK_THREADS: u32 = 512;
+pub const CHUNK_THREADS: u32 = 512;
 
 /// Columns of a value tile asked for with `SWAX_REC_BV` (for measuring), if any.
 fn value_tile_override() -> Option<usize> {
@@ -161,7 +162,7 @@ impl RecArgs {
 /// One block per (batch, head, value tile), `bytes` of dynamic shared memory, which must
 /// fit the device's opt-in limit (the chunk's tiles live there: a longer chunk or larger heads
 /// need more).
-pub(crate) fn head_launch(
+pub fn head_launch(
     op: &'static str,
     dev: &Device,
     s: RecurrentShape,
@@ -189,14 +190,14 @@ pub(crate) fn head_launch(
 
 /// The row length of a shared tile of n columns of `size`-byte elements: n and 16 bytes more
 /// (`tile_ld` in chunk.cuh).
-pub(crate) fn tile_ld(n: usize, size: usize) -> usize {
+pub fn tile_ld(n: usize, size: usize) -> usize {
     n + 16 / size
 }
 
 /// With several value tiles, the f32 buffer `[nv, stride]` of the tiles' shares of the gradients
 /// summed over v (`Sink` in chunk.cuh); with one, the kernel writes those gradients directly
 /// and `None` is returned.
-pub(crate) fn tile_shares(
+pub fn tile_shares(
     dev: &Device,
     args: &RecArgs,
     stride: usize,
@@ -210,7 +211,7 @@ pub(crate) fn tile_shares(
 
 /// `out[i] = sum_v shares[v * stride + off + i]` for i < out's length: one gradient from the
 /// value tiles' shares.
-pub(crate) fn sum_tiles(
+pub fn sum_tiles(
     dev: &Device,
     src: &KernelSource,
     shares: &Buffer,
@@ -237,7 +238,7 @@ pub(crate) fn sum_tiles(
 }
 
 /// Checks device, dtype and length of each `(name, buffer, dtype, len)`.
-pub(crate) fn check_operands(
+pub fn check_operands(
     op: &'static str,
     dev: &Device,
     operands: &[(&str, &Buffer, DType, usize)],

@@ -1,5 +1,6 @@
 //! Rust wrappers of the NVRTC-compiled kernels, one file per family, and what they share:
-//! the launch call, kernel arguments, launch shapes and argument checks.
+//! the launch call, kernel arguments, launch shapes and argument checks (public: the fused
+//! mixers' wrappers in swax-nn launch their kernels with them).
 //!
 //! Every wrapper takes the device, input buffers by `&Buffer` and outputs by `&mut Buffer`,
 //! checks dtypes and sizes (an error names the operation and the sizes), picks the launch shape
@@ -13,11 +14,8 @@ pub mod chunk;
 pub mod copy;
 pub mod cross_entropy;
 pub mod embedding;
-pub mod gated_delta;
-pub mod gated_delta_parallel;
 mod layout;
 pub mod mask;
-pub mod mlstm;
 pub mod norm;
 pub mod optim;
 pub mod reduce;
@@ -48,7 +46,7 @@ const ROW_BLOCK: u32 = 512;
 const ROW_BLOCK_MIN: u32 = 256;
 
 /// A value that can be passed to a kernel by pointer to its bytes, as `cuLaunchKernel` wants.
-pub(crate) trait KernelArg {
+pub trait KernelArg {
     fn as_param(&self) -> *mut c_void;
 }
 
@@ -76,7 +74,7 @@ pub(crate) fn ptr_or_null(b: Option<&Buffer>) -> u64 {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Launch {
+pub struct Launch {
     pub grid: (u32, u32, u32),
     pub block: (u32, u32, u32),
     pub shared: u32,
@@ -154,7 +152,7 @@ pub(crate) fn vector_rows(n: u32, dtype: DType, ptrs: &[u64]) -> bool {
 /// `args` must match the kernel's parameter list in number, order and type, and every pointer
 /// among them must be valid for all the accesses the kernel makes given the other arguments
 /// (the wrappers check buffer sizes before calling this).
-pub(crate) unsafe fn launch(
+pub unsafe fn launch(
     dev: &Device,
     src: &KernelSource,
     name: &'static str,
@@ -187,6 +185,7 @@ pub(crate) unsafe fn launch(
 }
 
 /// The `<base>_f32` / `<base>_bf16` instantiation of a float kernel for a dtype.
+#[macro_export]
 macro_rules! float_kernel {
     ($op:expr, $base:literal, $dtype:expr) => {
         match $dtype {
@@ -199,7 +198,7 @@ macro_rules! float_kernel {
         }
     };
 }
-pub(crate) use float_kernel;
+pub use crate::float_kernel;
 
 /// The instantiation of a row kernel (common.cuh's `Tile`) for a dtype: `<base>_<dtype>` reads
 /// rows in 16-byte vectors, `<base>_<dtype>_scalar` element by element (see [`vector_rows`]).
@@ -298,20 +297,49 @@ pub(crate) fn rows_of(op: &'static str, buf: &Buffer, n: usize) -> Result<u32, C
     to_u32(op, "rows", buf.len() / n)
 }
 
-pub(crate) fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32, CudaError> {
+pub fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32, CudaError> {
     u32::try_from(v).map_err(|_| CudaError::invalid(op, format!("{what} = {v} exceeds u32")))
+}
+
+/// Compiles every source of `sources` for one architecture of each code path the kernels have
+/// (Ampere and Ada: mma.sync with scalar atomics; Hopper: wgmma, sm_90a; Blackwell: mma.sync
+/// with vector atomics), side by side (NVRTC compiles one program on one thread). Needs only
+/// libnvrtc, no GPU: a `LibraryMissing` error where it is absent. The kernel tests call it, so
+/// that a user on another GPU than the one the GPU tests ran on gets the kernels, not a compile
+/// error.
+pub fn compile_for_every_architecture(sources: &[&KernelSource]) -> Result<(), CudaError> {
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let jobs: Vec<_> = [(8, 0), (9, 0), (12, 0)]
+            .into_iter()
+            .flat_map(|arch| sources.iter().map(move |&src| (arch, src)))
+            .map(|(arch, src)| {
+                let job = scope.spawn(move || crate::nvrtc::cubin(src, arch, false));
+                (arch, src.name, job)
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|(arch, name, job)| (arch, name, job.join().expect("compile thread")))
+            .collect()
+    });
+    for (arch, name, result) in results {
+        match result {
+            Ok(_) => {}
+            Err(e @ CudaError::LibraryMissing { .. }) => return Err(e),
+            Err(e) => {
+                let msg = format!("compiling for sm_{}{}: {e}", arch.0, arch.1);
+                return Err(CudaError::invalid(name, msg));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nvrtc::cubin;
 
-    /// Needs only libnvrtc, no GPU: every kernel source compiles for one architecture of each
-    /// code path (Ampere and Ada: mma.sync with scalar atomics; Hopper: wgmma, sm_90a;
-    /// Blackwell: mma.sync with vector atomics), so a user on another GPU than the one the GPU
-    /// tests ran on gets the kernels, not a compile error. Skips where libnvrtc is missing (CI),
-    /// fails there under SWAX_REQUIRE_CUDA=1 like every GPU test.
+    /// Skips where libnvrtc is missing (CI), fails there under SWAX_REQUIRE_CUDA=1 like every
+    /// GPU test.
     #[test]
     fn every_kernel_compiles_for_every_architecture() {
         let sources = [
@@ -321,10 +349,7 @@ mod tests {
             &copy::SOURCE,
             &cross_entropy::SOURCE,
             &embedding::SOURCE,
-            &gated_delta::SOURCE,
-            &gated_delta_parallel::SOURCE,
             &mask::SOURCE,
-            &mlstm::SOURCE,
             &norm::SOURCE,
             &optim::SOURCE,
             &reduce::SOURCE,
@@ -335,28 +360,13 @@ mod tests {
             &softmax::SOURCE,
             &unary::SOURCE,
         ];
-        // Compiled side by side: NVRTC compiles one program on one thread.
-        let results: Vec<_> = std::thread::scope(|scope| {
-            let jobs: Vec<_> = [(8, 0), (9, 0), (12, 0)]
-                .into_iter()
-                .flat_map(|arch| sources.map(|src| (arch, src)))
-                .map(|(arch, src)| (arch, src.name, scope.spawn(move || cubin(src, arch, false))))
-                .collect();
-            jobs.into_iter()
-                .map(|(arch, name, job)| (arch, name, job.join().expect("compile thread")))
-                .collect()
-        });
-        for (arch, name, result) in results {
-            match result {
-                Ok(_) => {}
-                Err(CudaError::LibraryMissing { reason, .. })
-                    if std::env::var("SWAX_REQUIRE_CUDA").as_deref() != Ok("1") =>
-                {
-                    eprintln!("skipping: {reason}");
-                    return;
-                }
-                Err(e) => panic!("{name} for sm_{}{}: {e}", arch.0, arch.1),
+        match compile_for_every_architecture(&sources) {
+            Err(CudaError::LibraryMissing { reason, .. })
+                if std::env::var("SWAX_REQUIRE_CUDA").as_deref() != Ok("1") =>
+            {
+                eprintln!("skipping: {reason}");
             }
+            result => result.expect("every kernel compiles"),
         }
     }
 }

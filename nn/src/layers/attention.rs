@@ -2,8 +2,8 @@
 //! grouped-query heads, the SWA mixer, the output projection.
 use super::basic::{Linear, INIT_STD};
 use super::pieces::join_tail;
-use super::{fused, in_f32, MixerDims};
-use crate::mixers::attention::{fused as fused_swa, reference};
+use super::{in_f32, runs_fused, MixerDims};
+use crate::mixers::attention::{node as swa_node, reference};
 use crate::params::{Params, Weights};
 use swax_tensor::backend::FusedKernel;
 use swax_tensor::{Error, Result, Tensor};
@@ -74,8 +74,8 @@ impl Attention {
         let k = tape.rope(&part(h, hkv)?, start, self.rope_theta)?;
         let v = part(h + hkv, hkv)?;
         let window = window.min(t);
-        let o = if fused(&q, &[FusedKernel::Swa]) {
-            fused_swa::swa(tape, &q, &k, &v, window, None)?
+        let o = if runs_fused(&q, &[FusedKernel::Swa]) {
+            swa_node::swa(tape, &q, &k, &v, window, None)?
         } else {
             in_f32(w, [&q, &k, &v], |[q, k, v]| {
                 reference::swa(tape, &q, &k, &v, window, None)

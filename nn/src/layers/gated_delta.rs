@@ -6,10 +6,9 @@ use super::basic::{Linear, INIT_STD};
 use super::gates::log_decay;
 use super::output_norm::gated_rms_norm;
 use super::short_conv::ShortConv;
-use super::{cast, fused, MixerDims};
+use super::{cast, reference_forced, MixerDims};
 use crate::mixers::gated_delta;
 use crate::params::{Init, ParamId, Params, Weights};
-use swax_tensor::backend::FusedKernel;
 use swax_tensor::{DType, Result, Tensor};
 
 #[derive(Clone, Debug)]
@@ -96,7 +95,8 @@ impl GatedDelta {
             w.get(self.a_log),
             w.get(self.dt_bias),
         )?;
-        let (o, state) = if fused(&q, &[FusedKernel::GatedDelta]) {
+        let kernel = gated_delta::has_kernel(q.device(), q.dtype(), d, d);
+        let (o, state) = if kernel && !reference_forced() {
             gated_delta::chunkwise(tape, &q, &k, &v, &beta, &g, state, self.chunk)?
         } else {
             // The reference in f32 (`in_f32`'s policy), its state carried in f32.

@@ -13,10 +13,9 @@ use super::basic::{Linear, INIT_STD};
 use super::gates::soft_cap;
 use super::output_norm::head_layer_norm;
 use super::short_conv::ShortConv;
-use super::{cast, fused, MixerDims};
+use super::{cast, reference_forced, MixerDims};
 use crate::mixers::mlstm;
 use crate::params::{ParamId, Params, Weights};
-use swax_tensor::backend::FusedKernel;
 use swax_tensor::{DType, Error, Result, Tensor};
 
 /// xLSTM-7B caps its gate preactivations at 15.
@@ -112,7 +111,8 @@ impl Mlstm {
             tape.narrow(&gates, -1, 0, h)?,
             tape.narrow(&gates, -1, h, h)?,
         );
-        let (hs, state) = if fused(&q, &[FusedKernel::Mlstm]) {
+        let kernel = mlstm::has_kernel(q.device(), q.dtype(), dk, dv);
+        let (hs, state) = if kernel && !reference_forced() {
             mlstm::chunkwise(tape, &q, &k, &v, &i, &f, state, self.chunk, mlstm::EPS)?
         } else {
             // The reference in f32 (`in_f32`'s policy), its state carried in f32.

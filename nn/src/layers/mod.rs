@@ -2,9 +2,9 @@
 //! `crate::mixers` with the gates and output norms of the recurrent ones (`gates`, `output_norm`),
 //! and [`Mixer`], the one of them a block holds.
 //!
-//! A mixer layer calls the fused mixer (one tape node) when the device has that kernel
-//! (`Device::has_fused`, whose CUDA list lives in `swax_tensor::cuda::has_fused`) and the
-//! reference form otherwise. The reference runs in f32 whatever the activations' dtype: it is the
+//! A mixer layer calls the fused mixer (one tape node) when the device has that kernel (the
+//! mixer's own `has_kernel`, or `Device::has_fused`, whose CUDA list lives in
+//! `swax_tensor::cuda::has_fused`) and the reference form otherwise. The reference runs in f32 whatever the activations' dtype: it is the
 //! slow, exact fallback, and its exponentials and running sums need f32's range.
 //! `SWAX_REFERENCE_MIXERS=1` forces the reference forms on every device.
 pub mod attention;
@@ -45,14 +45,19 @@ impl MixerDims {
 }
 
 /// Whether every kernel of `kernels` runs fused for `x`, the mixer's input (its dtype, device
-/// and last dim: the head dim of a `[B, T, H, D]` query). `SWAX_REFERENCE_MIXERS=1` forces the
-/// reference forms everywhere (to check a model against its spec, or a kernel suspected).
-pub(crate) fn fused(x: &Tensor, kernels: &[FusedKernel]) -> bool {
+/// and last dim: the head dim of a `[B, T, H, D]` query), and no reference is forced.
+pub(crate) fn runs_fused(x: &Tensor, kernels: &[FusedKernel]) -> bool {
     let head_dim = x.dims().last().copied().unwrap_or(0);
-    std::env::var_os("SWAX_REFERENCE_MIXERS").is_none_or(|v| v != "1")
+    !reference_forced()
         && kernels
             .iter()
             .all(|&k| x.device().has_fused(k, x.dtype(), head_dim))
+}
+
+/// `SWAX_REFERENCE_MIXERS=1` forces the reference forms everywhere (to check a model against its
+/// spec, or a kernel suspected).
+pub(crate) fn reference_forced() -> bool {
+    std::env::var_os("SWAX_REFERENCE_MIXERS").is_some_and(|v| v == "1")
 }
 
 /// Runs the reference `f` on f32 copies of `xs` and casts its result back to their dtype.

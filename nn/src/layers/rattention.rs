@@ -4,9 +4,9 @@
 //! a longer sequence, for evaluation in pieces.
 use super::basic::{Linear, INIT_STD};
 use super::pieces::{join_tail, tail_len, MixerState};
-use super::{fused, in_f32, MixerDims};
-use crate::mixers::attention::{fused as fused_swa, reference as swa_reference};
-use crate::mixers::rattention::{carry, fused as fused_ra, reference, Config, Rope};
+use super::{in_f32, runs_fused, MixerDims};
+use crate::mixers::attention::{node as swa_node, reference as swa_reference};
+use crate::mixers::rattention::{carry, node as rattention_node, reference, Config, Rope};
 use crate::params::{Init, ParamId, Params, Weights};
 use swax_autograd::Tape;
 use swax_tensor::backend::{AttnDims, FusedKernel};
@@ -84,8 +84,8 @@ impl RAttention {
         let [q, k, v] = self.heads(tape, &self.qkv.forward(w, x)?)?;
         let cfg = self.config(window, 0);
         let (ns, nr) = (w.get(self.norm_swa), w.get(self.norm_rla));
-        let o = if fused(&q, &[FusedKernel::Swa, FusedKernel::Rla]) {
-            fused_ra::rattention(tape, &q, &k, &v, ns, nr, &cfg)?
+        let o = if runs_fused(&q, &[FusedKernel::Swa, FusedKernel::Rla]) {
+            rattention_node::rattention(tape, &q, &k, &v, ns, nr, &cfg)?
         } else {
             in_f32(w, [&q, &k, &v, ns, nr], |[q, k, v, ns, nr]| {
                 reference::rattention(tape, &q, &k, &v, &ns, &nr, &cfg)
@@ -119,14 +119,14 @@ impl RAttention {
         let (ns, nr) = (w.get(self.norm_swa), w.get(self.norm_rla));
         let dims = AttnDims::check("RAttention::forward_piece", &q, &k, &v, cfg.window)?;
         let rope = |x: &Tensor| tape.rope(x, start, self.rope_theta);
-        let o_swa = if fused(&q, &[FusedKernel::Swa]) {
-            fused_swa::swa(tape, &rope(&q)?, &rope(&k)?, &v, cfg.window, None)?
+        let o_swa = if runs_fused(&q, &[FusedKernel::Swa]) {
+            swa_node::swa(tape, &rope(&q)?, &rope(&k)?, &v, cfg.window, None)?
         } else {
             in_f32(w, [&rope(&q)?, &rope(&k)?, &v], |[q, k, v]| {
                 swa_reference::swa(tape, &q, &k, &v, cfg.window, None)
             })?
         };
-        let o_rla = if fused(&q, &[FusedKernel::Rla]) {
+        let o_rla = if runs_fused(&q, &[FusedKernel::Rla]) {
             q.rla(&k, &v, cfg.window, cfg.chunk)?
         } else {
             in_f32(w, [&q, &k, &v], |[q, k, v]| {

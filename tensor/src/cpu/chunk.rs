@@ -1,16 +1,18 @@
-//! What the chunkwise recurrent kernels (mLSTM, gated delta rule) share: one (batch, head)
-//! sequence cut out of a `[B, T, H, D]` buffer as contiguous chunk tiles and put back, small
-//! row-major tile products through the shared gemm, and the parallel loop over heads.
+//! What the chunkwise recurrent CPU kernels (the mLSTM's and the gated delta rule's, in swax-nn)
+//! share: one (batch, head) sequence cut out of a `[B, T, H, D]` buffer as contiguous chunk tiles
+//! and put back, small row-major tile products through the shared gemm, and the parallel loop
+//! over heads.
 use super::matmul::matmul;
 use super::Real;
-use crate::backend::{MatmulLayout, RecurrentDims};
+use crate::backend::MatmulLayout;
 use rayon::prelude::*;
+use swax_cuda::kernels::chunk::RecurrentShape;
 
 /// Rows `t0..t0 + len` of head `bh` (= b·H + h) of a `[B, T, H, d]` buffer, as a `[len, d]`
 /// tile (`d = 1` for the per-head gates `[B, T, H]`).
-pub(crate) fn rows<T: Real>(
+pub fn rows<T: Real>(
     x: &[T],
-    dims: &RecurrentDims,
+    dims: &RecurrentShape,
     d: usize,
     bh: usize,
     t0: usize,
@@ -26,7 +28,7 @@ pub(crate) fn rows<T: Real>(
 }
 
 /// Puts per-head `[T, d]` buffers (in b·H + h order) back into one `[B, T, H, d]` buffer.
-pub(crate) fn interleave<T: Real>(heads: &[&[T]], dims: &RecurrentDims, d: usize) -> Vec<T> {
+pub fn interleave<T: Real>(heads: &[&[T]], dims: &RecurrentShape, d: usize) -> Vec<T> {
     let mut out = vec![T::zero(); dims.b * dims.t * dims.h * d];
     for (bh, head) in heads.iter().enumerate() {
         let (b, h) = (bh / dims.h, bh % dims.h);
@@ -40,24 +42,13 @@ pub(crate) fn interleave<T: Real>(heads: &[&[T]], dims: &RecurrentDims, d: usize
 
 /// Runs `job` for every (batch, head) pair, in parallel, results in b·H + h order: heads are
 /// independent, and within a head the chunks depend on each other through the state.
-pub(crate) fn per_head<R: Send>(
-    dims: &RecurrentDims,
-    job: impl Fn(usize) -> R + Sync + Send,
-) -> Vec<R> {
+pub fn per_head<R: Send>(dims: &RecurrentShape, job: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
     (0..dims.b * dims.h).into_par_iter().map(job).collect()
 }
 
 /// `op(a) · op(b)`, `m × n` with inner size `k`, all row-major; a transposed operand is stored as
 /// its transpose (`a` as `k × m`).
-pub(crate) fn mm<T: Real>(
-    a: &[T],
-    ta: bool,
-    b: &[T],
-    tb: bool,
-    m: usize,
-    k: usize,
-    n: usize,
-) -> Vec<T> {
+pub fn mm<T: Real>(a: &[T], ta: bool, b: &[T], tb: bool, m: usize, k: usize, n: usize) -> Vec<T> {
     let layout = MatmulLayout {
         batch: 1,
         m,
@@ -71,19 +62,19 @@ pub(crate) fn mm<T: Real>(
     matmul(a, b, &layout)
 }
 
-pub(crate) fn dot<T: Real>(a: &[T], b: &[T]) -> T {
+pub fn dot<T: Real>(a: &[T], b: &[T]) -> T {
     a.iter().zip(b).map(|(&x, &y)| x * y).sum()
 }
 
 /// `y += c · x`.
-pub(crate) fn axpy<T: Real>(y: &mut [T], c: T, x: &[T]) {
+pub fn axpy<T: Real>(y: &mut [T], c: T, x: &[T]) {
     for (y, &x) in y.iter_mut().zip(x) {
         *y = *y + c * x;
     }
 }
 
 /// Each row of a `[rows, d]` tile times its own factor.
-pub(crate) fn scale_rows<T: Real>(x: &[T], factors: &[T], d: usize) -> Vec<T> {
+pub fn scale_rows<T: Real>(x: &[T], factors: &[T], d: usize) -> Vec<T> {
     x.chunks(d.max(1))
         .zip(factors)
         .flat_map(|(row, &c)| row.iter().map(move |&v| v * c))
@@ -91,7 +82,7 @@ pub(crate) fn scale_rows<T: Real>(x: &[T], factors: &[T], d: usize) -> Vec<T> {
 }
 
 /// Running sums from the end: the gradient of an inclusive cumulative sum.
-pub(crate) fn reverse_cumsum<T: Real>(x: &[T]) -> Vec<T> {
+pub fn reverse_cumsum<T: Real>(x: &[T]) -> Vec<T> {
     let mut out = x.to_vec();
     for j in (0..out.len().saturating_sub(1)).rev() {
         out[j] = out[j] + out[j + 1];

@@ -12,12 +12,12 @@ pub(crate) fn build<T: Real>(n: usize, f: impl Fn(usize) -> T + Sync + Send) -> 
     }
 }
 
-pub(crate) fn sigmoid<T: Real>(x: T) -> T {
+pub fn sigmoid<T: Real>(x: T) -> T {
     T::one() / (T::one() + (-x).exp())
 }
 
 /// log(1 + e^x) without overflow for large x or underflow for very negative x.
-pub(crate) fn softplus<T: Real>(x: T) -> T {
+pub fn softplus<T: Real>(x: T) -> T {
     x.max(T::zero()) + (-x.abs()).exp().ln_1p()
 }
 

@@ -3,14 +3,12 @@
 //! Kernels are generic over `Real` (f32 and f64); BF16 storage is widened to f32, computed, and
 //! rounded back, so bf16 arithmetic on the CPU matches the GPU's "bf16 storage, f32 math".
 //! Work is spread over cores with rayon once a buffer is large enough to pay for it.
-mod chunk;
+pub mod chunk;
 mod copy;
 mod elementwise;
-mod gated_delta;
 mod loss;
 mod mask;
 mod matmul;
-mod mlstm;
 mod norm;
 mod optim;
 mod reduce;
@@ -25,6 +23,8 @@ use crate::backend::*;
 use crate::{DType, Device, Error, Result};
 use half::bf16;
 use std::borrow::Cow;
+
+pub use elementwise::{sigmoid, softplus};
 
 /// Below this many elements a kernel runs on one thread: rayon's fork/join costs more.
 pub(crate) const PAR_MIN: usize = 1 << 15;
@@ -43,9 +43,45 @@ pub trait Real:
     fn of(v: f64) -> Self {
         Self::from_f64(v).expect("every f64 converts to a float type")
     }
+    /// The values of float storage in this type: bf16 widened to f32, f32 and f64 as they are.
+    fn read<'a>(op: &'static str, s: &'a CpuStorage) -> Result<Cow<'a, [Self]>>;
+    /// Values computed in this type, stored as `dtype` (f32 rounded to bf16 for BF16).
+    fn store(v: Vec<Self>, dtype: DType) -> CpuStorage;
 }
-impl Real for f32 {}
-impl Real for f64 {}
+
+impl Real for f32 {
+    fn read<'a>(op: &'static str, s: &'a CpuStorage) -> Result<Cow<'a, [f32]>> {
+        match s {
+            CpuStorage::F32(v) => Ok(Cow::Borrowed(v)),
+            CpuStorage::BF16(v) => Ok(Cow::Owned(widen(v))),
+            other => Err(Error::UnsupportedDType {
+                op,
+                dtype: other.dtype(),
+            }),
+        }
+    }
+    fn store(v: Vec<f32>, dtype: DType) -> CpuStorage {
+        match dtype {
+            DType::BF16 => CpuStorage::BF16(narrow(v)),
+            _ => CpuStorage::F32(v),
+        }
+    }
+}
+
+impl Real for f64 {
+    fn read<'a>(op: &'static str, s: &'a CpuStorage) -> Result<Cow<'a, [f64]>> {
+        match s {
+            CpuStorage::F64(v) => Ok(Cow::Borrowed(v)),
+            other => Err(Error::UnsupportedDType {
+                op,
+                dtype: other.dtype(),
+            }),
+        }
+    }
+    fn store(v: Vec<f64>, _dtype: DType) -> CpuStorage {
+        CpuStorage::F64(v)
+    }
+}
 
 #[derive(Clone, Debug)]
 pub enum CpuStorage {
@@ -452,95 +488,6 @@ impl Backend for CpuStorage {
                 v,
                 ignore_index
             ))
-        ))
-    }
-
-    fn mlstm_chunk_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        i: &Self,
-        f: &Self,
-        c0: &Self,
-        n0: &Self,
-        m0: &Self,
-        dims: RecurrentDims,
-        eps: f64,
-    ) -> Result<(Self, Self, Self, Self)> {
-        Ok(with_floats!(
-            "mlstm_chunk_forward",
-            [self, k, v, i, f, c0, n0, m0],
-            |x, out, stat| {
-                let r = mlstm::forward(&x, dims, eps);
-                (out(r.h), stat(r.c), stat(r.n), stat(r.m))
-            }
-        ))
-    }
-
-    fn mlstm_chunk_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        i: &Self,
-        f: &Self,
-        c: &Self,
-        n: &Self,
-        m: &Self,
-        h: &Self,
-        dh: &Self,
-        dc: &Self,
-        dn: &Self,
-        dm: &Self,
-        dims: RecurrentDims,
-        eps: f64,
-    ) -> Result<Vec<Self>> {
-        Ok(with_floats!(
-            "mlstm_chunk_backward",
-            [self, k, v, i, f, c, n, m, h, dh, dc, dn, dm],
-            |x, out, _s| mlstm::backward(&x, dims, eps)
-                .into_iter()
-                .map(out)
-                .collect()
-        ))
-    }
-
-    fn gated_delta_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        s0: &Self,
-        dims: RecurrentDims,
-    ) -> Result<(Self, Self)> {
-        Ok(with_floats!(
-            "gated_delta_forward",
-            [self, k, v, beta, g, s0],
-            |x, out, stat| {
-                let (o, s) = gated_delta::forward(&x, dims);
-                (out(o), stat(s))
-            }
-        ))
-    }
-
-    fn gated_delta_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        beta: &Self,
-        g: &Self,
-        states: &Self,
-        dout: &Self,
-        ds: &Self,
-        dims: RecurrentDims,
-    ) -> Result<Vec<Self>> {
-        Ok(with_floats!(
-            "gated_delta_backward",
-            [self, k, v, beta, g, states, dout, ds],
-            |x, out, _s| gated_delta::backward(&x, dims)
-                .into_iter()
-                .map(out)
-                .collect()
         ))
     }
 

@@ -2,16 +2,13 @@
 //! seam. The differentiable ones have their backward beside them in the autograd crate; the
 //! `*_backward` methods here are the fused kernels those backwards call.
 mod elementwise;
-mod gated_delta;
 mod index;
 mod layout;
 mod loss;
 mod mask;
 mod matmul;
-mod mlstm;
 mod norm;
 mod optim;
-mod recurrent;
 mod reduce;
 mod rla;
 mod rope;
@@ -19,10 +16,8 @@ mod short_conv;
 mod softmax;
 mod swa;
 
-pub use gated_delta::GatedDeltaGrads;
 pub use loss::CrossEntropyStats;
 pub use mask::CAUSAL;
-pub use mlstm::{MlstmChunkStates, MlstmGrads};
 pub use norm::NormStats;
 
 use crate::{Error, Result, Tensor};

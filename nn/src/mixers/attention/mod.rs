@@ -5,10 +5,10 @@
 //! `[B, T, Hkv, D]` with H a multiple of Hkv (grouped-query attention: q head h reads kv head
 //! `h / (H / Hkv)`). Scores are scaled by `scale`, `1/sqrt(D)` when None.
 //!
-//! `reference::swa` is the spec (a band-masked softmax from tape ops); `fused::swa` is one tape
+//! `reference::swa` is the spec (a band-masked softmax from tape ops); `node::swa` is one tape
 //! node over the tiled kernels `Tensor::swa` / `Tensor::swa_backward`. Both take the same
 //! arguments and return o `[B, T, H, D]`.
-pub mod fused;
+pub mod node;
 pub mod reference;
 
 /// The default score scale, `1/sqrt(D)`.

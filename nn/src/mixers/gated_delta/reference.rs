@@ -1,8 +1,9 @@
 //! The gated delta rule's reference form: the recurrence of `mod.rs` one step at a time, from
 //! primitive tape ops (the spec).
 use super::state_or_zeros;
+use crate::mixers::recurrent::RecurrentChecks;
 use swax_autograd::Tape;
-use swax_tensor::backend::RecurrentDims;
+use swax_cuda::kernels::chunk::RecurrentShape;
 use swax_tensor::{Result, Tensor};
 
 /// `x / sqrt(|x|^2 + 1e-6)` over the last axis.
@@ -24,8 +25,8 @@ pub fn recurrent(
     state: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor)> {
     let op = "gated_delta::recurrent";
-    let dims = RecurrentDims::check(op, q, k, v, &[beta, g], 1)?;
-    let RecurrentDims { b, h, dk, dv, .. } = dims;
+    let dims = RecurrentShape::check(op, q, k, v, &[beta, g], 1)?;
+    let RecurrentShape { b, h, dk, dv, .. } = dims;
     let mut s = state_or_zeros(state, op, q, &dims)?;
     let qn = tape.scale(&l2_normalize(tape, q)?, 1.0 / (dk as f64).sqrt())?;
     let kn = l2_normalize(tape, k)?;

@@ -12,27 +12,63 @@
 //! Inputs q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`, gate preactivations i, f `[B, T, H]` (soft-cap
 //! them layer-side); output `[B, T, H, Dv]`. Every form starts from a state `(C, n, m)` (zeros
 //! when none is given) and returns the final one, so a long sequence can run in pieces.
-//! Forms: `recurrent` (step by step, the spec), `parallel` (quadratic, checked against it),
-//! `chunkwise` (one tape node over the fused kernels) and `step` (one time step, for decoding).
-mod fused;
+//!
+//! The folder holds every form of it: `reference.rs` (from tape ops: `recurrent`, step by step,
+//! the spec, and `parallel`, quadratic, checked against it), `kernel.rs` (the fused chunkwise
+//! kernel as one op with named operands, run by the device that holds them), its CPU version
+//! `cpu.rs` and CUDA version `cuda.rs` + `mlstm.cu`, and `node.rs` (`chunkwise`, one tape node
+//! over the kernel, and `step`, one time step for decoding).
+//!
+//! The chunkwise kernel runs time in chunks of `chunk` steps (any chunk gives the same values):
+//! within a chunk the recurrence is an `L x L` matrix of decayed, stabilized weights, across
+//! chunks the state `(C, n, m)` is carried. It returns, besides h, the state before each chunk
+//! and after the last (`[B, H, N + 1, ..]`, N chunks: entry 0 the initial state, entry N the
+//! final one; f32 for bf16 operands), which the backward reads instead of re-running the
+//! sequential state pass. The backward's gradients are exact: the stabilizer's own path (it only
+//! moves eps's weight) included.
+mod cpu;
+mod cuda;
+mod kernel;
+mod node;
 mod reference;
 
-pub use fused::{chunkwise, step};
+pub use kernel::{backward, forward, has_kernel, MlstmBackward, MlstmGrads, MlstmIn, MlstmOut};
+pub use node::{chunkwise, step};
 pub use reference::{parallel, recurrent};
 
-use swax_tensor::backend::RecurrentDims;
+#[cfg(test)]
+pub(crate) use cuda::SOURCE;
+
+use crate::mixers::recurrent::RecurrentChecks;
+use swax_cuda::kernels::chunk::RecurrentShape;
 use swax_tensor::{DType, Device, Result, Tensor};
 
 /// xLSTM's eps in the denominator.
 pub const EPS: f64 = 1e-6;
 
 /// The recurrent state of every head: C `[B, H, Dk, Dv]`, n `[B, H, Dk]`, m `[B, H]`. C and n are
-/// stored divided by `exp(m)`, which keeps them finite whatever the gates.
+/// stored divided by `exp(m)`, which keeps them finite whatever the gates. Also its gradient,
+/// and (`[B, H, N + 1, ..]`) the kernel's chunk-boundary states; held as tensors, or as one
+/// device's buffers inside a kernel.
 #[derive(Clone, Debug)]
-pub struct MlstmState {
-    pub c: Tensor,
-    pub n: Tensor,
-    pub m: Tensor,
+pub struct MlstmState<T = Tensor> {
+    pub c: T,
+    pub n: T,
+    pub m: T,
+}
+
+impl<T> MlstmState<T> {
+    /// Each of C, n, m through `f`.
+    pub fn try_map<'a, U>(
+        &'a self,
+        mut f: impl FnMut(&'a T) -> Result<U>,
+    ) -> Result<MlstmState<U>> {
+        Ok(MlstmState {
+            c: f(&self.c)?,
+            n: f(&self.n)?,
+            m: f(&self.m)?,
+        })
+    }
 }
 
 impl MlstmState {
@@ -56,7 +92,7 @@ impl MlstmState {
         state: Option<&MlstmState>,
         op: &'static str,
         q: &Tensor,
-        dims: &RecurrentDims,
+        dims: &RecurrentShape,
     ) -> Result<MlstmState> {
         let Some(s) = state else {
             return MlstmState::zeros(dims.b, dims.h, dims.dk, dims.dv, q.dtype(), q.device());

@@ -2,8 +2,9 @@
 //! `mod.rs` one step at a time (the spec); `parallel` is the same sum written as a `T × T`
 //! matrix of log weights, each row stabilized by its max (which is the recurrence's m_t).
 use super::MlstmState;
+use crate::mixers::recurrent::RecurrentChecks;
 use swax_autograd::Tape;
-use swax_tensor::backend::RecurrentDims;
+use swax_cuda::kernels::chunk::RecurrentShape;
 use swax_tensor::{Result, Tensor, CAUSAL};
 
 /// |x| as max(x, -x): differentiable everywhere but 0, from ops the tape has.
@@ -31,8 +32,8 @@ pub fn recurrent(
     eps: f64,
 ) -> Result<(Tensor, MlstmState)> {
     let op = "mlstm::recurrent";
-    let dims = RecurrentDims::check(op, q, k, v, &[i, f], 1)?;
-    let RecurrentDims { b, h, dk, dv, .. } = dims;
+    let dims = RecurrentShape::check(op, q, k, v, &[i, f], 1)?;
+    let RecurrentShape { b, h, dk, dv, .. } = dims;
     let MlstmState {
         mut c,
         mut n,
@@ -81,8 +82,8 @@ pub fn parallel(
     eps: f64,
 ) -> Result<(Tensor, MlstmState)> {
     let op = "mlstm::parallel";
-    let dims = RecurrentDims::check(op, q, k, v, &[i, f], 1)?;
-    let RecurrentDims {
+    let dims = RecurrentShape::check(op, q, k, v, &[i, f], 1)?;
+    let RecurrentShape {
         b, t, h, dk, dv, ..
     } = dims;
     let s0 = MlstmState::or_zeros(state, op, q, &dims)?;

@@ -14,7 +14,7 @@
 //! - The norms run in the inputs' dtype (f32 in training, f64 in tests).
 //! - Grouped-query attention as in `attention`: q head h reads kv head `h / (H / Hkv)`.
 pub mod carry;
-pub mod fused;
+pub mod node;
 pub mod reference;
 
 /// Rotary embedding of the SWA branch: positions start at `offset`.

@@ -1,21 +1,20 @@
 //! The gated delta rule at chunk 64 in bf16 as chunk-parallel kernels around two sequential
-//! scans (`kernels/gated_delta_parallel.cu`, after `mma.cuh`, `chunk.cuh` and `gated_delta.cuh`):
-//! what `gated_delta_forward` and `gated_delta_backward` run where a [`Plan`] exists, one block
-//! per chunk for the factors and the gradients, one per (head, value tile) for the scans.
-
-use super::chunk::{RecArgs, RecurrentShape};
-use super::{launch, to_u32, Launch};
-use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+//! scans (`gated_delta_parallel.cu`, after swax-cuda's `mma.cuh` and `chunk.cuh`, and
+//! `gated_delta.cuh`): what `cuda.rs` runs where a [`Plan`] exists, one block per chunk for the
+//! factors and the gradients, one per (head, value tile) for the scans.
+use super::{GatedDeltaBackward, GatedDeltaGrads, GatedDeltaIn, GatedDeltaOut};
 use std::sync::OnceLock;
+use swax_cuda::kernels::chunk::{RecArgs, RecurrentShape};
+use swax_cuda::kernels::{launch, to_u32, Launch};
+use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "gated_delta_parallel",
     source: concat!(
-        include_str!("../../kernels/mma.cuh"),
-        include_str!("../../kernels/chunk.cuh"),
-        include_str!("../../kernels/gated_delta.cuh"),
-        include_str!("../../kernels/gated_delta_parallel.cu")
+        include_str!("../../../../cuda/kernels/mma.cuh"),
+        include_str!("../../../../cuda/kernels/chunk.cuh"),
+        include_str!("gated_delta.cuh"),
+        include_str!("gated_delta_parallel.cu")
     ),
 };
 
@@ -76,7 +75,7 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Siz
 
 /// A call's sizes and kernel arguments.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Plan {
+pub(super) struct Plan {
     z: Sizes,
     args: RecArgs,
 }
@@ -208,7 +207,7 @@ impl Plan {
         &self,
         op: &'static str,
         dev: &Device,
-        x: &[&Buffer; 5],
+        x: &GatedDeltaIn<&Buffer>,
         s: RecurrentShape,
         forward: bool,
     ) -> Result<Factors, CudaError> {
@@ -239,7 +238,7 @@ impl Plan {
                 name,
                 cfg,
                 &[
-                    x[0], x[1], x[2], x[3], x[4], &f.w, &f.kh, &f.qt, &ut, &f.p, &tm, &f.gl,
+                    x.q, x.k, x.v, x.beta, x.g, &f.w, &f.kh, &f.qt, &ut, &f.p, &tm, &f.gl,
                     &self.args,
                 ],
             )?;
@@ -247,16 +246,16 @@ impl Plan {
         Ok(f)
     }
 
-    /// The forward from s0: o and the f32 boundary states `[B, H, N + 1, Dk, Dv]`.
+    /// The forward from `x.state`: o and the f32 boundary states `[B, H, N + 1, Dk, Dv]`.
     pub fn forward(
         &self,
         dev: &Device,
-        x: &[&Buffer; 5],
-        s0: &Buffer,
+        x: &GatedDeltaIn<&Buffer>,
         s: RecurrentShape,
-    ) -> Result<(Buffer, Buffer), CudaError> {
+    ) -> Result<GatedDeltaOut<Buffer>, CudaError> {
         const OP: &str = "gated_delta_forward";
         let f = self.factors(OP, dev, x, s, true)?;
+        let s0 = x.state;
         let out = dev.alloc(DType::BF16, s.rows(s.dv))?;
         let states = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
         let name = kernel(OP, "gdn_scan_fwd", self.z.d, self.z.bv)?;
@@ -274,36 +273,34 @@ impl Plan {
                 ],
             )?;
         }
-        Ok((out, states))
+        Ok(GatedDeltaOut {
+            o: out,
+            boundary: states,
+        })
     }
 
-    /// The gradients `[dq, dk, dv, dbeta, dg, ds0]` from the forward's boundary states.
+    /// The gradients from the forward's boundary states.
     pub fn backward(
         &self,
         dev: &Device,
-        x: &[&Buffer; 5],
-        states: &Buffer,
-        dout: &Buffer,
-        ds: &Buffer,
+        x: &GatedDeltaBackward<&Buffer>,
         s: RecurrentShape,
-    ) -> Result<Vec<Buffer>, CudaError> {
+    ) -> Result<GatedDeltaGrads<Buffer>, CudaError> {
         const OP: &str = "gated_delta_backward";
-        let f = self.factors(OP, dev, x, s, false)?;
+        let (xi, states, dout, ds) = (&x.input, x.boundary, x.d_out, x.d_final);
+        let f = self.factors(OP, dev, xi, s, false)?;
         let rows = s.heads() * s.chunks() * L;
         let dug = dev.alloc(DType::BF16, rows * s.dv)?;
         let dsg = dev.alloc(DType::BF16, s.heads() * s.chunks() * s.dk * s.dv)?;
-        let sizes = [
-            s.rows(s.dk),
-            s.rows(s.dk),
-            s.rows(s.dv),
-            s.rows(1),
-            s.rows(1),
-            s.heads() * s.dk * s.dv,
-        ];
-        let g = sizes
-            .iter()
-            .map(|&n| dev.alloc(DType::BF16, n))
-            .collect::<Result<Vec<_>, _>>()?;
+        let bf = |n: usize| dev.alloc(DType::BF16, n);
+        let g = GatedDeltaIn {
+            q: bf(s.rows(s.dk))?,
+            k: bf(s.rows(s.dk))?,
+            v: bf(s.rows(s.dv))?,
+            beta: bf(s.rows(1))?,
+            g: bf(s.rows(1))?,
+            state: bf(s.heads() * s.dk * s.dv)?,
+        };
         let scan = kernel(OP, "gdn_scan_bwd", self.z.d, self.z.bv)?;
         // SAFETY: gdn_scan_bwd(ds, dout, w, kh, qt, pm, gl, dug, dsg, ds0, RecDims): ds and dout
         // checked at their shapes, the factors from gdn_prep, dug [B·H, N, 64, Dv], dsg
@@ -315,7 +312,7 @@ impl Plan {
                 scan,
                 self.scan_launch(s),
                 &[
-                    ds, dout, &f.w, &f.kh, &f.qt, &f.p, &f.gl, &dug, &dsg, &g[5], &self.args,
+                    ds, dout, &f.w, &f.kh, &f.qt, &f.p, &f.gl, &dug, &dsg, &g.state, &self.args,
                 ],
             )?;
         }
@@ -332,8 +329,8 @@ impl Plan {
                 name,
                 cfg,
                 &[
-                    x[0], x[1], x[2], x[3], x[4], dout, states, &dsg, &dug, &f.extra, &f.p, &g[0],
-                    &g[1], &g[2], &g[3], &g[4], &self.args,
+                    xi.q, xi.k, xi.v, xi.beta, xi.g, dout, states, &dsg, &dug, &f.extra, &f.p,
+                    &g.q, &g.k, &g.v, &g.beta, &g.g, &self.args,
                 ],
             )?;
         }

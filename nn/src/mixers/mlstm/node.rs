@@ -1,15 +1,17 @@
-//! The mLSTM as ONE tape node over the fused chunkwise kernels (`Tensor::mlstm_chunkwise` and
-//! its backward), and the single step built on it.
+//! The mLSTM as ONE tape node over the fused chunkwise kernel (`kernel.rs`), and the single step
+//! built on it.
 //!
 //! The node's outputs are h and the final C, n, m (joined: see `joined.rs`). It saves its
 //! inputs, h and the chunk-boundary states `(C, n, m)` before every chunk: the backward then
 //! never repeats the sequential state pass, at the cost of `(T / chunk) · Dk · (Dv + 1)` values
 //! per head (a third of q, k, v at chunk 64, D 64).
+use super::kernel::{self, MlstmBackward, MlstmIn};
 use super::MlstmState;
 use crate::mixers::joined::record_joined;
 use crate::mixers::one_step::{with_time, without_time};
+use crate::mixers::recurrent::{boundary, RecurrentChecks};
 use swax_autograd::Tape;
-use swax_tensor::backend::RecurrentDims;
+use swax_cuda::kernels::chunk::RecurrentShape;
 use swax_tensor::{Result, Tensor};
 
 /// The chunkwise mLSTM, `chunk` steps per chunk (any chunk gives the same values). Returns h
@@ -27,43 +29,53 @@ pub fn chunkwise(
     eps: f64,
 ) -> Result<(Tensor, MlstmState)> {
     let op = "mlstm::chunkwise";
-    let dims = RecurrentDims::check(op, q, k, v, &[i, f], chunk)?;
+    let dims = RecurrentShape::check(op, q, k, v, &[i, f], chunk)?;
     let s0 = MlstmState::or_zeros(state, op, q, &dims)?;
-    let (h, saved) = q.mlstm_chunkwise(k, v, i, f, &s0.c, &s0.n, &s0.m, chunk, eps)?;
-    let last = |x: &Tensor| dims.boundary(x, dims.chunks())?.to_dtype(q.dtype());
+    let x = MlstmIn {
+        q,
+        k,
+        v,
+        i,
+        f,
+        state: MlstmState {
+            c: &s0.c,
+            n: &s0.n,
+            m: &s0.m,
+        },
+    };
+    let out = kernel::forward(&x, chunk, eps)?;
+    let last = |x: &Tensor| boundary(x, dims.chunks())?.to_dtype(q.dtype());
     let fin = MlstmState {
-        c: last(&saved.c)?,
-        n: last(&saved.n)?,
-        m: last(&saved.m)?,
+        c: last(&out.boundary.c)?,
+        n: last(&out.boundary.n)?,
+        m: last(&out.boundary.m)?,
     };
     let inputs = [q, k, v, i, f, &s0.c, &s0.n, &s0.m];
-    let (sq, sk, sv, si, sf, sh) = (
-        q.clone(),
-        k.clone(),
-        v.clone(),
-        i.clone(),
-        f.clone(),
-        h.clone(),
-    );
+    let saved: MlstmIn = x.try_map(|t| Ok((*t).clone()))?;
+    let h = out.h.clone();
     let outs = record_joined(
         tape,
         op,
         &inputs,
         &[&h, &fin.c, &fin.n, &fin.m],
         move |d, needs| {
-            let g = sq.mlstm_chunkwise_backward(
-                &sk,
-                &sv,
-                &si,
-                &sf,
-                &saved,
-                &sh,
-                &d[0],
-                [&d[1], &d[2], &d[3]],
+            let d_final = MlstmState {
+                c: &d[1],
+                n: &d[2],
+                m: &d[3],
+            };
+            let g = kernel::backward(
+                &MlstmBackward {
+                    input: saved.try_map(Ok)?,
+                    out: out.try_map(Ok)?,
+                    dh: &d[0],
+                    d_final,
+                },
                 chunk,
                 eps,
             )?;
-            let all = [g.dq, g.dk, g.dv, g.di, g.df, g.dc0, g.dn0, g.dm0];
+            let s = g.state;
+            let all = [g.q, g.k, g.v, g.i, g.f, s.c, s.n, s.m];
             Ok(all
                 .into_iter()
                 .zip(needs)

@@ -1,14 +1,16 @@
-//! The gated delta rule as ONE tape node over the fused chunkwise kernels
-//! (`Tensor::gated_delta_chunkwise` and its backward), and the single step built on it.
+//! The gated delta rule as ONE tape node over the fused chunkwise kernel (`kernel.rs`), and the
+//! single step built on it.
 //!
 //! The node's outputs are o and the final state (joined: see `joined.rs`). It saves its inputs
 //! and the state before every chunk, `(T / chunk) · Dk · Dv` values per head: the backward
 //! recomputes each chunk's WY factors (cheap, parallel work) but never the sequential state pass.
+use super::kernel::{self, GatedDeltaBackward, GatedDeltaIn};
 use super::state_or_zeros;
 use crate::mixers::joined::record_joined;
 use crate::mixers::one_step::{with_time, without_time};
+use crate::mixers::recurrent::{boundary, RecurrentChecks};
 use swax_autograd::Tape;
-use swax_tensor::backend::RecurrentDims;
+use swax_cuda::kernels::chunk::RecurrentShape;
 use swax_tensor::{Result, Tensor};
 
 /// The chunkwise gated delta rule, `chunk` steps per chunk (any chunk gives the same values).
@@ -25,20 +27,36 @@ pub fn chunkwise(
     chunk: usize,
 ) -> Result<(Tensor, Tensor)> {
     let op = "gated_delta::chunkwise";
-    let dims = RecurrentDims::check(op, q, k, v, &[beta, g], chunk)?;
+    let dims = RecurrentShape::check(op, q, k, v, &[beta, g], chunk)?;
     let s0 = state_or_zeros(state, op, q, &dims)?;
-    let (o, states) = q.gated_delta_chunkwise(k, v, beta, g, &s0, chunk)?;
-    let fin = dims.boundary(&states, dims.chunks())?.to_dtype(q.dtype())?;
-    let (sq, sk, sv, sb, sg) = (q.clone(), k.clone(), v.clone(), beta.clone(), g.clone());
+    let x = GatedDeltaIn {
+        q,
+        k,
+        v,
+        beta,
+        g,
+        state: &s0,
+    };
+    let out = kernel::forward(&x, chunk)?;
+    let fin = boundary(&out.boundary, dims.chunks())?.to_dtype(q.dtype())?;
+    let saved: GatedDeltaIn = x.try_map(|t| Ok((*t).clone()))?;
+    let boundary = out.boundary;
     let outs = record_joined(
         tape,
         op,
         &[q, k, v, beta, g, &s0],
-        &[&o, &fin],
+        &[&out.o, &fin],
         move |d, needs| {
-            let gr = sq
-                .gated_delta_chunkwise_backward(&sk, &sv, &sb, &sg, &states, &d[0], &d[1], chunk)?;
-            let all = [gr.dq, gr.dk, gr.dv, gr.dbeta, gr.dg, gr.ds0];
+            let gr = kernel::backward(
+                &GatedDeltaBackward {
+                    input: saved.try_map(Ok)?,
+                    boundary: &boundary,
+                    d_out: &d[0],
+                    d_final: &d[1],
+                },
+                chunk,
+            )?;
+            let all = [gr.q, gr.k, gr.v, gr.beta, gr.g, gr.state];
             Ok(all
                 .into_iter()
                 .zip(needs)

@@ -1,7 +1,8 @@
 // gated_delta_parallel.cu: the gated delta rule at chunk 64 on bf16 tensor cores, as
 // chunk-parallel kernels around two lean sequential scans (the structure of fla's
-// chunk_gated_delta_rule); mma.cuh, chunk.cuh and gated_delta.cuh are prepended. Equations and
-// layouts: `Backend::gated_delta_forward` in tensor/src/backend.rs.
+// chunk_gated_delta_rule); swax-cuda's mma.cuh and chunk.cuh (cuda/kernels/), then
+// gated_delta.cuh, are prepended. Equations and layouts: mod.rs beside this file; the CPU kernel
+// cpu.rs beside it is the reference.
 //
 // Per chunk of L = 64 rows, with q (times 1/sqrt(Dk)) and k L2-normalized, G the running sum of
 // the log decays, γ = exp(G), tend_j = exp(G_L - G_j), D_js = exp(G_j - G_s) for s <= j and

@@ -1,6 +1,6 @@
-// mlstm.cu: the mLSTM (xLSTM-7B form), chunkwise, forward and backward; mma.cuh and chunk.cuh are
-// prepended. Equations and layouts: `Backend::mlstm_chunk_forward` in tensor/src/backend.rs; the
-// CPU kernel tensor/src/cpu/mlstm.rs is the reference, and this file follows its steps.
+// mlstm.cu: the mLSTM (xLSTM-7B form), chunkwise, forward and backward; swax-cuda's mma.cuh and
+// chunk.cuh (cuda/kernels/) are prepended. Equations and layouts: mod.rs beside this file; the
+// CPU kernel cpu.rs beside it is the reference, and this file follows its steps.
 //
 // One block per (batch, head, value tile) walks its chunks in order (forward) or in reverse
 // (backward), keeping the chunk's q, k, v and the L x L weight tiles in shared memory as f32; the
@@ -73,7 +73,7 @@ __device__ __forceinline__ void chunk_scores(STile<E> P, float* psum, STile<E> Q
     __syncthreads();
 }
 
-// Shared memory of the forward (`forward_bytes` in src/kernels/mlstm.rs matches): f32 first, the
+// Shared memory of the forward (`forward_bytes` in cuda.rs matches): f32 first, the
 // state C [Dk, bv], the tile HB [lp, bv] that sums the output's two products, n [Dk] and the
 // per-row vectors; then tiles of T: q, k [lp, Dk], v [lp, bv], C rounded to T (Cb, the products'
 // operand) [Dk, bv], the scores [lp, lp]. Every row is padded by 16 bytes (tile_ld).
@@ -181,7 +181,7 @@ __device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, 
 // Gradients; see the CPU kernel for the derivation. dC is carried in `dcs` ([B·H, Dk, Dv] f32
 // scratch), dn in shared memory; the stabilizers' own gradient is routed along the recurrence
 // of m at the end of each chunk, whose m values are at hand then. Shared memory
-// (`backward_bytes` in src/kernels/mlstm.rs matches): f32 first, an accumulator tile [lp,
+// (`backward_bytes` in cuda.rs matches): f32 first, an accumulator tile [lp,
 // max(Dk, bv)], dn and n [Dk] and the per-row vectors; then tiles of T: q, k [lp, Dk], v and
 // dnum [lp, bv], the scores and their gradient [lp, lp], and dC and C_prev rounded to T (the
 // products' operands) [Dk, bv].

@@ -1,5 +1,5 @@
-//! Gated delta rule, chunkwise in the WY/UT form, forward and backward (see
-//! `Backend::gated_delta_forward`). The state is kept as `[Dk, Dv]` (the paper's S transposed).
+//! The gated delta rule's chunkwise kernel on the CPU, in the WY/UT form, forward and backward
+//! (the equations: `mod.rs`). The state is kept as `[Dk, Dv]` (the paper's S transposed).
 //!
 //! Within a chunk (local steps j, G_j the running sum of log decays, γ_j = exp(G_j)), write
 //! `S_j = exp(g_j) S_{j-1} + k_j u_j^T` with the delta `u_j = beta_j (v_j - exp(g_j) S_{j-1}^T k_j)`.
@@ -9,20 +9,75 @@
 //! `O = diag(γ) Q S_0 + (exp(G_j - G_s) q_j·k_s)_{s<=j} U` and
 //! `S_L = γ_L S_0 + K^T diag(exp(G_L - G_s)) U`. Decays enter only as `exp` of a difference of
 //! running sums over s <= j, never above 1.
-use super::chunk::{axpy, dot, interleave, mm, per_head, reverse_cumsum, rows, scale_rows};
-use super::Real;
-use crate::backend::RecurrentDims;
+use super::{GatedDeltaBackward, GatedDeltaGrads, GatedDeltaIn, GatedDeltaOut};
 use std::borrow::Cow;
+use swax_cuda::kernels::chunk::RecurrentShape;
+use swax_tensor::backend::Backend;
+use swax_tensor::cpu::chunk::{
+    axpy, dot, interleave, mm, per_head, reverse_cumsum, rows, scale_rows,
+};
+use swax_tensor::cpu::{CpuStorage, Real};
+use swax_tensor::{DType, Error, Result};
 
 /// Added to |x|^2 under the square root of the L2 normalization of q and k.
 const NORM_EPS: f64 = 1e-6;
 
-struct Inputs<'a, T> {
-    q: &'a [T],
-    k: &'a [T],
-    v: &'a [T],
-    beta: &'a [T],
-    g: &'a [T],
+/// The operands as the type the kernel computes in.
+type Values<'a, T> = GatedDeltaIn<Cow<'a, [T]>>;
+
+/// The forward on storage of any float dtype: bf16 computed in f32, o rounded back, the boundary
+/// states kept f32 (`Real::store` of `F32` keeps f32 as f32 and f64 as f64).
+pub(super) fn forward(
+    op: &'static str,
+    x: &GatedDeltaIn<&CpuStorage>,
+    dims: &RecurrentShape,
+) -> Result<GatedDeltaOut<CpuStorage>> {
+    fn run<T: Real>(
+        op: &'static str,
+        x: &GatedDeltaIn<&CpuStorage>,
+        dims: &RecurrentShape,
+    ) -> Result<GatedDeltaOut<CpuStorage>> {
+        let y = forward_values(&x.try_map(|s| T::read(op, s))?, dims);
+        Ok(GatedDeltaOut {
+            o: T::store(y.o, x.q.dtype()),
+            boundary: T::store(y.boundary, DType::F32),
+        })
+    }
+    match x.q.dtype() {
+        DType::F64 => run::<f64>(op, x, dims),
+        DType::F32 | DType::BF16 => run::<f32>(op, x, dims),
+        dtype => Err(Error::UnsupportedDType { op, dtype }),
+    }
+}
+
+/// The backward on storage of any float dtype, the gradients in the inputs' dtype.
+pub(super) fn backward(
+    op: &'static str,
+    x: &GatedDeltaBackward<&CpuStorage>,
+    dims: &RecurrentShape,
+) -> Result<GatedDeltaGrads<CpuStorage>> {
+    fn run<T: Real>(
+        op: &'static str,
+        x: &GatedDeltaBackward<&CpuStorage>,
+        dims: &RecurrentShape,
+    ) -> Result<GatedDeltaGrads<CpuStorage>> {
+        let dtype = x.input.q.dtype();
+        let g = backward_values(&x.try_map(|s| T::read(op, s))?, dims);
+        let out = |v: Vec<T>| T::store(v, dtype);
+        Ok(GatedDeltaIn {
+            q: out(g.q),
+            k: out(g.k),
+            v: out(g.v),
+            beta: out(g.beta),
+            g: out(g.g),
+            state: out(g.state),
+        })
+    }
+    match x.input.q.dtype() {
+        DType::F64 => run::<f64>(op, x, dims),
+        DType::F32 | DType::BF16 => run::<f32>(op, x, dims),
+        dtype => Err(Error::UnsupportedDType { op, dtype }),
+    }
 }
 
 /// One chunk of one head: what the forward computes and the backward recomputes.
@@ -77,21 +132,21 @@ fn normalize_backward<T: Real>(x: &[T], r: &[T], dy: &[T], d: usize, scale: T) -
 
 impl<T: Real> Chunk<T> {
     fn new(
-        x: &Inputs<T>,
-        dims: &RecurrentDims,
+        x: &Values<T>,
+        dims: &RecurrentShape,
         bh: usize,
         t0: usize,
         len: usize,
         s0: &[T],
     ) -> Self {
         let (dk, dv) = (dims.dk, dims.dv);
-        let q_raw = rows(x.q, dims, dk, bh, t0, len);
-        let k_raw = rows(x.k, dims, dk, bh, t0, len);
+        let q_raw = rows(&x.q, dims, dk, bh, t0, len);
+        let k_raw = rows(&x.k, dims, dk, bh, t0, len);
         let (q, rq) = normalize(&q_raw, dk, T::of(1.0 / (dk as f64).sqrt()));
         let (k, rk) = normalize(&k_raw, dk, T::one());
-        let v = rows(x.v, dims, dv, bh, t0, len);
-        let beta = rows(x.beta, dims, 1, bh, t0, len);
-        let mut gcum = rows(x.g, dims, 1, bh, t0, len);
+        let v = rows(&x.v, dims, dv, bh, t0, len);
+        let beta = rows(&x.beta, dims, 1, bh, t0, len);
+        let mut gcum = rows(&x.g, dims, 1, bh, t0, len);
         for j in 1..len {
             gcum[j] = gcum[j] + gcum[j - 1];
         }
@@ -171,23 +226,15 @@ fn unit_lower_inverse<T: Real>(a: &[T], n: usize) -> Vec<T> {
     t
 }
 
-/// Operands `[q, k, v, beta, g, s0]`; returns `(o, boundary states)`.
-pub(crate) fn forward<T: Real>(x: &[Cow<[T]>], dims: RecurrentDims) -> (Vec<T>, Vec<T>) {
-    let inputs = Inputs {
-        q: &x[0],
-        k: &x[1],
-        v: &x[2],
-        beta: &x[3],
-        g: &x[4],
-    };
-    let RecurrentDims { dk, dv, chunk, .. } = dims;
-    let heads = per_head(&dims, |bh| {
-        let mut s = x[5][bh * dk * dv..(bh + 1) * dk * dv].to_vec();
+fn forward_values<T: Real>(x: &Values<T>, dims: &RecurrentShape) -> GatedDeltaOut<Vec<T>> {
+    let RecurrentShape { dk, dv, chunk, .. } = *dims;
+    let heads = per_head(dims, |bh| {
+        let mut s = x.state[bh * dk * dv..(bh + 1) * dk * dv].to_vec();
         let mut states = s.clone();
         let mut o = Vec::with_capacity(dims.t * dv);
         for t0 in (0..dims.t).step_by(chunk) {
             let len = chunk.min(dims.t - t0);
-            let ch = Chunk::new(&inputs, &dims, bh, t0, len, &s);
+            let ch = Chunk::new(x, dims, bh, t0, len, &s);
             let qs = mm(&ch.q, false, &s, false, len, dk, dv);
             let pu = mm(&ch.p, false, &ch.u, false, len, len, dv);
             for j in 0..len {
@@ -206,10 +253,10 @@ pub(crate) fn forward<T: Real>(x: &[Cow<[T]>], dims: RecurrentDims) -> (Vec<T>, 
         (o, states)
     });
     let os: Vec<&[T]> = heads.iter().map(|r| &r.0[..]).collect();
-    (
-        interleave(&os, &dims, dv),
-        heads.iter().flat_map(|r| r.1.iter().copied()).collect(),
-    )
+    GatedDeltaOut {
+        o: interleave(&os, dims, dv),
+        boundary: heads.iter().flat_map(|r| r.1.iter().copied()).collect(),
+    }
 }
 
 struct HeadGrads<T> {
@@ -221,42 +268,37 @@ struct HeadGrads<T> {
     ds0: Vec<T>,
 }
 
-/// Operands `[q, k, v, beta, g, states, do, ds]`; returns `[dq, dk, dv, dbeta, dg, ds0]`.
-pub(crate) fn backward<T: Real>(x: &[Cow<[T]>], dims: RecurrentDims) -> Vec<Vec<T>> {
-    let inputs = Inputs {
-        q: &x[0],
-        k: &x[1],
-        v: &x[2],
-        beta: &x[3],
-        g: &x[4],
-    };
-    let heads = per_head(&dims, |bh| head_backward(&inputs, x, &dims, bh));
+fn backward_values<T: Real>(
+    x: &GatedDeltaBackward<Cow<[T]>>,
+    dims: &RecurrentShape,
+) -> GatedDeltaGrads<Vec<T>> {
+    let heads = per_head(dims, |bh| head_backward(x, dims, bh));
     let field = |get: fn(&HeadGrads<T>) -> &[T], d: usize| {
         let hs: Vec<&[T]> = heads.iter().map(get).collect();
-        interleave(&hs, &dims, d)
+        interleave(&hs, dims, d)
     };
-    vec![
-        field(|g| &g.dq, dims.dk),
-        field(|g| &g.dk, dims.dk),
-        field(|g| &g.dv, dims.dv),
-        field(|g| &g.dbeta, 1),
-        field(|g| &g.dg, 1),
-        heads.iter().flat_map(|g| g.ds0.iter().copied()).collect(),
-    ]
+    GatedDeltaIn {
+        q: field(|g| &g.dq, dims.dk),
+        k: field(|g| &g.dk, dims.dk),
+        v: field(|g| &g.dv, dims.dv),
+        beta: field(|g| &g.dbeta, 1),
+        g: field(|g| &g.dg, 1),
+        state: heads.iter().flat_map(|g| g.ds0.iter().copied()).collect(),
+    }
 }
 
 fn head_backward<T: Real>(
-    inputs: &Inputs<T>,
-    x: &[Cow<[T]>],
-    dims: &RecurrentDims,
+    x: &GatedDeltaBackward<Cow<[T]>>,
+    dims: &RecurrentShape,
     bh: usize,
 ) -> HeadGrads<T> {
-    let RecurrentDims {
+    let inputs = &x.input;
+    let RecurrentShape {
         t, dk, dv, chunk, ..
     } = *dims;
     let (nc, ssz) = (dims.chunks(), dk * dv);
-    let s_at = |ci: usize| &x[5][(bh * (nc + 1) + ci) * ssz..(bh * (nc + 1) + ci + 1) * ssz];
-    let mut ds = x[7][bh * ssz..(bh + 1) * ssz].to_vec();
+    let s_at = |ci: usize| &x.boundary[(bh * (nc + 1) + ci) * ssz..(bh * (nc + 1) + ci + 1) * ssz];
+    let mut ds = x.d_final[bh * ssz..(bh + 1) * ssz].to_vec();
     let mut g = HeadGrads {
         dq: vec![T::zero(); t * dk],
         dk: vec![T::zero(); t * dk],
@@ -271,7 +313,7 @@ fn head_backward<T: Real>(
         let len = chunk.min(t - t0);
         let s0 = s_at(ci);
         let ch = Chunk::new(inputs, dims, bh, t0, len, s0);
-        let dout = rows(&x[6], dims, dv, bh, t0, len);
+        let dout = rows(&x.d_out, dims, dv, bh, t0, len);
         let to_end = ch.to_end();
         let g_end = ch.gamma[len - 1];
         let mut dgcum = vec![T::zero(); len];

@@ -3,7 +3,6 @@
 //! the attention probabilities from them (nothing of size T × W is kept).
 use super::default_scale;
 use swax_autograd::Tape;
-use swax_tensor::backend::AttnDims;
 use swax_tensor::{Result, Tensor};
 
 /// Same arguments and result as `reference::swa`.
@@ -15,8 +14,9 @@ pub fn swa(
     window: usize,
     scale: Option<f64>,
 ) -> Result<Tensor> {
-    let dims = AttnDims::check("swa", q, k, v, window)?;
-    let scale = scale.unwrap_or_else(|| default_scale(dims.d));
+    // The head dim, when q has one: `Tensor::swa` checks every shape.
+    let d = q.dims().last().copied().unwrap_or(1);
+    let scale = scale.unwrap_or_else(|| default_scale(d));
     let (o, lse) = q.swa(k, v, window, scale)?;
     let (sq, sk, sv, so) = (q.clone(), k.clone(), v.clone(), o.clone());
     Ok(tape.record("swa", &[q, k, v], o, move |dout, _| {

@@ -1,7 +1,7 @@
 // gated_delta.cu: the gated delta rule, chunkwise (WY/UT form), forward and backward, for any
-// dtype, chunk and head size (where gated_delta_parallel.cu takes the shape, it runs); mma.cuh,
-// chunk.cuh and gated_delta.cuh are prepended. Equations and layouts: `Backend::gated_delta_forward`
-// in tensor/src/backend.rs; the CPU kernel tensor/src/cpu/gated_delta.rs is the reference, and this
+// dtype, chunk and head size (where gated_delta_parallel.cu takes the shape, it runs); swax-cuda's
+// mma.cuh and chunk.cuh (cuda/kernels/), then gated_delta.cuh, are prepended. Equations and
+// layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is the reference, and this
 // file follows its chunk decomposition and the order of its backward, with two rewritings of the
 // same algebra that save tiles (shared memory is what bounds a block here):
 //
@@ -11,19 +11,19 @@
 //   U = T R), and dY = T^T dW = -DX S0^T; so no L x L product with T beyond T^T dU is needed.
 //
 // One block per (batch, head, value tile) walks its chunks in order (forward) or in reverse
-// (backward); see mlstm.cu for when Dv is split. The chunk's tiles are in shared memory in the
-// data's type E (bf16 tiles reach the tensor cores through ldmatrix): normalized q (times
+// (backward); see ../mlstm/mlstm.cu for when Dv is split. The chunk's tiles are in shared memory in
+// the data's type E (bf16 tiles reach the tensor cores through ldmatrix): normalized q (times
 // 1/sqrt(Dk)), normalized k, the value tile of v (then the delta targets Rb, then dO), the deltas
 // U, the L x L tile that holds in turn T diag(beta), the scores P, dP, dA and d(k k^T), and the
 // chunk's start state S0 (and, backward, the gradient dS of its end state). Each is either a
-// product's operand, which the tensor cores round to bf16 anyway, or an input to a gradient that
-// is itself written in bf16. In f32: T = (I + A)^-1 (inverted in place) and one tile that sums
-// two products (the forward's output, the backward's dU). The states themselves stay in global
-// f32 memory (the forward's output); the backward carries dS, and accumulates dq and dk per chunk,
-// in global f32 scratch.
+// product's operand, which the tensor cores round to bf16 anyway, or an input to a gradient that is
+// itself written in bf16. In f32: T = (I + A)^-1 (inverted in place) and one tile that sums two
+// products (the forward's output, the backward's dU). The states themselves stay in global f32
+// memory (the forward's output); the backward carries dS, and accumulates dq and dk per chunk, in
+// global f32 scratch.
 #include "common.cuh"
 
-// Shared-memory layout of both kernels (`shared_bytes` in src/kernels/gated_delta.rs matches):
+// Shared-memory layout of both kernels (`shared_bytes` in cuda.rs matches):
 // first the f32 regions (the tile F [lp, bv] that sums two products, TT [lp, lp], the inversion
 // scratch [lp, max(16, lp / 4)] and the per-row vectors), then the tiles of E: the row tiles Q
 // [lp, max(Dk, bv)] (the backward's dX reuses it), K [lp, Dk], V, U and a fifth [lp, bv] (the

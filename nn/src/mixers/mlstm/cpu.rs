@@ -1,4 +1,4 @@
-//! mLSTM (xLSTM-7B form), chunkwise, forward and backward (see `Backend::mlstm_chunk_forward`).
+//! The mLSTM's chunkwise kernel on the CPU, forward and backward (the equations: `mod.rs`).
 //!
 //! Within a chunk the recurrence is unrolled into an `L × L` matrix of decayed, stabilized
 //! weights `exp(i_s + F_j - F_s - m_j)` (F the running sum of log forget gates from the chunk's
@@ -10,19 +10,86 @@
 //! state is `exp(-m_t)` times a stabilizer-free one, so h_t depends on m_t only through eps:
 //! `dL/dm_t = eps · dden_t` (plus `-<dC_T, C_T> - <dn_T, n_T>` from the final state), which
 //! flows back along the recurrence of m to whichever of `i_t` or `lf_t + m_{t-1}` won each max.
-use super::chunk::{axpy, dot, interleave, mm, per_head, reverse_cumsum, rows, scale_rows};
-use super::elementwise::{sigmoid, softplus};
-use super::Real;
-use crate::backend::RecurrentDims;
+use super::{MlstmBackward, MlstmGrads, MlstmIn, MlstmOut, MlstmState};
 use std::borrow::Cow;
+use swax_cuda::kernels::chunk::RecurrentShape;
+use swax_tensor::backend::Backend;
+use swax_tensor::cpu::chunk::{
+    axpy, dot, interleave, mm, per_head, reverse_cumsum, rows, scale_rows,
+};
+use swax_tensor::cpu::{sigmoid, softplus, CpuStorage, Real};
+use swax_tensor::{DType, Error, Result};
 
-/// The operands every pass reads: q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`, gates `[B, T, H]`.
-struct Inputs<'a, T> {
-    q: &'a [T],
-    k: &'a [T],
-    v: &'a [T],
-    i: &'a [T],
-    f: &'a [T],
+/// The operands as the type the kernel computes in.
+type Values<'a, T> = MlstmIn<Cow<'a, [T]>>;
+
+/// The forward on storage of any float dtype: bf16 computed in f32, h rounded back, the boundary
+/// states kept f32 (`Real::store` of `F32` keeps f32 as f32 and f64 as f64).
+pub(super) fn forward(
+    op: &'static str,
+    x: &MlstmIn<&CpuStorage>,
+    dims: &RecurrentShape,
+    eps: f64,
+) -> Result<MlstmOut<CpuStorage>> {
+    fn run<T: Real>(
+        op: &'static str,
+        x: &MlstmIn<&CpuStorage>,
+        dims: &RecurrentShape,
+        eps: f64,
+    ) -> Result<MlstmOut<CpuStorage>> {
+        let dtype = x.q.dtype();
+        let y = forward_values(&x.try_map(|s| T::read(op, s))?, dims, eps);
+        let stat = |v: Vec<T>| T::store(v, DType::F32);
+        Ok(MlstmOut {
+            h: T::store(y.h, dtype),
+            boundary: MlstmState {
+                c: stat(y.boundary.c),
+                n: stat(y.boundary.n),
+                m: stat(y.boundary.m),
+            },
+        })
+    }
+    match x.q.dtype() {
+        DType::F64 => run::<f64>(op, x, dims, eps),
+        DType::F32 | DType::BF16 => run::<f32>(op, x, dims, eps),
+        dtype => Err(Error::UnsupportedDType { op, dtype }),
+    }
+}
+
+/// The backward on storage of any float dtype, the gradients in the inputs' dtype.
+pub(super) fn backward(
+    op: &'static str,
+    x: &MlstmBackward<&CpuStorage>,
+    dims: &RecurrentShape,
+    eps: f64,
+) -> Result<MlstmGrads<CpuStorage>> {
+    fn run<T: Real>(
+        op: &'static str,
+        x: &MlstmBackward<&CpuStorage>,
+        dims: &RecurrentShape,
+        eps: f64,
+    ) -> Result<MlstmGrads<CpuStorage>> {
+        let dtype = x.input.q.dtype();
+        let g = backward_values(&x.try_map(|s| T::read(op, s))?, dims, eps);
+        let out = |v: Vec<T>| T::store(v, dtype);
+        Ok(MlstmIn {
+            q: out(g.q),
+            k: out(g.k),
+            v: out(g.v),
+            i: out(g.i),
+            f: out(g.f),
+            state: MlstmState {
+                c: out(g.state.c),
+                n: out(g.state.n),
+                m: out(g.state.m),
+            },
+        })
+    }
+    match x.input.q.dtype() {
+        DType::F64 => run::<f64>(op, x, dims, eps),
+        DType::F32 | DType::BF16 => run::<f32>(op, x, dims, eps),
+        dtype => Err(Error::UnsupportedDType { op, dtype }),
+    }
 }
 
 /// One chunk of one head: what the forward computes and the backward recomputes.
@@ -55,8 +122,8 @@ fn log_sigmoid<T: Real>(x: T) -> T {
 impl<T: Real> Chunk<T> {
     #[allow(clippy::too_many_arguments)]
     fn new(
-        x: &Inputs<T>,
-        dims: &RecurrentDims,
+        x: &Values<T>,
+        dims: &RecurrentShape,
         bh: usize,
         t0: usize,
         len: usize,
@@ -66,14 +133,14 @@ impl<T: Real> Chunk<T> {
     ) -> Self {
         let (dk, dv) = (dims.dk, dims.dv);
         let scale = T::of(1.0 / (dk as f64).sqrt());
-        let q: Vec<T> = rows(x.q, dims, dk, bh, t0, len)
+        let q: Vec<T> = rows(&x.q, dims, dk, bh, t0, len)
             .into_iter()
             .map(|v| v * scale)
             .collect();
-        let k = rows(x.k, dims, dk, bh, t0, len);
-        let v = rows(x.v, dims, dv, bh, t0, len);
-        let i = rows(x.i, dims, 1, bh, t0, len);
-        let lf: Vec<T> = rows(x.f, dims, 1, bh, t0, len)
+        let k = rows(&x.k, dims, dk, bh, t0, len);
+        let v = rows(&x.v, dims, dv, bh, t0, len);
+        let i = rows(&x.i, dims, 1, bh, t0, len);
+        let lf: Vec<T> = rows(&x.f, dims, 1, bh, t0, len)
             .into_iter()
             .map(log_sigmoid)
             .collect();
@@ -122,26 +189,11 @@ impl<T: Real> Chunk<T> {
     }
 }
 
-pub(crate) struct Forward<T> {
-    pub h: Vec<T>,
-    pub c: Vec<T>,
-    pub n: Vec<T>,
-    pub m: Vec<T>,
-}
-
-/// Operands `[q, k, v, i, f, c0, n0, m0]`.
-pub(crate) fn forward<T: Real>(x: &[Cow<[T]>], dims: RecurrentDims, eps: f64) -> Forward<T> {
-    let inputs = Inputs {
-        q: &x[0],
-        k: &x[1],
-        v: &x[2],
-        i: &x[3],
-        f: &x[4],
-    };
-    let (c0, n0, m0) = (&x[5], &x[6], &x[7]);
-    let RecurrentDims { dk, dv, chunk, .. } = dims;
+fn forward_values<T: Real>(x: &Values<T>, dims: &RecurrentShape, eps: f64) -> MlstmOut<Vec<T>> {
+    let (c0, n0, m0) = (&x.state.c, &x.state.n, &x.state.m);
+    let RecurrentShape { dk, dv, chunk, .. } = *dims;
     let eps = T::of(eps);
-    let heads = per_head(&dims, |bh| {
+    let heads = per_head(dims, |bh| {
         let mut c = c0[bh * dk * dv..(bh + 1) * dk * dv].to_vec();
         let mut n = n0[bh * dk..(bh + 1) * dk].to_vec();
         let mut m = m0[bh];
@@ -149,7 +201,7 @@ pub(crate) fn forward<T: Real>(x: &[Cow<[T]>], dims: RecurrentDims, eps: f64) ->
         let mut h = Vec::with_capacity(dims.t * dv);
         for t0 in (0..dims.t).step_by(chunk) {
             let len = chunk.min(dims.t - t0);
-            let ch = Chunk::new(&inputs, &dims, bh, t0, len, &c, &n, m);
+            let ch = Chunk::new(x, dims, bh, t0, len, &c, &n, m);
             let pv = mm(&ch.p, false, &ch.v, false, len, len, dv);
             for j in 0..len {
                 let r = (ch.den[j] + eps).recip();
@@ -174,11 +226,13 @@ pub(crate) fn forward<T: Real>(x: &[Cow<[T]>], dims: RecurrentDims, eps: f64) ->
         (h, cs, ns, ms)
     });
     let hs: Vec<&[T]> = heads.iter().map(|r| &r.0[..]).collect();
-    Forward {
-        h: interleave(&hs, &dims, dv),
-        c: heads.iter().flat_map(|r| r.1.iter().copied()).collect(),
-        n: heads.iter().flat_map(|r| r.2.iter().copied()).collect(),
-        m: heads.iter().flat_map(|r| r.3.iter().copied()).collect(),
+    MlstmOut {
+        h: interleave(&hs, dims, dv),
+        boundary: MlstmState {
+            c: heads.iter().flat_map(|r| r.1.iter().copied()).collect(),
+            n: heads.iter().flat_map(|r| r.2.iter().copied()).collect(),
+            m: heads.iter().flat_map(|r| r.3.iter().copied()).collect(),
+        },
     }
 }
 
@@ -194,42 +248,40 @@ struct HeadGrads<T> {
     dm0: T,
 }
 
-/// Operands `[q, k, v, i, f, c, n, m, h, dh, dc, dn, dm]`; returns
-/// `[dq, dk, dv, di, df, dc0, dn0, dm0]`.
-pub(crate) fn backward<T: Real>(x: &[Cow<[T]>], dims: RecurrentDims, eps: f64) -> Vec<Vec<T>> {
-    let inputs = Inputs {
-        q: &x[0],
-        k: &x[1],
-        v: &x[2],
-        i: &x[3],
-        f: &x[4],
-    };
-    let heads = per_head(&dims, |bh| head_backward(&inputs, x, &dims, eps, bh));
+fn backward_values<T: Real>(
+    x: &MlstmBackward<Cow<[T]>>,
+    dims: &RecurrentShape,
+    eps: f64,
+) -> MlstmGrads<Vec<T>> {
+    let heads = per_head(dims, |bh| head_backward(x, dims, eps, bh));
     let field = |get: fn(&HeadGrads<T>) -> &[T], d: usize| {
         let hs: Vec<&[T]> = heads.iter().map(get).collect();
-        interleave(&hs, &dims, d)
+        interleave(&hs, dims, d)
     };
-    vec![
-        field(|g| &g.dq, dims.dk),
-        field(|g| &g.dk, dims.dk),
-        field(|g| &g.dv, dims.dv),
-        field(|g| &g.di, 1),
-        field(|g| &g.df, 1),
-        heads.iter().flat_map(|g| g.dc0.iter().copied()).collect(),
-        heads.iter().flat_map(|g| g.dn0.iter().copied()).collect(),
-        heads.iter().map(|g| g.dm0).collect(),
-    ]
+    MlstmIn {
+        q: field(|g| &g.dq, dims.dk),
+        k: field(|g| &g.dk, dims.dk),
+        v: field(|g| &g.dv, dims.dv),
+        i: field(|g| &g.di, 1),
+        f: field(|g| &g.df, 1),
+        state: MlstmState {
+            c: heads.iter().flat_map(|g| g.dc0.iter().copied()).collect(),
+            n: heads.iter().flat_map(|g| g.dn0.iter().copied()).collect(),
+            m: heads.iter().map(|g| g.dm0).collect(),
+        },
+    }
 }
 
 fn head_backward<T: Real>(
-    inputs: &Inputs<T>,
-    x: &[Cow<[T]>],
-    dims: &RecurrentDims,
+    x: &MlstmBackward<Cow<[T]>>,
+    dims: &RecurrentShape,
     eps: f64,
     bh: usize,
 ) -> HeadGrads<T> {
-    let (cb, nb, mb, h, dh) = (&x[5], &x[6], &x[7], &x[8], &x[9]);
-    let RecurrentDims {
+    let inputs = &x.input;
+    let (cb, nb, mb) = (&x.out.boundary.c, &x.out.boundary.n, &x.out.boundary.m);
+    let (h, dh) = (&x.out.h, &x.dh);
+    let RecurrentShape {
         t, dk, dv, chunk, ..
     } = *dims;
     let nc = dims.chunks();
@@ -237,8 +289,8 @@ fn head_backward<T: Real>(
     let c_at = |ci: usize| &cb[(bh * (nc + 1) + ci) * csz..(bh * (nc + 1) + ci + 1) * csz];
     let n_at = |ci: usize| &nb[(bh * (nc + 1) + ci) * dk..(bh * (nc + 1) + ci + 1) * dk];
     let m_at = |ci: usize| mb[bh * (nc + 1) + ci];
-    let mut dc = x[10][bh * csz..(bh + 1) * csz].to_vec();
-    let mut dn = x[11][bh * dk..(bh + 1) * dk].to_vec();
+    let mut dc = x.d_final.c[bh * csz..(bh + 1) * csz].to_vec();
+    let mut dn = x.d_final.n[bh * dk..(bh + 1) * dk].to_vec();
     let scale = T::of(1.0 / (dk as f64).sqrt());
     let mut g = HeadGrads {
         dq: vec![T::zero(); t * dk],
@@ -252,7 +304,7 @@ fn head_backward<T: Real>(
     };
     // The stabilizers' own gradient, before it is sent along the recurrence of m.
     let mut dm = vec![T::zero(); t];
-    dm[t - 1] = x[12][bh] - dot(&dc, c_at(nc)) - dot(&dn, n_at(nc));
+    dm[t - 1] = x.d_final.m[bh] - dot(&dc, c_at(nc)) - dot(&dn, n_at(nc));
     let mut dlf = vec![T::zero(); t];
     for ci in (0..nc).rev() {
         let t0 = ci * chunk;
@@ -352,8 +404,8 @@ fn head_backward<T: Real>(
     // The initial state: C0 stands for exp(m0) times a stabilizer-free state.
     let m0 = m_at(0);
     let mut gm = dot(&dc, c_at(0)) + dot(&dn, n_at(0));
-    let i = rows(inputs.i, dims, 1, bh, 0, t);
-    let f = rows(inputs.f, dims, 1, bh, 0, t);
+    let i = rows(&inputs.i, dims, 1, bh, 0, t);
+    let f = rows(&inputs.f, dims, 1, bh, 0, t);
     let lf: Vec<T> = f.iter().map(|&v| log_sigmoid(v)).collect();
     let mut ms = Vec::with_capacity(t);
     let mut prev = m0;
