@@ -6,11 +6,22 @@
 mod common;
 
 use common::{losses, micro, paired_losses, run};
+use std::sync::{Mutex, MutexGuard};
 use swax_tensor::Device;
+
+/// The GPU, held by one test at a time: the generation test reads the pool's bytes in use, which
+/// a test allocating beside it on another thread would change.
+fn gpu() -> Option<(Device, MutexGuard<'static, ()>)> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let gpu = swax_tests::gpu()?;
+    Some((gpu, ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())))
+}
 
 #[test]
 fn first_steps_match_the_cpu() {
-    let Some(gpu) = swax_tests::gpu() else { return };
+    let Some((gpu, _one_at_a_time)) = gpu() else {
+        return;
+    };
     let sets = [
         "train.recall_probes=4",
         "train.w_short=16",
@@ -36,7 +47,9 @@ fn first_steps_match_the_cpu() {
 
 #[test]
 fn a_gpu_run_resumes() {
-    let Some(gpu) = swax_tests::gpu() else { return };
+    let Some((gpu, _one_at_a_time)) = gpu() else {
+        return;
+    };
     let cfg = micro("SM", 4, &["train.recall_probes=0"]);
     let dir = tempfile::tempdir().unwrap();
     run(&cfg, dir.path(), gpu, false, Some(2));
@@ -58,7 +71,9 @@ fn evaluation_in_pieces_on_the_gpu_matches_one_pass() {
     use swax_hybrid::eval::run::{all_logits, InPieces, OneShot};
     use swax_hybrid::model::Model;
     use swax_tensor::DType;
-    let Some(gpu) = swax_tests::gpu() else { return };
+    let Some((gpu, _one_at_a_time)) = gpu() else {
+        return;
+    };
     let sets = ["model.d_model=128", "model.n_heads=2", "model.d_ff=128"];
     let cfg = micro("SMGRF", 1, &sets);
     let on_cpu = Model::new(&cfg.model, 5, Device::Cpu).unwrap();
@@ -121,7 +136,9 @@ fn generation_on_the_gpu_matches_one_pass_and_holds_flat_memory() {
     use swax_hybrid::generate::{generate, Decoder, Request, Sampling};
     use swax_hybrid::model::Model;
     use swax_tensor::DType;
-    let Some(gpu) = swax_tests::gpu() else { return };
+    let Some((gpu, _one_at_a_time)) = gpu() else {
+        return;
+    };
     let prompt: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 255).collect();
     for pattern in ["S", "M", "G", "R", "F"] {
         let sets = ["model.d_model=128", "model.n_heads=2", "model.d_ff=128"];
@@ -171,7 +188,10 @@ fn generation_on_the_gpu_matches_one_pass_and_holds_flat_memory() {
         }
         match pattern {
             "F" => assert!(held[1] > held[0], "{pattern}: {held:?}"),
-            _ => assert_eq!(held[0], held[1], "{pattern}: pool bytes in use grew"),
+            _ => assert_eq!(
+                held[0], held[1],
+                "{pattern}: pool bytes in use grew: {held:?}"
+            ),
         }
     }
 }
