@@ -19,7 +19,6 @@ pub mod mask;
 pub mod norm;
 pub mod optim;
 pub mod reduce;
-pub mod rla;
 pub mod rope;
 pub mod scatter;
 pub mod short_conv;
@@ -233,16 +232,12 @@ macro_rules! bits_kernel {
 pub(crate) use bits_kernel;
 
 /// Checks that every buffer lives on `dev`.
-pub(crate) fn check_device(
-    op: &'static str,
-    dev: &Device,
-    bufs: &[&Buffer],
-) -> Result<(), CudaError> {
+pub fn check_device(op: &'static str, dev: &Device, bufs: &[&Buffer]) -> Result<(), CudaError> {
     bufs.iter().try_for_each(|b| dev.check_owner(op, b))
 }
 
 /// Checks a buffer's dtype.
-pub(crate) fn check_dtype(
+pub fn check_dtype(
     op: &'static str,
     name: &str,
     buf: &Buffer,
@@ -259,12 +254,7 @@ pub(crate) fn check_dtype(
 }
 
 /// Checks a buffer's length.
-pub(crate) fn check_len(
-    op: &'static str,
-    name: &str,
-    buf: &Buffer,
-    want: usize,
-) -> Result<(), CudaError> {
+pub fn check_len(op: &'static str, name: &str, buf: &Buffer, want: usize) -> Result<(), CudaError> {
     if buf.len() == want {
         Ok(())
     } else {
@@ -343,7 +333,6 @@ mod tests {
     #[test]
     fn every_kernel_compiles_for_every_architecture() {
         let sources = [
-            &attention::SOURCE,
             &binary::SOURCE,
             &cast::SOURCE,
             &copy::SOURCE,
@@ -353,7 +342,6 @@ mod tests {
             &norm::SOURCE,
             &optim::SOURCE,
             &reduce::SOURCE,
-            &rla::SOURCE,
             &rope::SOURCE,
             &scatter::SOURCE,
             &short_conv::SOURCE,

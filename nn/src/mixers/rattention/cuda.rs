@@ -1,19 +1,23 @@
-//! RAttention's residual linear attention, chunkwise on bf16 tensor cores with the feature map
-//! fused in, forward and backward (`kernels/rla.cu`, which says how the kernels work).
+//! RAttention's residual linear attention on CUDA, chunkwise on bf16 tensor cores with the
+//! feature map fused in, forward and backward (`rla.cu`, after swax-cuda's `mma.cuh`; it says
+//! how the kernels work). f32 operands are rounded to bf16 on the way in and the results
+//! widened back, as SWA's (`attention::cuda`).
 //!
 //! The chunk states live only for the call: the forward scans them, then reads them once; the
 //! backward scans them again and their gradients backwards, then forms dq and (dk, dv).
-
-use super::attention::Heads;
-use super::{check_device, launch, to_u32, Launch};
-use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use super::{RlaBackward, RlaGrads, RlaIn};
+use crate::mixers::attention::cuda::{as_dtype, bf16_copy};
+use crate::mixers::attention::SwaIn;
+use swax_cuda::kernels::attention::AttnShape;
+use swax_cuda::kernels::{check_device, launch, to_u32, Launch};
+use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
+use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "rla",
     source: concat!(
-        include_str!("../../kernels/mma.cuh"),
-        include_str!("../../kernels/rla.cu")
+        include_str!("../../../../cuda/kernels/mma.cuh"),
+        include_str!("rla.cu")
     ),
 };
 
@@ -22,15 +26,10 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 const CHUNK: usize = 64;
 const THREADS: u32 = 256;
 
-/// Sizes of a call: query `s` reads the keys `r <= s - window`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rla {
-    pub heads: Heads,
-    pub window: usize,
-}
-
 /// What a launch needs, checked: the kernels' suffix and the sizes as u32.
 struct Checked {
+    s: AttnShape,
+    window: usize,
     suffix: usize,
     t: u32,
     h: u32,
@@ -41,39 +40,41 @@ struct Checked {
     chunks: u32,
 }
 
-impl Rla {
-    fn check(&self, op: &'static str) -> Result<Checked, CudaError> {
-        let n = self.heads;
+impl Checked {
+    /// Query `s` reads the keys `r <= s - window`.
+    fn new(op: &'static str, n: AttnShape, window: usize) -> Result<Checked, CudaError> {
         n.check(op)?;
         Ok(Checked {
+            s: n,
+            window,
             suffix: n.d,
             t: to_u32(op, "t", n.t)?,
             h: to_u32(op, "h", n.h)?,
             hkv: to_u32(op, "hkv", n.hkv)?,
             b: to_u32(op, "b", n.b)?,
             group: to_u32(op, "group", n.h / n.hkv)?,
-            shift: to_u32(op, "window", self.window.min(n.t))?,
+            shift: to_u32(op, "window", window.min(n.t))?,
             chunks: to_u32(op, "chunks", n.t.div_ceil(CHUNK))?,
         })
     }
 
     /// Whether no query reads any key (every output and gradient is zero).
     fn empty(&self) -> bool {
-        self.heads.q_len() == 0 || self.window >= self.heads.t
+        self.s.q_len() == 0 || self.window >= self.s.t
     }
 
     /// The chunk states (or their gradients) of every kv head: bf16 `[b, hkv, chunks, 2d, d]`.
     fn states(&self, dev: &Device) -> Result<Buffer, CudaError> {
-        let Heads { b, t, hkv, d, .. } = self.heads;
+        let AttnShape { b, t, hkv, d, .. } = self.s;
         dev.alloc(DType::BF16, b * hkv * t.div_ceil(CHUNK) * 2 * d * d)
     }
 
     /// The backward's chunk kernels: a block per (chunk, head, batch); shared memory for two
     /// feature tiles `[CHUNK, 2d]`, a state `[2d, d]` and two tiles `[CHUNK, d]`, bf16.
-    fn chunk_launch(&self, c: &Checked, heads: u32) -> Launch {
-        let d = self.heads.d;
+    fn chunk_launch(&self, heads: u32) -> Launch {
+        let d = self.s.d;
         Launch {
-            grid: (c.chunks, heads, c.b),
+            grid: (self.chunks, heads, self.b),
             block: (THREADS, 1, 1),
             shared: (2 * (2 * CHUNK * 2 * d + 2 * d * d + 2 * CHUNK * d)) as u32,
         }
@@ -81,12 +82,11 @@ impl Rla {
 }
 
 /// Launches `rla_scan_{fwd,bwd}_dD` over x and y (`[b, t, heads, d]`, `group` heads summed per
-/// kv head, rows read `shift` steps late) into `out` (from [`Rla::states`]): the states
+/// kv head, rows read `shift` steps late) into `out` (from [`Checked::states`]): the states
 /// (`reverse` false: sums over the chunks before each chunk) or their gradients (`reverse`: over
 /// the chunks after it).
 fn scan(
     dev: &Device,
-    a: &Rla,
     c: &Checked,
     reverse: bool,
     (x, y): (&Buffer, &Buffer),
@@ -100,14 +100,10 @@ fn scan(
         (true, _) => "rla_scan_bwd_d128",
     };
     let cfg = Launch {
-        grid: (
-            to_u32("rla", "column tiles", 2 * a.heads.d / 64)?,
-            c.hkv,
-            c.b,
-        ),
-        block: (to_u32("rla", "threads", 2 * a.heads.d)?, 1, 1),
+        grid: (to_u32("rla", "column tiles", 2 * c.s.d / 64)?, c.hkv, c.b),
+        block: (to_u32("rla", "threads", 2 * c.s.d)?, 1, 1),
         // A feature tile [CHUNK, d] and two y tiles [CHUNK, 64], bf16.
-        shared: (2 * (CHUNK * a.heads.d + 2 * CHUNK * 64)) as u32,
+        shared: (2 * (CHUNK * c.s.d + 2 * CHUNK * 64)) as u32,
     };
     // SAFETY: rla_scan_*_dD(const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads,
     // u32 group, u32 shift); x and y hold b*t*heads*d (checked by the callers), out
@@ -123,24 +119,31 @@ fn scan(
     }
 }
 
-/// Forward: `o` `[b, t, h, d]` bf16 from bf16 q, k, v.
-pub fn rla_forward(
-    dev: &Device,
-    a: Rla,
-    q: &Buffer,
-    k: &Buffer,
-    v: &Buffer,
-    o: &mut Buffer,
-) -> Result<(), CudaError> {
+/// The forward: o (the operands' dtype).
+pub(super) fn forward(
+    x: &RlaIn<&Buffer>,
+    s: AttnShape,
+    window: usize,
+) -> Result<CudaStorage, CudaError> {
     const OP: &str = "rla_forward";
-    check_device(OP, dev, &[q, k, v, o])?;
-    let c = a.check(OP)?;
-    a.heads.check_io(OP, &[q, o], &[k, v])?;
-    if a.empty() {
-        return dev.memset_zero(o);
+    let dev = x.q.device();
+    check_device(OP, dev, &[x.q, x.k, x.v])?;
+    let c = Checked::new(OP, s, window)?;
+    let [qc, kc, vc] = [x.q, x.k, x.v].map(bf16_copy);
+    let (qc, kc, vc) = (qc?, kc?, vc?);
+    let (q, k, v) = (
+        qc.as_ref().unwrap_or(x.q),
+        kc.as_ref().unwrap_or(x.k),
+        vc.as_ref().unwrap_or(x.v),
+    );
+    let mut o = dev.alloc(DType::BF16, s.q_len())?;
+    s.check_io(OP, &[q, &o], &[k, v])?;
+    if c.empty() {
+        dev.memset_zero(&mut o)?;
+        return as_dtype(o, x.q.dtype());
     }
-    let mut states = a.states(dev)?;
-    scan(dev, &a, &c, false, (k, v), (c.hkv, 1, c.shift), &mut states)?;
+    let mut states = c.states(dev)?;
+    scan(dev, &c, false, (k, v), (c.hkv, 1, c.shift), &mut states)?;
     let name = if c.suffix == 64 {
         "rla_fwd_d64"
     } else {
@@ -148,56 +151,64 @@ pub fn rla_forward(
     };
     // SAFETY: rla_fwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* states,
     // bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift); sizes checked above, states from
-    // Rla::states; a block per (chunk, q head and 64 columns, batch).
+    // Checked::states; a block per (chunk, q head and 64 columns, batch).
     unsafe {
         launch(
             dev,
             &SOURCE,
             name,
             Launch {
-                grid: (c.chunks, c.h * (a.heads.d / 64) as u32, c.b),
+                grid: (c.chunks, c.h * (s.d / 64) as u32, c.b),
                 block: (THREADS, 1, 1),
                 // Two feature tiles [CHUNK, 2d], 64 columns of v' and of the state, bf16.
-                shared: (2 * (2 * CHUNK * 2 * a.heads.d + 2 * a.heads.d * 64 + CHUNK * 64)) as u32,
+                shared: (2 * (2 * CHUNK * 2 * s.d + 2 * s.d * 64 + CHUNK * 64)) as u32,
             },
-            &[q, k, v, &states, o, &c.t, &c.h, &c.hkv, &c.shift],
-        )
+            &[q, k, v, &states, &o, &c.t, &c.h, &c.hkv, &c.shift],
+        )?;
     }
+    as_dtype(o, x.q.dtype())
 }
 
-/// Backward: dq, dk, dv (bf16; dk and dv summed over the q heads that share a kv head) from the
-/// forward's inputs and `dout`.
-#[allow(clippy::too_many_arguments)]
-pub fn rla_backward(
-    dev: &Device,
-    a: Rla,
-    (q, k, v, dout): (&Buffer, &Buffer, &Buffer, &Buffer),
-    dq: &mut Buffer,
-    dk: &mut Buffer,
-    dv: &mut Buffer,
-) -> Result<(), CudaError> {
+/// The backward: dq, dk, dv (the operands' dtype; dk and dv summed over the q heads that share a
+/// kv head) from the forward's inputs and the gradient of o.
+pub(super) fn backward(
+    x: &RlaBackward<&Buffer>,
+    s: AttnShape,
+    window: usize,
+) -> Result<RlaGrads<CudaStorage>, CudaError> {
     const OP: &str = "rla_backward";
-    check_device(OP, dev, &[q, k, v, dout, dq, dk, dv])?;
-    let c = a.check(OP)?;
-    a.heads.check_io(OP, &[q, dout, dq], &[k, v, dk, dv])?;
+    let i = &x.input;
+    let (dev, dtype) = (i.q.device(), i.q.dtype());
+    check_device(OP, dev, &[i.q, i.k, i.v, x.dout])?;
+    let c = Checked::new(OP, s, window)?;
+    let [qc, kc, vc, dc] = [i.q, i.k, i.v, x.dout].map(bf16_copy);
+    let (qc, kc, vc, dc) = (qc?, kc?, vc?, dc?);
+    let (q, k, v, dout) = (
+        qc.as_ref().unwrap_or(i.q),
+        kc.as_ref().unwrap_or(i.k),
+        vc.as_ref().unwrap_or(i.v),
+        dc.as_ref().unwrap_or(x.dout),
+    );
+    let mut dq = dev.alloc(DType::BF16, s.q_len())?;
     // Keys in the last `window` steps feed no query: their rows are never written.
-    dev.memset_zero(dk)?;
-    dev.memset_zero(dv)?;
-    if a.empty() {
-        return dev.memset_zero(dq);
+    let dk = dev.alloc_zeros(DType::BF16, s.kv_len())?;
+    let dv = dev.alloc_zeros(DType::BF16, s.kv_len())?;
+    s.check_io(OP, &[q, dout, &dq], &[k, v, &dk, &dv])?;
+    let grads = |dq: Buffer, dk: Buffer, dv: Buffer| -> Result<RlaGrads<CudaStorage>, CudaError> {
+        Ok(SwaIn {
+            q: as_dtype(dq, dtype)?,
+            k: as_dtype(dk, dtype)?,
+            v: as_dtype(dv, dtype)?,
+        })
+    };
+    if c.empty() {
+        dev.memset_zero(&mut dq)?;
+        return grads(dq, dk, dv);
     }
-    let mut states = a.states(dev)?;
-    scan(dev, &a, &c, false, (k, v), (c.hkv, 1, c.shift), &mut states)?;
-    let mut dstates = a.states(dev)?;
-    scan(
-        dev,
-        &a,
-        &c,
-        true,
-        (q, dout),
-        (c.h, c.group, 0),
-        &mut dstates,
-    )?;
+    let mut states = c.states(dev)?;
+    scan(dev, &c, false, (k, v), (c.hkv, 1, c.shift), &mut states)?;
+    let mut dstates = c.states(dev)?;
+    scan(dev, &c, true, (q, dout), (c.h, c.group, 0), &mut dstates)?;
     let (dq_name, dkdv_name) = if c.suffix == 64 {
         ("rla_bwd_dq_d64", "rla_bwd_dkdv_d64")
     } else {
@@ -211,8 +222,8 @@ pub fn rla_backward(
             dev,
             &SOURCE,
             dq_name,
-            a.chunk_launch(&c, c.h),
-            &[q, k, v, dout, &states, dq, &c.t, &c.h, &c.hkv, &c.shift],
+            c.chunk_launch(c.h),
+            &[q, k, v, dout, &states, &dq, &c.t, &c.h, &c.hkv, &c.shift],
         )?;
     }
     drop(states);
@@ -224,10 +235,11 @@ pub fn rla_backward(
             dev,
             &SOURCE,
             dkdv_name,
-            a.chunk_launch(&c, c.hkv),
+            c.chunk_launch(c.hkv),
             &[
-                q, k, v, dout, &dstates, dk, dv, &c.t, &c.h, &c.hkv, &c.shift,
+                q, k, v, dout, &dstates, &dk, &dv, &c.t, &c.h, &c.hkv, &c.shift,
             ],
-        )
+        )?;
     }
+    grads(dq, dk, dv)
 }
