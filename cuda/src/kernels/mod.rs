@@ -25,6 +25,13 @@ pub mod short_conv;
 pub mod softmax;
 pub mod unary;
 
+/// The tensor-core tile helpers (`kernels/mma.cuh`), which a fused mixer's source puts first.
+pub const MMA_CUH: &str = include_str!("../../kernels/mma.cuh");
+/// Hopper's warpgroup products (`kernels/wgmma.cuh`), after `MMA_CUH` (sliding-window attention).
+pub const WGMMA_CUH: &str = include_str!("../../kernels/wgmma.cuh");
+/// What the chunkwise recurrent kernels share (`kernels/chunk.cuh`), after `MMA_CUH`.
+pub const CHUNK_CUH: &str = include_str!("../../kernels/chunk.cuh");
+
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 use cudarc::driver::result;

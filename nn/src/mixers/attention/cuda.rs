@@ -5,17 +5,15 @@
 use super::{SwaBackward, SwaGrads, SwaIn, SwaOut};
 use swax_cuda::kernels::attention::AttnShape;
 use swax_cuda::kernels::cast::cast;
-use swax_cuda::kernels::{check_device, check_dtype, check_len, launch, to_u32, Launch};
+use swax_cuda::kernels::{
+    check_device, check_dtype, check_len, launch, to_u32, Launch, MMA_CUH, WGMMA_CUH,
+};
 use swax_cuda::{Buffer, CudaError, DType, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "attention",
-    source: concat!(
-        include_str!("../../../../cuda/kernels/mma.cuh"),
-        include_str!("../../../../cuda/kernels/wgmma.cuh"),
-        include_str!("attention.cu")
-    ),
+    source: &[MMA_CUH, WGMMA_CUH, include_str!("attention.cu")],
 };
 
 /// Rows of a query or key tile (the backward's keys per block), the forward's query rows per

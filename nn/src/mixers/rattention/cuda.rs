@@ -9,16 +9,13 @@ use super::{RlaBackward, RlaGrads, RlaIn};
 use crate::mixers::attention::cuda::{as_dtype, bf16_copy};
 use crate::mixers::attention::SwaIn;
 use swax_cuda::kernels::attention::AttnShape;
-use swax_cuda::kernels::{check_device, launch, to_u32, Launch};
+use swax_cuda::kernels::{check_device, launch, to_u32, Launch, MMA_CUH};
 use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "rla",
-    source: concat!(
-        include_str!("../../../../cuda/kernels/mma.cuh"),
-        include_str!("rla.cu")
-    ),
+    source: &[MMA_CUH, include_str!("rla.cu")],
 };
 
 /// Time steps per chunk and threads per block of the chunk kernels (`CH`, `THREADS` in rla.cu).
