@@ -23,11 +23,10 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 const CHUNK: usize = 64;
 const THREADS: u32 = 256;
 
-/// What a launch needs, checked: the kernels' suffix and the sizes as u32.
+/// What a launch needs, checked: the sizes (as u32 where a kernel takes them).
 struct Checked {
     s: AttnShape,
     window: usize,
-    suffix: usize,
     t: u32,
     h: u32,
     hkv: u32,
@@ -44,7 +43,6 @@ impl Checked {
         Ok(Checked {
             s: n,
             window,
-            suffix: n.d,
             t: to_u32(op, "t", n.t)?,
             h: to_u32(op, "h", n.h)?,
             hkv: to_u32(op, "hkv", n.hkv)?,
@@ -90,7 +88,7 @@ fn scan(
     (heads, group, shift): (u32, u32, u32),
     out: &mut Buffer,
 ) -> Result<(), CudaError> {
-    let name = match (reverse, c.suffix) {
+    let name = match (reverse, c.s.d) {
         (false, 64) => "rla_scan_fwd_d64",
         (false, _) => "rla_scan_fwd_d128",
         (true, 64) => "rla_scan_bwd_d64",
@@ -141,7 +139,7 @@ pub(super) fn forward(
     }
     let mut states = c.states(dev)?;
     scan(dev, &c, false, (k, v), (c.hkv, 1, c.shift), &mut states)?;
-    let name = if c.suffix == 64 {
+    let name = if c.s.d == 64 {
         "rla_fwd_d64"
     } else {
         "rla_fwd_d128"
@@ -206,7 +204,7 @@ pub(super) fn backward(
     scan(dev, &c, false, (k, v), (c.hkv, 1, c.shift), &mut states)?;
     let mut dstates = c.states(dev)?;
     scan(dev, &c, true, (q, dout), (c.h, c.group, 0), &mut dstates)?;
-    let (dq_name, dkdv_name) = if c.suffix == 64 {
+    let (dq_name, dkdv_name) = if c.s.d == 64 {
         ("rla_bwd_dq_d64", "rla_bwd_dkdv_d64")
     } else {
         ("rla_bwd_dq_d128", "rla_bwd_dkdv_d128")
