@@ -1,5 +1,5 @@
-// wgmma.cuh: Hopper's warpgroup matrix products (wgmma.mma_async, sm_90a) for attention.cu,
-// prepended after mma.cuh by the Rust wrapper. A warpgroup (four warps) computes a 64 x N tile
+// wgmma.cuh: Hopper's warpgroup matrix products (wgmma.mma_async, sm_90a) for attention.cu
+// (swax-nn's mixers/attention), prepended after mma.cuh by its Rust wrapper. A warpgroup (four warps) computes a 64 x N tile
 // together, its operands read straight from shared memory through 64-bit descriptors (A may
 // come from registers instead), so a tile that mma.sync would make each warp read for itself is
 // read once. Compiled only where NVRTC targets sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`).

@@ -18,7 +18,9 @@ use std::path::PathBuf;
 pub struct KernelSource {
     /// Module name, used in errors and cache file names.
     pub name: &'static str,
-    pub source: &'static str,
+    /// The source's parts, compiled as one text in this order: the shared headers it uses
+    /// (`kernels::MMA_CUH`, ...), then its own file.
+    pub source: &'static [&'static str],
 }
 
 /// Included by every kernel file as `#include "common.cuh"`; handed to NVRTC as an in-memory
@@ -95,7 +97,7 @@ fn compile(src: &KernelSource, arch: (u32, u32)) -> Result<Vec<u8>, CudaError> {
         log,
     };
     let nul = |s: &str| CString::new(s).map_err(|_| fail("source contains a NUL byte".into()));
-    let source = nul(src.source)?;
+    let source = nul(&src.source.concat())?;
     let file_name = nul(&format!("{}.cu", src.name))?;
     let header = nul(COMMON_HEADER)?;
     let header_name = nul(COMMON_HEADER_NAME)?;
@@ -166,7 +168,9 @@ fn cache_path(src: &KernelSource, arch: (u32, u32), nvrtc: (i32, i32)) -> Option
 /// changes the CUBIN, so a stale entry is never found.
 fn cache_file(src: &KernelSource, arch: (u32, u32), nvrtc: (i32, i32)) -> String {
     let mut h = Fnv1a::default();
-    h.write(src.source.as_bytes());
+    for part in src.source {
+        h.write(part.as_bytes());
+    }
     h.write(COMMON_HEADER.as_bytes());
     h.write(format!("{arch:?}{nvrtc:?}{:?}", options(arch)).as_bytes());
     format!("{}-sm{}{}-{:016x}.cubin", src.name, arch.0, arch.1, h.0)
@@ -225,11 +229,11 @@ mod tests {
     fn cache_key_depends_on_source_arch_and_version() {
         let src = KernelSource {
             name: "t",
-            source: "x",
+            source: &["x"],
         };
         let other = KernelSource {
             name: "t",
-            source: "y",
+            source: &["y"],
         };
         let a = cache_file(&src, (9, 0), (13, 0));
         assert_eq!(a, cache_file(&src, (9, 0), (13, 0)));
@@ -244,7 +248,7 @@ mod tests {
     fn a_compile_error_returns_nvrtcs_log() {
         let broken = KernelSource {
             name: "broken",
-            source: "extern \"C\" __global__ void k(float* y) { y[0] = not_declared_anywhere; }",
+            source: &["extern \"C\" __global__ void k(float* y) { y[0] = not_declared_anywhere; }"],
         };
         match cubin(&broken, (9, 0), false) {
             Err(CudaError::Compile { module, log, .. }) => {

@@ -29,17 +29,6 @@ pub struct StridedLayout {
     pub offset: usize,
 }
 
-/// Sizes of an attention call: q `[B, T, H, D]`, k and v `[B, T, Hkv, D]`, all row-major.
-/// Grouped-query attention: H is a multiple of Hkv and q head `h` reads kv head `h / (H / Hkv)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AttnDims {
-    pub b: usize,
-    pub t: usize,
-    pub h: usize,
-    pub hkv: usize,
-    pub d: usize,
-}
-
 pub trait Backend: Sized {
     fn dtype(&self) -> DType;
     fn device(&self) -> Device;
@@ -159,56 +148,6 @@ pub trait Backend: Sized {
     /// backward).
     fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self>;
 
-    /// Causal sliding-window attention, `self` as q: query t sees keys `t - window < s <= t`
-    /// (`window >= T` is full causal attention), scores scaled by `scale`. Returns `(o, lse)`:
-    /// o `[B, T, H, D]` and each query row's log-sum-exp of its scaled scores, `[B, H, T]`
-    /// (a per-row statistic: f32 for BF16 operands).
-    fn swa_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dims: AttnDims,
-        window: usize,
-        scale: f64,
-    ) -> Result<(Self, Self)>;
-    /// `(dq, dk, dv)` of `swa_forward` given its inputs, its saved o and lse, and do; with
-    /// grouped queries, dk and dv sum over the q heads that share a kv head.
-    #[allow(clippy::too_many_arguments)]
-    fn swa_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        o: &Self,
-        lse: &Self,
-        dout: &Self,
-        dims: AttnDims,
-        window: usize,
-        scale: f64,
-    ) -> Result<(Self, Self, Self)>;
-
-    /// RAttention's residual linear attention, `self` as q:
-    /// `o_t = phi(q_t) · sum_{s <= t - window} phi(k_s)^T v_s` with
-    /// `phi(x) = [softmax(x), softmax(-x)]` over the head dim (feature dim 2D), o `[B, T, H, D]`.
-    /// Computed chunkwise, `chunk` time steps per chunk (any chunk >= 1 gives the same values).
-    fn rla_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dims: AttnDims,
-        window: usize,
-        chunk: usize,
-    ) -> Result<Self>;
-    /// `(dq, dk, dv)` of `rla_forward` given its inputs and do (nothing saved: the chunk states
-    /// are recomputed); with grouped queries, dk and dv sum over the q heads sharing a kv head.
-    fn rla_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dout: &Self,
-        dims: AttnDims,
-        window: usize,
-        chunk: usize,
-    ) -> Result<(Self, Self, Self)>;
     /// One AdamW step: `self` the f32 parameters; grad, m, v f32 of the same length; grad_scale
     /// f32 `[1]` multiplying the gradient as it is read (global-norm clipping, no host sync).
     /// Returns the new (p, m, v).
@@ -222,13 +161,4 @@ pub trait Backend: Sized {
     ) -> Result<(Self, Self, Self)>;
     /// `sum(x^2)` as f32 `[1]`, accumulated in a fixed order (deterministic).
     fn sum_squares(&self) -> Result<Self>;
-}
-
-/// The fused mixer kernels a backend may or may not have yet; layers ask
-/// `Device::has_fused` and fall back to the reference form where it is false.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FusedKernel {
-    Swa,
-    Rla,
-    ShortConv,
 }

@@ -163,7 +163,7 @@ impl CudaStorage {
     }
 
     /// A `dtype` copy of `b`, or None when `b` already is `dtype` (the caller then reads `b`):
-    /// norm weights and dloss go to the kernels in f32, attention operands in bf16.
+    /// norm weights and dloss go to the kernels in f32.
     fn converted(&self, b: &Buffer, dtype: DType) -> Result<Option<Buffer>> {
         if b.dtype() == dtype {
             return Ok(None);
@@ -206,53 +206,6 @@ impl Deref for Operand<'_> {
             Operand::Same(b) => b,
             Operand::Owned(b) => b,
         }
-    }
-}
-
-/// Whether a fused mixer kernel has a CUDA version for this dtype and head dim (the mixer's
-/// query `[B, T, H, D]`). The one place that says so: layers read it (through
-/// `Device::has_fused`) to pick the fused or the reference form, so a kernel that lands here is
-/// used by the models with no change elsewhere.
-pub fn has_fused(kernel: FusedKernel, dtype: DType, head_dim: usize) -> bool {
-    match kernel {
-        // bf16 tensor-core tiles of the head dims the kernels' own check takes; f32 would be
-        // rounded to bf16 inside, so an f32 model keeps the exact reference.
-        FusedKernel::Swa | FusedKernel::Rla => {
-            let one_head = k::attention::Heads {
-                b: 1,
-                t: 1,
-                h: 1,
-                hkv: 1,
-                d: head_dim,
-            };
-            dtype == DType::BF16 && one_head.check("has_fused").is_ok()
-        }
-        FusedKernel::ShortConv => true,
-    }
-}
-
-fn heads(d: AttnDims) -> k::attention::Heads {
-    k::attention::Heads {
-        b: d.b,
-        t: d.t,
-        h: d.h,
-        hkv: d.hkv,
-        d: d.d,
-    }
-}
-
-fn attn(d: AttnDims, window: usize, scale: f64) -> k::attention::Attn {
-    k::attention::Attn {
-        heads: heads(d),
-        window,
-        scale,
-    }
-}
-
-fn rla(d: AttnDims, window: usize) -> k::rla::Rla {
-    k::rla::Rla {
-        heads: heads(d),
-        window,
     }
 }
 
@@ -642,140 +595,6 @@ impl Backend for CudaStorage {
         let (dx, dw, db) =
             k::short_conv::short_conv_backward(self.dev(), &self.buf, &w.buf, &dy.buf, dims)?;
         Ok((Self::wrap(dx), Self::wrap(dw), Self::wrap(db)))
-    }
-
-    /// bf16 tensor cores for either dtype: f32 operands are rounded to bf16 on the way in and
-    /// the results widened back (the softmax statistics and accumulations stay f32).
-    fn swa_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dims: AttnDims,
-        window: usize,
-        scale: f64,
-    ) -> Result<(Self, Self)> {
-        let (qc, kc, vc) = (
-            self.converted(&self.buf, DType::BF16)?,
-            self.converted(&k.buf, DType::BF16)?,
-            self.converted(&v.buf, DType::BF16)?,
-        );
-        let mut o = self.alloc(DType::BF16, self.buf.len())?;
-        let mut lse = self.alloc(DType::F32, dims.b * dims.h * dims.t)?;
-        k::attention::swa_forward(
-            self.dev(),
-            attn(dims, window, scale),
-            qc.as_ref().unwrap_or(&self.buf),
-            kc.as_ref().unwrap_or(&k.buf),
-            vc.as_ref().unwrap_or(&v.buf),
-            &mut o,
-            &mut lse,
-        )?;
-        Ok((
-            Self::wrap(self.cast_to(o, self.buf.dtype())?),
-            Self::wrap(lse),
-        ))
-    }
-
-    fn swa_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        o: &Self,
-        lse: &Self,
-        dout: &Self,
-        dims: AttnDims,
-        window: usize,
-        scale: f64,
-    ) -> Result<(Self, Self, Self)> {
-        let [qc, kc, vc, oc, dc] =
-            [&self.buf, &k.buf, &v.buf, &o.buf, &dout.buf].map(|b| self.converted(b, DType::BF16));
-        let (qc, kc, vc, oc, dc) = (qc?, kc?, vc?, oc?, dc?);
-        let mut dq = self.alloc_like(self.buf.len())?;
-        let mut dk = self.alloc(DType::BF16, k.buf.len())?;
-        let mut dv = self.alloc(DType::BF16, v.buf.len())?;
-        let saved = k::attention::Saved {
-            q: qc.as_ref().unwrap_or(&self.buf),
-            k: kc.as_ref().unwrap_or(&k.buf),
-            v: vc.as_ref().unwrap_or(&v.buf),
-            o: oc.as_ref().unwrap_or(&o.buf),
-            lse: &lse.buf,
-            dout: dc.as_ref().unwrap_or(&dout.buf),
-        };
-        k::attention::swa_backward(
-            self.dev(),
-            attn(dims, window, scale),
-            saved,
-            &mut dq,
-            &mut dk,
-            &mut dv,
-        )?;
-        let dtype = self.buf.dtype();
-        Ok((
-            Self::wrap(dq),
-            Self::wrap(self.cast_to(dk, dtype)?),
-            Self::wrap(self.cast_to(dv, dtype)?),
-        ))
-    }
-
-    /// bf16 tensor cores for either dtype, like `swa_forward`; `chunk` is ignored (the kernels
-    /// run chunks of 64 steps, and every chunk size gives the same values).
-    fn rla_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dims: AttnDims,
-        window: usize,
-        _chunk: usize,
-    ) -> Result<Self> {
-        let [qc, kc, vc] = [&self.buf, &k.buf, &v.buf].map(|b| self.converted(b, DType::BF16));
-        let (qc, kc, vc) = (qc?, kc?, vc?);
-        let mut o = self.alloc(DType::BF16, self.buf.len())?;
-        k::rla::rla_forward(
-            self.dev(),
-            rla(dims, window),
-            qc.as_ref().unwrap_or(&self.buf),
-            kc.as_ref().unwrap_or(&k.buf),
-            vc.as_ref().unwrap_or(&v.buf),
-            &mut o,
-        )?;
-        Ok(Self::wrap(self.cast_to(o, self.buf.dtype())?))
-    }
-
-    fn rla_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dout: &Self,
-        dims: AttnDims,
-        window: usize,
-        _chunk: usize,
-    ) -> Result<(Self, Self, Self)> {
-        let [qc, kc, vc, dc] =
-            [&self.buf, &k.buf, &v.buf, &dout.buf].map(|b| self.converted(b, DType::BF16));
-        let (qc, kc, vc, dc) = (qc?, kc?, vc?, dc?);
-        let mut dq = self.alloc(DType::BF16, self.buf.len())?;
-        let mut dk = self.alloc(DType::BF16, k.buf.len())?;
-        let mut dv = self.alloc(DType::BF16, v.buf.len())?;
-        let inputs = (
-            qc.as_ref().unwrap_or(&self.buf),
-            kc.as_ref().unwrap_or(&k.buf),
-            vc.as_ref().unwrap_or(&v.buf),
-            dc.as_ref().unwrap_or(&dout.buf),
-        );
-        k::rla::rla_backward(
-            self.dev(),
-            rla(dims, window),
-            inputs,
-            &mut dq,
-            &mut dk,
-            &mut dv,
-        )?;
-        let dtype = self.buf.dtype();
-        Ok((
-            Self::wrap(self.cast_to(dq, dtype)?),
-            Self::wrap(self.cast_to(dk, dtype)?),
-            Self::wrap(self.cast_to(dv, dtype)?),
-        ))
     }
 
     fn adamw(

@@ -24,19 +24,4 @@ impl Device {
             Device::Cuda(ordinal) => Ok(crate::cuda::device(ordinal)?.synchronize()?),
         }
     }
-
-    /// Whether this device has the fused kernel `kernel` for this dtype and head dim (the CPU
-    /// has them all; CUDA's list is `cuda::has_fused`). Layers use the fused form where it is
-    /// true, the reference otherwise.
-    pub fn has_fused(
-        self,
-        kernel: crate::backend::FusedKernel,
-        dtype: crate::DType,
-        head_dim: usize,
-    ) -> bool {
-        match self {
-            Device::Cpu => true,
-            Device::Cuda(_) => crate::cuda::has_fused(kernel, dtype, head_dim),
-        }
-    }
 }

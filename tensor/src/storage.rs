@@ -345,57 +345,6 @@ impl Backend for Storage {
         forward!("rope", self, [], |s| s.rope(dims, inverse))
     }
 
-    fn swa_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dims: AttnDims,
-        window: usize,
-        scale: f64,
-    ) -> Result<(Self, Self)> {
-        forward!("swa_forward", self, [k, v], |s| s
-            .swa_forward(k, v, dims, window, scale))
-    }
-
-    fn swa_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        o: &Self,
-        lse: &Self,
-        dout: &Self,
-        dims: AttnDims,
-        window: usize,
-        scale: f64,
-    ) -> Result<(Self, Self, Self)> {
-        forward!("swa_backward", self, [k, v, o, lse, dout], |s| s
-            .swa_backward(k, v, o, lse, dout, dims, window, scale))
-    }
-
-    fn rla_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dims: AttnDims,
-        window: usize,
-        chunk: usize,
-    ) -> Result<Self> {
-        forward!("rla_forward", self, [k, v], |s| s
-            .rla_forward(k, v, dims, window, chunk))
-    }
-
-    fn rla_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dout: &Self,
-        dims: AttnDims,
-        window: usize,
-        chunk: usize,
-    ) -> Result<(Self, Self, Self)> {
-        forward!("rla_backward", self, [k, v, dout], |s| s
-            .rla_backward(k, v, dout, dims, window, chunk))
-    }
     fn adamw(
         &self,
         grad: &Self,

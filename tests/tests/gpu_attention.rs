@@ -3,27 +3,43 @@
 //! 7, 64, 1000 and more; windows 1, 3, 64, 128 and larger than T, which is full causal
 //! attention), head dims 64 and 128, grouped-query ratios 1 and 4. Skips without a GPU (see
 //! `swax_tests::gpu`).
+use swax_nn::mixers::attention::{self, SwaBackward, SwaIn};
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::attention::{assert_close, case, input, short_cases, Case};
 use swax_tests::gpu;
+
+/// The fused kernel's o, lse, dq, dk, dv for q, k, v and the gradient `dout` of o.
+fn swa(x: [&Tensor; 4], window: usize, scale: f64) -> Result<[Tensor; 5]> {
+    let [q, k, v, dout] = x;
+    let input = SwaIn { q, k, v };
+    let out = attention::forward(&input, window, scale)?;
+    let g = attention::backward(
+        &SwaBackward {
+            input,
+            out: out.try_map(Ok)?,
+            dout,
+        },
+        window,
+        scale,
+    )?;
+    Ok([out.o, out.lse, g.q, g.k, g.v])
+}
 
 /// Runs one case in `dtype` on the GPU and compares with the CPU in f32; returns the worst
 /// relative error over o, lse, dq, dk, dv.
 fn check(c: Case, dtype: DType, gpu: Device) -> Result<f64> {
     let [q, k, v, dout] = c.inputs()?;
     let (window, scale) = (c.window, 1.0 / (c.d as f64).sqrt());
-    let (o, lse) = q.swa(&k, &v, window, scale)?;
-    let (dq, dk, dv) = q.swa_backward(&k, &v, &o, &lse, &dout, window, scale)?;
+    let cpu = swa([&q, &k, &v, &dout], window, scale)?;
     let on_gpu = |x: &Tensor| x.to_dtype(dtype)?.to_device(gpu);
     let (gq, gk, gv, gd) = (on_gpu(&q)?, on_gpu(&k)?, on_gpu(&v)?, on_gpu(&dout)?);
-    let (go, glse) = gq.swa(&gk, &gv, window, scale)?;
-    let (gdq, gdk, gdv) = gq.swa_backward(&gk, &gv, &go, &glse, &gd, window, scale)?;
+    let gpu = swa([&gq, &gk, &gv, &gd], window, scale)?;
     assert_close(
         c,
         &format!("swa {dtype:?}"),
         &["o", "lse", "dq", "dk", "dv"],
-        &[go, glse, gdq, gdk, gdv],
-        &[o, lse, dq, dk, dv],
+        &gpu,
+        &cpu,
     )
 }
 
@@ -72,6 +88,15 @@ fn swa_rejects_head_dims_without_a_kernel() -> Result<()> {
     let x = input(vec![1, 8, 2, 32], 1.0, 1)?
         .to_dtype(DType::BF16)?
         .to_device(gpu)?;
-    assert!(x.swa(&x, &x, 4, 0.2).is_err());
+    assert!(attention::forward(
+        &SwaIn {
+            q: &x,
+            k: &x,
+            v: &x
+        },
+        4,
+        0.2
+    )
+    .is_err());
     Ok(())
 }

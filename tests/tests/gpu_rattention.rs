@@ -5,10 +5,20 @@
 //! with RoPE, the linear branch, both RMSNorms, the sum): output and the gradients of q, k, v
 //! and both norm scales. Skips without a GPU (see `swax_tests::gpu`).
 use swax_autograd::Tape;
-use swax_nn::mixers::rattention::{node, Config};
+use swax_nn::mixers::attention::SwaIn;
+use swax_nn::mixers::rattention::{self, node, Config, RlaBackward};
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::attention::{assert_close, case, input, short_cases, Case};
 use swax_tests::gpu;
+
+/// The linear branch's fused kernel: o, dq, dk, dv for q, k, v and the gradient `dout` of o.
+fn rla(x: [&Tensor; 4], window: usize, chunk: usize) -> Result<[Tensor; 4]> {
+    let [q, k, v, dout] = x;
+    let input = SwaIn { q, k, v };
+    let o = rattention::forward(&input, window, chunk)?;
+    let g = rattention::backward(&RlaBackward { input, dout }, window, chunk)?;
+    Ok([o, g.q, g.k, g.v])
+}
 
 /// The linear branch in `dtype` on the GPU against the CPU in f32; the worst relative error over
 /// o, dq, dk, dv. The chunk sizes differ on purpose (the GPU runs chunks of 64 whatever it is
@@ -16,12 +26,10 @@ use swax_tests::gpu;
 fn check_rla(c: Case, dtype: DType, gpu: Device) -> Result<f64> {
     let [q, k, v, dout] = c.inputs()?;
     let w = c.window;
-    let o = q.rla(&k, &v, w, 16)?;
-    let (dq, dk, dv) = q.rla_backward(&k, &v, &dout, w, 16)?;
+    let [o, dq, dk, dv] = rla([&q, &k, &v, &dout], w, 16)?;
     let on_gpu = |x: &Tensor| x.to_dtype(dtype)?.to_device(gpu);
     let (gq, gk, gv, gd) = (on_gpu(&q)?, on_gpu(&k)?, on_gpu(&v)?, on_gpu(&dout)?);
-    let go = gq.rla(&gk, &gv, w, 64)?;
-    let (gdq, gdk, gdv) = gq.rla_backward(&gk, &gv, &gd, w, 64)?;
+    let [go, gdq, gdk, gdv] = rla([&gq, &gk, &gv, &gd], w, 64)?;
     assert_eq!(go.dtype(), dtype);
     assert_close(
         c,
@@ -77,7 +85,16 @@ fn rla_rejects_head_dims_without_a_kernel() -> Result<()> {
     let x = input(vec![1, 80, 2, 32], 1.0, 1)?
         .to_dtype(DType::BF16)?
         .to_device(gpu)?;
-    assert!(x.rla(&x, &x, 4, 64).is_err());
+    assert!(rattention::forward(
+        &SwaIn {
+            q: &x,
+            k: &x,
+            v: &x
+        },
+        4,
+        64
+    )
+    .is_err());
     Ok(())
 }
 

@@ -13,7 +13,8 @@
 //! The windows default to 128, 512, 2048 and T (one window alone is what a profiler wants).
 use swax_autograd::Tape;
 use swax_cuda::timing::median_ms;
-use swax_nn::mixers::rattention::{node, Config};
+use swax_nn::mixers::attention::{self, SwaBackward, SwaIn};
+use swax_nn::mixers::rattention::{self as ra, node, Config, RlaBackward};
 use swax_tensor::{DType, Device, Error, Result, Tensor};
 
 const B: usize = 8;
@@ -51,11 +52,19 @@ fn swa(dev: &swax_cuda::Device, x: &Inputs, windows: &[usize]) -> Result<()> {
     println!("swax SWA, B={B} T={t} H={H} D={D} bf16, median of {REPS}");
     println!("| window | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |");
     println!("|---|---|---|---|---|");
+    let input = SwaIn { q, k, v };
     for &w in windows {
-        let fwd = median_ms(dev, 3, REPS, || q.swa(k, v, w, *scale).map(drop))?;
+        let fwd = median_ms(dev, 3, REPS, || {
+            attention::forward(&input, w, *scale).map(drop)
+        })?;
         let both = median_ms(dev, 3, REPS, || {
-            let (o, lse) = q.swa(k, v, w, *scale)?;
-            q.swa_backward(k, v, &o, &lse, dout, w, *scale).map(drop)
+            let out = attention::forward(&input, w, *scale)?;
+            let x = SwaBackward {
+                input: input.clone(),
+                out: out.try_map(Ok)?,
+                dout,
+            };
+            attention::backward(&x, w, *scale).map(drop)
         })?;
         let flop = 4.0 * (B * H * t * D) as f64 * avg_keys(*t, w);
         let label = if w >= *t {
@@ -107,10 +116,15 @@ fn rattention(dev: &swax_cuda::Device, x: &Inputs) -> Result<()> {
     println!("swax RAttention w={w}, B={B} T={t} H={H} D={D} bf16, median of {REPS}; peer {RA_PEER_MS} ms fwd+bwd");
     println!("| part | fwd ms | fwd+bwd ms | fwd+bwd TFLOP/s (in-window pairs) | speed vs peer |");
     println!("|---|---|---|---|---|");
-    let rla_fwd = median_ms(dev, 3, REPS, || q.rla(k, v, w, 64).map(drop))?;
+    let input = SwaIn { q, k, v };
+    let rla_fwd = median_ms(dev, 3, REPS, || ra::forward(&input, w, 64).map(drop))?;
     let rla_both = median_ms(dev, 3, REPS, || {
-        q.rla(k, v, w, 64)?;
-        q.rla_backward(k, v, dout, w, 64).map(drop)
+        ra::forward(&input, w, 64)?;
+        let x = RlaBackward {
+            input: input.clone(),
+            dout,
+        };
+        ra::backward(&x, w, 64).map(drop)
     })?;
     println!("| linear branch | {rla_fwd:.3} | {rla_both:.3} | | |");
     let fwd = median_ms(dev, 3, REPS, || rattention_node(x, (&ns, &nr), false))?;

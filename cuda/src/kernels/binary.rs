@@ -7,7 +7,7 @@ use crate::{Buffer, CudaError, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "binary",
-    source: include_str!("../../kernels/binary.cu"),
+    source: &[include_str!("../../kernels/binary.cu")],
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use crate::{Buffer, CudaError, DType, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "cast",
-    source: include_str!("../../kernels/cast.cu"),
+    source: &[include_str!("../../kernels/cast.cu")],
 };
 
 /// `y = x` converted to `y`'s dtype: f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact,

@@ -8,7 +8,7 @@ use crate::{Buffer, CudaError, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "copy",
-    source: include_str!("../../kernels/copy.cu"),
+    source: &[include_str!("../../kernels/copy.cu")],
 };
 
 /// For every coordinate `c` of `dims` (rank <= 6):

@@ -10,7 +10,7 @@ use crate::{Buffer, CudaError, DType, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "cross_entropy",
-    source: include_str!("../../kernels/cross_entropy.cu"),
+    source: &[include_str!("../../kernels/cross_entropy.cu")],
 };
 
 /// Threads of the single block that averages the losses.

@@ -9,7 +9,7 @@ use crate::{Buffer, CudaError, DType, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "embedding",
-    source: include_str!("../../kernels/embedding.cu"),
+    source: &[include_str!("../../kernels/embedding.cu")],
 };
 
 /// Threads per block along a row.

@@ -8,7 +8,7 @@ use crate::{Buffer, CudaError, DType, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "mask",
-    source: include_str!("../../kernels/mask.cu"),
+    source: &[include_str!("../../kernels/mask.cu")],
 };
 
 /// Threads per block along a row of keys.

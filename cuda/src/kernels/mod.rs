@@ -19,12 +19,18 @@ pub mod mask;
 pub mod norm;
 pub mod optim;
 pub mod reduce;
-pub mod rla;
 pub mod rope;
 pub mod scatter;
 pub mod short_conv;
 pub mod softmax;
 pub mod unary;
+
+/// The tensor-core tile helpers (`kernels/mma.cuh`), which a fused mixer's source puts first.
+pub const MMA_CUH: &str = include_str!("../../kernels/mma.cuh");
+/// Hopper's warpgroup products (`kernels/wgmma.cuh`), after `MMA_CUH` (sliding-window attention).
+pub const WGMMA_CUH: &str = include_str!("../../kernels/wgmma.cuh");
+/// What the chunkwise recurrent kernels share (`kernels/chunk.cuh`), after `MMA_CUH`.
+pub const CHUNK_CUH: &str = include_str!("../../kernels/chunk.cuh");
 
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
@@ -233,16 +239,12 @@ macro_rules! bits_kernel {
 pub(crate) use bits_kernel;
 
 /// Checks that every buffer lives on `dev`.
-pub(crate) fn check_device(
-    op: &'static str,
-    dev: &Device,
-    bufs: &[&Buffer],
-) -> Result<(), CudaError> {
+pub fn check_device(op: &'static str, dev: &Device, bufs: &[&Buffer]) -> Result<(), CudaError> {
     bufs.iter().try_for_each(|b| dev.check_owner(op, b))
 }
 
 /// Checks a buffer's dtype.
-pub(crate) fn check_dtype(
+pub fn check_dtype(
     op: &'static str,
     name: &str,
     buf: &Buffer,
@@ -259,12 +261,7 @@ pub(crate) fn check_dtype(
 }
 
 /// Checks a buffer's length.
-pub(crate) fn check_len(
-    op: &'static str,
-    name: &str,
-    buf: &Buffer,
-    want: usize,
-) -> Result<(), CudaError> {
+pub fn check_len(op: &'static str, name: &str, buf: &Buffer, want: usize) -> Result<(), CudaError> {
     if buf.len() == want {
         Ok(())
     } else {
@@ -343,7 +340,6 @@ mod tests {
     #[test]
     fn every_kernel_compiles_for_every_architecture() {
         let sources = [
-            &attention::SOURCE,
             &binary::SOURCE,
             &cast::SOURCE,
             &copy::SOURCE,
@@ -353,7 +349,6 @@ mod tests {
             &norm::SOURCE,
             &optim::SOURCE,
             &reduce::SOURCE,
-            &rla::SOURCE,
             &rope::SOURCE,
             &scatter::SOURCE,
             &short_conv::SOURCE,

@@ -10,7 +10,7 @@ use crate::{Buffer, CudaError, DType, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "norm",
-    source: include_str!("../../kernels/norm.cu"),
+    source: &[include_str!("../../kernels/norm.cu")],
 };
 
 /// Blocks per SM of the backward: each walks many rows, summing dw (and db) for the host to

@@ -8,7 +8,7 @@ use crate::{Buffer, CudaError, DType, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "optim",
-    source: include_str!("../../kernels/optim.cu"),
+    source: &[include_str!("../../kernels/optim.cu")],
 };
 
 /// Threads of the one-block kernels.

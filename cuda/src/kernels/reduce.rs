@@ -10,7 +10,7 @@ use crate::{Buffer, CudaError, DType, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "reduce",
-    source: include_str!("../../kernels/reduce.cu"),
+    source: &[include_str!("../../kernels/reduce.cu")],
 };
 
 /// Block shape of `reduce_cols` (`COLS_X`, `COLS_Y` in reduce.cu).

@@ -6,7 +6,7 @@ use crate::{Buffer, CudaError, DType, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "rope",
-    source: include_str!("../../kernels/rope.cu"),
+    source: &[include_str!("../../kernels/rope.cu")],
 };
 
 /// Shape and positions of a rotary embedding: `x` is [b, t, h, d] (d even), token `t` of every

@@ -8,7 +8,7 @@ use crate::{Buffer, CudaError, DType, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "scatter",
-    source: include_str!("../../kernels/scatter.cu"),
+    source: &[include_str!("../../kernels/scatter.cu")],
 };
 
 /// `y[o, idx[o, i], i] = x[o, i]` for the `[outer, inner]` values `x` and u32 positions `idx`;

@@ -7,7 +7,7 @@ use crate::{Buffer, CudaError, DType, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "short_conv",
-    source: include_str!("../../kernels/short_conv.cu"),
+    source: &[include_str!("../../kernels/short_conv.cu")],
 };
 
 /// Most taps (`MAX_TAPS` in short_conv.cu): the weight gradient keeps one sum per tap in

@@ -6,7 +6,7 @@ use crate::{Buffer, CudaError, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "softmax",
-    source: include_str!("../../kernels/softmax.cu"),
+    source: &[include_str!("../../kernels/softmax.cu")],
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use crate::{Buffer, CudaError, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "unary",
-    source: include_str!("../../kernels/unary.cu"),
+    source: &[include_str!("../../kernels/unary.cu")],
 };
 
 /// y = f(x), elementwise. Parameters are f64 for the CPU's f64 gradient checks; the kernels

@@ -2,10 +2,9 @@
 //! grouped-query heads, the SWA mixer, the output projection.
 use super::basic::{Linear, INIT_STD};
 use super::pieces::join_tail;
-use super::{in_f32, runs_fused, MixerDims};
-use crate::mixers::attention::{node as swa_node, reference};
+use super::{in_f32, reference_forced, MixerDims};
+use crate::mixers::attention::{has_kernel, node as swa_node, reference};
 use crate::params::{Params, Weights};
-use swax_tensor::backend::FusedKernel;
 use swax_tensor::{Error, Result, Tensor};
 
 #[derive(Clone, Debug)]
@@ -74,7 +73,7 @@ impl Attention {
         let k = tape.rope(&part(h, hkv)?, start, self.rope_theta)?;
         let v = part(h + hkv, hkv)?;
         let window = window.min(t);
-        let o = if runs_fused(&q, &[FusedKernel::Swa]) {
+        let o = if has_kernel(q.device(), q.dtype(), d) && !reference_forced() {
             swa_node::swa(tape, &q, &k, &v, window, None)?
         } else {
             in_f32(w, [&q, &k, &v], |[q, k, v]| {

@@ -3,9 +3,9 @@
 //! and [`Mixer`], the one of them a block holds.
 //!
 //! A mixer layer calls the fused mixer (one tape node) when the device has that kernel (the
-//! mixer's own `has_kernel`, or `Device::has_fused`, whose CUDA list lives in
-//! `swax_tensor::cuda::has_fused`) and the reference form otherwise. The reference runs in f32 whatever the activations' dtype: it is the
-//! slow, exact fallback, and its exponentials and running sums need f32's range.
+//! mixer's own `has_kernel`, which asks its CUDA wrapper's check) and the reference form
+//! otherwise. The reference runs in f32 whatever the activations' dtype: it is the slow, exact
+//! fallback, and its exponentials and running sums need f32's range.
 //! `SWAX_REFERENCE_MIXERS=1` forces the reference forms on every device.
 pub mod attention;
 pub mod basic;
@@ -18,7 +18,6 @@ pub mod rattention;
 pub mod short_conv;
 
 use crate::params::{Params, Weights};
-use swax_tensor::backend::FusedKernel;
 use swax_tensor::{DType, Result, Tensor};
 
 /// The sizes every mixer layer is built from.
@@ -42,16 +41,6 @@ impl MixerDims {
     pub fn head_dim(&self) -> usize {
         self.d_model / self.heads
     }
-}
-
-/// Whether every kernel of `kernels` runs fused for `x`, the mixer's input (its dtype, device
-/// and last dim: the head dim of a `[B, T, H, D]` query), and no reference is forced.
-pub(crate) fn runs_fused(x: &Tensor, kernels: &[FusedKernel]) -> bool {
-    let head_dim = x.dims().last().copied().unwrap_or(0);
-    !reference_forced()
-        && kernels
-            .iter()
-            .all(|&k| x.device().has_fused(k, x.dtype(), head_dim))
 }
 
 /// `SWAX_REFERENCE_MIXERS=1` forces the reference forms everywhere (to check a model against its

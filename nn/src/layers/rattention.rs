@@ -4,12 +4,13 @@
 //! a longer sequence, for evaluation in pieces.
 use super::basic::{Linear, INIT_STD};
 use super::pieces::{join_tail, tail_len, MixerState};
-use super::{in_f32, runs_fused, MixerDims};
-use crate::mixers::attention::{node as swa_node, reference as swa_reference};
-use crate::mixers::rattention::{carry, node as rattention_node, reference, Config, Rope};
+use super::{in_f32, reference_forced, MixerDims};
+use crate::mixers::attention::{self as swa, node as swa_node, reference as swa_reference};
+use crate::mixers::rattention::{
+    self as ra, carry, node as rattention_node, reference, Config, Rope,
+};
 use crate::params::{Init, ParamId, Params, Weights};
 use swax_autograd::Tape;
-use swax_tensor::backend::{AttnDims, FusedKernel};
 use swax_tensor::{DType, Error, Result, Tensor};
 
 #[derive(Clone, Debug)]
@@ -84,7 +85,7 @@ impl RAttention {
         let [q, k, v] = self.heads(tape, &self.qkv.forward(w, x)?)?;
         let cfg = self.config(window, 0);
         let (ns, nr) = (w.get(self.norm_swa), w.get(self.norm_rla));
-        let o = if runs_fused(&q, &[FusedKernel::Swa, FusedKernel::Rla]) {
+        let o = if ra::has_kernel(q.device(), q.dtype(), self.d) && !reference_forced() {
             rattention_node::rattention(tape, &q, &k, &v, ns, nr, &cfg)?
         } else {
             in_f32(w, [&q, &k, &v, ns, nr], |[q, k, v, ns, nr]| {
@@ -117,17 +118,26 @@ impl RAttention {
         // A window past the span sees all of it: the same as the span's length.
         let cfg = self.config(window.min(t), start);
         let (ns, nr) = (w.get(self.norm_swa), w.get(self.norm_rla));
-        let dims = AttnDims::check("RAttention::forward_piece", &q, &k, &v, cfg.window)?;
+        let dims = swa::shape("RAttention::forward_piece", &q, &k, &v, cfg.window)?;
         let rope = |x: &Tensor| tape.rope(x, start, self.rope_theta);
-        let o_swa = if runs_fused(&q, &[FusedKernel::Swa]) {
+        let fused = ra::has_kernel(q.device(), q.dtype(), self.d) && !reference_forced();
+        let o_swa = if fused {
             swa_node::swa(tape, &rope(&q)?, &rope(&k)?, &v, cfg.window, None)?
         } else {
             in_f32(w, [&rope(&q)?, &rope(&k)?, &v], |[q, k, v]| {
                 swa_reference::swa(tape, &q, &k, &v, cfg.window, None)
             })?
         };
-        let o_rla = if runs_fused(&q, &[FusedKernel::Rla]) {
-            q.rla(&k, &v, cfg.window, cfg.chunk)?
+        let o_rla = if fused {
+            ra::forward(
+                &swa::SwaIn {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                },
+                cfg.window,
+                cfg.chunk,
+            )?
         } else {
             in_f32(w, [&q, &k, &v], |[q, k, v]| {
                 reference::linear(tape, &q, &k, &v, dims, cfg.window)

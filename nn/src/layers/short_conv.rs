@@ -6,10 +6,9 @@
 //!
 //! Evaluated in pieces, a piece needs the K - 1 pre-convolution inputs before it: `forward`
 //! takes them (`tail`) and returns the next piece's.
-use super::runs_fused;
+use super::reference_forced;
 use crate::params::{Init, ParamId, Params, Weights};
 use swax_autograd::Tape;
-use swax_tensor::backend::FusedKernel;
 use swax_tensor::{Result, Tensor};
 
 /// Taps of the convolution.
@@ -59,10 +58,11 @@ impl ShortConv {
     }
 }
 
-/// `silu(short_conv(x, w))` over x `[B, T, C]`: the fused kernel where the device has it, else
-/// the same sum written as K shifted copies of x (`sum_j w[:, j] x[t - K + 1 + j]`).
+/// `silu(short_conv(x, w))` over x `[B, T, C]`: the fused kernel (every device has it), or
+/// where the reference is forced the same sum written as K shifted copies of x
+/// (`sum_j w[:, j] x[t - K + 1 + j]`).
 fn silu_conv(tape: &Tape, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    if runs_fused(x, &[FusedKernel::ShortConv]) {
+    if !reference_forced() {
         return tape.short_conv_silu(x, w, None);
     }
     let (c, k) = (w.dims()[0], w.dims()[1]);

@@ -18,9 +18,11 @@ mod tests {
     #[test]
     fn every_mixer_kernel_compiles_for_every_architecture() {
         match compile_for_every_architecture(&[
+            &super::attention::SOURCE,
             &super::gated_delta::SOURCE,
             &super::gated_delta::PARALLEL_SOURCE,
             &super::mlstm::SOURCE,
+            &super::rattention::SOURCE,
         ]) {
             Err(CudaError::LibraryMissing { reason, .. })
                 if std::env::var("SWAX_REQUIRE_CUDA").as_deref() != Ok("1") =>

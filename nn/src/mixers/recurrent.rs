@@ -31,8 +31,8 @@ pub trait RecurrentChecks: Sized {
     fn check_shape(&self, op: &'static str, state: &Tensor, rest: &[usize]) -> Result<()>;
 }
 
-/// The same dtype and device as q.
-fn like_q(op: &'static str, q: &Tensor, x: &Tensor) -> Result<()> {
+/// The same dtype and device as q (the attention mixers' check asks it too).
+pub(crate) fn like_q(op: &'static str, q: &Tensor, x: &Tensor) -> Result<()> {
     if x.dtype() != q.dtype() {
         return Err(Error::DTypeMismatch {
             op,

@@ -12,12 +12,9 @@ mod matmul;
 mod norm;
 mod optim;
 mod reduce;
-mod rla;
 mod rope;
 mod short_conv;
 mod softmax;
-mod swa;
-mod tile;
 
 use crate::backend::*;
 use crate::{DType, Device, Error, Result};
@@ -519,80 +516,6 @@ impl Backend for CpuStorage {
         ))))
     }
 
-    fn swa_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dims: AttnDims,
-        window: usize,
-        scale: f64,
-    ) -> Result<(Self, Self)> {
-        Ok(with_floats!("swa_forward", [self, k, v], |x, out, stat| {
-            let (o, lse) = swa::forward(&x[0], &x[1], &x[2], dims, window, scale);
-            (out(o), stat(lse))
-        }))
-    }
-
-    fn swa_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        o: &Self,
-        lse: &Self,
-        dout: &Self,
-        dims: AttnDims,
-        window: usize,
-        scale: f64,
-    ) -> Result<(Self, Self, Self)> {
-        Ok(with_floats!(
-            "swa_backward",
-            [self, k, v, o, lse, dout],
-            |x, out, _s| {
-                let io = swa::Saved {
-                    q: &x[0],
-                    k: &x[1],
-                    v: &x[2],
-                    o: &x[3],
-                    lse: &x[4],
-                    dout: &x[5],
-                };
-                let (dq, dk, dv) = swa::backward(io, dims, window, scale);
-                (out(dq), out(dk), out(dv))
-            }
-        ))
-    }
-
-    fn rla_forward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dims: AttnDims,
-        window: usize,
-        chunk: usize,
-    ) -> Result<Self> {
-        Ok(with_floats!("rla_forward", [self, k, v], |x, out, _s| out(
-            rla::forward(&x[0], &x[1], &x[2], dims, window, chunk)
-        )))
-    }
-
-    fn rla_backward(
-        &self,
-        k: &Self,
-        v: &Self,
-        dout: &Self,
-        dims: AttnDims,
-        window: usize,
-        chunk: usize,
-    ) -> Result<(Self, Self, Self)> {
-        Ok(with_floats!(
-            "rla_backward",
-            [self, k, v, dout],
-            |x, out, _s| {
-                let (dq, dk, dv) = rla::backward(&x[0], &x[1], &x[2], &x[3], dims, window, chunk);
-                (out(dq), out(dk), out(dv))
-            }
-        ))
-    }
     fn adamw(
         &self,
         grad: &Self,

@@ -10,11 +10,9 @@ mod matmul;
 mod norm;
 mod optim;
 mod reduce;
-mod rla;
 mod rope;
 mod short_conv;
 mod softmax;
-mod swa;
 
 pub use loss::CrossEntropyStats;
 pub use mask::CAUSAL;

@@ -10,18 +10,18 @@ use swax_cuda::kernels::chunk::{
     check_operands, head_launch, sum_tiles, tile_ld, tile_shares, RecArgs, RecurrentShape,
     CHUNK_THREADS,
 };
-use swax_cuda::kernels::{float_kernel, launch};
+use swax_cuda::kernels::{float_kernel, launch, CHUNK_CUH, MMA_CUH};
 use swax_cuda::{Buffer, CudaError, DType, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "gated_delta",
-    source: concat!(
-        include_str!("../../../../cuda/kernels/mma.cuh"),
-        include_str!("../../../../cuda/kernels/chunk.cuh"),
+    source: &[
+        MMA_CUH,
+        CHUNK_CUH,
         include_str!("gated_delta.cuh"),
-        include_str!("gated_delta.cu")
-    ),
+        include_str!("gated_delta.cu"),
+    ],
 };
 
 /// Checks the inputs q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`, beta, g `[B, T, H]` and the state

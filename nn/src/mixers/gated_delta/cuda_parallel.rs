@@ -5,17 +5,17 @@
 use super::{GatedDeltaBackward, GatedDeltaGrads, GatedDeltaIn, GatedDeltaOut};
 use std::sync::OnceLock;
 use swax_cuda::kernels::chunk::{RecArgs, RecurrentShape};
-use swax_cuda::kernels::{launch, to_u32, Launch};
+use swax_cuda::kernels::{launch, to_u32, Launch, CHUNK_CUH, MMA_CUH};
 use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "gated_delta_parallel",
-    source: concat!(
-        include_str!("../../../../cuda/kernels/mma.cuh"),
-        include_str!("../../../../cuda/kernels/chunk.cuh"),
+    source: &[
+        MMA_CUH,
+        CHUNK_CUH,
         include_str!("gated_delta.cuh"),
-        include_str!("gated_delta_parallel.cu")
-    ),
+        include_str!("gated_delta_parallel.cu"),
+    ],
 };
 
 /// Rows of a chunk (`GDN_L`) and threads of a gdn_prep block (`GDN_THREADS`).

@@ -5,17 +5,13 @@ use super::{MlstmBackward, MlstmGrads, MlstmIn, MlstmOut, MlstmState};
 use swax_cuda::kernels::chunk::{
     check_operands, head_launch, sum_tiles, tile_ld, tile_shares, RecArgs, RecurrentShape,
 };
-use swax_cuda::kernels::{float_kernel, launch};
+use swax_cuda::kernels::{float_kernel, launch, CHUNK_CUH, MMA_CUH};
 use swax_cuda::{Buffer, CudaError, DType, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "mlstm",
-    source: concat!(
-        include_str!("../../../../cuda/kernels/mma.cuh"),
-        include_str!("../../../../cuda/kernels/chunk.cuh"),
-        include_str!("mlstm.cu")
-    ),
+    source: &[MMA_CUH, CHUNK_CUH, include_str!("mlstm.cu")],
 };
 
 /// Checks the inputs q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`, i, f `[B, T, H]` and the state (or

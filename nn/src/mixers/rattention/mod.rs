@@ -13,9 +13,33 @@
 //!   one learned scale, as the model's other norms), one for each branch.
 //! - The norms run in the inputs' dtype (f32 in training, f64 in tests).
 //! - Grouped-query attention as in `attention`: q head h reads kv head `h / (H / Hkv)`.
+//!
+//! The folder holds every form of it: `reference.rs` (the spec from tape ops, the linear branch
+//! unrolled as a masked quadratic form), `kernel.rs` (the linear branch's fused chunkwise kernel
+//! as two ops over named operands, run by the device that holds them), its CPU version `cpu.rs`
+//! and CUDA version `cuda.rs` + `rla.cu`, `node.rs` (`rattention`, one tape node over both
+//! branches' kernels) and `carry.rs` (the linear state carried between the pieces of a long
+//! sequence). The linear branch's kernel, chunk by chunk (any chunk gives the same values):
+//!
+//! ```text
+//! k'_t = k_{t-W}, v'_t = v_{t-W} (nothing before W): causal linear attention of q against k'
+//! o_c  = tril(phi(Q_c) phi(K'_c)^T) V'_c + phi(Q_c) S_c      (chunk c's rows)
+//! S_{c+1} = S_c + phi(K'_c)^T V'_c                           [2D, D] per kv head
+//! ```
+//!
+//! Its backward recomputes the chunk states from k and v; with grouped queries dk and dv sum
+//! over the q heads sharing a kv head.
 pub mod carry;
+mod cpu;
+mod cuda;
+mod kernel;
 pub mod node;
 pub mod reference;
+
+pub use kernel::{backward, forward, has_kernel, RlaBackward, RlaGrads, RlaIn};
+
+#[cfg(test)]
+pub(crate) use cuda::SOURCE;
 
 /// Rotary embedding of the SWA branch: positions start at `offset`.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -5,10 +5,10 @@
 //! log-sum-exp `[B, H, T]`, the norms' scales and per-row rstd. Nothing of size T × W or T × D²
 //! is kept: the backward recomputes attention probabilities from the lse and the linear branch's
 //! chunk states from k and v.
+use super::kernel::{self as rla, RlaBackward};
 use super::Config;
-use crate::mixers::attention::default_scale;
+use crate::mixers::attention::{self as swa, default_scale, shape, SwaBackward, SwaIn};
 use swax_autograd::Tape;
-use swax_tensor::backend::AttnDims;
 use swax_tensor::{Result, Tensor};
 
 /// Same arguments and result as `reference::rattention`.
@@ -21,7 +21,7 @@ pub fn rattention(
     norm_rla: &Tensor,
     cfg: &Config,
 ) -> Result<Tensor> {
-    let dims = AttnDims::check("rattention", q, k, v, cfg.window)?;
+    let dims = shape("rattention", q, k, v, cfg.window)?;
     let Config {
         window,
         rope,
@@ -34,18 +34,30 @@ pub fn rattention(
         Some(r) => (q.rope(r.offset, r.theta)?, k.rope(r.offset, r.theta)?),
         None => (q.clone(), k.clone()),
     };
-    let (o_swa, lse) = qr.swa(&kr, v, window, scale)?;
-    let o_rla = q.rla(k, v, window, chunk)?;
+    let swa_in = SwaIn { q: &qr, k: &kr, v };
+    let out_swa = swa::forward(&swa_in, window, scale)?;
+    let o_swa = out_swa.o.clone();
+    let o_rla = rla::forward(&SwaIn { q, k, v }, window, chunk)?;
     let (y_swa, stats_swa) = o_swa.rms_norm(norm_swa, eps)?;
     let (y_rla, stats_rla) = o_rla.rms_norm(norm_rla, eps)?;
     let y = y_swa.add(&y_rla)?;
-    let (q_, k_, v_) = (q.clone(), k.clone(), v.clone());
+    let saved_swa: SwaIn = swa_in.try_map(|t| Ok((*t).clone()))?;
+    let saved: SwaIn = SwaIn { q, k, v }.try_map(|t| Ok((*t).clone()))?;
     let (w_swa, w_rla) = (norm_swa.clone(), norm_rla.clone());
     let inputs = [q, k, v, norm_swa, norm_rla];
     Ok(tape.record("rattention", &inputs, y, move |dy, _| {
         let (do_swa, dw_swa) = o_swa.rms_norm_backward(&w_swa, &stats_swa, dy)?;
         let (do_rla, dw_rla) = o_rla.rms_norm_backward(&w_rla, &stats_rla, dy)?;
-        let (dqr, dkr, dv_swa) = qr.swa_backward(&kr, &v_, &o_swa, &lse, &do_swa, window, scale)?;
+        let g_swa = swa::backward(
+            &SwaBackward {
+                input: saved_swa.try_map(Ok)?,
+                out: out_swa.try_map(Ok)?,
+                dout: &do_swa,
+            },
+            window,
+            scale,
+        )?;
+        let (dqr, dkr, dv_swa) = (g_swa.q, g_swa.k, g_swa.v);
         let (dq_swa, dk_swa) = match rope {
             Some(r) => (
                 dqr.rope_backward(r.offset, r.theta)?,
@@ -53,7 +65,15 @@ pub fn rattention(
             ),
             None => (dqr, dkr),
         };
-        let (dq_rla, dk_rla, dv_rla) = q_.rla_backward(&k_, &v_, &do_rla, window, chunk)?;
+        let g_rla = rla::backward(
+            &RlaBackward {
+                input: saved.try_map(Ok)?,
+                dout: &do_rla,
+            },
+            window,
+            chunk,
+        )?;
+        let (dq_rla, dk_rla, dv_rla) = (g_rla.q, g_rla.k, g_rla.v);
         Ok(vec![
             Some(dq_swa.add(&dq_rla)?),
             Some(dk_swa.add(&dk_rla)?),

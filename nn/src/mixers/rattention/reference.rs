@@ -3,8 +3,9 @@
 //! phi(k_s)) v_s` (which is `phi(q_t) S_{t-W}`), the two RMSNorms and the sum. For tests.
 use super::Config;
 use crate::mixers::attention::reference::{repeat_kv, swa};
+use crate::mixers::attention::shape;
 use swax_autograd::Tape;
-use swax_tensor::backend::AttnDims;
+use swax_cuda::kernels::attention::AttnShape;
 use swax_tensor::{Result, Tensor, CAUSAL};
 
 /// `RMS(o_swa) + RMS(o_rla)` with the scales `norm_swa`, `norm_rla` (each `[D]`).
@@ -17,7 +18,7 @@ pub fn rattention(
     norm_rla: &Tensor,
     cfg: &Config,
 ) -> Result<Tensor> {
-    let dims = AttnDims::check("rattention", q, k, v, cfg.window)?;
+    let dims = shape("rattention", q, k, v, cfg.window)?;
     let (qr, kr) = match cfg.rope {
         Some(r) => (
             tape.rope(q, r.offset, r.theta)?,
@@ -44,7 +45,7 @@ pub fn linear(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    dims: AttnDims,
+    dims: AttnShape,
     window: usize,
 ) -> Result<Tensor> {
     let heads_first = |x: &Tensor| tape.permute(x, &[0, 2, 1, 3]);

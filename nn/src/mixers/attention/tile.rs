@@ -1,9 +1,10 @@
-//! Tiles of larger buffers for the fused mixer kernels: single-threaded `gemm` products on
-//! strided views (the kernels already run one task per core), so no tile is copied or
-//! transposed first, and the copy of a task's rows back into a `[B, T, heads, D]` layout.
-use super::Real;
-use crate::backend::AttnDims;
+//! Tiles of larger buffers for the attention mixers' CPU kernels (SWA's and RAttention's linear
+//! branch): single-threaded `gemm` products on strided views (the kernels already run one task
+//! per core), so no tile is copied or transposed first, and the copy of a task's rows back into
+//! a `[B, T, heads, D]` layout.
 use gemm::{gemm, Parallelism};
+use swax_cuda::kernels::attention::AttnShape;
+use swax_tensor::cpu::Real;
 
 /// A `rows × cols` matrix inside a slice: element (i, j) at `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
@@ -108,7 +109,7 @@ pub(crate) fn mm<T: Real>(
 pub(crate) fn place<T: Copy>(
     dst: &mut [T],
     rows: &[T],
-    dims: AttnDims,
+    dims: AttnShape,
     (b, first, heads): (usize, usize, usize),
     (t0, len): (usize, usize),
 ) {

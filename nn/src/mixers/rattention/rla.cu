@@ -25,6 +25,10 @@
 // 16 (w % 4) of the chunk and half w / 4 of the block's output columns (for dq and dk that half
 // is one sign of the features, whose softmax backward needs only its own row dot; the two halves
 // meet in shared memory). Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh).
+//
+// swax-cuda's mma.cuh (cuda/kernels/) is prepended by cuda.rs beside this file. Equations and
+// layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is the reference these
+// kernels are tested against.
 
 #define CH 64
 #define THREADS 256

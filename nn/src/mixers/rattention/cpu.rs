@@ -9,11 +9,15 @@
 //! One task per (batch, kv head): the state belongs to the kv head, and every q head of its group
 //! reads it. The backward keeps the states at chunk boundaries (from a first pass over keys and
 //! values only), then walks the chunks in reverse carrying the state's gradient.
-use super::swa::place_groups;
-use super::tile::{mm, place, View};
-use super::Real;
-use crate::backend::AttnDims;
+use super::{RlaBackward, RlaGrads, RlaIn};
+use crate::mixers::attention::cpu::place_groups;
+use crate::mixers::attention::tile::{mm, place, View};
+use crate::mixers::attention::SwaIn;
 use rayon::prelude::*;
+use swax_cuda::kernels::attention::AttnShape;
+use swax_tensor::backend::Backend;
+use swax_tensor::cpu::{CpuStorage, Real};
+use swax_tensor::{DType, Error, Result};
 
 /// `phi(x) = [softmax(x), softmax(-x)]` of one head row into `out` (2D wide).
 fn feature<T: Real>(x: &[T], out: &mut [T]) {
@@ -60,11 +64,11 @@ impl<T: Real> Group<T> {
         q: &[T],
         k: &[T],
         v: &[T],
-        dims: AttnDims,
+        dims: AttnShape,
         (bi, g): (usize, usize),
         window: usize,
     ) -> Self {
-        let AttnDims { t, h, hkv, d, .. } = dims;
+        let AttnShape { t, h, hkv, d, .. } = dims;
         let (group, f, shift) = (h / hkv, 2 * d, window.min(t));
         let mut fq = vec![T::zero(); group * t * f];
         for (i, out) in fq.chunks_mut(f).enumerate() {
@@ -109,15 +113,74 @@ fn chunks(t: usize, chunk: usize, shift: usize) -> impl DoubleEndedIterator<Item
         .filter(move |&(c0, n)| c0 + n > shift)
 }
 
-pub(crate) fn forward<T: Real>(
+/// The forward on storage of any float dtype (bf16 computed in f32, o rounded back).
+pub(super) fn forward(
+    op: &'static str,
+    x: &RlaIn<&CpuStorage>,
+    dims: &AttnShape,
+    window: usize,
+    chunk: usize,
+) -> Result<CpuStorage> {
+    fn run<T: Real>(
+        op: &'static str,
+        x: &RlaIn<&CpuStorage>,
+        dims: AttnShape,
+        window: usize,
+        chunk: usize,
+    ) -> Result<CpuStorage> {
+        let dtype = x.q.dtype();
+        let x = x.try_map(|s| T::read(op, s))?;
+        let o = forward_values(&x.q, &x.k, &x.v, dims, window, chunk);
+        Ok(T::store(o, dtype))
+    }
+    match x.q.dtype() {
+        DType::F64 => run::<f64>(op, x, *dims, window, chunk),
+        DType::F32 | DType::BF16 => run::<f32>(op, x, *dims, window, chunk),
+        dtype => Err(Error::UnsupportedDType { op, dtype }),
+    }
+}
+
+/// The backward on storage of any float dtype, the gradients in the inputs' dtype.
+pub(super) fn backward(
+    op: &'static str,
+    x: &RlaBackward<&CpuStorage>,
+    dims: &AttnShape,
+    window: usize,
+    chunk: usize,
+) -> Result<RlaGrads<CpuStorage>> {
+    fn run<T: Real>(
+        op: &'static str,
+        x: &RlaBackward<&CpuStorage>,
+        dims: AttnShape,
+        window: usize,
+        chunk: usize,
+    ) -> Result<RlaGrads<CpuStorage>> {
+        let dtype = x.input.q.dtype();
+        let i = x.input.try_map(|s| T::read(op, s))?;
+        let dout = T::read(op, x.dout)?;
+        let (dq, dk, dv) = backward_values(&i.q, &i.k, &i.v, &dout, dims, window, chunk);
+        Ok(SwaIn {
+            q: T::store(dq, dtype),
+            k: T::store(dk, dtype),
+            v: T::store(dv, dtype),
+        })
+    }
+    match x.input.q.dtype() {
+        DType::F64 => run::<f64>(op, x, *dims, window, chunk),
+        DType::F32 | DType::BF16 => run::<f32>(op, x, *dims, window, chunk),
+        dtype => Err(Error::UnsupportedDType { op, dtype }),
+    }
+}
+
+fn forward_values<T: Real>(
     q: &[T],
     k: &[T],
     v: &[T],
-    dims: AttnDims,
+    dims: AttnShape,
     window: usize,
     chunk: usize,
 ) -> Vec<T> {
-    let AttnDims { b, t, h, hkv, d } = dims;
+    let AttnShape { b, t, h, hkv, d } = dims;
     let parts: Vec<Vec<T>> = (0..b * hkv)
         .into_par_iter()
         .map(|task| {
@@ -134,8 +197,8 @@ pub(crate) fn forward<T: Real>(
 }
 
 /// The outputs `[group, T, D]` of one kv head's q heads.
-fn forward_group<T: Real>(gr: &Group<T>, dims: AttnDims, chunk: usize) -> Vec<T> {
-    let AttnDims { t, h, hkv, d, .. } = dims;
+fn forward_group<T: Real>(gr: &Group<T>, dims: AttnShape, chunk: usize) -> Vec<T> {
+    let AttnShape { t, h, hkv, d, .. } = dims;
     let (group, f) = (h / hkv, 2 * d);
     let mut state = vec![T::zero(); f * d];
     let mut o = vec![T::zero(); group * t * d];
@@ -165,16 +228,16 @@ fn forward_group<T: Real>(gr: &Group<T>, dims: AttnDims, chunk: usize) -> Vec<T>
     o
 }
 
-pub(crate) fn backward<T: Real>(
+fn backward_values<T: Real>(
     q: &[T],
     k: &[T],
     v: &[T],
     dout: &[T],
-    dims: AttnDims,
+    dims: AttnShape,
     window: usize,
     chunk: usize,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let AttnDims { b, hkv, .. } = dims;
+    let AttnShape { b, hkv, .. } = dims;
     let parts: Vec<(Vec<T>, Vec<T>, Vec<T>)> = (0..b * hkv)
         .into_par_iter()
         .map(|task| {
@@ -192,11 +255,11 @@ pub(crate) fn backward<T: Real>(
 fn backward_group<T: Real>(
     gr: &Group<T>,
     dout: &[T],
-    dims: AttnDims,
+    dims: AttnShape,
     (bi, g): (usize, usize),
     chunk: usize,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let AttnDims { t, h, hkv, d, .. } = dims;
+    let AttnShape { t, h, hkv, d, .. } = dims;
     let (group, f) = (h / hkv, 2 * d);
     let mut states = vec![T::zero(); t.div_ceil(chunk) * f * d];
     let mut state = vec![T::zero(); f * d];
@@ -263,12 +326,12 @@ fn backward_group<T: Real>(
 fn inputs_grad<T: Real>(
     q: &[T],
     k: &[T],
-    dims: AttnDims,
+    dims: AttnShape,
     (bi, g): (usize, usize),
     gr: &Group<T>,
     (dfq, dfk, dsv): (Vec<T>, Vec<T>, Vec<T>),
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let AttnDims { t, h, hkv, d, .. } = dims;
+    let AttnShape { t, h, hkv, d, .. } = dims;
     let (group, f) = (h / hkv, 2 * d);
     let mut scratch = vec![T::zero(); f];
     let mut dq = vec![T::zero(); group * t * d];

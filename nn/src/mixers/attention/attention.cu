@@ -32,6 +32,10 @@
 // to dK, stages dS^T in shared memory and adds its share of dQ = dS K to an f32 accumulator with
 // vector atomic reductions (dQ of a query tile comes from every key tile in its band; the
 // atomics spare a second pass that would recompute S and dP).
+//
+// swax-cuda's mma.cuh and wgmma.cuh (cuda/kernels/) are prepended by cuda.rs beside this file.
+// Equations and layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is the
+// reference these kernels are tested against.
 #define TILE 64
 #define FWD_ROWS 128
 #define FWD_THREADS 128

@@ -9,9 +9,13 @@
 //! (summed over the q heads sharing it) and dq of those q heads. A task's results are gathered
 //! into the strided outputs at the end.
 use super::tile::{mm, place, View};
-use super::Real;
-use crate::backend::AttnDims;
+use super::{SwaBackward, SwaGrads, SwaIn, SwaOut};
 use rayon::prelude::*;
+use std::borrow::Cow;
+use swax_cuda::kernels::attention::AttnShape;
+use swax_tensor::backend::Backend;
+use swax_tensor::cpu::{CpuStorage, Real};
+use swax_tensor::{DType, Error, Result};
 
 /// Query rows and keys per tile. 64 keeps a score tile in L1/L2 while giving `gemm` products
 /// big enough to run near its peak.
@@ -23,20 +27,80 @@ fn visible(t: usize, s: usize, window: usize) -> bool {
 
 /// Offset of row 0 of head `h` of batch `b` in a `[B, T, heads, D]` buffer (rows are
 /// `heads · D` apart).
-fn head_start(dims: AttnDims, b: usize, h: usize, heads: usize) -> usize {
+fn head_start(dims: AttnShape, b: usize, h: usize, heads: usize) -> usize {
     (b * dims.t * heads + h) * dims.d
 }
 
+/// The forward on storage of any float dtype: bf16 computed in f32, o rounded back, lse kept
+/// f32 (`Real::store` of `F32` keeps f32 as f32 and f64 as f64).
+pub(super) fn forward(
+    op: &'static str,
+    x: &SwaIn<&CpuStorage>,
+    dims: &AttnShape,
+    window: usize,
+    scale: f64,
+) -> Result<SwaOut<CpuStorage>> {
+    fn run<T: Real>(
+        op: &'static str,
+        x: &SwaIn<&CpuStorage>,
+        dims: AttnShape,
+        window: usize,
+        scale: f64,
+    ) -> Result<SwaOut<CpuStorage>> {
+        let dtype = x.q.dtype();
+        let x = x.try_map(|s| T::read(op, s))?;
+        let (o, lse) = forward_values(&x, dims, window, scale);
+        Ok(SwaOut {
+            o: T::store(o, dtype),
+            lse: T::store(lse, DType::F32),
+        })
+    }
+    match x.q.dtype() {
+        DType::F64 => run::<f64>(op, x, *dims, window, scale),
+        DType::F32 | DType::BF16 => run::<f32>(op, x, *dims, window, scale),
+        dtype => Err(Error::UnsupportedDType { op, dtype }),
+    }
+}
+
+/// The backward on storage of any float dtype, the gradients in the inputs' dtype.
+pub(super) fn backward(
+    op: &'static str,
+    x: &SwaBackward<&CpuStorage>,
+    dims: &AttnShape,
+    window: usize,
+    scale: f64,
+) -> Result<SwaGrads<CpuStorage>> {
+    fn run<T: Real>(
+        op: &'static str,
+        x: &SwaBackward<&CpuStorage>,
+        dims: AttnShape,
+        window: usize,
+        scale: f64,
+    ) -> Result<SwaGrads<CpuStorage>> {
+        let dtype = x.input.q.dtype();
+        let (dq, dk, dv) = backward_values(&x.try_map(|s| T::read(op, s))?, dims, window, scale);
+        Ok(SwaIn {
+            q: T::store(dq, dtype),
+            k: T::store(dk, dtype),
+            v: T::store(dv, dtype),
+        })
+    }
+    match x.input.q.dtype() {
+        DType::F64 => run::<f64>(op, x, *dims, window, scale),
+        DType::F32 | DType::BF16 => run::<f32>(op, x, *dims, window, scale),
+        dtype => Err(Error::UnsupportedDType { op, dtype }),
+    }
+}
+
 /// Returns `(o, lse)`: o `[B, T, H, D]`, lse `[B, H, T]`.
-pub(crate) fn forward<T: Real>(
-    q: &[T],
-    k: &[T],
-    v: &[T],
-    dims: AttnDims,
+fn forward_values<T: Real>(
+    x: &SwaIn<Cow<[T]>>,
+    dims: AttnShape,
     window: usize,
     scale: f64,
 ) -> (Vec<T>, Vec<T>) {
-    let AttnDims { b, t, h, hkv, d } = dims;
+    let (q, k, v) = (&x.q, &x.k, &x.v);
+    let AttnShape { b, t, h, hkv, d } = dims;
     let group = h / hkv;
     let blocks = t.div_ceil(BLOCK);
     let tiles: Vec<(Vec<T>, Vec<T>)> = (0..b * h * blocks)
@@ -139,27 +203,17 @@ fn forward_tile<T: Real>(
     (acc, max)
 }
 
-/// What the backward reads: the forward's inputs and outputs and the output's gradient.
-pub(crate) struct Saved<'a, T> {
-    pub q: &'a [T],
-    pub k: &'a [T],
-    pub v: &'a [T],
-    pub o: &'a [T],
-    pub lse: &'a [T],
-    pub dout: &'a [T],
-}
-
 /// Returns `(dq, dk, dv)` in the layouts of q, k, v.
-pub(crate) fn backward<T: Real>(
-    io: Saved<T>,
-    dims: AttnDims,
+fn backward_values<T: Real>(
+    io: &SwaBackward<Cow<[T]>>,
+    dims: AttnShape,
     window: usize,
     scale: f64,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let AttnDims { b, hkv, .. } = dims;
+    let AttnShape { b, hkv, .. } = dims;
     let parts: Vec<(Vec<T>, Vec<T>, Vec<T>)> = (0..b * hkv)
         .into_par_iter()
-        .map(|task| backward_group(&io, dims, task / hkv, task % hkv, window, T::of(scale)))
+        .map(|task| backward_group(io, dims, task / hkv, task % hkv, window, T::of(scale)))
         .collect();
     place_groups(&parts, dims)
 }
@@ -168,9 +222,9 @@ pub(crate) fn backward<T: Real>(
 /// twice — into `[B, T, H, D]` and two `[B, T, Hkv, D]` buffers.
 pub(crate) fn place_groups<T: Real>(
     parts: &[(Vec<T>, Vec<T>, Vec<T>)],
-    dims: AttnDims,
+    dims: AttnShape,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let AttnDims { b, t, h, hkv, d } = dims;
+    let AttnShape { b, t, h, hkv, d } = dims;
     let group = h / hkv;
     let mut dq = vec![T::zero(); b * t * h * d];
     let mut dk = vec![T::zero(); b * t * hkv * d];
@@ -187,18 +241,18 @@ pub(crate) fn place_groups<T: Real>(
 /// The gradients one kv head `g` of batch `bi` owns: dq `[group, T, D]` of its q heads, and its
 /// own dk, dv `[T, D]`. Key tiles outer, so dk and dv of a tile finish before the next.
 fn backward_group<T: Real>(
-    io: &Saved<T>,
-    dims: AttnDims,
+    io: &SwaBackward<Cow<[T]>>,
+    dims: AttnShape,
     bi: usize,
     g: usize,
     window: usize,
     scale: T,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let AttnDims { t, h, hkv, d, .. } = dims;
+    let AttnShape { t, h, hkv, d, .. } = dims;
     let group = h / hkv;
     let (qrs, krs) = (h * d, hkv * d);
     let kv = head_start(dims, bi, g, hkv);
-    let (k, v) = (&io.k[kv..], &io.v[kv..]);
+    let (k, v) = (&io.input.k[kv..], &io.input.v[kv..]);
     let heads: Vec<usize> = (0..group)
         .map(|j| head_start(dims, bi, g * group + j, h))
         .collect();
@@ -208,7 +262,9 @@ fn backward_group<T: Real>(
         .flat_map(|&start| {
             (0..t).map(move |tq| {
                 let at = start + tq * qrs;
-                (0..d).map(|x| io.dout[at + x] * io.o[at + x]).sum::<T>()
+                (0..d)
+                    .map(|x| io.dout[at + x] * io.out.o[at + x])
+                    .sum::<T>()
             })
         })
         .collect();
@@ -223,9 +279,9 @@ fn backward_group<T: Real>(
         // The last query that sees any key of this tile.
         let q_end = (s0 + n - 1).saturating_add(window).min(t);
         for (j, &start) in heads.iter().enumerate() {
-            let (q, dout) = (&io.q[start..], &io.dout[start..]);
+            let (q, dout) = (&io.input.q[start..], &io.dout[start..]);
             let row0 = (bi * h + g * group + j) * t;
-            let (lse, delta) = (&io.lse[row0..row0 + t], &delta[j * t..(j + 1) * t]);
+            let (lse, delta) = (&io.out.lse[row0..row0 + t], &delta[j * t..(j + 1) * t]);
             for t0 in (s0..q_end).step_by(BLOCK) {
                 let m = BLOCK.min(q_end - t0);
                 let (query, dout) = (

@@ -1,0 +1,232 @@
+//! Sliding-window attention on CUDA, flash style, forward and backward on bf16 tensor cores
+//! (`attention.cu`, after swax-cuda's `mma.cuh` and `wgmma.cuh`; it says how the kernels work).
+//! f32 operands are rounded to bf16 on the way in and the results widened back (the softmax
+//! statistics and accumulations stay f32).
+use super::{SwaBackward, SwaGrads, SwaIn, SwaOut};
+use swax_cuda::kernels::attention::AttnShape;
+use swax_cuda::kernels::cast::cast;
+use swax_cuda::kernels::{
+    check_device, check_dtype, check_len, launch, to_u32, Launch, MMA_CUH, WGMMA_CUH,
+};
+use swax_cuda::{Buffer, CudaError, DType, KernelSource};
+use swax_tensor::cuda::CudaStorage;
+
+pub(crate) const SOURCE: KernelSource = KernelSource {
+    name: "attention",
+    source: &[MMA_CUH, WGMMA_CUH, include_str!("attention.cu")],
+};
+
+/// Rows of a query or key tile (the backward's keys per block), the forward's query rows per
+/// block, and threads per block (the `#define`s of attention.cu).
+const TILE: usize = 64;
+const FWD_ROWS: usize = 128;
+const FWD_THREADS: u32 = 128;
+const BWD_THREADS: u32 = 128;
+/// Rows of `swa_bwd_delta` per block, a warp each.
+const DELTA_ROWS: u32 = 8;
+
+/// A bf16 copy of `b`, None where `b` is bf16 already (read `b` then).
+pub(crate) fn bf16_copy(b: &Buffer) -> Result<Option<Buffer>, CudaError> {
+    if b.dtype() == DType::BF16 {
+        return Ok(None);
+    }
+    let mut y = b.device().alloc(DType::BF16, b.len())?;
+    cast(b.device(), b, &mut y)?;
+    Ok(Some(y))
+}
+
+/// A result `b` as `dtype`, the operands' (a kernel's bf16 widened back to f32).
+pub(crate) fn as_dtype(b: Buffer, dtype: DType) -> Result<CudaStorage, CudaError> {
+    if b.dtype() == dtype {
+        return Ok(b.into());
+    }
+    let mut y = b.device().alloc(dtype, b.len())?;
+    cast(b.device(), &b, &mut y)?;
+    Ok(y.into())
+}
+
+/// What a launch needs, checked: the kernel names of this head dim and the sizes as u32.
+struct Checked {
+    fwd: &'static str,
+    bwd: &'static str,
+    t: u32,
+    h: u32,
+    hkv: u32,
+    window: u32,
+    b: u32,
+}
+
+impl Checked {
+    fn new(op: &'static str, s: AttnShape, window: usize) -> Result<Checked, CudaError> {
+        s.check(op)?;
+        let (fwd, bwd) = match s.d {
+            64 => ("swa_fwd_d64", "swa_bwd_d64"),
+            _ => ("swa_fwd_d128", "swa_bwd_d128"),
+        };
+        Ok(Checked {
+            fwd,
+            bwd,
+            t: to_u32(op, "t", s.t)?,
+            h: to_u32(op, "h", s.h)?,
+            hkv: to_u32(op, "hkv", s.hkv)?,
+            window: to_u32(op, "window", window.min(s.t.max(1)))?,
+            b: to_u32(op, "b", s.b)?,
+        })
+    }
+
+    /// Blocks of `rows` positions over (time, `heads`, batch), `shared` bytes each.
+    fn grid(
+        &self,
+        s: AttnShape,
+        rows: usize,
+        heads: u32,
+        threads: u32,
+        shared: usize,
+    ) -> Result<Launch, CudaError> {
+        Ok(Launch {
+            grid: (
+                to_u32("attention", "blocks", s.t.div_ceil(rows))?,
+                heads,
+                self.b,
+            ),
+            block: (threads, 1, 1),
+            shared: to_u32("attention", "shared", shared)?,
+        })
+    }
+}
+
+/// The forward: o (the operands' dtype) and each query row's natural log-sum-exp of its scaled
+/// scores, lse f32 `[b, h, t]`.
+pub(super) fn forward(
+    x: &SwaIn<&Buffer>,
+    s: AttnShape,
+    window: usize,
+    scale: f64,
+) -> Result<SwaOut<CudaStorage>, CudaError> {
+    const OP: &str = "swa_forward";
+    let dev = x.q.device();
+    check_device(OP, dev, &[x.q, x.k, x.v])?;
+    let c = Checked::new(OP, s, window)?;
+    let [qc, kc, vc] = [x.q, x.k, x.v].map(bf16_copy);
+    let (qc, kc, vc) = (qc?, kc?, vc?);
+    let (q, k, v) = (
+        qc.as_ref().unwrap_or(x.q),
+        kc.as_ref().unwrap_or(x.k),
+        vc.as_ref().unwrap_or(x.v),
+    );
+    let o = dev.alloc(DType::BF16, s.q_len())?;
+    let lse = dev.alloc(DType::F32, s.rows())?;
+    s.check_io(OP, &[q, &o], &[k, v])?;
+    if s.rows() > 0 {
+        let scale_log2 = (scale * std::f64::consts::LOG2_E) as f32;
+        // The block's Q rows and double-buffered K and V tiles, bf16; 1024 bytes to align the
+        // tiles as wgmma reads them.
+        let shared = (FWD_ROWS + 4 * TILE) * s.d * 2 + 1024;
+        let cfg = c.grid(s, FWD_ROWS, c.h, FWD_THREADS, shared)?;
+        // SAFETY: swa_fwd_dD(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
+        // u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale_log2); q and o hold
+        // b*t*h*d, k and v b*t*hkv*d (checked above), lse b*h*t (allocated); the grid covers
+        // exactly those.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                c.fwd,
+                cfg,
+                &[
+                    q,
+                    k,
+                    v,
+                    &o,
+                    &lse,
+                    &c.t,
+                    &c.h,
+                    &c.hkv,
+                    &c.window,
+                    &scale_log2,
+                ],
+            )?;
+        }
+    }
+    Ok(SwaOut {
+        o: as_dtype(o, x.q.dtype())?,
+        lse: lse.into(),
+    })
+}
+
+/// The backward: dq (accumulated in f32), dk and dv (summed over the q heads that share a kv
+/// head), all of the operands' dtype.
+pub(super) fn backward(
+    x: &SwaBackward<&Buffer>,
+    s: AttnShape,
+    window: usize,
+    scale: f64,
+) -> Result<SwaGrads<CudaStorage>, CudaError> {
+    const OP: &str = "swa_backward";
+    let i = &x.input;
+    let (dev, dtype) = (i.q.device(), i.q.dtype());
+    check_device(OP, dev, &[i.q, i.k, i.v, x.out.o, x.out.lse, x.dout])?;
+    let c = Checked::new(OP, s, window)?;
+    let [qc, kc, vc, oc, dc] = [i.q, i.k, i.v, x.out.o, x.dout].map(bf16_copy);
+    let (qc, kc, vc, oc, dc) = (qc?, kc?, vc?, oc?, dc?);
+    let (q, k, v, o, dout) = (
+        qc.as_ref().unwrap_or(i.q),
+        kc.as_ref().unwrap_or(i.k),
+        vc.as_ref().unwrap_or(i.v),
+        oc.as_ref().unwrap_or(x.out.o),
+        dc.as_ref().unwrap_or(x.dout),
+    );
+    let lse = x.out.lse;
+    let dq = dev.alloc_zeros(DType::F32, s.q_len())?;
+    let dk = dev.alloc(DType::BF16, s.kv_len())?;
+    let dv = dev.alloc(DType::BF16, s.kv_len())?;
+    s.check_io(OP, &[q, o, dout], &[k, v, &dk, &dv])?;
+    check_dtype(OP, "lse", lse, DType::F32)?;
+    check_len(OP, "lse", lse, s.rows())?;
+    if s.rows() > 0 {
+        let rows = to_u32(OP, "rows", s.rows())?;
+        let d = to_u32(OP, "d", s.d)?;
+        let delta = dev.alloc(DType::F32, s.rows())?;
+        // SAFETY: swa_bwd_delta(const bf16* o, const bf16* dout, float* delta, u32 rows,
+        // u32 t_len, u32 heads, u32 d); o and dout hold rows * d, delta rows; a warp per row.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                "swa_bwd_delta",
+                Launch {
+                    grid: (rows.div_ceil(DELTA_ROWS), 1, 1),
+                    block: (32 * DELTA_ROWS, 1, 1),
+                    shared: 0,
+                },
+                &[o, dout, &delta, &rows, &c.t, &c.h, &d],
+            )?;
+        }
+        let scale = scale as f32;
+        // K and V tiles, double-buffered Q and dO tiles, a dS tile (bf16); lse and delta of two
+        // query tiles (f32); 1024 bytes to align the tiles as wgmma reads them.
+        let shared = (6 * TILE * s.d + TILE * TILE) * 2 + 4 * TILE * 4 + 1024;
+        let cfg = c.grid(s, TILE, c.hkv, BWD_THREADS, shared)?;
+        // SAFETY: swa_bwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+        // const float* lse, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len,
+        // u32 heads, u32 kv_heads, u32 window, float scale); sizes checked above, dq holds
+        // b*t*h*d f32 zeros, delta b*h*t.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                c.bwd,
+                cfg,
+                &[
+                    q, k, v, dout, lse, &delta, &dq, &dk, &dv, &c.t, &c.h, &c.hkv, &c.window,
+                    &scale,
+                ],
+            )?;
+        }
+    }
+    Ok(SwaIn {
+        q: as_dtype(dq, dtype)?,
+        k: as_dtype(dk, dtype)?,
+        v: as_dtype(dv, dtype)?,
+    })
+}

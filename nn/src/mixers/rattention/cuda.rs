@@ -1,0 +1,240 @@
+//! RAttention's residual linear attention on CUDA, chunkwise on bf16 tensor cores with the
+//! feature map fused in, forward and backward (`rla.cu`, after swax-cuda's `mma.cuh`; it says
+//! how the kernels work). f32 operands are rounded to bf16 on the way in and the results
+//! widened back, as SWA's (`attention::cuda`).
+//!
+//! The chunk states live only for the call: the forward scans them, then reads them once; the
+//! backward scans them again and their gradients backwards, then forms dq and (dk, dv).
+use super::{RlaBackward, RlaGrads, RlaIn};
+use crate::mixers::attention::cuda::{as_dtype, bf16_copy};
+use crate::mixers::attention::SwaIn;
+use swax_cuda::kernels::attention::AttnShape;
+use swax_cuda::kernels::{check_device, launch, to_u32, Launch, MMA_CUH};
+use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
+use swax_tensor::cuda::CudaStorage;
+
+pub(crate) const SOURCE: KernelSource = KernelSource {
+    name: "rla",
+    source: &[MMA_CUH, include_str!("rla.cu")],
+};
+
+/// Time steps per chunk and threads per block of the chunk kernels (`CH`, `THREADS` in rla.cu).
+/// The caller's chunk size does not matter: every chunk size gives the same values.
+const CHUNK: usize = 64;
+const THREADS: u32 = 256;
+
+/// What a launch needs, checked: the sizes (as u32 where a kernel takes them).
+struct Checked {
+    s: AttnShape,
+    window: usize,
+    t: u32,
+    h: u32,
+    hkv: u32,
+    b: u32,
+    group: u32,
+    shift: u32,
+    chunks: u32,
+}
+
+impl Checked {
+    /// Query `s` reads the keys `r <= s - window`.
+    fn new(op: &'static str, n: AttnShape, window: usize) -> Result<Checked, CudaError> {
+        n.check(op)?;
+        Ok(Checked {
+            s: n,
+            window,
+            t: to_u32(op, "t", n.t)?,
+            h: to_u32(op, "h", n.h)?,
+            hkv: to_u32(op, "hkv", n.hkv)?,
+            b: to_u32(op, "b", n.b)?,
+            group: to_u32(op, "group", n.h / n.hkv)?,
+            shift: to_u32(op, "window", window.min(n.t))?,
+            chunks: to_u32(op, "chunks", n.t.div_ceil(CHUNK))?,
+        })
+    }
+
+    /// Whether no query reads any key (every output and gradient is zero).
+    fn empty(&self) -> bool {
+        self.s.q_len() == 0 || self.window >= self.s.t
+    }
+
+    /// The chunk states (or their gradients) of every kv head: bf16 `[b, hkv, chunks, 2d, d]`.
+    fn states(&self, dev: &Device) -> Result<Buffer, CudaError> {
+        let AttnShape { b, t, hkv, d, .. } = self.s;
+        dev.alloc(DType::BF16, b * hkv * t.div_ceil(CHUNK) * 2 * d * d)
+    }
+
+    /// The backward's chunk kernels: a block per (chunk, head, batch); shared memory for two
+    /// feature tiles `[CHUNK, 2d]`, a state `[2d, d]` and two tiles `[CHUNK, d]`, bf16.
+    fn chunk_launch(&self, heads: u32) -> Launch {
+        let d = self.s.d;
+        Launch {
+            grid: (self.chunks, heads, self.b),
+            block: (THREADS, 1, 1),
+            shared: (2 * (2 * CHUNK * 2 * d + 2 * d * d + 2 * CHUNK * d)) as u32,
+        }
+    }
+}
+
+/// Launches `rla_scan_{fwd,bwd}_dD` over x and y (`[b, t, heads, d]`, `group` heads summed per
+/// kv head, rows read `shift` steps late) into `out` (from [`Checked::states`]): the states
+/// (`reverse` false: sums over the chunks before each chunk) or their gradients (`reverse`: over
+/// the chunks after it).
+fn scan(
+    dev: &Device,
+    c: &Checked,
+    reverse: bool,
+    (x, y): (&Buffer, &Buffer),
+    (heads, group, shift): (u32, u32, u32),
+    out: &mut Buffer,
+) -> Result<(), CudaError> {
+    let name = match (reverse, c.s.d) {
+        (false, 64) => "rla_scan_fwd_d64",
+        (false, _) => "rla_scan_fwd_d128",
+        (true, 64) => "rla_scan_bwd_d64",
+        (true, _) => "rla_scan_bwd_d128",
+    };
+    let cfg = Launch {
+        grid: (to_u32("rla", "column tiles", 2 * c.s.d / 64)?, c.hkv, c.b),
+        block: (to_u32("rla", "threads", 2 * c.s.d)?, 1, 1),
+        // A feature tile [CHUNK, d] and two y tiles [CHUNK, 64], bf16.
+        shared: (2 * (CHUNK * c.s.d + 2 * CHUNK * 64)) as u32,
+    };
+    // SAFETY: rla_scan_*_dD(const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads,
+    // u32 group, u32 shift); x and y hold b*t*heads*d (checked by the callers), out
+    // b*hkv*chunks*2d*d; the grid's y extent is hkv and heads = hkv * group.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            cfg,
+            &[x, y, out, &c.t, &heads, &group, &shift],
+        )
+    }
+}
+
+/// The forward: o (the operands' dtype).
+pub(super) fn forward(
+    x: &RlaIn<&Buffer>,
+    s: AttnShape,
+    window: usize,
+) -> Result<CudaStorage, CudaError> {
+    const OP: &str = "rla_forward";
+    let dev = x.q.device();
+    check_device(OP, dev, &[x.q, x.k, x.v])?;
+    let c = Checked::new(OP, s, window)?;
+    let [qc, kc, vc] = [x.q, x.k, x.v].map(bf16_copy);
+    let (qc, kc, vc) = (qc?, kc?, vc?);
+    let (q, k, v) = (
+        qc.as_ref().unwrap_or(x.q),
+        kc.as_ref().unwrap_or(x.k),
+        vc.as_ref().unwrap_or(x.v),
+    );
+    let mut o = dev.alloc(DType::BF16, s.q_len())?;
+    s.check_io(OP, &[q, &o], &[k, v])?;
+    if c.empty() {
+        dev.memset_zero(&mut o)?;
+        return as_dtype(o, x.q.dtype());
+    }
+    let mut states = c.states(dev)?;
+    scan(dev, &c, false, (k, v), (c.hkv, 1, c.shift), &mut states)?;
+    let name = if c.s.d == 64 {
+        "rla_fwd_d64"
+    } else {
+        "rla_fwd_d128"
+    };
+    // SAFETY: rla_fwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* states,
+    // bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift); sizes checked above, states from
+    // Checked::states; a block per (chunk, q head and 64 columns, batch).
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            Launch {
+                grid: (c.chunks, c.h * (s.d / 64) as u32, c.b),
+                block: (THREADS, 1, 1),
+                // Two feature tiles [CHUNK, 2d], 64 columns of v' and of the state, bf16.
+                shared: (2 * (2 * CHUNK * 2 * s.d + 2 * s.d * 64 + CHUNK * 64)) as u32,
+            },
+            &[q, k, v, &states, &o, &c.t, &c.h, &c.hkv, &c.shift],
+        )?;
+    }
+    as_dtype(o, x.q.dtype())
+}
+
+/// The backward: dq, dk, dv (the operands' dtype; dk and dv summed over the q heads that share a
+/// kv head) from the forward's inputs and the gradient of o.
+pub(super) fn backward(
+    x: &RlaBackward<&Buffer>,
+    s: AttnShape,
+    window: usize,
+) -> Result<RlaGrads<CudaStorage>, CudaError> {
+    const OP: &str = "rla_backward";
+    let i = &x.input;
+    let (dev, dtype) = (i.q.device(), i.q.dtype());
+    check_device(OP, dev, &[i.q, i.k, i.v, x.dout])?;
+    let c = Checked::new(OP, s, window)?;
+    let [qc, kc, vc, dc] = [i.q, i.k, i.v, x.dout].map(bf16_copy);
+    let (qc, kc, vc, dc) = (qc?, kc?, vc?, dc?);
+    let (q, k, v, dout) = (
+        qc.as_ref().unwrap_or(i.q),
+        kc.as_ref().unwrap_or(i.k),
+        vc.as_ref().unwrap_or(i.v),
+        dc.as_ref().unwrap_or(x.dout),
+    );
+    let mut dq = dev.alloc(DType::BF16, s.q_len())?;
+    // Keys in the last `window` steps feed no query: their rows are never written.
+    let dk = dev.alloc_zeros(DType::BF16, s.kv_len())?;
+    let dv = dev.alloc_zeros(DType::BF16, s.kv_len())?;
+    s.check_io(OP, &[q, dout, &dq], &[k, v, &dk, &dv])?;
+    let grads = |dq: Buffer, dk: Buffer, dv: Buffer| -> Result<RlaGrads<CudaStorage>, CudaError> {
+        Ok(SwaIn {
+            q: as_dtype(dq, dtype)?,
+            k: as_dtype(dk, dtype)?,
+            v: as_dtype(dv, dtype)?,
+        })
+    };
+    if c.empty() {
+        dev.memset_zero(&mut dq)?;
+        return grads(dq, dk, dv);
+    }
+    let mut states = c.states(dev)?;
+    scan(dev, &c, false, (k, v), (c.hkv, 1, c.shift), &mut states)?;
+    let mut dstates = c.states(dev)?;
+    scan(dev, &c, true, (q, dout), (c.h, c.group, 0), &mut dstates)?;
+    let (dq_name, dkdv_name) = if c.s.d == 64 {
+        ("rla_bwd_dq_d64", "rla_bwd_dkdv_d64")
+    } else {
+        ("rla_bwd_dq_d128", "rla_bwd_dkdv_d128")
+    };
+    // SAFETY: rla_bwd_dq_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+    // const bf16* states, bf16* dq, u32 t_len, u32 heads, u32 kv_heads, u32 shift); sizes
+    // checked above; a block per (chunk, q head, batch).
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            dq_name,
+            c.chunk_launch(c.h),
+            &[q, k, v, dout, &states, &dq, &c.t, &c.h, &c.hkv, &c.shift],
+        )?;
+    }
+    drop(states);
+    // SAFETY: rla_bwd_dkdv_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+    // const bf16* dstates, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 shift);
+    // sizes checked above; a block per (chunk, kv head, batch).
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            dkdv_name,
+            c.chunk_launch(c.hkv),
+            &[
+                q, k, v, dout, &dstates, &dk, &dv, &c.t, &c.h, &c.hkv, &c.shift,
+            ],
+        )?;
+    }
+    grads(dq, dk, dv)
+}
