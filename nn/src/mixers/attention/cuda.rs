@@ -25,14 +25,30 @@ const BWD_THREADS: u32 = 128;
 /// Rows of `swa_bwd_delta` per block, a warp each.
 const DELTA_ROWS: u32 = 8;
 
-/// A bf16 copy of `b`, None where `b` is bf16 already (read `b` then).
-pub(crate) fn bf16_copy(b: &Buffer) -> Result<Option<Buffer>, CudaError> {
+/// An operand as the kernels read it, bf16: the buffer itself, or a bf16 copy of an f32 one.
+pub(crate) enum Bf16<'a> {
+    Same(&'a Buffer),
+    Copy(Buffer),
+}
+
+impl std::ops::Deref for Bf16<'_> {
+    type Target = Buffer;
+    fn deref(&self) -> &Buffer {
+        match self {
+            Bf16::Same(b) => b,
+            Bf16::Copy(b) => b,
+        }
+    }
+}
+
+/// `b` as bf16 (see [`Bf16`]).
+pub(crate) fn bf16(b: &Buffer) -> Result<Bf16<'_>, CudaError> {
     if b.dtype() == DType::BF16 {
-        return Ok(None);
+        return Ok(Bf16::Same(b));
     }
     let mut y = b.device().alloc(DType::BF16, b.len())?;
     cast(b.device(), b, &mut y)?;
-    Ok(Some(y))
+    Ok(Bf16::Copy(y))
 }
 
 /// A result `b` as `dtype`, the operands' (a kernel's bf16 widened back to f32).
@@ -107,13 +123,8 @@ pub(super) fn forward(
     let dev = x.q.device();
     check_device(OP, dev, &[x.q, x.k, x.v])?;
     let c = Checked::new(OP, s, window)?;
-    let [qc, kc, vc] = [x.q, x.k, x.v].map(bf16_copy);
-    let (qc, kc, vc) = (qc?, kc?, vc?);
-    let (q, k, v) = (
-        qc.as_ref().unwrap_or(x.q),
-        kc.as_ref().unwrap_or(x.k),
-        vc.as_ref().unwrap_or(x.v),
-    );
+    let (q, k, v) = (bf16(x.q)?, bf16(x.k)?, bf16(x.v)?);
+    let (q, k, v) = (&*q, &*k, &*v);
     let o = dev.alloc(DType::BF16, s.q_len())?;
     let lse = dev.alloc(DType::F32, s.rows())?;
     s.check_io(OP, &[q, &o], &[k, v])?;
@@ -167,15 +178,9 @@ pub(super) fn backward(
     let (dev, dtype) = (i.q.device(), i.q.dtype());
     check_device(OP, dev, &[i.q, i.k, i.v, x.out.o, x.out.lse, x.dout])?;
     let c = Checked::new(OP, s, window)?;
-    let [qc, kc, vc, oc, dc] = [i.q, i.k, i.v, x.out.o, x.dout].map(bf16_copy);
-    let (qc, kc, vc, oc, dc) = (qc?, kc?, vc?, oc?, dc?);
-    let (q, k, v, o, dout) = (
-        qc.as_ref().unwrap_or(i.q),
-        kc.as_ref().unwrap_or(i.k),
-        vc.as_ref().unwrap_or(i.v),
-        oc.as_ref().unwrap_or(x.out.o),
-        dc.as_ref().unwrap_or(x.dout),
-    );
+    let (q, k, v) = (bf16(i.q)?, bf16(i.k)?, bf16(i.v)?);
+    let (o, dout) = (bf16(x.out.o)?, bf16(x.dout)?);
+    let (q, k, v, o, dout) = (&*q, &*k, &*v, &*o, &*dout);
     let lse = x.out.lse;
     let dq = dev.alloc_zeros(DType::F32, s.q_len())?;
     let dk = dev.alloc(DType::BF16, s.kv_len())?;

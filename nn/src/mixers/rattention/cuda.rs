@@ -6,7 +6,7 @@
 //! The chunk states live only for the call: the forward scans them, then reads them once; the
 //! backward scans them again and their gradients backwards, then forms dq and (dk, dv).
 use super::{RlaBackward, RlaGrads, RlaIn};
-use crate::mixers::attention::cuda::{as_dtype, bf16_copy};
+use crate::mixers::attention::cuda::{as_dtype, bf16};
 use crate::mixers::attention::SwaIn;
 use swax_cuda::kernels::attention::AttnShape;
 use swax_cuda::kernels::{check_device, launch, to_u32, Launch, MMA_CUH};
@@ -124,13 +124,8 @@ pub(super) fn forward(
     let dev = x.q.device();
     check_device(OP, dev, &[x.q, x.k, x.v])?;
     let c = Checked::new(OP, s, window)?;
-    let [qc, kc, vc] = [x.q, x.k, x.v].map(bf16_copy);
-    let (qc, kc, vc) = (qc?, kc?, vc?);
-    let (q, k, v) = (
-        qc.as_ref().unwrap_or(x.q),
-        kc.as_ref().unwrap_or(x.k),
-        vc.as_ref().unwrap_or(x.v),
-    );
+    let (q, k, v) = (bf16(x.q)?, bf16(x.k)?, bf16(x.v)?);
+    let (q, k, v) = (&*q, &*k, &*v);
     let mut o = dev.alloc(DType::BF16, s.q_len())?;
     s.check_io(OP, &[q, &o], &[k, v])?;
     if c.empty() {
@@ -176,14 +171,8 @@ pub(super) fn backward(
     let (dev, dtype) = (i.q.device(), i.q.dtype());
     check_device(OP, dev, &[i.q, i.k, i.v, x.dout])?;
     let c = Checked::new(OP, s, window)?;
-    let [qc, kc, vc, dc] = [i.q, i.k, i.v, x.dout].map(bf16_copy);
-    let (qc, kc, vc, dc) = (qc?, kc?, vc?, dc?);
-    let (q, k, v, dout) = (
-        qc.as_ref().unwrap_or(i.q),
-        kc.as_ref().unwrap_or(i.k),
-        vc.as_ref().unwrap_or(i.v),
-        dc.as_ref().unwrap_or(x.dout),
-    );
+    let (q, k, v, dout) = (bf16(i.q)?, bf16(i.k)?, bf16(i.v)?, bf16(x.dout)?);
+    let (q, k, v, dout) = (&*q, &*k, &*v, &*dout);
     let mut dq = dev.alloc(DType::BF16, s.q_len())?;
     // Keys in the last `window` steps feed no query: their rows are never written.
     let dk = dev.alloc_zeros(DType::BF16, s.kv_len())?;
