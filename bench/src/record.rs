@@ -1,5 +1,6 @@
 //! What every benchmark's JSON line carries besides its figures: the date and the commit it
-//! measured, and appending the line to a results file.
+//! measured; appending lines to a results file, and finding a case's line in one (a peer's
+//! results, read by the benchmark it is set beside).
 use std::io::Write;
 use std::path::Path;
 
@@ -54,4 +55,43 @@ pub fn append(path: &Path, lines: &[serde_json::Value]) -> std::io::Result<()> {
         writeln!(out, "{line}")?;
     }
     Ok(())
+}
+
+/// The last line of the JSON-lines file `path` whose `case` is `case` (None: no such line).
+/// Lines that are not JSON are skipped; a file that cannot be read is an error naming it.
+pub fn find_case(path: &Path, case: &str) -> Result<Option<serde_json::Value>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v.get("case").and_then(|c| c.as_str()) == Some(case)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_case_is_found_as_last_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("peer.jsonl");
+        append(
+            &path,
+            &[json!({"case": "a", "v": 1}), json!({"case": "b", "v": 2})],
+        )
+        .unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| writeln!(f, "not json"))
+            .unwrap();
+        append(&path, &[json!({"case": "a", "v": 3})]).unwrap();
+        assert_eq!(find_case(&path, "a").unwrap().unwrap()["v"], 3);
+        assert_eq!(find_case(&path, "b").unwrap().unwrap()["v"], 2);
+        assert_eq!(find_case(&path, "c").unwrap(), None);
+        let missing = dir.path().join("none.jsonl");
+        assert!(find_case(&missing, "a").unwrap_err().contains("none.jsonl"));
+    }
 }
