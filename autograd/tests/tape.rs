@@ -148,7 +148,11 @@ fn backward_with_reports_each_leaf_when_its_gradient_is_final() {
         })
         .unwrap();
     let order: Vec<_> = seen.iter().map(|(id, _)| *id).collect();
-    assert_eq!(order, vec![w2.id(), w1.id()], "w2 is final first, each once");
+    assert_eq!(
+        order,
+        vec![w2.id(), w1.id()],
+        "w2 is final first, each once"
+    );
     for (w, (_, g)) in [&w2, &w1].into_iter().zip(&seen) {
         assert_eq!(&grads.get(w).unwrap().to_f64_vec().unwrap(), g);
     }

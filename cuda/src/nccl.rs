@@ -117,22 +117,37 @@ impl Comm {
             .new_stream()
             .map_err(|e| CudaError::driver("cuStreamCreate", e))?;
         let (tx, rx) = mpsc::channel();
-        let (ctx, id) = (device.context().clone(), *id);
-        // In a thread of its own: ncclCommInitRank blocks until every rank has joined.
+        let (dev, side, id) = (device.clone(), stream.clone(), *id);
+        // In a thread of its own: ncclCommInitRank blocks until every rank has joined, and the
+        // first collective until every rank's connections are made (done here, on one value).
         std::thread::spawn(move || {
-            let formed = ctx
-                .bind_to_thread()
-                .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))
-                .and_then(|()| {
-                    let mut raw = std::ptr::null_mut();
-                    let id = sys::ncclUniqueId {
-                        internal: id.0.map(|b| b as std::ffi::c_char),
-                    };
-                    // SAFETY: `raw` receives the new handle; the id is what rank 0 created.
-                    unsafe { result::comm_init_rank(&mut raw, world as i32, id, rank as i32) }
-                        .map_err(|e| nccl_error("ncclCommInitRank", e))?;
-                    Ok(Raw(raw))
-                });
+            let formed = dev.bind().and_then(|()| {
+                let mut raw = std::ptr::null_mut();
+                let id = sys::ncclUniqueId {
+                    internal: id.0.map(|b| b as std::ffi::c_char),
+                };
+                // SAFETY: `raw` receives the new handle; the id is what rank 0 created.
+                unsafe { result::comm_init_rank(&mut raw, world as i32, id, rank as i32) }
+                    .map_err(|e| nccl_error("ncclCommInitRank", e))?;
+                let one = dev.alloc(DType::F32, 1)?;
+                // SAFETY: a live one-element buffer (its value unused), summed in place on the
+                // communicator's stream.
+                unsafe {
+                    result::all_reduce(
+                        one.device_ptr() as _,
+                        one.device_ptr() as _,
+                        1,
+                        sys::ncclDataType_t::ncclFloat32,
+                        sys::ncclRedOp_t::ncclSum,
+                        raw,
+                        side.cu_stream() as _,
+                    )
+                }
+                .map_err(|e| nccl_error("ncclAllReduce", e))?;
+                side.synchronize()
+                    .map_err(|e| CudaError::driver("cuStreamSynchronize", e))?;
+                Ok(Raw(raw))
+            });
             // The receiver is gone only if the caller timed out; the process is stopping then.
             let _ = tx.send(formed);
         });

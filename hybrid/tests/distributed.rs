@@ -107,7 +107,10 @@ fn the_global_batches_do_not_depend_on_the_world_size() {
                 }
             }
             let states: Vec<_> = loaders.iter().map(|l| l.state()).collect();
-            assert!(states.windows(2).all(|s| s[0] == s[1]), "{source}: {states:?}");
+            assert!(
+                states.windows(2).all(|s| s[0] == s[1]),
+                "{source}: {states:?}"
+            );
             out
         };
         let one = global(1);
@@ -200,7 +203,12 @@ fn a_world_size_must_divide_the_micro_batches() {
     assert!(e.contains("1, 2, 3, 6"), "{e}");
     let cfg = micro("SM", 1, &["train.grad_accum=3"]);
     let dir = tempfile::tempdir().unwrap();
-    let r = ranks(&cfg, &[dir.path().join("a"), dir.path().join("b")], &[false; 2], None);
+    let r = ranks(
+        &cfg,
+        &[dir.path().join("a"), dir.path().join("b")],
+        &[false; 2],
+        None,
+    );
     assert!(r.iter().all(|r| r
         .as_ref()
         .is_err_and(|e| e.contains("cannot share train.grad_accum = 3"))));
@@ -227,6 +235,19 @@ fn the_launchers_environment_gives_each_process_its_place() {
         (5, 8, 1)
     );
     assert_eq!(torchrun.master, "node0:29500");
+    let agent = Place::from_env(env(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "node0"),
+        ("MASTER_PORT", "29500"),
+        ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+    ]))
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        agent.master, "node0:29501",
+        "torchrun's agent holds MASTER_PORT"
+    );
     assert_eq!(torchrun.device(), Device::Cuda(1));
     let slurm = Place::from_env(env(&[
         ("SLURM_PROCID", "3"),
@@ -272,7 +293,9 @@ fn rank_0_hands_the_id_to_the_others() {
     let id = swax_cuda::nccl::UniqueId([7; 128]);
     let got: Vec<_> = std::thread::scope(|s| {
         let others: Vec<_> = (1..3)
-            .map(|r| s.spawn(move || train::nccl::rendezvous(&place(r), None).map_err(|e| e.to_string())))
+            .map(|r| {
+                s.spawn(move || train::nccl::rendezvous(&place(r), None).map_err(|e| e.to_string()))
+            })
             .collect();
         train::nccl::rendezvous(&place(0), Some(id)).unwrap();
         others.into_iter().map(|h| h.join().unwrap()).collect()

@@ -81,8 +81,7 @@ pub fn launch(gpus: usize, args: &[String], stop: &'static AtomicBool) -> CliRes
                 }
             }
         }
-        if failed.is_some() && since.is_none() {
-            let (rank, status) = failed.expect("set");
+        if let (Some((rank, status)), None) = (failed, since) {
             eprintln!("rank {rank} of {gpus} failed ({status}): stopping the other ranks");
             signal_all(&ranks, nix_term());
             since = Some(Instant::now());
@@ -130,7 +129,12 @@ fn signal_all(_ranks: &[Option<Child>], _signal: ()) {}
 
 /// Kills every rank still running and reaps it.
 fn stop_all(ranks: &mut [Option<Child>]) {
-    for child in ranks.iter_mut().filter_map(Option::take).collect::<Vec<_>>().iter_mut() {
+    for child in ranks
+        .iter_mut()
+        .filter_map(Option::take)
+        .collect::<Vec<_>>()
+        .iter_mut()
+    {
         let _ = child.kill();
         let _ = child.wait();
     }

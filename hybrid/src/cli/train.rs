@@ -105,15 +105,15 @@ pub fn run(mut args: TrainArgs) -> CliResult {
         eprintln!(
             "training {} ({} x{} layers, d_model {}, T {}, B {}) on {device}{ranks} for {} steps \
          into {}",
-        m.name,
-        m.pattern,
-        m.n_layers,
-        m.d_model,
-        cfg.data.seq_len,
-        cfg.data.batch_size,
-        cfg.train.steps,
-        out.display()
-    );
+            m.name,
+            m.pattern,
+            m.n_layers,
+            m.d_model,
+            cfg.data.seq_len,
+            cfg.data.batch_size,
+            cfg.train.steps,
+            out.display()
+        );
     }
     let opts = Options {
         out,

@@ -57,11 +57,11 @@ pub trait Collective {
 
 /// Micro-batches per rank: `grad_accum / world`, or an error naming the world sizes that fit.
 pub fn micro_batches(grad_accum: usize, world: usize) -> Result<usize> {
-    match world > 0 && grad_accum % world == 0 {
+    match world > 0 && grad_accum.is_multiple_of(world) {
         true => Ok(grad_accum / world),
         false => {
             let fit: Vec<String> = (1..=grad_accum)
-                .filter(|n| grad_accum % n == 0)
+                .filter(|&n| grad_accum.is_multiple_of(n))
                 .map(|n| n.to_string())
                 .collect();
             Err(format!(
@@ -208,7 +208,10 @@ impl<'a> StepGrads<'a> {
                 if let Err(e) = self.start_ready(group) {
                     let msg = e.to_string();
                     stopped = Some(e);
-                    return Err(swax_tensor::Error::Invalid { op: "backward", msg });
+                    return Err(swax_tensor::Error::Invalid {
+                        op: "backward",
+                        msg,
+                    });
                 }
             }
             Ok(())

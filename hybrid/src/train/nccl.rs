@@ -5,7 +5,9 @@
 //! The environment is the one torchrun and `swax train --gpus N` set: `RANK`, `WORLD_SIZE`,
 //! `LOCAL_RANK` (the GPU on this node), `MASTER_ADDR` and `MASTER_PORT` (where rank 0 listens);
 //! under Slurm's srun, `SLURM_PROCID`, `SLURM_NTASKS` and `SLURM_LOCALID` stand in for the first
-//! three. Across nodes, NCCL's own bootstrap takes over once the id is handed out.
+//! three. Rank 0 listens at MASTER_PORT, or at the port after it under torchrun, whose agent
+//! holds MASTER_PORT (`SWAX_RENDEZVOUS_PORT` sets it). Across nodes, NCCL's own bootstrap takes
+//! over once the id is handed out.
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -38,9 +40,8 @@ impl Place {
     /// The place `env` describes (`std::env::var` in the program); None when it names no run of
     /// several (no `WORLD_SIZE` nor `SLURM_NTASKS`, or one of 1).
     pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<Option<Place>> {
-        let first = |names: [&'static str; 2]| {
-            names.into_iter().find_map(|n| env(n).map(|v| (n, v)))
-        };
+        let first =
+            |names: [&'static str; 2]| names.into_iter().find_map(|n| env(n).map(|v| (n, v)));
         let number = |names: [&'static str; 2]| -> Result<Option<usize>> {
             match first(names) {
                 None => Ok(None),
@@ -57,8 +58,9 @@ impl Place {
         if world <= 1 {
             return Ok(None);
         }
-        let rank = number(["RANK", "SLURM_PROCID"])?
-            .ok_or(format!("WORLD_SIZE is {world} but RANK (or SLURM_PROCID) is not set"))?;
+        let rank = number(["RANK", "SLURM_PROCID"])?.ok_or(format!(
+            "WORLD_SIZE is {world} but RANK (or SLURM_PROCID) is not set"
+        ))?;
         if rank >= world {
             return Err(format!("RANK {rank} is not below WORLD_SIZE {world}").into());
         }
@@ -69,6 +71,24 @@ impl Place {
              hostnames $SLURM_JOB_NODELIST | head -n1)",
         )?;
         let port = env("MASTER_PORT").ok_or("a run of several ranks needs MASTER_PORT")?;
+        let port: u16 = port
+            .trim()
+            .parse()
+            .map_err(|_| format!("MASTER_PORT={port:?} is not a port"))?;
+        // torchrun's agent holds MASTER_PORT itself (its store): rank 0 listens on the next.
+        let port = match (
+            env("SWAX_RENDEZVOUS_PORT"),
+            env("TORCHELASTIC_USE_AGENT_STORE"),
+        ) {
+            (Some(p), _) => p
+                .trim()
+                .parse()
+                .map_err(|_| format!("SWAX_RENDEZVOUS_PORT={p:?} is not a port"))?,
+            (None, Some(_)) => port
+                .checked_add(1)
+                .ok_or("MASTER_PORT 65535 leaves no port after it for the rendezvous")?,
+            (None, None) => port,
+        };
         let timeout = match env("SWAX_NCCL_TIMEOUT") {
             None => TIMEOUT,
             Some(s) => Duration::from_secs(
@@ -224,7 +244,12 @@ impl NcclGroup {
         shapes
             .iter()
             .zip(launched.out)
-            .map(|(t, b)| Ok(Tensor::from_storage(CudaStorage::from(b), t.shape().clone())?))
+            .map(|(t, b)| {
+                Ok(Tensor::from_storage(
+                    CudaStorage::from(b),
+                    t.shape().clone(),
+                )?)
+            })
             .collect()
     }
 }
