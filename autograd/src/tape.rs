@@ -5,7 +5,8 @@
 //! recorded op from a tracked input. Ops whose inputs are all untracked record nothing, so a tape
 //! with nothing watched (inference, evaluation) costs nothing. Each node owns its backward
 //! closure, and with it the tensors the closure saved; `backward` consumes the nodes newest
-//! first, so each node's saved tensors are freed as soon as its gradient has been passed on.
+//! first (a node fed only by watched tensors as soon as its output's gradient is final), so each
+//! node's saved tensors are freed as soon as its gradient has been passed on.
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use swax_tensor::{Error, Result, Shape, Tensor, TensorId};
