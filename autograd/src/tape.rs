@@ -5,7 +5,8 @@
 //! recorded op from a tracked input. Ops whose inputs are all untracked record nothing, so a tape
 //! with nothing watched (inference, evaluation) costs nothing. Each node owns its backward
 //! closure, and with it the tensors the closure saved; `backward` consumes the nodes newest
-//! first, so each node's saved tensors are freed as soon as its gradient has been passed on.
+//! first (a node fed only by watched tensors as soon as its output's gradient is final), so each
+//! node's saved tensors are freed as soon as its gradient has been passed on.
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use swax_tensor::{Error, Result, Shape, Tensor, TensorId};
@@ -112,6 +113,21 @@ impl Tape {
     /// `sum(output * grad)`, without computing that sum): what a benchmark needs to time a
     /// node's backward on a given output gradient and nothing else.
     pub fn backward_from(&self, output: &Tensor, grad: &Tensor) -> Result<Gradients> {
+        self.backward_with(output, grad, &mut |_, _| Ok(()))
+    }
+
+    /// `backward_from`, calling `on_final(leaf, gradient)` as soon as a watched tensor's
+    /// gradient is final (its last consumer has run), while the rest of the backward is still
+    /// to run: what a data-parallel trainer needs to send gradients as they come. A node whose
+    /// inputs are all watched or untracked (a parameter's cast) runs as soon as its output's
+    /// gradient is final rather than in its place in the recorded order, so a parameter cast at
+    /// the start of the forward is final where it was used, not at the end of the backward.
+    pub fn backward_with(
+        &self,
+        output: &Tensor,
+        grad: &Tensor,
+        on_final: &mut dyn FnMut(TensorId, &Tensor) -> Result<()>,
+    ) -> Result<Gradients> {
         if grad.shape() != output.shape() || grad.dtype() != output.dtype() {
             return Err(Error::Invalid {
                 op: "backward",
@@ -130,45 +146,89 @@ impl Tape {
                 msg: "the loss does not depend on any watched tensor".into(),
             });
         }
-        let nodes = std::mem::take(&mut *self.nodes.borrow_mut());
+        let mut nodes: Vec<Option<Node>> = std::mem::take(&mut *self.nodes.borrow_mut())
+            .into_iter()
+            .map(Some)
+            .collect();
         let tracked = self.tracked.borrow();
         let leaves = self.leaves.borrow();
+        // Per tracked tensor, the nodes still to run that read it; per output, its node.
+        let mut readers: HashMap<TensorId, usize> = HashMap::new();
+        let mut producer: HashMap<TensorId, usize> = HashMap::new();
+        for (i, node) in nodes.iter().flatten().enumerate() {
+            producer.insert(node.output, i);
+            for id in distinct_inputs(node) {
+                *readers.entry(id).or_default() += 1;
+            }
+        }
+        let leaf_fed = |node: &Node| {
+            node.inputs
+                .iter()
+                .all(|(id, _)| !tracked.contains(id) || leaves.contains(id))
+        };
         let mut grads: HashMap<TensorId, Tensor> = HashMap::new();
         grads.insert(output.id(), grad.clone());
-        for node in nodes.into_iter().rev() {
-            let Some(dy) = grads.remove(&node.output) else {
-                continue;
-            };
-            let needs: Vec<bool> = node
-                .inputs
-                .iter()
-                .map(|(id, _)| tracked.contains(id))
-                .collect();
-            let input_grads = (node.backward)(&dy, &needs)?;
-            for ((id, shape), g) in node.inputs.iter().zip(input_grads) {
-                let Some(g) = g else { continue };
-                if !tracked.contains(id) {
+        for newest in (0..nodes.len()).rev() {
+            let mut ready = vec![newest];
+            while let Some(i) = ready.pop() {
+                let Some(node) = nodes[i].take() else {
                     continue;
-                }
-                if g.shape() != shape {
-                    return Err(Error::Invalid {
-                        op: "backward",
-                        msg: format!(
-                            "{} returned a gradient of shape {} for an input of shape {}",
-                            node.name,
-                            g.shape(),
-                            shape
-                        ),
-                    });
-                }
-                let sum = match grads.remove(id) {
-                    Some(prev) => prev.add(&g)?,
-                    None => g,
                 };
-                grads.insert(*id, sum);
+                let read = distinct_inputs(&node);
+                if let Some(dy) = grads.remove(&node.output) {
+                    let needs: Vec<bool> = node
+                        .inputs
+                        .iter()
+                        .map(|(id, _)| tracked.contains(id))
+                        .collect();
+                    let input_grads = (node.backward)(&dy, &needs)?;
+                    for ((id, shape), g) in node.inputs.iter().zip(input_grads) {
+                        let Some(g) = g else { continue };
+                        if !tracked.contains(id) {
+                            continue;
+                        }
+                        if g.shape() != shape {
+                            return Err(Error::Invalid {
+                                op: "backward",
+                                msg: format!(
+                                    "{} returned a gradient of shape {} for an input of shape {}",
+                                    node.name,
+                                    g.shape(),
+                                    shape
+                                ),
+                            });
+                        }
+                        let sum = match grads.remove(id) {
+                            Some(prev) => prev.add(&g)?,
+                            None => g,
+                        };
+                        grads.insert(*id, sum);
+                    }
+                }
+                for id in read {
+                    let left = readers.get_mut(&id).expect("counted above");
+                    *left -= 1;
+                    if *left > 0 {
+                        continue;
+                    }
+                    if leaves.contains(&id) {
+                        if let Some(g) = grads.get(&id) {
+                            on_final(id, g)?;
+                        }
+                    } else if let Some(&p) = producer.get(&id) {
+                        if nodes[p].as_ref().is_some_and(leaf_fed) {
+                            ready.push(p);
+                        }
+                    }
+                }
             }
         }
         grads.retain(|id, _| leaves.contains(id));
         Ok(Gradients(grads))
     }
+}
+
+/// The tracked tensors `node` reads, each once (`x * x` reads `x` once).
+fn distinct_inputs(node: &Node) -> HashSet<TensorId> {
+    node.inputs.iter().map(|(id, _)| *id).collect()
 }

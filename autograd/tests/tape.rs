@@ -122,3 +122,48 @@ fn a_backward_returning_a_wrong_shape_is_caught() {
     let err = tape.backward(&loss).unwrap_err().to_string();
     assert!(err.contains("bad") && err.contains("[3]"), "{err}");
 }
+
+/// Two layers whose weights are cast first, as `Weights::training` does in bf16: each weight's
+/// gradient is reported once, final (equal to what `backward` returns), the later layer's
+/// first, as soon as its last reader has run: a trainer can send it while the rest runs.
+#[test]
+fn backward_with_reports_each_leaf_when_its_gradient_is_final() {
+    let tape = Tape::new();
+    let (w1, w2) = (t(&[0.5, -1.0], &[2]), t(&[2.0, 3.0], &[2]));
+    let x = t(&[1.0, 2.0], &[2]);
+    tape.watch(&w1);
+    tape.watch(&w2);
+    // Cast in the other order than used: in the recorded order w1's cast would run first.
+    let c2 = tape.to_dtype(&w2, DType::F32).unwrap();
+    let c1 = tape.to_dtype(&w1, DType::F32).unwrap();
+    let h = tape.mul(&x.to_dtype(DType::F32).unwrap(), &c1).unwrap();
+    let h = tape.exp(&h).unwrap();
+    let y = tape.mul(&h, &c2).unwrap();
+    let loss = tape.sum_all(&y).unwrap();
+    let mut seen = Vec::new();
+    let grads = tape
+        .backward_with(&loss, &loss.ones_like().unwrap(), &mut |id, g| {
+            seen.push((id, g.to_f64_vec()?));
+            Ok(())
+        })
+        .unwrap();
+    let order: Vec<_> = seen.iter().map(|(id, _)| *id).collect();
+    assert_eq!(
+        order,
+        vec![w2.id(), w1.id()],
+        "w2 is final first, each once"
+    );
+    for (w, (_, g)) in [&w2, &w1].into_iter().zip(&seen) {
+        assert_eq!(&grads.get(w).unwrap().to_f64_vec().unwrap(), g);
+    }
+    let plain = Tape::new();
+    plain.watch(&w1);
+    let h = plain.exp(&plain.mul(&x, &w1).unwrap()).unwrap();
+    let want = plain
+        .backward(&plain.sum_all(&plain.mul(&h, &w2).unwrap()).unwrap())
+        .unwrap();
+    let (got, want) = (&seen[1].1, want.get(&w1).unwrap().to_f64_vec().unwrap());
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-5, "{got:?} against {want:?}");
+    }
+}

@@ -37,6 +37,9 @@ pub enum CudaError {
     /// A wrapper was called with sizes, dtypes or buffers that do not fit together.
     #[error("{op}: {message}")]
     InvalidArgument { op: &'static str, message: String },
+    /// A collective across ranks failed, timed out, or NCCL could not be loaded.
+    #[error("NCCL {call}: {message}")]
+    Nccl { call: &'static str, message: String },
     /// A kernel flagged bad input on the device (read with `Device::take_kernel_errors`).
     #[error("a kernel reported bad input: {0}")]
     KernelFlags(String),

@@ -14,6 +14,7 @@ mod dtype;
 mod error;
 mod guard;
 pub mod kernels;
+pub mod nccl;
 mod nvrtc;
 pub mod pool;
 pub mod timing;

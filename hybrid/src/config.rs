@@ -125,7 +125,15 @@ pub struct TrainConfig {
     pub sample_every: u64,
     /// `auto` (bf16 activations on the GPU, f32 on the CPU), `f32` or `bf16`.
     pub dtype: String,
+    /// With several ranks, the dtype gradients are summed in across them: `f32`, or `bf16`
+    /// (half the bytes sent, bf16's rounding on each rank's sum).
+    #[serde(default = "f32_name")]
+    pub reduce_dtype: String,
     pub seed: u64,
+}
+
+fn f32_name() -> String {
+    "f32".into()
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -317,6 +325,12 @@ impl Config {
             return err(format!(
                 "optim.schedule {:?}: expected \"cosine\" or \"wsd\"",
                 o.schedule
+            ));
+        }
+        if !["f32", "bf16"].contains(&t.reduce_dtype.as_str()) {
+            return err(format!(
+                "train.reduce_dtype {:?}: expected \"f32\" or \"bf16\"",
+                t.reduce_dtype
             ));
         }
         if !["auto", "f32", "bf16"].contains(&t.dtype.as_str()) {

@@ -3,6 +3,7 @@
 
 mod eval;
 mod generate;
+mod launch;
 mod prepare;
 mod report;
 mod signals;

@@ -2,15 +2,20 @@
 //! is one), train (see `swax_hybrid::train`), print the summary. SIGINT (Ctrl-C) or SIGTERM
 //! stops after the current step with a checkpoint and exits 130 or 143 (`signals`); `--resume`
 //! continues a run from its latest one.
+//!
+//! Several GPUs: `--gpus N` starts N ranks of this command (`launch`); a process started by an
+//! external launcher (torchrun, srun) finds its rank in the environment (`train::nccl::Place`)
+//! and trains as that rank, through NCCL.
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 use swax_hybrid::config::Config;
+use swax_hybrid::train::nccl::{NcclGroup, Place};
 use swax_hybrid::train::{self, Options};
 
-use super::{signals, CliResult};
+use super::{launch, signals, CliResult};
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -48,6 +53,10 @@ pub struct TrainArgs {
     /// synchronized between them, and print where the time went. Slows training a little.
     #[arg(long)]
     profile: bool,
+    /// Train on this many GPUs of this machine, one process each, through NCCL (the global
+    /// batch stays data.batch_size x train.grad_accum; N must divide train.grad_accum).
+    #[arg(long, value_name = "N")]
+    gpus: Option<usize>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -73,23 +82,39 @@ pub fn run(mut args: TrainArgs) -> CliResult {
         }
         _ => Config::resolve(args.config.as_deref(), &args.sets)?,
     };
-    let device = super::device(args.device.as_deref())?;
+    let place = Place::from_env(|k| std::env::var(k).ok())?;
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| train::fresh_run_dir("runs".as_ref(), &cfg.model.name));
+    if let (Some(gpus), None) = (args.gpus.filter(|&n| n > 1), &place) {
+        swax_hybrid::train::distributed::micro_batches(cfg.train.grad_accum, gpus)?;
+        let argv: Vec<String> = std::env::args().skip(1).collect();
+        return launch::launch(gpus, &launch::rank_args(&argv, &out), &STOP);
+    }
+    let device = match &place {
+        Some(p) => p.device(),
+        None => super::device(args.device.as_deref())?,
+    };
+    let rank = place.as_ref().map_or(0, |p| p.rank);
     let m = &cfg.model;
-    eprintln!(
-        "training {} ({} x{} layers, d_model {}, T {}, B {}) on {device} for {} steps into {}",
-        m.name,
-        m.pattern,
-        m.n_layers,
-        m.d_model,
-        cfg.data.seq_len,
-        cfg.data.batch_size,
-        cfg.train.steps,
-        out.display()
-    );
+    let ranks = place
+        .as_ref()
+        .map_or(String::new(), |p| format!(" x {} ranks", p.world));
+    if rank == 0 {
+        eprintln!(
+            "training {} ({} x{} layers, d_model {}, T {}, B {}) on {device}{ranks} for {} steps \
+         into {}",
+            m.name,
+            m.pattern,
+            m.n_layers,
+            m.d_model,
+            cfg.data.seq_len,
+            cfg.data.batch_size,
+            cfg.train.steps,
+            out.display()
+        );
+    }
     let opts = Options {
         out,
         device,
@@ -100,8 +125,16 @@ pub fn run(mut args: TrainArgs) -> CliResult {
         profile: args.profile,
         stop: &STOP,
     };
-    let summary = train::train(&cfg, &opts)?;
-    print!("{}", summary.report());
+    let summary = match &place {
+        None => train::train(&cfg, &opts)?,
+        Some(p) => {
+            let mut group = NcclGroup::join(p).map_err(|e| format!("rank {}: {e}", p.rank))?;
+            train::train_in(&cfg, &opts, &mut group).map_err(|e| format!("rank {}: {e}", p.rank))?
+        }
+    };
+    if rank == 0 {
+        print!("{}", summary.report());
+    }
     if let Some(status) = signals::exit_status().filter(|_| summary.interrupted) {
         std::io::stdout().flush()?;
         std::process::exit(status);

@@ -351,7 +351,7 @@ pub fn held_out(
     // validation stream long enough for the samples.
     c.data.corpus_train_tokens = 2 * (len + 1);
     c.data.corpus_val_tokens = c.data.corpus_val_tokens.max(2 * samples * (len + 1));
-    let d = crate::train::data::open(&c, None)?;
+    let d = crate::train::data::open(&c, None, crate::train::data::Part::WHOLE)?;
     Ok(d.val
         .into_iter()
         .map(|b| {

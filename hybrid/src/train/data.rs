@@ -86,17 +86,34 @@ const VAL_SEED: u64 = 0x56_414c;
 /// Validation rows of generated data start here, past the rows the probes are taken from.
 pub const VAL_ROWS: u64 = 1 << 32;
 
-pub fn open(cfg: &Config, resume: Option<LoaderState>) -> Result<Data> {
+/// This rank's part of each global batch (the loaders deal the rows in rank order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    pub rank: usize,
+    pub world: usize,
+}
+
+impl Part {
+    /// The whole batch: one rank.
+    pub const WHOLE: Part = Part { rank: 0, world: 1 };
+}
+
+pub fn open(cfg: &Config, resume: Option<LoaderState>, part: Part) -> Result<Data> {
     let (d, t) = (&cfg.data, &cfg.train);
     let vocab = cfg.model.vocab_size as u32;
     let loader_cfg = |seed| LoaderConfig::new(d.batch_size, d.seq_len, seed, vocab);
+    let train_cfg = LoaderConfig {
+        rank: part.rank,
+        world: part.world,
+        ..loader_cfg(t.seed)
+    };
     let stream = |train: Vec<Shard>, val: Vec<Shard>, probes, origin| -> Result<Data> {
         if train.is_empty() {
             return Err("the data has no training shards".into());
         }
         let train = match resume {
-            Some(state) => Loader::resume(train, loader_cfg(t.seed), state)?,
-            None => Loader::new(train, loader_cfg(t.seed))?,
+            Some(state) => Loader::resume(train, train_cfg, state)?,
+            None => Loader::new(train, train_cfg)?,
         };
         let val = match val.is_empty() || t.eval_batches == 0 {
             true => Vec::new(),
@@ -152,7 +169,7 @@ pub fn open(cfg: &Config, resume: Option<LoaderState>) -> Result<Data> {
                 })
                 .collect::<Result<_>>()?;
             let probes = probes(cfg, &mut |count| Ok(rows.probes(count)?))?;
-            let (b, rank, world) = (d.batch_size, 0, 1);
+            let (b, rank, world) = (d.batch_size, part.rank, part.world);
             let train = match resume {
                 Some(state) => RowLoader::resume(rows, b, rank, world, state)?,
                 None => RowLoader::new(rows, b, rank, world)?,

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 pub struct Metrics {
     path: PathBuf,
-    file: File,
+    /// None: records are dropped (a rank other than 0 of a data-parallel run).
+    file: Option<File>,
 }
 
 impl Metrics {
@@ -26,12 +27,26 @@ impl Metrics {
             std::fs::write(&path, kept)?;
         }
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
-        Ok(Metrics { path, file })
+        Ok(Metrics {
+            path,
+            file: Some(file),
+        })
+    }
+
+    /// A record that keeps nothing: only rank 0 of a run writes its metrics.
+    pub fn discard(run: &Path) -> Metrics {
+        Metrics {
+            path: run.join("metrics.jsonl"),
+            file: None,
+        }
     }
 
     pub fn log(&mut self, record: Value) -> std::io::Result<()> {
-        writeln!(self.file, "{record}")?;
-        self.file.flush()
+        let Some(file) = &mut self.file else {
+            return Ok(());
+        };
+        writeln!(file, "{record}")?;
+        file.flush()
     }
 
     pub fn path(&self) -> &Path {

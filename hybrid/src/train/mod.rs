@@ -15,8 +15,10 @@
 //! lower bound on the memory it needs is checked against what the device has (`memory`).
 pub mod checkpoint;
 pub mod data;
+pub mod distributed;
 pub mod memory;
 pub mod metrics;
+pub mod nccl;
 pub mod run_dir;
 pub mod validation;
 
@@ -29,13 +31,14 @@ use serde_json::json;
 use swax_autograd::Tape;
 use swax_nn::optim::{AdamW, AdamWConfig, Schedule};
 use swax_nn::Weights;
-use swax_tensor::{DType, Device, Tensor};
+use swax_tensor::{DType, Device};
 
 use crate::batch;
 use crate::config::Config;
 use crate::model::Model;
 use crate::window::WindowSchedule;
 use checkpoint::{DataRecord, State};
+use distributed::{Buckets, Collective, Solo, StepGrads};
 use metrics::Metrics;
 use run_dir::RunDir;
 use validation::Recall;
@@ -165,8 +168,27 @@ pub fn window_schedule(cfg: &Config) -> WindowSchedule {
 /// Trains `cfg` as `opts` says and returns the summary. Everything that can be checked is before
 /// the run folder is touched, and the folder is locked meanwhile (see `run_dir`).
 pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
+    train_in(cfg, opts, &mut Solo::default())
+}
+
+/// `train` as one rank of `group` (see `distributed`): rank 0 alone writes the run folder. A
+/// rank that fails tells the others, which stop too.
+pub fn train_in(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Result<Summary> {
+    let trained = train_rank(cfg, opts, group);
+    if let Err(e) = &trained {
+        group.fail(&e.to_string());
+    }
+    trained
+}
+
+fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Result<Summary> {
     let run = &opts.out;
-    let mut folder = RunDir::open(run, opts.resume)?;
+    let rank0 = group.rank() == 0;
+    let micro = distributed::micro_batches(cfg.train.grad_accum, group.world())?;
+    let mut folder = match rank0 {
+        true => RunDir::open(run, opts.resume)?,
+        false => RunDir::follow(run, opts.resume)?,
+    };
     let cfg = &folder.settle(cfg)?;
     let device = opts.device;
     memory::check(cfg, device)?;
@@ -187,7 +209,12 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         true => Some(checkpoint::load(run, &mut model.params, &mut opt, device)?),
         false => None,
     };
-    let mut data = run_dir::open_data(cfg, resumed.as_ref(), opts.allow_data_change)?;
+    distributed::share_params(group, &mut model.params)?;
+    let part = data::Part {
+        rank: group.rank(),
+        world: group.world(),
+    };
+    let mut data = run_dir::open_data(cfg, resumed.as_ref(), opts.allow_data_change, part)?;
     let data_record = DataRecord {
         origin: data.origin.clone(),
         fingerprint: data.train.fingerprint(),
@@ -201,11 +228,17 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
             ..Summary::of_state(cfg, opts, &model, dtype, &data, resumed.as_ref())
         });
     }
-    folder.commit(cfg)?;
-    let metrics_path = run.join("metrics.jsonl");
-    let mut metrics = Metrics::open(run, Some(start_step))
-        .map_err(|e| format!("{}: {e}", metrics_path.display()))?;
-    folder.record_changes(&mut metrics, start_step)?;
+    let mut metrics = match rank0 {
+        true => {
+            folder.commit(cfg)?;
+            let metrics_path = run.join("metrics.jsonl");
+            let mut metrics = Metrics::open(run, Some(start_step))
+                .map_err(|e| format!("{}: {e}", metrics_path.display()))?;
+            folder.record_changes(&mut metrics, start_step)?;
+            metrics
+        }
+        false => Metrics::discard(run),
+    };
 
     let windows = window_schedule(cfg);
     let lrs = lr_schedule(cfg);
@@ -228,9 +261,9 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
                 .collect(),
         }
     };
-    let recall_before = match resumed {
-        None => recall(&model)?,
-        Some(_) => Vec::new(),
+    let recall_before = match (&resumed, rank0) {
+        (None, true) => recall(&model)?,
+        _ => Vec::new(),
     };
 
     let mut state = resumed.unwrap_or(State {
@@ -243,7 +276,7 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         data: None,
     });
     state.data = Some(data_record);
-    let bar = progress_bar(opts.progress, start_step, t.steps);
+    let bar = progress_bar(opts.progress && rank0, start_step, t.steps);
     let clock = Instant::now();
     let elapsed_before = state.elapsed_s;
     let mut val_loss = None;
@@ -255,6 +288,11 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         last: Instant::now(),
     };
     let mut profile = StepProfile::default();
+    let reduce_dtype = match t.reduce_dtype.as_str() {
+        "bf16" => DType::BF16,
+        _ => DType::F32,
+    };
+    let buckets = Buckets::plan(&model.params, reduce_dtype);
 
     for step in start_step..end {
         let step_clock = Instant::now();
@@ -262,8 +300,8 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         let window = windows.window(step);
         let lr = lrs.lr(step);
         let mut loss_sum = 0.0;
-        let mut grads: Option<Vec<Tensor>> = None;
-        for _ in 0..t.grad_accum {
+        let mut grads = StepGrads::new(&buckets, &model.params);
+        for i in 0..micro {
             let batch = data.train.next_batch()?;
             let tape = Tape::new();
             let w = Weights::training(&tape, &model.params, dtype)?;
@@ -272,27 +310,16 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
             let loss = model.loss(&w, &x, &y, window)?;
             profile.forward += laps.lap()?;
             let scaled = tape.scale(&loss, 1.0 / t.grad_accum as f64)?;
-            let g = tape.backward(&scaled)?;
-            let micro: Vec<Tensor> = model
-                .params
-                .iter()
-                .map(|p| match g.get(&p.value) {
-                    Some(g) => Ok(g.clone()),
-                    None => p.value.zeros_like(),
-                })
-                .collect::<swax_tensor::Result<_>>()?;
-            grads = Some(match grads {
-                None => micro,
-                Some(acc) => acc
-                    .iter()
-                    .zip(&micro)
-                    .map(|(a, m)| a.add(m))
-                    .collect::<swax_tensor::Result<_>>()?,
-            });
+            grads.backward(&tape, &scaled, i + 1 == micro, group)?;
             profile.backward += laps.lap()?;
             loss_sum += loss.to_scalar()?;
         }
-        let loss = loss_sum / t.grad_accum as f64;
+        let grads = grads.finish(&model.params, group)?;
+        profile.backward += laps.lap()?;
+        // Every rank's losses, and whether any was asked to stop: all stop at the same step.
+        let asked = f64::from(u8::from(opts.stop.load(Ordering::SeqCst)));
+        let summed = group.sum_host(&[loss_sum, asked])?;
+        let loss = summed[0] / t.grad_accum as f64;
         if !loss.is_finite() {
             bar.abandon();
             let kept = checkpoint::latest(run).map_or("none was written yet".to_string(), |d| {
@@ -305,7 +332,6 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
             )
             .into());
         }
-        let grads = grads.expect("grad_accum >= 1");
         let stats = opt.step(&mut model.params, &grads, lr)?;
         let grad_norm = stats.grad_norm.to_scalar()?;
         profile.optimizer += laps.lap()?;
@@ -315,14 +341,18 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         state.loader = data.train.state();
         state.elapsed_s = elapsed_before + clock.elapsed().as_secs_f64();
         let tok_s = tokens_per_step as f64 / step_clock.elapsed().as_secs_f64().max(1e-9);
-        metrics.log(json!({
+        let mut record = json!({
             "step": state.step, "loss": loss, "lr": lr, "window": window,
             "grad_norm": grad_norm, "tokens": state.tokens_seen, "tokens_per_s": tok_s,
             "elapsed_s": state.elapsed_s,
-        }))?;
+        });
+        if let Some(s) = group.exposed_s() {
+            record["allreduce_exposed_s"] = json!(s);
+        }
+        metrics.log(record)?;
 
         let done = state.step == end;
-        let due = (t.eval_every > 0 && state.step % t.eval_every == 0) || done;
+        let due = rank0 && ((t.eval_every > 0 && state.step % t.eval_every == 0) || done);
         if due {
             // At w_long, and at this step's window: a model that trained only at a short window
             // is judged at its own window too.
@@ -353,8 +383,9 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
                 }))?;
             }
         }
-        interrupted = opts.stop.load(Ordering::SeqCst);
-        if done || interrupted || (t.save_every > 0 && state.step % t.save_every == 0) {
+        interrupted = summed[1] > 0.0;
+        let save = done || interrupted || (t.save_every > 0 && state.step % t.save_every == 0);
+        if save && rank0 {
             checkpoint::save(run, cfg, &model.params, &opt, &state)?;
         }
         bar.set_position(state.step);
@@ -373,12 +404,6 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         true => last_recall,
         false => Vec::new(),
     };
-    metrics::plot(
-        metrics.path(),
-        &run.join("loss.svg"),
-        &format!("{} — {}", cfg.model.name, run.display()),
-    )
-    .map_err(|e| format!("{}: {e}", run.join("loss.svg").display()))?;
     let summary = Summary {
         steps_run: state.step - start_step,
         final_loss: final_loss(run, state.step),
@@ -389,6 +414,15 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         profile: opts.profile.then_some(profile),
         ..Summary::of_state(cfg, opts, &model, dtype, &data, Some(&state))
     };
+    if !rank0 {
+        return Ok(summary);
+    }
+    metrics::plot(
+        metrics.path(),
+        &run.join("loss.svg"),
+        &format!("{} — {}", cfg.model.name, run.display()),
+    )
+    .map_err(|e| format!("{}: {e}", run.join("loss.svg").display()))?;
     swax_nn::checkpoint::write_atomic(&run.join("summary.txt"), summary.report().as_bytes())?;
     Ok(summary)
 }

@@ -100,6 +100,24 @@ impl RunDir {
         Ok(dir)
     }
 
+    /// The folder as a rank other than 0 sees it: read, never locked or written (rank 0
+    /// checks and keeps it); on `resume`, it must hold a checkpoint.
+    pub fn follow(path: &Path, resume: bool) -> Result<RunDir> {
+        if resume && checkpoint::latest_dir(path)?.is_none() {
+            return Err(format!(
+                "{}: no checkpoint to resume from (do the ranks share the run folder?)",
+                path.display()
+            )
+            .into());
+        }
+        Ok(RunDir {
+            path: path.to_path_buf(),
+            lock: None,
+            resume,
+            changes: Vec::new(),
+        })
+    }
+
     /// A new run may not start in a folder that holds one.
     fn refuse_a_run(&self) -> Result<()> {
         let run = self.path.display();
@@ -232,9 +250,14 @@ pub fn dataset_tokenizer(dir: Option<&Path>) -> Result<Option<swax_data::Tokeniz
 /// The run's data, its training loader where `resumed` left it. Data other than the checkpoint
 /// recorded (another fingerprint, or another size, which the loader refuses) is an error unless
 /// `allow_change`, when the loader starts the new data from its beginning.
-pub fn open_data(cfg: &Config, resumed: Option<&State>, allow_change: bool) -> Result<Data> {
+pub fn open_data(
+    cfg: &Config,
+    resumed: Option<&State>,
+    allow_change: bool,
+    part: data::Part,
+) -> Result<Data> {
     let Some(state) = resumed else {
-        return data::open(cfg, None);
+        return data::open(cfg, None, part);
     };
     let changed = |why: String| -> Result<Data> {
         if !allow_change {
@@ -245,9 +268,9 @@ pub fn open_data(cfg: &Config, resumed: Option<&State>, allow_change: bool) -> R
             .into());
         }
         eprintln!("the data changed ({why}): going on with it from its start");
-        data::open(cfg, None)
+        data::open(cfg, None, part)
     };
-    match data::open(cfg, Some(state.loader)) {
+    match data::open(cfg, Some(state.loader), part) {
         Ok(data) => match &state.data {
             Some(was) if was.fingerprint != data.train.fingerprint() => changed(format!(
                 "{} (fingerprint {}) then, {} (fingerprint {}) now",
