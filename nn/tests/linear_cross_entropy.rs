@@ -124,14 +124,20 @@ fn one_row_every_row_ignored_no_rows_and_no_ignore_index() {
     let plain = |tape: &Tape, x: &Tensor, w: &Tensor, t: &Tensor| {
         tape.cross_entropy(&tape.matmul(x, w)?, t, None)
     };
-    let fused_plain =
-        |tape: &Tape, x: &Tensor, w: &Tensor, t: &Tensor| linear_cross_entropy(tape, x, w, t, None, 4);
+    let fused_plain = |tape: &Tape, x: &Tensor, w: &Tensor, t: &Tensor| {
+        linear_cross_entropy(tape, x, w, t, None, 4)
+    };
     let inputs = (x, w, t);
     let (want, want_grads) = run(&plain, &inputs, [true, true], 1.0);
     let (got, got_grads) = run(&fused_plain, &inputs, [true, true], 1.0);
     assert_close("no ignore index: loss", &[got], &[want], 1e-12);
     for (g, w) in got_grads.iter().zip(&want_grads) {
-        assert_close("no ignore index", g.as_ref().unwrap(), w.as_ref().unwrap(), 1e-12);
+        assert_close(
+            "no ignore index",
+            g.as_ref().unwrap(),
+            w.as_ref().unwrap(),
+            1e-12,
+        );
     }
 }
 
@@ -177,7 +183,10 @@ fn bf16_matches_f32_within_bf16_rounding() {
     let ((xb, xf), (wb, wf)) = (in_bf16_and_f32(&x), in_bf16_and_f32(&w));
     let (want, want_grads) = run(&fused(128), &(xf, wf, t.clone()), [true, true], 1.0);
     let (got, got_grads) = run(&fused(128), &(xb.clone(), wb.clone(), t), [true, true], 1.0);
-    assert!((got - want).abs() <= 2e-2 * want.abs(), "loss bf16 {got}, f32 {want}");
+    assert!(
+        (got - want).abs() <= 2e-2 * want.abs(),
+        "loss bf16 {got}, f32 {want}"
+    );
     for (name, (g, w)) in ["dx", "dW"].iter().zip(got_grads.iter().zip(&want_grads)) {
         let (g, w) = (g.as_ref().unwrap(), w.as_ref().unwrap());
         let diff: f64 = g.iter().zip(w).map(|(a, b)| (a - b).powi(2)).sum();
@@ -224,9 +233,24 @@ fn bad_input_is_an_error_that_names_it() {
     assert!(e.contains("index 5") && e.contains("size 5"), "{e}");
 
     let cases: [(Tensor, Tensor, Tensor, &[&str]); 5] = [
-        (randn(&[6, 3], 1.0, 0), w.clone(), t.clone(), &["[6, 3]", "[4, 5]"]),
-        (x.clone(), w.clone(), t.narrow(0, 0, 5).unwrap(), &["targets [5]"]),
-        (x.reshape([2, 3, 4]).unwrap(), w.clone(), t.clone(), &["[2, 3, 4]"]),
+        (
+            randn(&[6, 3], 1.0, 0),
+            w.clone(),
+            t.clone(),
+            &["[6, 3]", "[4, 5]"],
+        ),
+        (
+            x.clone(),
+            w.clone(),
+            t.narrow(0, 0, 5).unwrap(),
+            &["targets [5]"],
+        ),
+        (
+            x.reshape([2, 3, 4]).unwrap(),
+            w.clone(),
+            t.clone(),
+            &["[2, 3, 4]"],
+        ),
         (
             x.clone(),
             w.to_dtype(DType::F32).unwrap(),

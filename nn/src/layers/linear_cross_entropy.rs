@@ -168,8 +168,9 @@ impl Sums {
                 dx_parts.push(dlogits.matmul_t(w, false, true)?);
             }
             if let Some(dw) = &sums.dw {
-                let part = xg.matmul_t(&dlogits, true, false)?.to_dtype(acc)?;
-                sums.dw = Some(dw.add(&part)?);
+                let part = xg.matmul_t(&dlogits, true, false)?;
+                drop(dlogits);
+                sums.dw = Some(dw.add(&part.to_dtype(acc)?)?);
             }
         }
         if need.dx {
