@@ -68,6 +68,16 @@ pub struct ModelConfig {
     pub norm_eps: f64,
     /// Time steps per chunk of the chunkwise recurrent kernels.
     pub chunk: usize,
+    /// Rows (tokens) of logits the loss computes at a time: the output projection and the
+    /// cross-entropy run together, holding `loss_rows` x `vocab_size` logits and their gradient
+    /// at once instead of those of the whole batch. Lower it to save memory, raise it for
+    /// fewer, larger products.
+    #[serde(default = "default_loss_rows")]
+    pub loss_rows: usize,
+}
+
+fn default_loss_rows() -> usize {
+    swax_nn::layers::linear_cross_entropy::DEFAULT_ROWS
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -236,6 +246,7 @@ impl Config {
             ("model.d_ff", m.d_ff),
             ("model.vocab_size", m.vocab_size),
             ("model.chunk", m.chunk),
+            ("model.loss_rows", m.loss_rows),
             ("data.seq_len", d.seq_len),
             ("data.batch_size", d.batch_size),
             ("train.grad_accum", t.grad_accum),

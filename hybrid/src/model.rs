@@ -4,6 +4,7 @@
 use crate::config::ModelConfig;
 use swax_data::IGNORE;
 use swax_nn::layers::basic::{Embedding, Linear, RmsNorm, INIT_STD};
+use swax_nn::layers::linear_cross_entropy::linear_cross_entropy;
 use swax_nn::layers::pieces::MixerState;
 use swax_nn::layers::MixerDims;
 use swax_nn::{Block, Params, Weights};
@@ -17,6 +18,8 @@ pub struct Model {
     blocks: Vec<Block>,
     norm: RmsNorm,
     head: Linear,
+    /// Rows of logits the loss computes at a time.
+    loss_rows: usize,
 }
 
 /// The mixer letter of each layer: `pattern` repeated (and cut) to `n_layers`.
@@ -54,20 +57,28 @@ impl Model {
             blocks,
             norm,
             head,
+            loss_rows: cfg.loss_rows,
         })
     }
 
     /// Logits `[B, T, V]` for U32 ids `[B, T]`, the attention layers using `window`.
     pub fn logits(&self, w: &Weights, ids: &Tensor, window: usize) -> Result<Tensor> {
+        self.project(w, &self.hidden(w, ids, window)?)
+    }
+
+    /// The final normalized hidden states `[B, T, D]`, before the output projection.
+    fn hidden(&self, w: &Weights, ids: &Tensor, window: usize) -> Result<Tensor> {
         let mut x = self.embed.forward(w, ids)?;
         for block in &self.blocks {
             x = block.forward(w, &x, window)?;
         }
-        self.head.forward(w, &self.norm.forward(w, &x)?)
+        self.norm.forward(w, &x)
     }
 
     /// The mean next-token cross-entropy (an f32 scalar) of `inputs` against `targets`, over the
-    /// targets that are not [`IGNORE`].
+    /// targets that are not [`IGNORE`]. The output projection and the loss run together,
+    /// `loss_rows` rows at a time ([`linear_cross_entropy`]): the `[B, T, V]` logits are never
+    /// held.
     pub fn loss(
         &self,
         w: &Weights,
@@ -75,13 +86,19 @@ impl Model {
         targets: &Tensor,
         window: usize,
     ) -> Result<Tensor> {
-        let logits = self.logits(w, inputs, window)?;
-        let v = *logits.dims().last().expect("logits have a vocabulary axis");
-        let rows = logits.numel() / v;
+        let x = self.hidden(w, inputs, window)?;
+        let rows = x.numel() / self.head.d_in;
         let tape = w.tape();
-        let flat = tape.reshape(&logits, vec![rows, v])?;
+        let x = tape.reshape(&x, vec![rows, self.head.d_in])?;
         let targets = tape.reshape(targets, vec![rows])?;
-        let loss = tape.cross_entropy(&flat, &targets, Some(IGNORE))?;
+        let loss = linear_cross_entropy(
+            tape,
+            &x,
+            w.get(self.head.w),
+            &targets,
+            Some(IGNORE),
+            self.loss_rows,
+        )?;
         match loss.dtype() {
             DType::F32 => Ok(loss),
             _ => tape.to_dtype(&loss, DType::F32),

@@ -42,6 +42,21 @@ fn overrides_apply_and_round_trip() {
     assert_eq!(Config::parse(&cfg.to_toml(), "round trip").unwrap(), cfg);
 }
 
+/// `model.loss_rows` came after configs (and run folders' `config.toml`) were written without
+/// it: those load with the default, and it can be set like any key.
+#[test]
+fn configs_without_loss_rows_load_with_the_default() {
+    let (_, text) = BUILTIN.iter().find(|(n, _)| *n == "swax-small").unwrap();
+    assert!(!text.contains("loss_rows"));
+    let cfg = Config::parse(text, "swax-small").unwrap();
+    assert_eq!(
+        cfg.model.loss_rows,
+        swax_nn::layers::linear_cross_entropy::DEFAULT_ROWS
+    );
+    let set = Config::resolve(Some("swax-small"), &["model.loss_rows=512".into()]).unwrap();
+    assert_eq!(set.model.loss_rows, 512);
+}
+
 #[test]
 fn a_bad_key_or_value_names_the_key() {
     for (sets, key) in [
@@ -49,6 +64,7 @@ fn a_bad_key_or_value_names_the_key() {
         (&["modle.d_model=3"][..], "modle.d_model"),
         (&["model.d_model=abc"][..], "model.d_model"),
         (&["model.d_model=0"][..], "model.d_model"),
+        (&["model.loss_rows=0"][..], "model.loss_rows"),
         (&["train.p_short=1.5"][..], "train.p_short"),
         (&["model.pattern=SX"][..], "model.pattern"),
         (&["model.n_heads=3"][..], "model.n_heads"),

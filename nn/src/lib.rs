@@ -1,8 +1,9 @@
 //! swax-nn: the layers models are built from. `mixers/` holds the sequence mixers, each in a
 //! reference form (the paper's equations from tape ops: the spec) and a fused form (one tape node
 //! over a fused kernel, held to the reference by tests); `layers/` the modules around them (Linear,
-//! Embedding, RMSNorm, SwiGLU, the four mixer layers, and `layers::pieces`: a long sequence run in
-//! pieces, each mixer carrying its window tail or state); `block` the pre-norm residual block;
+//! Embedding, RMSNorm, SwiGLU, the four mixer layers, the output projection fused with the loss,
+//! and `layers::pieces`: a long sequence run in pieces, each mixer carrying its window tail or
+//! state); `block` the pre-norm residual block;
 //! `params` the named parameters and the precision policy of a forward pass; `optim` AdamW,
 //! clipping and learning-rate schedules; `checkpoint` safetensors files.
 pub mod block;

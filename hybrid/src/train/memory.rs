@@ -37,9 +37,10 @@ impl Need {
             DType::BF16 => 2.0,
             _ => 4.0,
         };
-        // The logits and their gradient; per layer at least its input and the MLP's two hidden
-        // activations.
-        let activations = tokens * (2.0 * v + layers * (d + 2.0 * ff));
+        // The logits and their gradient of one group of `loss_rows` tokens (the loss never holds
+        // the whole batch's); per layer at least its input and the MLP's two hidden activations.
+        let loss_rows = (m.loss_rows as f64).min(tokens);
+        let activations = 2.0 * loss_rows * v + tokens * layers * (d + 2.0 * ff);
         Need {
             params,
             param_bytes: 16.0 * params,

@@ -1,6 +1,7 @@
 //! Layers: the plain ones (`basic`), the four sequence-mixer layers around the mixers of
 //! `crate::mixers` with the gates and output norms of the recurrent ones (`gates`, `output_norm`),
-//! and [`Mixer`], the one of them a block holds.
+//! [`Mixer`], the one of them a block holds, and the output projection fused with the loss
+//! (`linear_cross_entropy`), which never holds all the logits.
 //!
 //! A mixer layer calls the fused mixer (one tape node) when the device has that kernel (the
 //! mixer's own `has_kernel`, which asks its CUDA wrapper's check) and the reference form
@@ -11,6 +12,7 @@ pub mod attention;
 pub mod basic;
 pub mod gated_delta;
 pub mod gates;
+pub mod linear_cross_entropy;
 pub mod mlstm;
 pub mod output_norm;
 pub mod pieces;
