@@ -9,6 +9,7 @@
 
 mod blas;
 mod buffer;
+pub mod counters;
 mod device;
 mod dtype;
 mod error;
@@ -16,6 +17,7 @@ mod guard;
 pub mod kernels;
 mod nvrtc;
 pub mod pool;
+mod readback;
 pub mod timing;
 
 pub use blas::{gemm, GemmArgs, MatmulLayout};
@@ -25,3 +27,4 @@ pub use dtype::{DType, DeviceScalar};
 pub use error::CudaError;
 pub use nvrtc::KernelSource;
 pub use pool::PoolStats;
+pub use readback::Readback;

@@ -3,9 +3,11 @@
 //! exact resume, metrics as JSON lines, a progress bar, and a summary at the end.
 //!
 //! One step: draw the window (`window.rs`), run `grad_accum` micro-batches each on its own tape
-//! (loss scaled by 1/grad_accum, gradients summed), check the loss is finite (else stop, writing
-//! nothing: the last checkpoint stays the last good one), take the AdamW step, log. The host
-//! waits for the device once a step, to read the loss and the gradient norm it logs.
+//! (loss scaled by 1/grad_accum, gradients summed in place), take the AdamW step, and queue the
+//! reads of the step's loss and gradient norm (`deferred.rs`). They are collected and logged a
+//! step late, after the next step is queued, so the host never waits for the device to drain;
+//! a non-finite value stops the run, writing nothing more (the last checkpoint stays the last
+//! good one: values are collected before every checkpoint).
 //!
 //! Exact resume: everything a step depends on is in the checkpoint or a function of the step
 //! (the window's draw, the learning rate), and the CPU kernels are deterministic, so a resumed
@@ -15,6 +17,7 @@
 //! lower bound on the memory it needs is checked against what the device has (`memory`).
 pub mod checkpoint;
 pub mod data;
+pub mod deferred;
 pub mod memory;
 pub mod metrics;
 pub mod run_dir;
@@ -29,6 +32,7 @@ use serde_json::json;
 use swax_autograd::Tape;
 use swax_nn::optim::{AdamW, AdamWConfig, Schedule};
 use swax_nn::Weights;
+use swax_tensor::counters::{self, Counts};
 use swax_tensor::{DType, Device, Tensor};
 
 use crate::batch;
@@ -36,6 +40,7 @@ use crate::config::Config;
 use crate::model::Model;
 use crate::window::WindowSchedule;
 use checkpoint::{DataRecord, State};
+use deferred::{Deferred, StepRecord, StepResult};
 use metrics::Metrics;
 use run_dir::RunDir;
 use validation::Recall;
@@ -71,8 +76,13 @@ pub struct StepProfile {
     pub forward: f64,
     /// The tape's backward and gathering the gradients.
     pub backward: f64,
-    /// Clipping and the AdamW update.
+    /// Clipping and the AdamW update, and collecting the step before's loss and norm.
     pub optimizer: f64,
+    /// Steps profiled.
+    pub steps: u64,
+    /// What the steps asked of the GPU, summed (all zero on the CPU, which runs no kernels of
+    /// swax-cuda), less the profiler's own syncs.
+    pub gpu: Counts,
 }
 
 /// A stopwatch that, when on, synchronizes the device before reading the clock, so each lap is
@@ -81,6 +91,8 @@ struct Laps {
     device: Device,
     on: bool,
     last: Instant,
+    /// The device syncs the laps made, left out of the profile's counts.
+    syncs: u64,
 }
 
 impl Laps {
@@ -89,6 +101,9 @@ impl Laps {
             return Ok(0.0);
         }
         self.device.synchronize()?;
+        if matches!(self.device, Device::Cuda(_)) {
+            self.syncs += 1;
+        }
         let now = Instant::now();
         let secs = (now - self.last).as_secs_f64();
         self.last = now;
@@ -253,15 +268,26 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         device,
         on: opts.profile,
         last: Instant::now(),
+        syncs: 0,
     };
     let mut profile = StepProfile::default();
+    let mut deferred = Deferred::new(device, t.grad_accum)?;
+    // Collects the pending step's loss and norm, stops on a non-finite one, logs it.
+    let settle = |deferred: &mut Deferred, metrics: &mut Metrics| -> Result<()> {
+        match deferred.collect()? {
+            Some(r) => log_step(&r, metrics, &bar, run),
+            None => Ok(()),
+        }
+    };
 
     for step in start_step..end {
         let step_clock = Instant::now();
+        let counted = counters::counts();
+        let syncs_before = laps.syncs;
         laps.lap()?;
         let window = windows.window(step);
         let lr = lrs.lr(step);
-        let mut loss_sum = 0.0;
+        let mut losses = Vec::with_capacity(t.grad_accum);
         let mut grads: Option<Vec<Tensor>> = None;
         for _ in 0..t.grad_accum {
             let batch = data.train.next_batch()?;
@@ -272,58 +298,51 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
             let loss = model.loss(&w, &x, &y, window)?;
             profile.forward += laps.lap()?;
             let scaled = tape.scale(&loss, 1.0 / t.grad_accum as f64)?;
-            let g = tape.backward(&scaled)?;
+            let mut g = tape.backward(&scaled)?;
             let micro: Vec<Tensor> = model
                 .params
                 .iter()
-                .map(|p| match g.get(&p.value) {
-                    Some(g) => Ok(g.clone()),
+                .map(|p| match g.remove(&p.value) {
+                    Some(g) => Ok(g),
                     None => p.value.zeros_like(),
                 })
                 .collect::<swax_tensor::Result<_>>()?;
-            grads = Some(match grads {
-                None => micro,
-                Some(acc) => acc
-                    .iter()
-                    .zip(&micro)
-                    .map(|(a, m)| a.add(m))
-                    .collect::<swax_tensor::Result<_>>()?,
-            });
+            drop(g);
+            grads = Some(accumulate(grads, micro, t.grad_accum)?);
             profile.backward += laps.lap()?;
-            loss_sum += loss.to_scalar()?;
-        }
-        let loss = loss_sum / t.grad_accum as f64;
-        if !loss.is_finite() {
-            bar.abandon();
-            let kept = checkpoint::latest(run).map_or("none was written yet".to_string(), |d| {
-                d.display().to_string()
-            });
-            return Err(format!(
-                "the loss is {loss} at step {step} (window {window}, lr {lr:.3e}): stopping. The \
-                 last good checkpoint is kept ({kept}); try a lower optim.lr or \
-                 optim.grad_clip, or train.dtype=\"f32\""
-            )
-            .into());
+            losses.push(loss);
         }
         let grads = grads.expect("grad_accum >= 1");
         let stats = opt.step(&mut model.params, &grads, lr)?;
-        let grad_norm = stats.grad_norm.to_scalar()?;
-        profile.optimizer += laps.lap()?;
         state.step = step + 1;
         state.adamw_step = opt.step;
         state.tokens_seen += tokens_per_step;
         state.loader = data.train.state();
+        // The step before's reads were queued ahead of this step's work: waiting for them
+        // leaves this step running.
+        settle(&mut deferred, &mut metrics)?;
+        profile.optimizer += laps.lap()?;
         state.elapsed_s = elapsed_before + clock.elapsed().as_secs_f64();
-        let tok_s = tokens_per_step as f64 / step_clock.elapsed().as_secs_f64().max(1e-9);
-        metrics.log(json!({
-            "step": state.step, "loss": loss, "lr": lr, "window": window,
-            "grad_norm": grad_norm, "tokens": state.tokens_seen, "tokens_per_s": tok_s,
-            "elapsed_s": state.elapsed_s,
-        }))?;
+        let record = StepRecord {
+            step,
+            window,
+            lr,
+            tokens: state.tokens_seen,
+            tokens_per_s: tokens_per_step as f64 / step_clock.elapsed().as_secs_f64().max(1e-9),
+            elapsed_s: state.elapsed_s,
+        };
+        deferred.start(record, &losses, &stats.grad_norm)?;
+        if opts.profile {
+            let mut c = counters::counts().since(&counted);
+            c.syncs -= laps.syncs - syncs_before;
+            profile.gpu = profile.gpu + c;
+            profile.steps += 1;
+        }
 
         let done = state.step == end;
         let due = (t.eval_every > 0 && state.step % t.eval_every == 0) || done;
         if due {
+            settle(&mut deferred, &mut metrics)?;
             // At w_long, and at this step's window: a model that trained only at a short window
             // is judged at its own window too.
             let mut val_windows = vec![t.w_long, window];
@@ -352,21 +371,22 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
                     "recall_far_n": r.far.0,
                 }))?;
             }
+            if let Some(v) = val_loss {
+                bar.set_message(format!("val {v:.4}"));
+            }
         }
         interrupted = opts.stop.load(Ordering::SeqCst);
         if done || interrupted || (t.save_every > 0 && state.step % t.save_every == 0) {
+            // Never save parameters whose step has not been seen finite.
+            settle(&mut deferred, &mut metrics)?;
             checkpoint::save(run, cfg, &model.params, &opt, &state)?;
         }
         bar.set_position(state.step);
-        bar.set_message(format!(
-            "loss {loss:.4}{} | w {window:>4} | {:.0} tok/s",
-            val_loss.map_or(String::new(), |v| format!(" val {v:.4}")),
-            tok_s
-        ));
         if interrupted {
             break;
         }
     }
+    settle(&mut deferred, &mut metrics)?;
     bar.finish_and_clear();
     // The final step's validation scored the probes: that is the recall after training.
     let recall_after = match state.step == t.steps {
@@ -391,6 +411,62 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
     };
     swax_nn::checkpoint::write_atomic(&run.join("summary.txt"), summary.report().as_bytes())?;
     Ok(summary)
+}
+
+/// Adds a micro-batch's gradients into the step's so far, in place (the first micro-batch's
+/// become the accumulators, copied where a buffer is shared, when more will be added).
+fn accumulate(
+    acc: Option<Vec<Tensor>>,
+    micro: Vec<Tensor>,
+    micro_batches: usize,
+) -> swax_tensor::Result<Vec<Tensor>> {
+    match acc {
+        None if micro_batches == 1 => Ok(micro),
+        None => micro.into_iter().map(Tensor::into_unique).collect(),
+        Some(mut acc) => {
+            let mut targets: Vec<&mut Tensor> = acc.iter_mut().collect();
+            Tensor::add_in_place(&mut targets, &micro.iter().collect::<Vec<_>>())?;
+            Ok(acc)
+        }
+    }
+}
+
+/// Logs a step whose values have reached the host, or stops the run at a non-finite one.
+fn log_step(r: &StepResult, metrics: &mut Metrics, bar: &ProgressBar, run: &Path) -> Result<()> {
+    let StepRecord {
+        step,
+        window,
+        lr,
+        tokens,
+        tokens_per_s,
+        elapsed_s,
+    } = r.record;
+    if !r.is_finite() {
+        bar.abandon();
+        let kept = checkpoint::latest(run).map_or("none was written yet".to_string(), |d| {
+            d.display().to_string()
+        });
+        let what = match r.loss.is_finite() {
+            true => format!("the gradient norm is {}", r.grad_norm),
+            false => format!("the loss is {}", r.loss),
+        };
+        return Err(format!(
+            "{what} at step {step} (window {window}, lr {lr:.3e}): stopping. The last good \
+             checkpoint is kept ({kept}); try a lower optim.lr or optim.grad_clip, or \
+             train.dtype=\"f32\""
+        )
+        .into());
+    }
+    metrics.log(json!({
+        "step": step + 1, "loss": r.loss, "lr": lr, "window": window,
+        "grad_norm": r.grad_norm, "tokens": tokens, "tokens_per_s": tokens_per_s,
+        "elapsed_s": elapsed_s,
+    }))?;
+    bar.set_message(format!(
+        "loss {:.4} | w {window:>4} | {tokens_per_s:.0} tok/s",
+        r.loss
+    ));
+    Ok(())
 }
 
 /// The mean training loss of the run's last (up to) 20 steps up to `step`, from its metrics, so
@@ -549,6 +625,22 @@ impl Summary {
                 share(p.backward),
                 share(p.optimizer)
             );
+            s += &match self.device {
+                Device::Cpu => "GPU launches and syncs: none (the CPU runs no kernels)\n".into(),
+                Device::Cuda(_) => {
+                    let per = |n: u64| n as f64 / p.steps.max(1) as f64;
+                    format!(
+                        "per step, over {} steps: {:.1} kernel launches, {:.1} cuBLAS calls, \
+                         {:.1} host syncs (not counting the profiler's own), {:.1} waits on \
+                         deferred reads\n",
+                        p.steps,
+                        per(p.gpu.launches),
+                        per(p.gpu.blas_calls),
+                        per(p.gpu.syncs),
+                        per(p.gpu.event_waits)
+                    )
+                }
+            };
         }
         if self.interrupted || self.steps < self.total_steps {
             s += &format!("continue with: swax train --out {run} --resume\n");
