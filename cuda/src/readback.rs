@@ -96,7 +96,10 @@ impl Readback {
     /// Waits for the copies `start` queued and returns each buffer's values as f64.
     pub fn finish(&mut self) -> Result<Vec<Vec<f64>>, CudaError> {
         if self.queued.is_empty() {
-            return Err(CudaError::invalid("Readback::finish", "no reads were started"));
+            return Err(CudaError::invalid(
+                "Readback::finish",
+                "no reads were started",
+            ));
         }
         counters::event_wait();
         self.event

@@ -348,7 +348,12 @@ fn multi_tensor_adamw_norm_and_accumulation() {
         .flat_map(|d| d.1.iter())
         .map(|&x| x as f64 * x as f64)
         .sum();
-    assert_close("global_norm", &download(&dev, &norm), &[want_sq.sqrt()], (1e-5, 0.0));
+    assert_close(
+        "global_norm",
+        &download(&dev, &norm),
+        &[want_sq.sqrt()],
+        (1e-5, 0.0),
+    );
 
     for (clip, step) in [(Some(5.0f32), 3), (None, 4)] {
         let hp = AdamWStep {
@@ -361,7 +366,13 @@ fn multi_tensor_adamw_norm_and_accumulation() {
         };
         let before: Vec<_> = bufs
             .iter()
-            .map(|b| (download(&dev, &b.0), download(&dev, &b.2), download(&dev, &b.3)))
+            .map(|b| {
+                (
+                    download(&dev, &b.0),
+                    download(&dev, &b.2),
+                    download(&dev, &b.3),
+                )
+            })
             .collect();
         let mut params: Vec<AdamWBuffers> = bufs
             .iter_mut()
@@ -385,7 +396,10 @@ fn multi_tensor_adamw_norm_and_accumulation() {
                 let gj = data[i].1[j] as f64 * scale;
                 let mj = b1 * m[j] as f64 + (1.0 - b1) * gj;
                 let vj = b2 * v[j] as f64 + (1.0 - b2) * gj * gj;
-                wp.push(p[j] as f64 * (1.0 - hp.lr * wd) - hp.lr * (mj / bc1) / ((vj / bc2).sqrt() + hp.eps));
+                wp.push(
+                    p[j] as f64 * (1.0 - hp.lr * wd)
+                        - hp.lr * (mj / bc1) / ((vj / bc2).sqrt() + hp.eps),
+                );
                 wm.push(mj);
                 wv.push(vj);
             }
@@ -401,11 +415,22 @@ fn multi_tensor_adamw_norm_and_accumulation() {
     let want: Vec<Vec<f64>> = bufs
         .iter()
         .zip(&addends)
-        .map(|(b, a)| download(&dev, &b.1).iter().zip(a).map(|(&g, &x)| g as f64 + x as f64).collect())
+        .map(|(b, a)| {
+            download(&dev, &b.1)
+                .iter()
+                .zip(a)
+                .map(|(&g, &x)| g as f64 + x as f64)
+                .collect()
+        })
         .collect();
     let mut acc: Vec<&mut swax_cuda::Buffer> = bufs.iter_mut().map(|b| &mut b.1).collect();
     add_into(&dev, &mut acc, &xs.iter().collect::<Vec<_>>()).unwrap();
     for (i, (b, w)) in bufs.iter().zip(&want).enumerate() {
-        assert_close(&format!("add_into {i}"), &download(&dev, &b.1), w, (1e-6, 0.0));
+        assert_close(
+            &format!("add_into {i}"),
+            &download(&dev, &b.1),
+            w,
+            (1e-6, 0.0),
+        );
     }
 }

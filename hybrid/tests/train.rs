@@ -142,7 +142,10 @@ fn a_profiled_run_says_where_the_step_time_went() {
     assert_eq!(p.steps, 3);
     let report = summary.report();
     assert!(report.contains("backward"), "{report}");
-    assert!(report.contains("none (the CPU runs no kernels)"), "{report}");
+    assert!(
+        report.contains("none (the CPU runs no kernels)"),
+        "{report}"
+    );
     assert!(run(
         &micro("SM", 1, &["train.recall_probes=0"]),
         tempfile::tempdir().unwrap().path(),

@@ -16,7 +16,9 @@ fn per_tensor_norm(grads: &[Tensor]) -> f32 {
     let mut total = 0f32;
     for g in grads {
         let v = g.to_vec::<f32>().unwrap();
-        let chunks = v.chunks(1 << 15).map(|c| c.iter().map(|&x| x as f64 * x as f64).sum::<f64>());
+        let chunks = v
+            .chunks(1 << 15)
+            .map(|c| c.iter().map(|&x| x as f64 * x as f64).sum::<f64>());
         total += chunks.sum::<f64>() as f32;
     }
     total.sqrt()
@@ -24,6 +26,7 @@ fn per_tensor_norm(grads: &[Tensor]) -> f32 {
 
 /// The per-tensor AdamW kernel the multi-tensor one replaced, its arithmetic as it was (f32,
 /// bias corrections in f64), with the clipping factor from the old tensor ops' f32 arithmetic.
+#[allow(clippy::manual_clamp)] // the old tensor ops' clamp: max, then min (NaN gives 0)
 fn per_tensor_step(
     p: &mut [f32],
     g: &[f32],
@@ -32,7 +35,9 @@ fn per_tensor_step(
     (lr, step, wd, norm, max_norm): (f64, i32, f64, f32, Option<f64>),
     cfg: &AdamWConfig,
 ) {
-    let scale = max_norm.map_or(1.0, |max| (max as f32 / (norm + 1e-6f64 as f32)).max(0.0).min(1.0));
+    let scale = max_norm.map_or(1.0, |max| {
+        (max as f32 / (norm + 1e-6f64 as f32)).max(0.0).min(1.0)
+    });
     let bc1 = (1.0 - cfg.beta1.powi(step)) as f32;
     let bc2 = (1.0 - cfg.beta2.powi(step)) as f32;
     let (lr, b1, b2) = (lr as f32, cfg.beta1 as f32, cfg.beta2 as f32);
@@ -44,6 +49,9 @@ fn per_tensor_step(
         p[i] = p[i] * (1.0 - lr * wd) - lr * (m[i] / bc1) / ((v[i] / bc2).sqrt() + eps);
     }
 }
+
+/// A parameter's values, its two moments, and whether it decays.
+type Moments = (Vec<f32>, Vec<f32>, Vec<f32>, bool);
 
 fn random(shape: &[usize], seed: u64, scale: f64) -> Tensor {
     Tensor::randn(shape.to_vec(), scale, seed, DType::F32, Device::Cpu).unwrap()
@@ -65,14 +73,21 @@ fn multi_tensor_adamw_equals_the_per_tensor_step_bit_for_bit() {
         };
         let mut params = Params::new(7, Device::Cpu);
         for (i, s) in shapes.iter().enumerate() {
-            params.add(format!("p{i}"), s.to_vec(), Init::Normal(0.5)).unwrap();
+            params
+                .add(format!("p{i}"), s.to_vec(), Init::Normal(0.5))
+                .unwrap();
         }
         let mut opt = AdamW::new(&params, cfg).unwrap();
-        let mut want: Vec<(Vec<f32>, Vec<f32>, Vec<f32>, bool)> = params
+        let mut want: Vec<Moments> = params
             .iter()
             .map(|p| {
                 let n = p.value.numel();
-                (p.value.to_vec::<f32>().unwrap(), vec![0.0; n], vec![0.0; n], p.decay)
+                (
+                    p.value.to_vec::<f32>().unwrap(),
+                    vec![0.0; n],
+                    vec![0.0; n],
+                    p.decay,
+                )
             })
             .collect();
         for step in 1..=3 {
@@ -92,14 +107,33 @@ fn multi_tensor_adamw_equals_the_per_tensor_step_bit_for_bit() {
             for ((p, m, v, decay), g) in want.iter_mut().zip(&grads) {
                 let wd = if *decay { cfg.weight_decay } else { 0.0 };
                 let g = g.to_vec::<f32>().unwrap();
-                per_tensor_step(p, &g, m, v, (lr, step as i32, wd, norm, max_grad_norm), &cfg);
+                per_tensor_step(
+                    p,
+                    &g,
+                    m,
+                    v,
+                    (lr, step as i32, wd, norm, max_grad_norm),
+                    &cfg,
+                );
             }
             for (i, (got, (p, m, v, _))) in params.iter().zip(&want).enumerate() {
                 let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                 let what = format!("step {step}, parameter {i}, clip {max_grad_norm:?}");
-                assert_eq!(bits(&got.value.to_vec::<f32>().unwrap()), bits(p), "p, {what}");
-                assert_eq!(bits(&opt.m[i].to_vec::<f32>().unwrap()), bits(m), "m, {what}");
-                assert_eq!(bits(&opt.v[i].to_vec::<f32>().unwrap()), bits(v), "v, {what}");
+                assert_eq!(
+                    bits(&got.value.to_vec::<f32>().unwrap()),
+                    bits(p),
+                    "p, {what}"
+                );
+                assert_eq!(
+                    bits(&opt.m[i].to_vec::<f32>().unwrap()),
+                    bits(m),
+                    "m, {what}"
+                );
+                assert_eq!(
+                    bits(&opt.v[i].to_vec::<f32>().unwrap()),
+                    bits(v),
+                    "v, {what}"
+                );
             }
         }
     }

@@ -70,7 +70,11 @@ fn global_norm_and_accumulation_in_place() {
     assert!((got - want).abs() / want < 1e-6, "{got} vs {want}");
     let (mut acc_a, mut acc_b) = (t(&a), t(&b));
     Tensor::add_in_place(&mut [&mut acc_a, &mut acc_b], &[&t(&a), &t(&b)]).unwrap();
-    let twice = |x: &[f64]| x.iter().map(|v| (*v as f32 * 2.0) as f64).collect::<Vec<_>>();
+    let twice = |x: &[f64]| {
+        x.iter()
+            .map(|v| (*v as f32 * 2.0) as f64)
+            .collect::<Vec<_>>()
+    };
     assert_eq!(acc_a.to_f64_vec().unwrap(), twice(&a));
     assert_eq!(acc_b.to_f64_vec().unwrap(), twice(&b));
 }
@@ -92,7 +96,9 @@ fn in_place_ops_refuse_shared_buffers() {
     assert!(err.contains("shared"), "{err}");
     assert_eq!(alias.to_f64_vec().unwrap(), [1.0, 2.0]);
     let view = m.reshape(vec![1, 2]).unwrap();
-    let err = Tensor::add_in_place(&mut [&mut m], &[&g]).unwrap_err().to_string();
+    let err = Tensor::add_in_place(&mut [&mut m], &[&g])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("shared"), "{err}");
     assert_eq!(view.to_f64_vec().unwrap(), [0.0, 0.0]);
     // A unique copy may be written, and leaves the original alone.

@@ -95,7 +95,13 @@ fn chunk_launch(dev: &Device, chunks: u64) -> Launch {
 }
 
 /// Checks that `b` is an f32 buffer of `n` elements on `dev`.
-fn check_f32(op: &'static str, dev: &Device, name: &str, b: &Buffer, n: usize) -> Result<(), CudaError> {
+fn check_f32(
+    op: &'static str,
+    dev: &Device,
+    name: &str,
+    b: &Buffer,
+    n: usize,
+) -> Result<(), CudaError> {
     check_device(op, dev, &[b])?;
     check_dtype(op, name, b, DType::F32)?;
     check_len(op, name, b, n)
@@ -206,15 +212,7 @@ pub fn global_norm(dev: &Device, xs: &[&Buffer], out: &mut Buffer) -> Result<(),
     };
     // SAFETY: norm_finish(const float* partial, u32 count, float* out); partial holds
     // `blocks`, out one.
-    unsafe {
-        launch(
-            dev,
-            &SOURCE,
-            "norm_finish",
-            one,
-            &[&partial, &blocks, out],
-        )
-    }
+    unsafe { launch(dev, &SOURCE, "norm_finish", one, &[&partial, &blocks, out]) }
 }
 
 /// `acc[i] += xs[i]` for every pair, in place, in one launch: f32 buffers of equal lengths.

@@ -56,7 +56,12 @@ impl Deferred {
 
     /// Queues the reads of a step's micro-batch losses (one-element tensors) and gradient
     /// norm. The step before must have been collected.
-    pub fn start(&mut self, record: StepRecord, losses: &[Tensor], grad_norm: &Tensor) -> Result<()> {
+    pub fn start(
+        &mut self,
+        record: StepRecord,
+        losses: &[Tensor],
+        grad_norm: &Tensor,
+    ) -> Result<()> {
         let mut tensors: Vec<&Tensor> = losses.iter().collect();
         tensors.push(grad_norm);
         self.read.start(&tensors)?;

@@ -18,6 +18,7 @@ pub struct Slot<'a> {
 
 /// `min(1, max_norm / (norm + 1e-6))` in f32: the factor that clips gradients to a global norm
 /// of `max_norm`.
+#[allow(clippy::manual_clamp)]
 pub fn clip_factor(norm: f32, max_norm: f32) -> f32 {
     // max then min, not clamp: a NaN norm gives 0 as the tensor ops' clamp and the CUDA
     // kernel's fmaxf/fminf do.
