@@ -4,8 +4,10 @@
 //! A [`Device`] owns one context, one stream and one caching [`pool`]; a [`Buffer`] is a typed
 //! allocation from that pool; [`gemm`] goes through cuBLAS; [`kernels`] holds a Rust wrapper per
 //! kernel family, whose CUDA C++ lives in `cuda/kernels/*.cu` and is compiled by NVRTC at first
-//! use. CUDA libraries are loaded at run time, so this crate builds and its CPU tests run on
-//! machines without CUDA; without a GPU, [`Device::new`] returns an error.
+//! use. [`Readback`] reads small buffers to the host later, without waiting for the stream to
+//! drain; [`counters`] counts launches, cuBLAS calls and host waits. CUDA libraries are loaded
+//! at run time, so this crate builds and its CPU tests run on machines without CUDA; without a
+//! GPU, [`Device::new`] returns an error.
 
 mod blas;
 mod buffer;
