@@ -334,7 +334,7 @@ pub fn train(cfg: &Config, opts: &Options) -> Result<Summary> {
         deferred.start(record, &losses, &stats.grad_norm)?;
         if opts.profile {
             let mut c = counters::counts().since(&counted);
-            c.syncs -= laps.syncs - syncs_before;
+            c.syncs = c.syncs.saturating_sub(laps.syncs - syncs_before);
             profile.gpu = profile.gpu + c;
             profile.steps += 1;
         }
