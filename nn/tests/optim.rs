@@ -117,23 +117,25 @@ fn multi_tensor_adamw_equals_the_per_tensor_step_bit_for_bit() {
                 );
             }
             for (i, (got, (p, m, v, _))) in params.iter().zip(&want).enumerate() {
-                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                let what = format!("step {step}, parameter {i}, clip {max_grad_norm:?}");
-                assert_eq!(
-                    bits(&got.value.to_vec::<f32>().unwrap()),
-                    bits(p),
-                    "p, {what}"
-                );
-                assert_eq!(
-                    bits(&opt.m[i].to_vec::<f32>().unwrap()),
-                    bits(m),
-                    "m, {what}"
-                );
-                assert_eq!(
-                    bits(&opt.v[i].to_vec::<f32>().unwrap()),
-                    bits(v),
-                    "v, {what}"
-                );
+                let tensors = [
+                    ("p", &got.value, p),
+                    ("m", &opt.m[i], m),
+                    ("v", &opt.v[i], v),
+                ];
+                for (name, got, want) in tensors {
+                    let got = got.to_vec::<f32>().unwrap();
+                    let differ = got
+                        .iter()
+                        .zip(want.iter())
+                        .position(|(a, b)| a.to_bits() != b.to_bits());
+                    assert!(
+                        differ.is_none(),
+                        "{name} of parameter {i}, step {step}, clip {max_grad_norm:?}: element \
+                         {differ:?} is {:?}, the per-tensor step gives {:?}",
+                        differ.map(|j| got[j]),
+                        differ.map(|j| want[j])
+                    );
+                }
             }
         }
     }
