@@ -226,6 +226,7 @@ pub fn gemm(dev: &Device, args: GemmArgs<'_>) -> Result<(), CudaError> {
     let shared = handle(dev)?;
     let blas = lock(&shared);
     dev.bind()?;
+    crate::counters::blas_call();
     // SAFETY: the sizes checked above keep every matrix of every batch entry inside its buffer;
     // alpha and beta are host f32 (the handle's default pointer mode), matching the f32 compute
     // type; the handle is used under its mutex with the device's context current.

@@ -120,6 +120,7 @@ impl Device {
     /// Waits until all queued work on the device's stream has finished.
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.bind()?;
+        crate::counters::sync();
         self.inner
             .stream
             .synchronize()

@@ -4,11 +4,14 @@
 //! A [`Device`] owns one context, one stream and one caching [`pool`]; a [`Buffer`] is a typed
 //! allocation from that pool; [`gemm`] goes through cuBLAS; [`kernels`] holds a Rust wrapper per
 //! kernel family, whose CUDA C++ lives in `cuda/kernels/*.cu` and is compiled by NVRTC at first
-//! use. CUDA libraries are loaded at run time, so this crate builds and its CPU tests run on
-//! machines without CUDA; without a GPU, [`Device::new`] returns an error.
+//! use. [`Readback`] reads small buffers to the host later, without waiting for the stream to
+//! drain; [`counters`] counts launches, cuBLAS calls and host waits. CUDA libraries are loaded
+//! at run time, so this crate builds and its CPU tests run on machines without CUDA; without a
+//! GPU, [`Device::new`] returns an error.
 
 mod blas;
 mod buffer;
+pub mod counters;
 mod device;
 mod dtype;
 mod error;
@@ -17,6 +20,7 @@ pub mod kernels;
 pub mod nccl;
 mod nvrtc;
 pub mod pool;
+mod readback;
 pub mod timing;
 
 pub use blas::{gemm, GemmArgs, MatmulLayout};
@@ -26,3 +30,4 @@ pub use dtype::{DType, DeviceScalar};
 pub use error::CudaError;
 pub use nvrtc::KernelSource;
 pub use pool::PoolStats;
+pub use readback::Readback;

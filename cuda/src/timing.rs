@@ -29,6 +29,7 @@ pub fn median_ms<E: From<CudaError>>(
         f()?;
         end.record(dev.stream())
             .map_err(|e| CudaError::driver("cuEventRecord", e))?;
+        crate::counters::event_wait();
         end.synchronize()
             .map_err(|e| CudaError::driver("cuEventSynchronize", e))?;
         let ms = start

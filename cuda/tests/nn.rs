@@ -1,5 +1,5 @@
 //! Network-level kernels against CPU references: embedding / index_select, RMSNorm,
-//! LayerNorm, cross-entropy, RoPE, AdamW and gradient-norm clipping.
+//! LayerNorm, cross-entropy, RoPE, the multi-tensor AdamW, global norm and accumulation.
 
 mod common;
 
@@ -7,7 +7,7 @@ use common::{assert_close, download, poisoned, rounded, to_f64, tol, upload, Rng
 use swax_cuda::kernels::cross_entropy::{cross_entropy, cross_entropy_backward};
 use swax_cuda::kernels::embedding::{embedding, embedding_backward, index_select};
 use swax_cuda::kernels::norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
-use swax_cuda::kernels::optim::{adamw_step, clip_scale, sum_squares, AdamWStep};
+use swax_cuda::kernels::optim::{adamw, add_into, global_norm, AdamWBuffers, AdamWStep};
 use swax_cuda::kernels::rope::{rope, rope_backward, RopeDims};
 use swax_cuda::DType;
 
@@ -317,70 +317,120 @@ fn rope_rotates_and_unrotates() {
     }
 }
 
+/// AdamW over many tensors in one launch (odd sizes, chunk edges, an empty one, decay on and
+/// off), clipped by the global norm, and gradient accumulation over many tensors, against f64
+/// references.
 #[test]
-fn adamw_and_clipping() {
+fn multi_tensor_adamw_norm_and_accumulation() {
     let dev = gpu!();
     let mut rng = Rng::new(24);
-    let n = 10_007;
-    let (p, g) = (rng.vec(n, -1.0, 1.0), rng.vec(n, -3.0, 3.0));
-    let (m, v) = (rng.vec(n, -0.1, 0.1), rng.vec(n, 0.0, 0.1));
-    let g2 = rng.vec(333, -1.0, 1.0);
-    let (gp, gg, gm, gv) = (
-        dev.htod(&p).unwrap(),
-        dev.htod(&g).unwrap(),
-        dev.htod(&m).unwrap(),
-        dev.htod(&v).unwrap(),
-    );
-    // sum of squares over two gradients (one bf16), then the clip factor.
-    let mut sumsq = poisoned(&dev, DType::F32, 1);
-    sum_squares(&dev, &gg, &mut sumsq, false).unwrap();
-    sum_squares(&dev, &upload(&dev, DType::BF16, &g2), &mut sumsq, true).unwrap();
-    let want_sq: f64 = g
+    let sizes = [10_007, 1, 4096, 4097, 0, 3, 8191, 333];
+    let host = |n: usize, rng: &mut Rng| {
+        (
+            rng.vec(n, -1.0, 1.0),
+            rng.vec(n, -3.0, 3.0),
+            rng.vec(n, -0.1, 0.1),
+            rng.vec(n, 0.0, 0.1),
+        )
+    };
+    let data: Vec<_> = sizes.iter().map(|&n| host(n, &mut rng)).collect();
+    let up = |v: &[f32]| dev.htod(v).unwrap();
+    let mut bufs: Vec<_> = data
         .iter()
-        .chain(&rounded(DType::BF16, &g2))
+        .map(|(p, g, m, v)| (up(p), up(g), up(m), up(v)))
+        .collect();
+
+    let mut norm = poisoned(&dev, DType::F32, 1);
+    let grads: Vec<&swax_cuda::Buffer> = bufs.iter().map(|b| &b.1).collect();
+    global_norm(&dev, &grads, &mut norm).unwrap();
+    let want_sq: f64 = data
+        .iter()
+        .flat_map(|d| d.1.iter())
         .map(|&x| x as f64 * x as f64)
         .sum();
     assert_close(
-        "sum_squares",
-        &download(&dev, &sumsq),
-        &[want_sq],
-        (1e-5, 0.0),
-    );
-    let max_norm = 5.0f32;
-    let mut scale = poisoned(&dev, DType::F32, 1);
-    clip_scale(&dev, &sumsq, max_norm, &mut scale).unwrap();
-    let want_scale = (max_norm as f64 / (want_sq.sqrt() + 1e-6)).min(1.0);
-    assert_close(
-        "clip_scale",
-        &download(&dev, &scale),
-        &[want_scale],
+        "global_norm",
+        &download(&dev, &norm),
+        &[want_sq.sqrt()],
         (1e-5, 0.0),
     );
 
-    let hp = AdamWStep {
-        lr: 1e-2,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-        step: 3,
-    };
-    let (mut gp, mut gm, mut gv) = (gp, gm, gv);
-    adamw_step(&dev, hp, &mut gp, &gg, &mut gm, &mut gv, Some(&scale)).unwrap();
-    let (b1, b2) = (hp.beta1, hp.beta2);
-    let (bc1, bc2) = (1.0 - b1.powi(3), 1.0 - b2.powi(3));
-    let (mut wp, mut wm, mut wv) = (vec![], vec![], vec![]);
-    for i in 0..n {
-        let gi = g[i] as f64 * want_scale;
-        let mi = b1 * m[i] as f64 + (1.0 - b1) * gi;
-        let vi = b2 * v[i] as f64 + (1.0 - b2) * gi * gi;
-        let pi = p[i] as f64 * (1.0 - hp.lr * hp.weight_decay)
-            - hp.lr * (mi / bc1) / ((vi / bc2).sqrt() + hp.eps);
-        wp.push(pi);
-        wm.push(mi);
-        wv.push(vi);
+    for (clip, step) in [(Some(5.0f32), 3), (None, 4)] {
+        let hp = AdamWStep {
+            lr: 1e-2,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            step,
+        };
+        let before: Vec<_> = bufs
+            .iter()
+            .map(|b| {
+                (
+                    download(&dev, &b.0),
+                    download(&dev, &b.2),
+                    download(&dev, &b.3),
+                )
+            })
+            .collect();
+        let mut params: Vec<AdamWBuffers> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, (p, g, m, v))| AdamWBuffers {
+                param: p,
+                grad: g,
+                m,
+                v,
+                decay: i % 2 == 0,
+            })
+            .collect();
+        adamw(&dev, hp, &mut params, clip.map(|c| (&norm, c))).unwrap();
+        let scale = clip.map_or(1.0, |c| (c as f64 / (want_sq.sqrt() + 1e-6)).min(1.0));
+        let (b1, b2) = (hp.beta1, hp.beta2);
+        let (bc1, bc2) = (1.0 - b1.powi(step as i32), 1.0 - b2.powi(step as i32));
+        for (i, ((p, m, v), (gp, _, gm, gv))) in before.iter().zip(&bufs).enumerate() {
+            let wd = if i % 2 == 0 { hp.weight_decay } else { 0.0 };
+            let (mut wp, mut wm, mut wv) = (vec![], vec![], vec![]);
+            for j in 0..p.len() {
+                let gj = data[i].1[j] as f64 * scale;
+                let mj = b1 * m[j] as f64 + (1.0 - b1) * gj;
+                let vj = b2 * v[j] as f64 + (1.0 - b2) * gj * gj;
+                wp.push(
+                    p[j] as f64 * (1.0 - hp.lr * wd)
+                        - hp.lr * (mj / bc1) / ((vj / bc2).sqrt() + hp.eps),
+                );
+                wm.push(mj);
+                wv.push(vj);
+            }
+            let what = |x: &str| format!("adamw {x} of tensor {i} (n {}, clip {clip:?})", p.len());
+            assert_close(&what("p"), &download(&dev, gp), &wp, (1e-5, 1e-6));
+            assert_close(&what("m"), &download(&dev, gm), &wm, (1e-5, 1e-6));
+            assert_close(&what("v"), &download(&dev, gv), &wv, (1e-5, 1e-7));
+        }
     }
-    assert_close("adamw p", &download(&dev, &gp), &wp, (1e-5, 1e-6));
-    assert_close("adamw m", &download(&dev, &gm), &wm, (1e-5, 1e-6));
-    assert_close("adamw v", &download(&dev, &gv), &wv, (1e-5, 1e-7));
+
+    let addends: Vec<Vec<f32>> = sizes.iter().map(|&n| rng.vec(n, -1.0, 1.0)).collect();
+    let xs: Vec<_> = addends.iter().map(|a| up(a)).collect();
+    let want: Vec<Vec<f64>> = bufs
+        .iter()
+        .zip(&addends)
+        .map(|(b, a)| {
+            download(&dev, &b.1)
+                .iter()
+                .zip(a)
+                .map(|(&g, &x)| g as f64 + x as f64)
+                .collect()
+        })
+        .collect();
+    let mut acc: Vec<&mut swax_cuda::Buffer> = bufs.iter_mut().map(|b| &mut b.1).collect();
+    add_into(&dev, &mut acc, &xs.iter().collect::<Vec<_>>()).unwrap();
+    for (i, (b, w)) in bufs.iter().zip(&want).enumerate() {
+        assert_close(
+            &format!("add_into {i}"),
+            &download(&dev, &b.1),
+            w,
+            (1e-6, 0.0),
+        );
+    }
 }

@@ -1,9 +1,9 @@
 //! Parameters: a flat, named list of f32 master tensors that layers refer to by index, and the
 //! per-step view of them a forward pass reads.
 //!
-//! Tensors are immutable, so an optimizer step replaces each value; layers hold a [`ParamId`]
-//! rather than a tensor, and read the current value through a [`Weights`] built for each step.
-//! That view is where the precision policy lives: it watches every master tensor on the tape and,
+//! Layers hold a [`ParamId`] rather than a tensor, and read the current value through a
+//! [`Weights`] built for each step; the optimizer writes the values in place once the step's
+//! `Weights` (and its tape, which hold clones of them) are gone. That view is where the precision policy lives: it watches every master tensor on the tape and,
 //! when the compute dtype is bf16, casts it (`tape.to_dtype`, whose backward casts the gradient
 //! back to f32), so gradients always arrive in f32 keyed by the master tensor.
 use swax_autograd::Tape;
@@ -97,6 +97,11 @@ impl Params {
 
     pub fn get(&self, id: ParamId) -> &Tensor {
         &self.entries[id.0].value
+    }
+
+    /// Each value to write in place (the optimizer), with whether it decays.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&mut Tensor, bool)> {
+        self.entries.iter_mut().map(|p| (&mut p.value, p.decay))
     }
 
     /// Replaces the value at position `index` (an optimizer step, a loaded checkpoint).

@@ -148,17 +148,28 @@ pub trait Backend: Sized {
     /// backward).
     fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self>;
 
-    /// One AdamW step: `self` the f32 parameters; grad, m, v f32 of the same length; grad_scale
-    /// f32 `[1]` multiplying the gradient as it is read (global-norm clipping, no host sync).
-    /// Returns the new (p, m, v).
+    /// One AdamW step (see [`AdamWStep`]) in place over every parameter of `params`: each
+    /// slot's param, m and v are written, its grad read; all f32, one length per slot. With
+    /// `clip = Some((norm, max_norm))` every gradient is multiplied by
+    /// `min(1, max_norm / (norm + 1e-6))`, `norm` an f32 `[1]` read where it lies (no host sync).
     fn adamw(
-        &self,
-        grad: &Self,
-        m: &Self,
-        v: &Self,
-        grad_scale: &Self,
+        params: &mut [AdamWSlot<'_, Self>],
+        clip: Option<(&Self, f64)>,
         hp: AdamWStep,
-    ) -> Result<(Self, Self, Self)>;
-    /// `sum(x^2)` as f32 `[1]`, accumulated in a fixed order (deterministic).
-    fn sum_squares(&self) -> Result<Self>;
+    ) -> Result<()>;
+    /// `sqrt(sum of the squares of every element of every x)`, the x all f32 on one device, as
+    /// an f32 `[1]` there; accumulated in a fixed order (deterministic).
+    fn global_norm(xs: &[&Self]) -> Result<Self>;
+    /// `acc[i] += xs[i]` in place for every pair, f32 buffers of equal lengths.
+    fn add_into(acc: &mut [&mut Self], xs: &[&Self]) -> Result<()>;
+}
+
+/// One parameter's storages for [`Backend::adamw`]: param, m and v are written in place.
+pub struct AdamWSlot<'a, S> {
+    pub param: &'a mut S,
+    pub grad: &'a S,
+    pub m: &'a mut S,
+    pub v: &'a mut S,
+    /// Whether weight decay applies to it.
+    pub decay: bool,
 }

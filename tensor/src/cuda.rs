@@ -598,36 +598,44 @@ impl Backend for CudaStorage {
     }
 
     fn adamw(
-        &self,
-        grad: &Self,
-        m: &Self,
-        v: &Self,
-        grad_scale: &Self,
+        params: &mut [AdamWSlot<'_, Self>],
+        clip: Option<(&Self, f64)>,
         hp: AdamWStep,
-    ) -> Result<(Self, Self, Self)> {
-        // Tensors are immutable: the kernel updates fresh copies in place.
-        let dev = self.dev();
-        let fresh = |src: &Buffer| -> Result<Buffer> {
-            let mut dst = self.alloc(src.dtype(), src.len())?;
-            dev.copy(src, &mut dst)?;
-            Ok(dst)
+    ) -> Result<()> {
+        let Some(dev) = params.first().map(|s| s.param.dev().clone()) else {
+            return Ok(());
         };
-        let (mut p, mut m2, mut v2) = (fresh(&self.buf)?, fresh(&m.buf)?, fresh(&v.buf)?);
-        k::optim::adamw_step(
-            dev,
-            hp,
-            &mut p,
-            &grad.buf,
-            &mut m2,
-            &mut v2,
-            Some(&grad_scale.buf),
-        )?;
-        Ok((Self::wrap(p), Self::wrap(m2), Self::wrap(v2)))
+        let mut bufs: Vec<k::optim::AdamWBuffers> = params
+            .iter_mut()
+            .map(|s| k::optim::AdamWBuffers {
+                param: &mut s.param.buf,
+                grad: &s.grad.buf,
+                m: &mut s.m.buf,
+                v: &mut s.v.buf,
+                decay: s.decay,
+            })
+            .collect();
+        let clip = clip.map(|(norm, max_norm)| (&norm.buf, max_norm as f32));
+        Ok(k::optim::adamw(&dev, hp, &mut bufs, clip)?)
     }
 
-    fn sum_squares(&self) -> Result<Self> {
-        self.output(DType::F32, 1, |out| {
-            k::optim::sum_squares(self.dev(), &self.buf, out, false)
+    fn global_norm(xs: &[&Self]) -> Result<Self> {
+        let first = xs.first().ok_or_else(|| Error::Invalid {
+            op: "global_norm",
+            msg: "no tensors".into(),
+        })?;
+        let bufs: Vec<&Buffer> = xs.iter().map(|x| &x.buf).collect();
+        first.output(DType::F32, 1, |out| {
+            k::optim::global_norm(first.dev(), &bufs, out)
         })
+    }
+
+    fn add_into(acc: &mut [&mut Self], xs: &[&Self]) -> Result<()> {
+        let Some(dev) = acc.first().map(|a| a.dev().clone()) else {
+            return Ok(());
+        };
+        let mut bufs: Vec<&mut Buffer> = acc.iter_mut().map(|a| &mut a.buf).collect();
+        let xs: Vec<&Buffer> = xs.iter().map(|x| &x.buf).collect();
+        Ok(k::optim::add_into(&dev, &mut bufs, &xs)?)
     }
 }

@@ -27,9 +27,99 @@ macro_rules! same_device {
     };
 }
 
+/// [`same_device!`] for an operand written in place.
+macro_rules! same_device_mut {
+    ($name:ident, $variant:ident, $t:ty) => {
+        fn $name(&mut self, op: &'static str, lhs: Device) -> Result<&mut $t> {
+            let rhs = self.device();
+            match self {
+                Storage::$variant(s) if rhs == lhs => Ok(s),
+                _ => Err(Error::DeviceMismatch { op, lhs, rhs }),
+            }
+        }
+    };
+}
+
+/// A device's storage taken out of `Storage`: how the many-tensor calls (`adamw`,
+/// `global_norm`, `add_into`) run one generic body on either device.
+trait DeviceStorage: Backend + Into<Storage> {
+    fn of<'a>(s: &'a Storage, op: &'static str, device: Device) -> Result<&'a Self>;
+    fn of_mut<'a>(s: &'a mut Storage, op: &'static str, device: Device) -> Result<&'a mut Self>;
+}
+
+impl DeviceStorage for CpuStorage {
+    fn of<'a>(s: &'a Storage, op: &'static str, device: Device) -> Result<&'a Self> {
+        s.cpu(op, device)
+    }
+    fn of_mut<'a>(s: &'a mut Storage, op: &'static str, device: Device) -> Result<&'a mut Self> {
+        s.cpu_mut(op, device)
+    }
+}
+
+impl DeviceStorage for CudaStorage {
+    fn of<'a>(s: &'a Storage, op: &'static str, device: Device) -> Result<&'a Self> {
+        s.cuda(op, device)
+    }
+    fn of_mut<'a>(s: &'a mut Storage, op: &'static str, device: Device) -> Result<&'a mut Self> {
+        s.cuda_mut(op, device)
+    }
+}
+
+fn adamw_on<T: DeviceStorage>(
+    device: Device,
+    params: &mut [AdamWSlot<'_, Storage>],
+    clip: Option<(&Storage, f64)>,
+    hp: AdamWStep,
+) -> Result<()> {
+    const OP: &str = "adamw";
+    let mut slots = params
+        .iter_mut()
+        .map(|s| {
+            Ok(AdamWSlot {
+                param: T::of_mut(s.param, OP, device)?,
+                grad: T::of(s.grad, OP, device)?,
+                m: T::of_mut(s.m, OP, device)?,
+                v: T::of_mut(s.v, OP, device)?,
+                decay: s.decay,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let clip = match clip {
+        Some((norm, max_norm)) => Some((T::of(norm, OP, device)?, max_norm)),
+        None => None,
+    };
+    T::adamw(&mut slots, clip, hp)
+}
+
+fn global_norm_on<T: DeviceStorage>(device: Device, xs: &[&Storage]) -> Result<Storage> {
+    let xs = xs
+        .iter()
+        .map(|x| T::of(x, "global_norm", device))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(T::global_norm(&xs)?.into())
+}
+
+fn add_into_on<T: DeviceStorage>(
+    device: Device,
+    acc: &mut [&mut Storage],
+    xs: &[&Storage],
+) -> Result<()> {
+    let mut acc = acc
+        .iter_mut()
+        .map(|a| T::of_mut(a, "add_into", device))
+        .collect::<Result<Vec<_>>>()?;
+    let xs = xs
+        .iter()
+        .map(|x| T::of(x, "add_into", device))
+        .collect::<Result<Vec<_>>>()?;
+    T::add_into(&mut acc, &xs)
+}
+
 impl Storage {
     same_device!(cpu, Cpu, CpuStorage);
     same_device!(cuda, Cuda, CudaStorage);
+    same_device_mut!(cpu_mut, Cpu, CpuStorage);
+    same_device_mut!(cuda_mut, Cuda, CudaStorage);
 
     pub fn as_cpu(&self) -> Option<&CpuStorage> {
         match self {
@@ -346,18 +436,33 @@ impl Backend for Storage {
     }
 
     fn adamw(
-        &self,
-        grad: &Self,
-        m: &Self,
-        v: &Self,
-        grad_scale: &Self,
+        params: &mut [AdamWSlot<'_, Self>],
+        clip: Option<(&Self, f64)>,
         hp: AdamWStep,
-    ) -> Result<(Self, Self, Self)> {
-        forward!("adamw", self, [grad, m, v, grad_scale], |s| s
-            .adamw(grad, m, v, grad_scale, hp))
+    ) -> Result<()> {
+        match params.first().map(|s| s.param.device()) {
+            None => Ok(()),
+            Some(Device::Cpu) => adamw_on::<CpuStorage>(Device::Cpu, params, clip, hp),
+            Some(d) => adamw_on::<CudaStorage>(d, params, clip, hp),
+        }
     }
 
-    fn sum_squares(&self) -> Result<Self> {
-        forward!("sum_squares", self, [], |s| s.sum_squares())
+    fn global_norm(xs: &[&Self]) -> Result<Self> {
+        match xs.first().map(|x| x.device()) {
+            None => Err(Error::Invalid {
+                op: "global_norm",
+                msg: "no tensors".into(),
+            }),
+            Some(Device::Cpu) => global_norm_on::<CpuStorage>(Device::Cpu, xs),
+            Some(d) => global_norm_on::<CudaStorage>(d, xs),
+        }
+    }
+
+    fn add_into(acc: &mut [&mut Self], xs: &[&Self]) -> Result<()> {
+        match acc.first().map(|a| a.device()) {
+            None => Ok(()),
+            Some(Device::Cpu) => add_into_on::<CpuStorage>(Device::Cpu, acc, xs),
+            Some(d) => add_into_on::<CudaStorage>(d, acc, xs),
+        }
     }
 }

@@ -105,6 +105,33 @@ impl Tensor {
         &self.storage
     }
 
+    /// The storage, to write in place (the optimizer's ops); an error naming `op` when another
+    /// tensor shares it (a clone or a view of this one is alive), whose values would change too.
+    pub(crate) fn storage_mut(&mut self, op: &'static str) -> Result<&mut Storage> {
+        let shape = self.shape.clone();
+        Arc::get_mut(&mut self.storage).ok_or_else(|| Error::Invalid {
+            op,
+            msg: format!(
+                "the buffer of a {shape} tensor is shared with another tensor (a clone or a view \
+                 of it is alive), so it cannot be written in place"
+            ),
+        })
+    }
+
+    /// This tensor, or a copy of it where its buffer is shared: a tensor that in-place ops may
+    /// write without changing any other.
+    pub fn into_unique(mut self) -> Result<Tensor> {
+        if Arc::get_mut(&mut self.storage).is_some() {
+            return Ok(self);
+        }
+        let layout = crate::backend::StridedLayout {
+            shape: self.dims().to_vec(),
+            strides: self.shape.strides(),
+            offset: 0,
+        };
+        Ok(self.with_storage(self.storage.copy_strided(&layout)?, self.shape.clone()))
+    }
+
     fn on(device: Device, cpu: CpuStorage, shape: Shape) -> Result<Tensor> {
         Tensor::new(Storage::Cpu(cpu), shape).to_device(device)
     }

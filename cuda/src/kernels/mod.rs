@@ -168,6 +168,7 @@ pub unsafe fn launch(
     assert!(args.len() <= MAX_ARGS, "kernel {name}: too many arguments");
     let f = dev.function(src, name, cfg.shared)?;
     dev.bind()?;
+    crate::counters::launch();
     let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
     for (p, a) in params.iter_mut().zip(args) {
         *p = a.as_param();

@@ -35,6 +35,7 @@ impl SegmentDriver for CudaSegments {
     }
 
     fn wait_idle(&mut self) -> Result<(), CudaError> {
+        crate::counters::sync();
         self.stream
             .synchronize()
             .map_err(|e| CudaError::driver("cuStreamSynchronize", e))

@@ -50,7 +50,8 @@ pub struct TrainArgs {
     #[arg(long)]
     quiet: bool,
     /// Time the phases of each step (data, forward, backward, optimizer) with the device
-    /// synchronized between them, and print where the time went. Slows training a little.
+    /// synchronized between them, and print where the time went, and (on the GPU) the kernel
+    /// launches, cuBLAS calls and host syncs a step makes. Slows training a little.
     #[arg(long)]
     profile: bool,
     /// Train on this many GPUs of this machine, one process each, through NCCL (the global

@@ -200,7 +200,12 @@ impl<'a> StepGrads<'a> {
                 return Ok(());
             };
             self.sums[i] = Some(match self.sums[i].take() {
-                Some(sum) => sum.add(g)?,
+                // In place: the sum is this step's own buffer (copied once if still shared).
+                Some(sum) => {
+                    let mut sum = sum.into_unique()?;
+                    Tensor::add_in_place(&mut [&mut sum], &[g])?;
+                    sum
+                }
                 None => g.clone(),
             });
             if last {

@@ -3,9 +3,12 @@
 //! exact resume, metrics as JSON lines, a progress bar, and a summary at the end.
 //!
 //! One step: draw the window (`window.rs`), run `grad_accum` micro-batches each on its own tape
-//! (loss scaled by 1/grad_accum, gradients summed), check the loss is finite (else stop, writing
-//! nothing: the last checkpoint stays the last good one), take the AdamW step, log. The host
-//! waits for the device once a step, to read the loss and the gradient norm it logs.
+//! (loss scaled by 1/grad_accum, gradients summed in place; with several ranks, each runs its
+//! share of them and the sums go over the ranks: `distributed.rs`), take the AdamW step, and queue the
+//! reads of the step's loss and gradient norm (`deferred.rs`). They are collected and logged a
+//! step late, after the next step is queued, so the host never waits for the device to drain;
+//! a non-finite value stops the run, writing nothing more (the last checkpoint stays the last
+//! good one: values are collected before every checkpoint).
 //!
 //! Exact resume: everything a step depends on is in the checkpoint or a function of the step
 //! (the window's draw, the learning rate), and the CPU kernels are deterministic, so a resumed
@@ -15,6 +18,7 @@
 //! lower bound on the memory it needs is checked against what the device has (`memory`).
 pub mod checkpoint;
 pub mod data;
+pub mod deferred;
 pub mod distributed;
 pub mod memory;
 pub mod metrics;
@@ -31,6 +35,7 @@ use serde_json::json;
 use swax_autograd::Tape;
 use swax_nn::optim::{AdamW, AdamWConfig, Schedule};
 use swax_nn::Weights;
+use swax_tensor::counters::{self, Counts};
 use swax_tensor::{DType, Device};
 
 use crate::batch;
@@ -38,6 +43,7 @@ use crate::config::Config;
 use crate::model::Model;
 use crate::window::WindowSchedule;
 use checkpoint::{DataRecord, State};
+use deferred::{Deferred, StepRecord, StepResult};
 use distributed::{Buckets, Collective, Solo, StepGrads};
 use metrics::Metrics;
 use run_dir::RunDir;
@@ -74,8 +80,13 @@ pub struct StepProfile {
     pub forward: f64,
     /// The tape's backward and gathering the gradients.
     pub backward: f64,
-    /// Clipping and the AdamW update.
+    /// Clipping and the AdamW update, and collecting the step before's loss and norm.
     pub optimizer: f64,
+    /// Steps profiled.
+    pub steps: u64,
+    /// What the steps asked of the GPU, summed (all zero on the CPU, which runs no kernels of
+    /// swax-cuda), less the profiler's own syncs.
+    pub gpu: Counts,
 }
 
 /// A stopwatch that, when on, synchronizes the device before reading the clock, so each lap is
@@ -84,6 +95,8 @@ struct Laps {
     device: Device,
     on: bool,
     last: Instant,
+    /// The device syncs the laps made, left out of the profile's counts.
+    syncs: u64,
 }
 
 impl Laps {
@@ -92,6 +105,9 @@ impl Laps {
             return Ok(0.0);
         }
         self.device.synchronize()?;
+        if matches!(self.device, Device::Cuda(_)) {
+            self.syncs += 1;
+        }
         let now = Instant::now();
         let secs = (now - self.last).as_secs_f64();
         self.last = now;
@@ -286,6 +302,7 @@ fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Resul
         device,
         on: opts.profile,
         last: Instant::now(),
+        syncs: 0,
     };
     let mut profile = StepProfile::default();
     let reduce_dtype = match t.reduce_dtype.as_str() {
@@ -293,13 +310,31 @@ fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Resul
         _ => DType::F32,
     };
     let buckets = Buckets::plan(&model.params, reduce_dtype);
+    let mut deferred = Deferred::new(device, micro)?;
+    // Collects the pending step's loss and norm, sums its loss over the ranks with whether any
+    // rank was asked to stop (every rank calls this at the same points), stops on a non-finite
+    // value, logs it. Returns whether the ranks are to stop.
+    let settle = |deferred: &mut Deferred,
+                  metrics: &mut Metrics,
+                  group: &mut dyn Collective|
+     -> Result<bool> {
+        let Some(r) = deferred.collect()? else {
+            return Ok(false);
+        };
+        let asked = f64::from(u8::from(opts.stop.load(Ordering::SeqCst)));
+        let summed = group.sum_host(&[r.loss_sum, asked])?;
+        log_step(&r, summed[0] / t.grad_accum as f64, metrics, &bar, run)?;
+        Ok(summed[1] > 0.0)
+    };
 
     for step in start_step..end {
         let step_clock = Instant::now();
+        let counted = counters::counts();
+        let syncs_before = laps.syncs;
         laps.lap()?;
         let window = windows.window(step);
         let lr = lrs.lr(step);
-        let mut loss_sum = 0.0;
+        let mut losses = Vec::with_capacity(micro);
         let mut grads = StepGrads::new(&buckets, &model.params);
         for i in 0..micro {
             let batch = data.train.next_batch()?;
@@ -312,48 +347,44 @@ fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Resul
             let scaled = tape.scale(&loss, 1.0 / t.grad_accum as f64)?;
             grads.backward(&tape, &scaled, i + 1 == micro, group)?;
             profile.backward += laps.lap()?;
-            loss_sum += loss.to_scalar()?;
+            losses.push(loss);
         }
         let grads = grads.finish(&model.params, group)?;
         profile.backward += laps.lap()?;
-        // Every rank's losses, and whether any was asked to stop: all stop at the same step.
-        let asked = f64::from(u8::from(opts.stop.load(Ordering::SeqCst)));
-        let summed = group.sum_host(&[loss_sum, asked])?;
-        let loss = summed[0] / t.grad_accum as f64;
-        if !loss.is_finite() {
-            bar.abandon();
-            let kept = checkpoint::latest(run).map_or("none was written yet".to_string(), |d| {
-                d.display().to_string()
-            });
-            return Err(format!(
-                "the loss is {loss} at step {step} (window {window}, lr {lr:.3e}): stopping. The \
-                 last good checkpoint is kept ({kept}); try a lower optim.lr or \
-                 optim.grad_clip, or train.dtype=\"f32\""
-            )
-            .into());
-        }
         let stats = opt.step(&mut model.params, &grads, lr)?;
-        let grad_norm = stats.grad_norm.to_scalar()?;
-        profile.optimizer += laps.lap()?;
         state.step = step + 1;
         state.adamw_step = opt.step;
         state.tokens_seen += tokens_per_step;
         state.loader = data.train.state();
+        // The step before's reads were queued ahead of this step's work: waiting for them
+        // leaves this step running.
+        interrupted |= settle(&mut deferred, &mut metrics, group)?;
+        profile.optimizer += laps.lap()?;
         state.elapsed_s = elapsed_before + clock.elapsed().as_secs_f64();
-        let tok_s = tokens_per_step as f64 / step_clock.elapsed().as_secs_f64().max(1e-9);
-        let mut record = json!({
-            "step": state.step, "loss": loss, "lr": lr, "window": window,
-            "grad_norm": grad_norm, "tokens": state.tokens_seen, "tokens_per_s": tok_s,
-            "elapsed_s": state.elapsed_s,
-        });
-        if let Some(s) = group.exposed_s() {
-            record["allreduce_exposed_s"] = json!(s);
+        let record = StepRecord {
+            step,
+            window,
+            lr,
+            tokens: state.tokens_seen,
+            tokens_per_s: tokens_per_step as f64 / step_clock.elapsed().as_secs_f64().max(1e-9),
+            elapsed_s: state.elapsed_s,
+            allreduce_exposed_s: group.exposed_s(),
+        };
+        deferred.start(record, &losses, &stats.grad_norm)?;
+        if opts.profile {
+            let mut c = counters::counts().since(&counted);
+            c.syncs = c.syncs.saturating_sub(laps.syncs - syncs_before);
+            profile.gpu = profile.gpu + c;
+            profile.steps += 1;
         }
-        metrics.log(record)?;
 
         let done = state.step == end;
-        let due = rank0 && ((t.eval_every > 0 && state.step % t.eval_every == 0) || done);
+        let due = (t.eval_every > 0 && state.step % t.eval_every == 0) || done;
         if due {
+            // Validation reads the parameters this step made: they must be finite.
+            interrupted |= settle(&mut deferred, &mut metrics, group)?;
+        }
+        if due && rank0 {
             // At w_long, and at this step's window: a model that trained only at a short window
             // is judged at its own window too.
             let mut val_windows = vec![t.w_long, window];
@@ -382,22 +413,24 @@ fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Resul
                     "recall_far_n": r.far.0,
                 }))?;
             }
+            if let Some(v) = val_loss {
+                bar.set_message(format!("val {v:.4}"));
+            }
         }
-        interrupted = summed[1] > 0.0;
         let save = done || interrupted || (t.save_every > 0 && state.step % t.save_every == 0);
+        if save {
+            // Never save parameters whose step has not been seen finite.
+            interrupted |= settle(&mut deferred, &mut metrics, group)?;
+        }
         if save && rank0 {
             checkpoint::save(run, cfg, &model.params, &opt, &state)?;
         }
         bar.set_position(state.step);
-        bar.set_message(format!(
-            "loss {loss:.4}{} | w {window:>4} | {:.0} tok/s",
-            val_loss.map_or(String::new(), |v| format!(" val {v:.4}")),
-            tok_s
-        ));
         if interrupted {
             break;
         }
     }
+    settle(&mut deferred, &mut metrics, group)?;
     bar.finish_and_clear();
     // The final step's validation scored the probes: that is the recall after training.
     let recall_after = match state.step == t.steps {
@@ -425,6 +458,55 @@ fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Resul
     .map_err(|e| format!("{}: {e}", run.join("loss.svg").display()))?;
     swax_nn::checkpoint::write_atomic(&run.join("summary.txt"), summary.report().as_bytes())?;
     Ok(summary)
+}
+
+/// Logs a step whose values have reached the host, or stops the run at a non-finite one.
+fn log_step(
+    r: &StepResult,
+    loss: f64,
+    metrics: &mut Metrics,
+    bar: &ProgressBar,
+    run: &Path,
+) -> Result<()> {
+    let StepRecord {
+        step,
+        window,
+        lr,
+        tokens,
+        tokens_per_s,
+        elapsed_s,
+        allreduce_exposed_s,
+    } = r.record;
+    // A non-finite loss or gradient norm made the step's update non-finite too.
+    if !(loss.is_finite() && r.grad_norm.is_finite()) {
+        bar.abandon();
+        let kept = checkpoint::latest(run).map_or("none was written yet".to_string(), |d| {
+            d.display().to_string()
+        });
+        let what = match loss.is_finite() {
+            true => format!("the gradient norm is {}", r.grad_norm),
+            false => format!("the loss is {loss}"),
+        };
+        return Err(format!(
+            "{what} at step {step} (window {window}, lr {lr:.3e}): stopping. The last good \
+             checkpoint is kept ({kept}); try a lower optim.lr or optim.grad_clip, or \
+             train.dtype=\"f32\""
+        )
+        .into());
+    }
+    let mut line = json!({
+        "step": step + 1, "loss": loss, "lr": lr, "window": window,
+        "grad_norm": r.grad_norm, "tokens": tokens, "tokens_per_s": tokens_per_s,
+        "elapsed_s": elapsed_s,
+    });
+    if let Some(s) = allreduce_exposed_s {
+        line["allreduce_exposed_s"] = json!(s);
+    }
+    metrics.log(line)?;
+    bar.set_message(format!(
+        "loss {loss:.4} | w {window:>4} | {tokens_per_s:.0} tok/s"
+    ));
+    Ok(())
 }
 
 /// The mean training loss of the run's last (up to) 20 steps up to `step`, from its metrics, so
@@ -583,6 +665,22 @@ impl Summary {
                 share(p.backward),
                 share(p.optimizer)
             );
+            s += &match self.device {
+                Device::Cpu => "GPU launches and syncs: none (the CPU runs no kernels)\n".into(),
+                Device::Cuda(_) => {
+                    let per = |n: u64| n as f64 / p.steps.max(1) as f64;
+                    format!(
+                        "per step, over {} steps: {:.1} kernel launches, {:.1} cuBLAS calls, \
+                         {:.1} host syncs (not counting the profiler's own), {:.1} waits on \
+                         deferred reads\n",
+                        p.steps,
+                        per(p.gpu.launches),
+                        per(p.gpu.blas_calls),
+                        per(p.gpu.syncs),
+                        per(p.gpu.event_waits)
+                    )
+                }
+            };
         }
         if self.interrupted || self.steps < self.total_steps {
             s += &format!("continue with: swax train --out {run} --resume\n");

@@ -1,13 +1,15 @@
 //! AdamW (decoupled weight decay; none on norms, biases and gate constants) with gradient
 //! clipping by global norm, on whichever device holds the parameters.
 //!
-//! The step never waits for the device: the global norm is summed into a one-element tensor,
-//! the clipping factor `min(1, max_norm / (norm + 1e-6))` computed from it on the device, and the
-//! fused AdamW op multiplies each gradient by that factor as it reads it. The norm tensor is
-//! handed back, so the caller reads it (a sync) only when it logs.
+//! A step is three launches on the GPU, whatever the number of parameters, and never waits for
+//! the device: the global norm of every gradient in one f32 (two), then one multi-tensor AdamW
+//! update that writes every parameter and both moments in place, scaling each gradient by the
+//! clipping factor `min(1, max_norm / (norm + 1e-6))` it reads from that norm on the device.
+//! The norm tensor is handed back, so the caller reads it (a sync, or a deferred read) only
+//! when it logs.
 use crate::params::Params;
 use swax_tensor::backend::AdamWStep;
-use swax_tensor::{DType, Error, Result, Tensor};
+use swax_tensor::{AdamWParam, Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AdamWConfig {
@@ -48,66 +50,50 @@ impl AdamW {
         })
     }
 
-    /// One step at learning rate `lr` from `grads` (one f32 gradient per parameter, in order).
+    /// One step at learning rate `lr` from `grads` (one f32 gradient per parameter, in order),
+    /// writing the parameters and the moments in place: an error, changing nothing, when one of
+    /// their buffers is shared with another tensor (a clone of the parameters, a view of a
+    /// moment).
     pub fn step(&mut self, params: &mut Params, grads: &[Tensor], lr: f64) -> Result<StepStats> {
-        if grads.len() != params.len() {
+        if grads.len() != params.len() || self.m.len() != params.len() {
             return Err(Error::Invalid {
                 op: "AdamW::step",
-                msg: format!("{} gradients for {} parameters", grads.len(), params.len()),
+                msg: format!(
+                    "{} gradients and {} moments for {} parameters",
+                    grads.len(),
+                    self.m.len(),
+                    params.len()
+                ),
             });
         }
         let grad_norm = global_norm(grads)?;
-        let scale = match self.cfg.max_grad_norm {
-            Some(max) => clip_factor(&grad_norm, max)?,
-            None => grad_norm.ones_like()?,
+        let hp = AdamWStep {
+            lr,
+            beta1: self.cfg.beta1,
+            beta2: self.cfg.beta2,
+            eps: self.cfg.eps,
+            weight_decay: self.cfg.weight_decay,
+            step: self.step + 1,
         };
-        self.step += 1;
-        let updates: Vec<(Tensor, Tensor, Tensor)> = params
-            .iter()
+        let mut slots: Vec<AdamWParam> = params
+            .iter_mut()
             .zip(grads)
-            .zip(self.m.iter().zip(&self.v))
-            .map(|((p, g), (m, v))| {
-                let hp = AdamWStep {
-                    lr,
-                    beta1: self.cfg.beta1,
-                    beta2: self.cfg.beta2,
-                    eps: self.cfg.eps,
-                    weight_decay: if p.decay { self.cfg.weight_decay } else { 0.0 },
-                    step: self.step,
-                };
-                p.value.adamw(g, m, v, &scale, hp)
+            .zip(self.m.iter_mut().zip(self.v.iter_mut()))
+            .map(|(((value, decay), grad), (m, v))| AdamWParam {
+                param: value,
+                grad,
+                m,
+                v,
+                decay,
             })
-            .collect::<Result<_>>()?;
-        for (i, (p, m, v)) in updates.into_iter().enumerate() {
-            params.set(i, p);
-            self.m[i] = m;
-            self.v[i] = v;
-        }
+            .collect();
+        Tensor::adamw(&mut slots, &grad_norm, self.cfg.max_grad_norm, hp)?;
+        self.step += 1;
         Ok(StepStats { grad_norm })
     }
 }
 
 /// `sqrt(sum of every gradient's squares)`, f32 `[1]` on the gradients' device.
 pub fn global_norm(grads: &[Tensor]) -> Result<Tensor> {
-    let mut total: Option<Tensor> = None;
-    for g in grads {
-        let s = g.sum_squares()?;
-        total = Some(match total {
-            Some(t) => t.add(&s)?,
-            None => s,
-        });
-    }
-    match total {
-        Some(t) => t.sqrt(),
-        None => Err(Error::Invalid {
-            op: "global_norm",
-            msg: "no gradients".into(),
-        }),
-    }
-}
-
-/// `min(1, max_norm / (norm + 1e-6))`, on the device.
-pub fn clip_factor(norm: &Tensor, max_norm: f64) -> Result<Tensor> {
-    let max = Tensor::full(max_norm, vec![1], DType::F32, norm.device())?;
-    max.div(&norm.add_scalar(1e-6)?)?.clamp(0.0, 1.0)
+    Tensor::global_norm(&grads.iter().collect::<Vec<_>>())
 }

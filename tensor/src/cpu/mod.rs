@@ -184,6 +184,28 @@ impl CpuStorage {
     accessor!(f64, F64, f64);
     accessor!(bf16, BF16, bf16);
 
+    /// The values of f32 storage; an error naming `op` for any other dtype.
+    fn f32s(&self, op: &'static str) -> Result<&[f32]> {
+        match self {
+            CpuStorage::F32(v) => Ok(v),
+            other => Err(Error::UnsupportedDType {
+                op,
+                dtype: other.dtype(),
+            }),
+        }
+    }
+
+    /// [`CpuStorage::f32s`], to write.
+    fn f32s_mut(&mut self, op: &'static str) -> Result<&mut [f32]> {
+        match self {
+            CpuStorage::F32(v) => Ok(v),
+            other => Err(Error::UnsupportedDType {
+                op,
+                dtype: other.dtype(),
+            }),
+        }
+    }
+
     pub fn ids(&self, op: &'static str) -> Result<&[u32]> {
         match self {
             CpuStorage::U32(v) => Ok(v),
@@ -517,34 +539,43 @@ impl Backend for CpuStorage {
     }
 
     fn adamw(
-        &self,
-        grad: &Self,
-        m: &Self,
-        v: &Self,
-        grad_scale: &Self,
+        params: &mut [AdamWSlot<'_, Self>],
+        clip: Option<(&Self, f64)>,
         hp: AdamWStep,
-    ) -> Result<(Self, Self, Self)> {
-        let all = [self, grad, m, v, grad_scale];
-        if let Some(bad) = all.iter().find(|x| x.dtype() != DType::F32) {
-            return Err(Error::UnsupportedDType {
-                op: "adamw",
-                dtype: bad.dtype(),
-            });
-        }
-        let (p, m, v) = optim::adamw(
-            self.f32(),
-            grad.f32(),
-            m.f32(),
-            v.f32(),
-            grad_scale.f32()[0],
-            hp,
-        );
-        Ok((CpuStorage::F32(p), CpuStorage::F32(m), CpuStorage::F32(v)))
+    ) -> Result<()> {
+        const OP: &str = "adamw";
+        let grad_scale = match clip {
+            Some((norm, max_norm)) => optim::clip_factor(norm.f32s(OP)?[0], max_norm as f32),
+            None => 1.0,
+        };
+        let mut slots = params
+            .iter_mut()
+            .map(|s| {
+                Ok(optim::Slot {
+                    p: s.param.f32s_mut(OP)?,
+                    g: s.grad.f32s(OP)?,
+                    m: s.m.f32s_mut(OP)?,
+                    v: s.v.f32s_mut(OP)?,
+                    decay: s.decay,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        optim::adamw(&mut slots, grad_scale, hp);
+        Ok(())
     }
 
-    fn sum_squares(&self) -> Result<Self> {
-        Ok(with_floats!("sum_squares", [self], |x, _out, _s| {
-            CpuStorage::F32(vec![optim::sum_squares(&x[0]) as f32])
-        }))
+    fn global_norm(xs: &[&Self]) -> Result<Self> {
+        let xs = xs
+            .iter()
+            .map(|x| x.f32s("global_norm"))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(CpuStorage::F32(vec![optim::global_norm(&xs) as f32]))
+    }
+
+    fn add_into(acc: &mut [&mut Self], xs: &[&Self]) -> Result<()> {
+        for (a, x) in acc.iter_mut().zip(xs) {
+            optim::add_into(a.f32s_mut("add_into")?, x.f32s("add_into")?);
+        }
+        Ok(())
     }
 }

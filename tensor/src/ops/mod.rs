@@ -17,6 +17,7 @@ mod softmax;
 pub use loss::CrossEntropyStats;
 pub use mask::CAUSAL;
 pub use norm::NormStats;
+pub use optim::AdamWParam;
 
 use crate::{Error, Result, Tensor};
 

@@ -1,66 +1,110 @@
-//! The optimizer's ops: one AdamW step and the sum of squares of a gradient, each one backend
-//! call, so the optimizer runs the same on the CPU and on the GPU (where it never waits for the
-//! device).
-use crate::backend::{AdamWStep, Backend};
-use crate::{DType, Error, Result, Tensor};
+//! The optimizer's ops, each one backend call over many tensors at once, so the optimizer runs
+//! the same on the CPU and on the GPU (where it never waits for the device and launches once,
+//! not once per parameter): the AdamW step in place, the global norm, and accumulation in
+//! place. Writing in place needs the written tensors' buffers unshared (`Tensor::storage_mut`):
+//! a clone or view of one still alive is an error, never a silent change to the other.
+use crate::backend::{AdamWSlot, AdamWStep, Backend};
+use crate::{DType, Error, Result, Storage, Tensor};
+
+/// One parameter for [`Tensor::adamw`]: `param`, `m` and `v` are written in place, `grad` read;
+/// all f32 of one shape. `decay` says whether weight decay applies to it.
+pub struct AdamWParam<'a> {
+    pub param: &'a mut Tensor,
+    pub grad: &'a Tensor,
+    pub m: &'a mut Tensor,
+    pub v: &'a mut Tensor,
+    pub decay: bool,
+}
+
+fn check_f32(op: &'static str, x: &Tensor) -> Result<()> {
+    match x.dtype() {
+        DType::F32 => Ok(()),
+        dtype => Err(Error::UnsupportedDType { op, dtype }),
+    }
+}
 
 impl Tensor {
-    /// One AdamW step on the f32 parameters `self`, returning the new (p, m, v). grad, m and v
-    /// are f32 of `self`'s shape; `grad_scale` an f32 `[1]` multiplying the gradient (1 for
-    /// none, or the clipping factor of the global norm).
+    /// One AdamW step over every parameter of `params`, in place. With `max_norm`, every
+    /// gradient is first multiplied by `min(1, max_norm / (grad_norm + 1e-6))`, `grad_norm` an
+    /// f32 `[1]` (from [`Tensor::global_norm`]) read where it lies.
     pub fn adamw(
-        &self,
-        grad: &Tensor,
-        m: &Tensor,
-        v: &Tensor,
-        grad_scale: &Tensor,
+        params: &mut [AdamWParam<'_>],
+        grad_norm: &Tensor,
+        max_norm: Option<f64>,
         hp: AdamWStep,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
+    ) -> Result<()> {
         const OP: &str = "adamw";
-        for x in [self, grad, m, v, grad_scale] {
-            if x.dtype() != DType::F32 {
-                return Err(Error::UnsupportedDType {
-                    op: OP,
-                    dtype: x.dtype(),
-                });
-            }
-            self.same_dtype(OP, x)?;
-        }
-        for x in [grad, m, v] {
-            self.same_shape(OP, x)?;
-        }
-        if grad_scale.numel() != 1 {
-            return Err(Error::ShapeMismatch {
-                op: OP,
-                lhs: self.shape().clone(),
-                rhs: grad_scale.shape().clone(),
-            });
-        }
         if hp.step == 0 {
             return Err(Error::Invalid {
                 op: OP,
                 msg: "steps count from 1".into(),
             });
         }
-        let (p, m, v) = self.storage().adamw(
-            grad.storage(),
-            m.storage(),
-            v.storage(),
-            grad_scale.storage(),
-            hp,
-        )?;
-        let shape = self.shape().clone();
-        Ok((
-            self.with_storage(p, shape.clone()),
-            self.with_storage(m, shape.clone()),
-            self.with_storage(v, shape),
-        ))
+        check_f32(OP, grad_norm)?;
+        if grad_norm.numel() != 1 {
+            return Err(Error::Invalid {
+                op: OP,
+                msg: format!("the gradient norm is {}, not one value", grad_norm.shape()),
+            });
+        }
+        if let Some(max) = max_norm.filter(|m| m.is_nan() || *m <= 0.0) {
+            return Err(Error::Invalid {
+                op: OP,
+                msg: format!("the norm to clip to must be positive, got {max}"),
+            });
+        }
+        for p in params.iter() {
+            for x in [&*p.param, p.grad, &*p.m, &*p.v] {
+                check_f32(OP, x)?;
+                p.param.same_shape(OP, x)?;
+            }
+        }
+        let mut slots = params
+            .iter_mut()
+            .map(|p| {
+                Ok(AdamWSlot {
+                    param: p.param.storage_mut(OP)?,
+                    grad: p.grad.storage(),
+                    m: p.m.storage_mut(OP)?,
+                    v: p.v.storage_mut(OP)?,
+                    decay: p.decay,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let clip = max_norm.map(|max| (grad_norm.storage(), max));
+        Storage::adamw(&mut slots, clip, hp)
     }
 
-    /// `sum(x^2)` as an f32 `[1]` tensor, on `self`'s device.
-    pub fn sum_squares(&self) -> Result<Tensor> {
-        self.float_only("sum_squares")?;
-        let s = self.storage().sum_squares()?;
-        Ok(self.with_storage(s, vec![1].into()))
+    /// `sqrt(sum of the squares of every element of every x)` as an f32 `[1]` on their device:
+    /// the global gradient norm. Every x f32.
+    pub fn global_norm(xs: &[&Tensor]) -> Result<Tensor> {
+        for x in xs {
+            check_f32("global_norm", x)?;
+        }
+        let storages: Vec<&Storage> = xs.iter().map(|x| x.storage()).collect();
+        let norm = Storage::global_norm(&storages)?;
+        Tensor::from_storage(norm, vec![1])
+    }
+
+    /// `acc[i] += xs[i]` in place for every pair (f32, equal shapes): gradient accumulation.
+    pub fn add_in_place(acc: &mut [&mut Tensor], xs: &[&Tensor]) -> Result<()> {
+        const OP: &str = "add_in_place";
+        if acc.len() != xs.len() {
+            return Err(Error::Invalid {
+                op: OP,
+                msg: format!("{} accumulators for {} addends", acc.len(), xs.len()),
+            });
+        }
+        for (a, x) in acc.iter().zip(xs) {
+            check_f32(OP, a)?;
+            check_f32(OP, x)?;
+            a.same_shape(OP, x)?;
+        }
+        let mut storages = acc
+            .iter_mut()
+            .map(|a| a.storage_mut(OP))
+            .collect::<Result<Vec<_>>>()?;
+        let xs: Vec<&Storage> = xs.iter().map(|x| x.storage()).collect();
+        Storage::add_into(&mut storages, &xs)
     }
 }
