@@ -6,18 +6,21 @@
 //! with nothing watched (inference, evaluation) costs nothing. Each node owns its backward
 //! closure, and with it the tensors the closure saved; `backward` consumes the nodes newest
 //! first, so each node's saved tensors are freed as soon as its gradient has been passed on.
+//!
+//! A node may have several outputs (a mixer's output and its final state): its backward gets
+//! one gradient per output, zeros for an output no gradient reached.
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use swax_tensor::{Error, Result, Shape, Tensor, TensorId};
+use swax_tensor::{DType, Error, Result, Shape, Tensor, TensorId};
 
-/// Given the output's gradient and which inputs need one, the inputs' gradients (None where not
-/// needed or not differentiable, e.g. integer ids).
-pub type BackwardFn = Box<dyn FnOnce(&Tensor, &[bool]) -> Result<Vec<Option<Tensor>>>>;
+/// Given the outputs' gradients and which inputs need one, the inputs' gradients (None where
+/// not needed or not differentiable, e.g. integer ids).
+pub type BackwardFn = Box<dyn FnOnce(&[Tensor], &[bool]) -> Result<Vec<Option<Tensor>>>>;
 
 struct Node {
     name: &'static str,
     inputs: Vec<(TensorId, Shape)>,
-    output: TensorId,
+    outputs: Vec<(TensorId, Shape, DType)>,
     backward: BackwardFn,
 }
 
@@ -83,17 +86,36 @@ impl Tape {
         output: Tensor,
         backward: impl FnOnce(&Tensor, &[bool]) -> Result<Vec<Option<Tensor>>> + 'static,
     ) -> Tensor {
+        let mut outputs = self.record_many(name, inputs, vec![output], move |dys, needs| {
+            backward(&dys[0], needs)
+        });
+        outputs.pop().expect("one output")
+    }
+
+    /// `record` for a node with several outputs; `backward` gets one gradient per output.
+    pub fn record_many(
+        &self,
+        name: &'static str,
+        inputs: &[&Tensor],
+        outputs: Vec<Tensor>,
+        backward: impl FnOnce(&[Tensor], &[bool]) -> Result<Vec<Option<Tensor>>> + 'static,
+    ) -> Vec<Tensor> {
         if !inputs.iter().any(|t| self.is_tracked(t)) {
-            return output;
+            return outputs;
         }
-        self.tracked.borrow_mut().insert(output.id());
+        self.tracked
+            .borrow_mut()
+            .extend(outputs.iter().map(|y| y.id()));
         self.nodes.borrow_mut().push(Node {
             name,
             inputs: inputs.iter().map(|t| (t.id(), t.shape().clone())).collect(),
-            output: output.id(),
+            outputs: outputs
+                .iter()
+                .map(|y| (y.id(), y.shape().clone(), y.dtype()))
+                .collect(),
             backward: Box::new(backward),
         });
-        output
+        outputs
     }
 
     /// Runs every recorded backward, newest first, from the scalar `loss`, and returns the
@@ -136,15 +158,24 @@ impl Tape {
         let mut grads: HashMap<TensorId, Tensor> = HashMap::new();
         grads.insert(output.id(), grad.clone());
         for node in nodes.into_iter().rev() {
-            let Some(dy) = grads.remove(&node.output) else {
+            let dys: Vec<Option<Tensor>> = node.outputs.iter().map(|y| grads.remove(&y.0)).collect();
+            let Some(device) = dys.iter().flatten().next().map(|dy| dy.device()) else {
                 continue;
             };
+            let dys = dys
+                .into_iter()
+                .zip(&node.outputs)
+                .map(|(dy, (_, shape, dtype))| match dy {
+                    Some(dy) => Ok(dy),
+                    None => Tensor::zeros(shape.clone(), *dtype, device),
+                })
+                .collect::<Result<Vec<_>>>()?;
             let needs: Vec<bool> = node
                 .inputs
                 .iter()
                 .map(|(id, _)| tracked.contains(id))
                 .collect();
-            let input_grads = (node.backward)(&dy, &needs)?;
+            let input_grads = (node.backward)(&dys, &needs)?;
             for ((id, shape), g) in node.inputs.iter().zip(input_grads) {
                 let Some(g) = g else { continue };
                 if !tracked.contains(id) {

@@ -1,7 +1,8 @@
 //! The plain layers: Linear (no bias; weight `[in, out]`, so `y = x W`), Embedding, RMSNorm and
 //! the SwiGLU MLP. Each is a handful of [`ParamId`]s and a `forward` over tape ops.
 use crate::params::{Init, ParamId, Params, Weights};
-use swax_tensor::{Result, Tensor};
+use swax_autograd::Tape;
+use swax_tensor::{Result, Tensor, UnaryOp};
 
 /// The standard deviation of every projection's initial weights (GPT-2's).
 pub const INIT_STD: f64 = 0.02;
@@ -92,10 +93,45 @@ impl SwiGlu {
     }
 
     pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
-        let tape = w.tape();
         let gu = self.gate_up.forward(w, x)?;
-        let gate = tape.narrow(&gu, -1, 0, self.hidden)?;
-        let up = tape.narrow(&gu, -1, self.hidden, self.hidden)?;
-        self.down.forward(w, &tape.mul(&tape.silu(&gate)?, &up)?)
+        let dims = gu.dims().to_vec();
+        let rows = gu.numel() / (2 * self.hidden);
+        let gu = w.tape().reshape(&gu, vec![rows, 2 * self.hidden])?;
+        let y = swiglu_down(w.tape(), &gu, w.get(self.down.w))?;
+        let mut out = dims;
+        *out.last_mut().expect("x has an axis") = self.down.d_out;
+        w.tape().reshape(&y, out)
     }
+}
+
+/// `silu(gate) · up` of `gu = [gate | up]` `[N, 2F]`.
+fn swiglu(gu: &Tensor) -> Result<[Tensor; 3]> {
+    let f = gu.dims()[1] / 2;
+    let (gate, up) = (gu.narrow(1, 0, f)?, gu.narrow(1, f, f)?);
+    let h = gate.silu()?.mul(&up)?;
+    Ok([gate, up, h])
+}
+
+/// `swiglu(gu) · w_down` as one node that keeps `gu`, not `silu(gate) · up` (as large as half of
+/// it): the backward recomputes that product, an elementwise map, rather than memory holding it
+/// from the forward to the backward.
+fn swiglu_down(tape: &Tape, gu: &Tensor, w_down: &Tensor) -> Result<Tensor> {
+    let y = swiglu(gu)?[2].matmul(w_down)?;
+    let (gu_saved, w_saved) = (gu.clone(), w_down.clone());
+    Ok(tape.record("swiglu_down", &[gu, w_down], y, move |dy, needs| {
+        let [gate, up, h] = swiglu(&gu_saved)?;
+        let dw = match needs[1] {
+            true => Some(h.matmul_t(dy, true, false)?),
+            false => None,
+        };
+        let dgu = match needs[0] {
+            true => {
+                let dh = dy.matmul_t(&w_saved, false, true)?;
+                let dgate = gate.unary_backward(UnaryOp::Silu, &dh.mul(&up)?)?;
+                Some(Tensor::concat(&[&dgate, &dh.mul(&gate.silu()?)?], 1)?)
+            }
+            false => None,
+        };
+        Ok(vec![dgu, dw])
+    }))
 }
