@@ -158,7 +158,8 @@ impl Tape {
         let mut grads: HashMap<TensorId, Tensor> = HashMap::new();
         grads.insert(output.id(), grad.clone());
         for node in nodes.into_iter().rev() {
-            let dys: Vec<Option<Tensor>> = node.outputs.iter().map(|y| grads.remove(&y.0)).collect();
+            let dys: Vec<Option<Tensor>> =
+                node.outputs.iter().map(|y| grads.remove(&y.0)).collect();
             let Some(device) = dys.iter().flatten().next().map(|dy| dy.device()) else {
                 continue;
             };

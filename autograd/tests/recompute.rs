@@ -47,7 +47,11 @@ fn gradients(recomputed: bool, xs: &[Tensor], watched: &[bool]) -> Vec<Option<Ve
 fn recomputed_gradients_equal_the_recorded_ones_bit_for_bit() {
     for dtype in [DType::F32, DType::F64] {
         let xs = inputs(dtype);
-        for watched in [[true, true, true], [false, true, false], [true, false, true]] {
+        for watched in [
+            [true, true, true],
+            [false, true, false],
+            [true, false, true],
+        ] {
             let (again, once) = (
                 gradients(true, &xs, &watched),
                 gradients(false, &xs, &watched),

@@ -164,13 +164,17 @@ fn a_node_with_two_outputs_gets_the_gradient_of_each() {
 fn an_op_keeps_an_operand_only_for_a_tracked_input() {
     // mul and matmul keep each operand for the other's gradient only: with b untracked when
     // the op ran, a is not kept, and watching b afterwards is an error, not a wrong gradient.
-    let ops: [fn(&Tape, &Tensor, &Tensor) -> swax_tensor::Result<Tensor>; 3] = [
+    type Op = fn(&Tape, &Tensor, &Tensor) -> swax_tensor::Result<Tensor>;
+    let ops: [Op; 3] = [
         |tape, a, b| tape.mul(a, b),
         |tape, a, b| tape.div(a, b),
         |tape, a, b| tape.matmul(a, b),
     ];
     for op in ops {
-        let (a, b) = (t(&[1.0, 2.0, 3.0, 4.0], &[2, 2]), t(&[0.5, 1.0, 2.0, 4.0], &[2, 2]));
+        let (a, b) = (
+            t(&[1.0, 2.0, 3.0, 4.0], &[2, 2]),
+            t(&[0.5, 1.0, 2.0, 4.0], &[2, 2]),
+        );
         let tape = Tape::new();
         tape.watch(&a);
         let y = op(&tape, &a, &b).unwrap();

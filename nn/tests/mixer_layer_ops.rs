@@ -111,6 +111,8 @@ fn bad_shapes_are_errors() {
     assert!(log_decay(&tape, &x, &randn(&[2], 2), &randn(&[3], 3)).is_err());
     assert!(gated_rms_norm(&tape, &x, &randn(&[2, 5, 4], 2), &randn(&[3], 3), 1e-5).is_err());
     assert!(head_layer_norm(&tape, &x, &randn(&[3, 5], 2), None, 1e-5).is_err());
-    assert!(gated_head_layer_norm(&tape, &x, &randn(&[2, 4, 3], 2), &randn(&[3], 3), 1e-5).is_err());
+    assert!(
+        gated_head_layer_norm(&tape, &x, &randn(&[2, 4, 3], 2), &randn(&[3], 3), 1e-5).is_err()
+    );
     assert!(head_layer_norm(&tape, &x, &randn(&[5, 3], 2), Some(&randn(&[3], 3)), 1e-5).is_err());
 }

@@ -65,7 +65,11 @@ fn recomputed_blocks_have_the_gradients_of_recorded_ones_for_every_mixer() {
             );
             // The f64 weights are casts of the f32 masters (one node each); beside those, a
             // recomputed block is one node.
-            let casts = if dtype == DType::F32 { 0 } else { once[..once.len() - 1].len() };
+            let casts = if dtype == DType::F32 {
+                0
+            } else {
+                once[..once.len() - 1].len()
+            };
             assert_eq!(nodes_again, casts + 2, "{kind} in {dtype:?}");
             assert!(nodes_once > nodes_again + 10, "{kind} in {dtype:?}");
         }

@@ -209,7 +209,10 @@ fn layout_ops_that_keep_memory_order_are_views() {
     assert!(view(&x.narrow(1, 0, 3).unwrap()), "a full-range narrow");
     assert!(view(&x.pad(0, 0, 0).unwrap()), "a pad by nothing");
     assert!(view(&Tensor::concat(&[&x], 2).unwrap()), "a concat of one");
-    assert!(view(&x.broadcast_to([2, 3, 4]).unwrap()), "a same-shape broadcast");
+    assert!(
+        view(&x.broadcast_to([2, 3, 4]).unwrap()),
+        "a same-shape broadcast"
+    );
     let unit = x.reshape([2, 1, 3, 4]).unwrap();
     let moved = unit.permute(&[1, 0, 2, 3]).unwrap();
     assert!(moved.same_storage(&x), "moving an axis of size 1");

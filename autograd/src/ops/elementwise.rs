@@ -79,10 +79,7 @@ impl Tape {
         Ok(self.record("binary", &[a, b], y, move |dy, needs| {
             let (a, b) = (|| saved(&ka), || saved(&kb));
             match op {
-                BinaryOp::Add => grads(
-                    needs,
-                    [&|| dy.sum_to_shape(&sa), &|| dy.sum_to_shape(&sb)],
-                ),
+                BinaryOp::Add => grads(needs, [&|| dy.sum_to_shape(&sa), &|| dy.sum_to_shape(&sb)]),
                 BinaryOp::Sub => grads(
                     needs,
                     [&|| dy.sum_to_shape(&sa), &|| dy.neg()?.sum_to_shape(&sb)],

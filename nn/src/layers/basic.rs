@@ -118,20 +118,22 @@ fn swiglu(gu: &Tensor) -> Result<[Tensor; 3]> {
 fn swiglu_down(tape: &Tape, gu: &Tensor, w_down: &Tensor) -> Result<Tensor> {
     let y = swiglu(gu)?[2].matmul(w_down)?;
     let (gu_saved, w_saved) = (gu.clone(), w_down.clone());
-    Ok(tape.record("swiglu_down", &[gu, w_down], y, move |dy, needs| {
-        let [gate, up, h] = swiglu(&gu_saved)?;
-        let dw = match needs[1] {
-            true => Some(h.matmul_t(dy, true, false)?),
-            false => None,
-        };
-        let dgu = match needs[0] {
-            true => {
-                let dh = dy.matmul_t(&w_saved, false, true)?;
-                let dgate = gate.unary_backward(UnaryOp::Silu, &dh.mul(&up)?)?;
-                Some(Tensor::concat(&[&dgate, &dh.mul(&gate.silu()?)?], 1)?)
-            }
-            false => None,
-        };
-        Ok(vec![dgu, dw])
-    }))
+    Ok(
+        tape.record("swiglu_down", &[gu, w_down], y, move |dy, needs| {
+            let [gate, up, h] = swiglu(&gu_saved)?;
+            let dw = match needs[1] {
+                true => Some(h.matmul_t(dy, true, false)?),
+                false => None,
+            };
+            let dgu = match needs[0] {
+                true => {
+                    let dh = dy.matmul_t(&w_saved, false, true)?;
+                    let dgate = gate.unary_backward(UnaryOp::Silu, &dh.mul(&up)?)?;
+                    Some(Tensor::concat(&[&dgate, &dh.mul(&gate.silu()?)?], 1)?)
+                }
+                false => None,
+            };
+            Ok(vec![dgu, dw])
+        }),
+    )
 }
