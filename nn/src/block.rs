@@ -39,7 +39,7 @@ impl Block {
             .mixer
             .forward(w, &self.mixer_norm.forward(w, x)?, window)?;
         let x = tape.add(x, &mixed)?;
-        let y = self.mlp.forward(w, &self.mlp_norm.forward(w, &x)?)?;
+        let y = self.mlp.forward(w, &self.mlp_norm, &x)?;
         tape.add(&x, &y)
     }
 
@@ -68,7 +68,7 @@ impl Block {
         let normed = self.mixer_norm.forward(w, x)?;
         let mixed = self.mixer.forward_piece(w, &normed, window, pos, state)?;
         let x = tape.add(x, &mixed)?;
-        let y = self.mlp.forward(w, &self.mlp_norm.forward(w, &x)?)?;
+        let y = self.mlp.forward(w, &self.mlp_norm, &x)?;
         tape.add(&x, &y)
     }
 }

@@ -1,11 +1,11 @@
 //! A block recomputed in the backward (activation checkpointing) gives the gradients of the
 //! block recorded op by op, bit for bit, for every mixer kind, in f32 and f64 on the CPU (its
 //! kernels are deterministic, so the rerun computes exactly what the first pass did); and the
-//! SwiGLU, which keeps its pre-activation and recomputes `silu(gate) · up` in its backward,
-//! against finite differences.
+//! MLP, which keeps its input and pre-activation and recomputes its norm and `silu(gate) · up`
+//! in its backward, against finite differences.
 use swax_autograd::gradcheck::{check, Tolerance};
 use swax_autograd::Tape;
-use swax_nn::layers::basic::SwiGlu;
+use swax_nn::layers::basic::{RmsNorm, SwiGlu};
 use swax_nn::layers::MixerDims;
 use swax_nn::{Block, Params, Weights};
 use swax_tensor::{DType, Device, Tensor};
@@ -77,16 +77,19 @@ fn recomputed_blocks_have_the_gradients_of_recorded_ones_for_every_mixer() {
 }
 
 #[test]
-fn swiglu_gradients_match_finite_differences() {
+fn mlp_gradients_match_finite_differences() {
     let mut p = Params::new(1, Device::Cpu);
+    let norm = RmsNorm::new(&mut p, "norm", 3, 1e-6).unwrap();
     let mlp = SwiGlu::new(&mut p, "mlp", 3, 4, 0.5).unwrap();
     let f64s = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
     let mut inputs: Vec<Tensor> = p.iter().map(|param| f64s(&param.value)).collect();
+    // A norm weight away from 1, so that its gradient and its effect are not trivial.
+    inputs[0] = Tensor::randn(vec![3], 1.0, 4, DType::F64, Device::Cpu).unwrap();
     inputs.push(Tensor::randn(vec![2, 5, 3], 1.0, 2, DType::F64, Device::Cpu).unwrap());
     let f = |tape: &Tape, x: &[Tensor]| {
-        // The weights as parameters 0 (gate_up) and 1 (down), the input last.
-        let w = Weights::bound(tape, x[..2].to_vec(), DType::F64);
-        mlp.forward(&w, &x[2])
+        // The weights as parameters 0 (norm), 1 (gate_up) and 2 (down), the input last.
+        let w = Weights::bound(tape, x[..3].to_vec(), DType::F64);
+        mlp.forward(&w, &norm, &x[3])
     };
     check(f, &inputs, Tolerance::default(), 3).unwrap();
 }

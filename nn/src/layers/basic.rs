@@ -74,7 +74,8 @@ impl RmsNorm {
     }
 }
 
-/// `down(silu(x W_gate) * x W_up)`, gate and up as one `[C, 2F]` matmul.
+/// `down(silu(x W_gate) * x W_up)`, gate and up as one `[C, 2F]` matmul, of x normalized by the
+/// block's RMSNorm.
 #[derive(Clone, Copy, Debug)]
 pub struct SwiGlu {
     pub gate_up: Linear,
@@ -92,15 +93,13 @@ impl SwiGlu {
         })
     }
 
-    pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
-        let gu = self.gate_up.forward(w, x)?;
-        let dims = gu.dims().to_vec();
-        let rows = gu.numel() / (2 * self.hidden);
-        let gu = w.tape().reshape(&gu, vec![rows, 2 * self.hidden])?;
-        let y = swiglu_down(w.tape(), &gu, w.get(self.down.w))?;
-        let mut out = dims;
-        *out.last_mut().expect("x has an axis") = self.down.d_out;
-        w.tape().reshape(&y, out)
+    /// The MLP of `norm(x)`, x `[.., C]`.
+    pub fn forward(&self, w: &Weights, norm: &RmsNorm, x: &Tensor) -> Result<Tensor> {
+        let tape = w.tape();
+        let c = self.gate_up.d_in;
+        let x2 = tape.reshape(x, vec![x.numel() / c, c])?;
+        let weights = [norm.weight, self.gate_up.w, self.down.w].map(|id| w.get(id));
+        tape.reshape(&mlp(tape, &x2, weights, norm.eps)?, x.shape().clone())
     }
 }
 
@@ -112,28 +111,25 @@ fn swiglu(gu: &Tensor) -> Result<[Tensor; 3]> {
     Ok([gate, up, h])
 }
 
-/// `swiglu(gu) · w_down` as one node that keeps `gu`, not `silu(gate) · up` (as large as half of
-/// it): the backward recomputes that product, an elementwise map, rather than memory holding it
-/// from the forward to the backward.
-fn swiglu_down(tape: &Tape, gu: &Tensor, w_down: &Tensor) -> Result<Tensor> {
-    let y = swiglu(gu)?[2].matmul(w_down)?;
-    let (gu_saved, w_saved) = (gu.clone(), w_down.clone());
-    Ok(
-        tape.record("swiglu_down", &[gu, w_down], y, move |dy, needs| {
-            let [gate, up, h] = swiglu(&gu_saved)?;
-            let dw = match needs[1] {
-                true => Some(h.matmul_t(dy, true, false)?),
-                false => None,
-            };
-            let dgu = match needs[0] {
-                true => {
-                    let dh = dy.matmul_t(&w_saved, false, true)?;
-                    let dgate = gate.unary_backward(UnaryOp::Silu, &dh.mul(&up)?)?;
-                    Some(Tensor::concat(&[&dgate, &dh.mul(&gate.silu()?)?], 1)?)
-                }
-                false => None,
-            };
-            Ok(vec![dgu, dw])
-        }),
-    )
+/// `swiglu(rms_norm(x, g) · w_gate_up) · w_down` over x `[N, C]`, as one node that keeps x (the
+/// residual stream, kept anyway), the norm's per-row statistics and the pre-activation `gu`; its
+/// backward recomputes the norm and `silu(gate) · up` (elementwise work) rather than memory
+/// holding them, as large as x and as half of `gu`, from the forward to the backward.
+fn mlp(tape: &Tape, x: &Tensor, [g, w_gu, w_down]: [&Tensor; 3], eps: f64) -> Result<Tensor> {
+    let (n, stats) = x.rms_norm(g, eps)?;
+    let gu = n.matmul(w_gu)?;
+    let y = swiglu(&gu)?[2].matmul(w_down)?;
+    let saved = [x, g, w_gu, w_down].map(|t| t.clone());
+    Ok(tape.record("mlp", &[x, g, w_gu, w_down], y, move |dy, _| {
+        let [x, g, w_gu, w_down] = &saved;
+        let [gate, up, h] = swiglu(&gu)?;
+        let dw_down = h.matmul_t(dy, true, false)?;
+        let dh = dy.matmul_t(w_down, false, true)?;
+        let dgate = gate.unary_backward(UnaryOp::Silu, &dh.mul(&up)?)?;
+        let dgu = Tensor::concat(&[&dgate, &dh.mul(&gate.silu()?)?], 1)?;
+        let n = x.rms_norm(g, eps)?.0;
+        let dw_gu = n.matmul_t(&dgu, true, false)?;
+        let (dx, dg) = x.rms_norm_backward(g, &stats, &dgu.matmul_t(w_gu, false, true)?)?;
+        Ok(vec![Some(dx), Some(dg), Some(dw_gu), Some(dw_down)])
+    }))
 }
