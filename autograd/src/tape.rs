@@ -5,20 +5,23 @@
 //! recorded op from a tracked input. Ops whose inputs are all untracked record nothing, so a tape
 //! with nothing watched (inference, evaluation) costs nothing. Each node owns its backward
 //! closure, and with it the tensors the closure saved; `backward` consumes the nodes newest
-//! first (a node fed only by watched tensors as soon as its output's gradient is final), so each
-//! node's saved tensors are freed as soon as its gradient has been passed on.
+//! first (a node fed only by watched tensors as soon as its outputs' gradients are final), so
+//! each node's saved tensors are freed as soon as its gradient has been passed on.
+//!
+//! A node may have several outputs (a mixer's output and its final state): its backward gets
+//! one gradient per output, zeros for an output no gradient reached.
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use swax_tensor::{Error, Result, Shape, Tensor, TensorId};
+use swax_tensor::{DType, Error, Result, Shape, Tensor, TensorId};
 
-/// Given the output's gradient and which inputs need one, the inputs' gradients (None where not
-/// needed or not differentiable, e.g. integer ids).
-pub type BackwardFn = Box<dyn FnOnce(&Tensor, &[bool]) -> Result<Vec<Option<Tensor>>>>;
+/// Given the outputs' gradients and which inputs need one, the inputs' gradients (None where
+/// not needed or not differentiable, e.g. integer ids).
+pub type BackwardFn = Box<dyn FnOnce(&[Tensor], &[bool]) -> Result<Vec<Option<Tensor>>>>;
 
 struct Node {
     name: &'static str,
     inputs: Vec<(TensorId, Shape)>,
-    output: TensorId,
+    outputs: Vec<(TensorId, Shape, DType)>,
     backward: BackwardFn,
 }
 
@@ -84,17 +87,36 @@ impl Tape {
         output: Tensor,
         backward: impl FnOnce(&Tensor, &[bool]) -> Result<Vec<Option<Tensor>>> + 'static,
     ) -> Tensor {
+        let mut outputs = self.record_many(name, inputs, vec![output], move |dys, needs| {
+            backward(&dys[0], needs)
+        });
+        outputs.pop().expect("one output")
+    }
+
+    /// `record` for a node with several outputs; `backward` gets one gradient per output.
+    pub fn record_many(
+        &self,
+        name: &'static str,
+        inputs: &[&Tensor],
+        outputs: Vec<Tensor>,
+        backward: impl FnOnce(&[Tensor], &[bool]) -> Result<Vec<Option<Tensor>>> + 'static,
+    ) -> Vec<Tensor> {
         if !inputs.iter().any(|t| self.is_tracked(t)) {
-            return output;
+            return outputs;
         }
-        self.tracked.borrow_mut().insert(output.id());
+        self.tracked
+            .borrow_mut()
+            .extend(outputs.iter().map(|y| y.id()));
         self.nodes.borrow_mut().push(Node {
             name,
             inputs: inputs.iter().map(|t| (t.id(), t.shape().clone())).collect(),
-            output: output.id(),
+            outputs: outputs
+                .iter()
+                .map(|y| (y.id(), y.shape().clone(), y.dtype()))
+                .collect(),
             backward: Box::new(backward),
         });
-        output
+        outputs
     }
 
     /// Runs every recorded backward, newest first, from the scalar `loss`, and returns the
@@ -156,7 +178,7 @@ impl Tape {
         let mut readers: HashMap<TensorId, usize> = HashMap::new();
         let mut producer: HashMap<TensorId, usize> = HashMap::new();
         for (i, node) in nodes.iter().flatten().enumerate() {
-            producer.insert(node.output, i);
+            producer.extend(node.outputs.iter().map(|y| (y.0, i)));
             for id in distinct_inputs(node) {
                 *readers.entry(id).or_default() += 1;
             }
@@ -165,6 +187,11 @@ impl Tape {
             node.inputs
                 .iter()
                 .all(|(id, _)| !tracked.contains(id) || leaves.contains(id))
+        };
+        let finished = |node: &Node, readers: &HashMap<TensorId, usize>| {
+            node.outputs
+                .iter()
+                .all(|y| readers.get(&y.0).is_none_or(|&n| n == 0))
         };
         let mut grads: HashMap<TensorId, Tensor> = HashMap::new();
         grads.insert(output.id(), grad.clone());
@@ -175,13 +202,23 @@ impl Tape {
                     continue;
                 };
                 let read = distinct_inputs(&node);
-                if let Some(dy) = grads.remove(&node.output) {
+                let dys: Vec<Option<Tensor>> =
+                    node.outputs.iter().map(|y| grads.remove(&y.0)).collect();
+                if let Some(device) = dys.iter().flatten().next().map(|dy| dy.device()) {
+                    let dys = dys
+                        .into_iter()
+                        .zip(&node.outputs)
+                        .map(|(dy, (_, shape, dtype))| match dy {
+                            Some(dy) => Ok(dy),
+                            None => Tensor::zeros(shape.clone(), *dtype, device),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
                     let needs: Vec<bool> = node
                         .inputs
                         .iter()
                         .map(|(id, _)| tracked.contains(id))
                         .collect();
-                    let input_grads = (node.backward)(&dy, &needs)?;
+                    let input_grads = (node.backward)(&dys, &needs)?;
                     for ((id, shape), g) in node.inputs.iter().zip(input_grads) {
                         let Some(g) = g else { continue };
                         if !tracked.contains(id) {
@@ -216,7 +253,10 @@ impl Tape {
                             on_final(id, g)?;
                         }
                     } else if let Some(&p) = producer.get(&id) {
-                        if nodes[p].as_ref().is_some_and(leaf_fed) {
+                        let early = nodes[p]
+                            .as_ref()
+                            .is_some_and(|n| leaf_fed(n) && finished(n, &readers));
+                        if early {
                             ready.push(p);
                         }
                     }

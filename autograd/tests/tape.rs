@@ -1,4 +1,5 @@
 //! The tape's own behaviour: what it records, how gradients accumulate, what it refuses.
+use swax_autograd::gradcheck::{check, Tolerance};
 use swax_autograd::Tape;
 use swax_tensor::{DType, Device, Tensor};
 
@@ -165,5 +166,66 @@ fn backward_with_reports_each_leaf_when_its_gradient_is_final() {
     let (got, want) = (&seen[1].1, want.get(&w1).unwrap().to_f64_vec().unwrap());
     for (g, w) in got.iter().zip(&want) {
         assert!((g - w).abs() < 1e-5, "{got:?} against {want:?}");
+    }
+}
+
+/// `[a·b, exp(a)]` as one node with two outputs, its backward written by hand.
+fn two_outputs(tape: &Tape, a: &Tensor, b: &Tensor) -> [Tensor; 2] {
+    let (prod, e) = (a.mul(b).unwrap(), a.exp().unwrap());
+    let (sa, sb, se) = (a.clone(), b.clone(), e.clone());
+    let outs = tape.record_many("two_outputs", &[a, b], vec![prod, e], move |d, _| {
+        let da = d[0].mul(&sb)?.add(&d[1].mul(&se)?)?;
+        Ok(vec![Some(da), Some(d[0].mul(&sa)?)])
+    });
+    outs.try_into().unwrap()
+}
+
+#[test]
+fn a_node_with_two_outputs_gets_the_gradient_of_each() {
+    let (a, b) = (t(&[0.5, -1.0, 2.0], &[3]), t(&[1.5, 0.25, -2.0], &[3]));
+    let both = |tape: &Tape, x: &[Tensor]| {
+        let [prod, e] = two_outputs(tape, &x[0], &x[1]);
+        tape.add(&prod, &tape.scale(&e, 3.0)?)
+    };
+    check(both, &[a.clone(), b.clone()], Tolerance::default(), 1).unwrap();
+    // One output unused: its gradient is zeros, and the other's still arrives.
+    for pick in [0, 1] {
+        let one = |tape: &Tape, x: &[Tensor]| {
+            let [prod, e] = two_outputs(tape, &x[0], &x[1]);
+            Ok([prod, e][pick].clone())
+        };
+        let tape = Tape::new();
+        tape.watch(&a);
+        tape.watch(&b);
+        let y = one(&tape, &[a.clone(), b.clone()]).unwrap();
+        let grads = tape.backward(&tape.sum_all(&y).unwrap()).unwrap();
+        let want_db = [vec![0.5, -1.0, 2.0], vec![0.0; 3]][pick].clone();
+        assert_eq!(grads.get(&b).unwrap().to_f64_vec().unwrap(), want_db);
+        check(one, &[a.clone(), b.clone()], Tolerance::default(), 2).unwrap();
+    }
+}
+
+#[test]
+fn an_op_keeps_an_operand_only_for_a_tracked_input() {
+    // mul and matmul keep each operand for the other's gradient only: with b untracked when
+    // the op ran, a is not kept, and watching b afterwards is an error, not a wrong gradient.
+    type Op = fn(&Tape, &Tensor, &Tensor) -> swax_tensor::Result<Tensor>;
+    let ops: [Op; 3] = [
+        |tape, a, b| tape.mul(a, b),
+        |tape, a, b| tape.div(a, b),
+        |tape, a, b| tape.matmul(a, b),
+    ];
+    for op in ops {
+        let (a, b) = (
+            t(&[1.0, 2.0, 3.0, 4.0], &[2, 2]),
+            t(&[0.5, 1.0, 2.0, 4.0], &[2, 2]),
+        );
+        let tape = Tape::new();
+        tape.watch(&a);
+        let y = op(&tape, &a, &b).unwrap();
+        tape.watch(&b);
+        let loss = tape.sum_all(&y).unwrap();
+        let err = tape.backward(&loss).unwrap_err().to_string();
+        assert!(err.contains("watched after"), "{err}");
     }
 }

@@ -74,10 +74,61 @@ pub struct ModelConfig {
     /// fewer, larger products.
     #[serde(default = "default_loss_rows")]
     pub loss_rows: usize,
+    /// The layers whose blocks are recomputed in the backward (activation checkpointing:
+    /// memory keeps a block's input instead of its activations, for a second forward of it):
+    /// "none", "all", "every:K" (layers 0, K, 2K, ...), "first:N" (layers 0 to N - 1), or
+    /// 0-based layer indices "0,3,5". Optional (configs written before it mean "none").
+    #[serde(default = "default_recompute")]
+    pub recompute: String,
 }
 
 fn default_loss_rows() -> usize {
     swax_nn::layers::linear_cross_entropy::DEFAULT_ROWS
+}
+
+fn default_recompute() -> String {
+    "none".into()
+}
+
+impl ModelConfig {
+    /// `recompute` as one flag a layer, or an error naming what is wrong with it.
+    pub fn recompute_layers(&self) -> Result<Vec<bool>, ConfigError> {
+        let (n, spec) = (self.n_layers, self.recompute.trim());
+        let bad = |why: String| {
+            err(format!(
+                "model.recompute {spec:?}: {why}; expected \"none\", \"all\", \"every:K\", \
+                 \"first:N\" or 0-based layer indices such as \"0,3,5\" (of {n} layers)"
+            ))
+        };
+        let number = |s: &str| s.trim().parse::<usize>().map_err(|_| s.trim().to_string());
+        match spec {
+            "none" => return Ok(vec![false; n]),
+            "all" => return Ok(vec![true; n]),
+            _ => {}
+        }
+        if let Some(k) = spec.strip_prefix("every:") {
+            return match number(k) {
+                Ok(k) if k > 0 => Ok((0..n).map(|i| i % k == 0).collect()),
+                _ => bad(format!("every:K needs a positive K, got {k:?}")),
+            };
+        }
+        if let Some(first) = spec.strip_prefix("first:") {
+            return match number(first) {
+                Ok(f) if f <= n => Ok((0..n).map(|i| i < f).collect()),
+                _ => bad(format!("first:N needs N from 0 to {n}, got {first:?}")),
+            };
+        }
+        let mut layers = vec![false; n];
+        for part in spec.split(',') {
+            match number(part) {
+                Ok(i) if i < n && !layers[i] => layers[i] = true,
+                Ok(i) if i < n => return bad(format!("layer {i} is named twice")),
+                Ok(i) => return bad(format!("there is no layer {i}")),
+                Err(word) => return bad(format!("{word:?} is not a layer index")),
+            }
+        }
+        Ok(layers)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -253,6 +304,7 @@ impl Config {
             ("train.w_short", t.w_short),
             ("train.w_long", t.w_long),
         ];
+        m.recompute_layers()?;
         for (key, v) in positive {
             if v == 0 {
                 return err(format!("{key} must be positive, got 0"));

@@ -8,7 +8,7 @@ use swax_nn::layers::linear_cross_entropy::linear_cross_entropy;
 use swax_nn::layers::pieces::MixerState;
 use swax_nn::layers::MixerDims;
 use swax_nn::{Block, Params, Weights};
-use swax_tensor::{DType, Device, Result, Tensor};
+use swax_tensor::{DType, Device, Error, Result, Tensor};
 
 #[derive(Clone, Debug)]
 pub struct Model {
@@ -16,6 +16,8 @@ pub struct Model {
     pub kinds: Vec<char>,
     embed: Embedding,
     blocks: Vec<Block>,
+    /// Per block: whether its forward is recomputed in the backward (`model.recompute`).
+    recompute: Vec<bool>,
     norm: RmsNorm,
     head: Linear,
     /// Rows of logits the loss computes at a time.
@@ -42,6 +44,10 @@ impl Model {
             eps: cfg.norm_eps,
         };
         let kinds = layer_kinds(&cfg.pattern, cfg.n_layers);
+        let recompute = cfg.recompute_layers().map_err(|e| Error::Invalid {
+            op: "Model::new",
+            msg: e.to_string(),
+        })?;
         let embed = Embedding::new(&mut p, "embed", cfg.vocab_size, cfg.d_model)?;
         let blocks = kinds
             .iter()
@@ -55,6 +61,7 @@ impl Model {
             kinds,
             embed,
             blocks,
+            recompute,
             norm,
             head,
             loss_rows: cfg.loss_rows,
@@ -69,8 +76,11 @@ impl Model {
     /// The final normalized hidden states `[B, T, D]`, before the output projection.
     fn hidden(&self, w: &Weights, ids: &Tensor, window: usize) -> Result<Tensor> {
         let mut x = self.embed.forward(w, ids)?;
-        for block in &self.blocks {
-            x = block.forward(w, &x, window)?;
+        for (block, &again) in self.blocks.iter().zip(&self.recompute) {
+            x = match again {
+                true => block.forward_recomputed(w, &x, window)?,
+                false => block.forward(w, &x, window)?,
+            };
         }
         self.norm.forward(w, &x)
     }

@@ -125,3 +125,36 @@ fn a_model_name_cannot_lead_out_of_the_runs_folder() {
     let ok = Config::resolve(None, &["model.name=\"my-run.v2\"".to_string()]).unwrap();
     assert_eq!(ok.model.name, "my-run.v2");
 }
+
+#[test]
+fn recompute_names_layers_and_refuses_what_it_cannot_read() {
+    let small =
+        |spec: &str| Config::resolve(Some("swax-small"), &[format!("model.recompute={spec}")]);
+    let layers = |spec: &str| -> Vec<usize> {
+        let flags = small(spec).unwrap().model.recompute_layers().unwrap();
+        (0..flags.len()).filter(|&i| flags[i]).collect()
+    };
+    // Configs written before the key have none.
+    assert_eq!(
+        Config::resolve(Some("swax-small"), &[])
+            .unwrap()
+            .model
+            .recompute,
+        "none"
+    );
+    assert_eq!(layers("none"), Vec::<usize>::new());
+    assert_eq!(layers("all"), (0..12).collect::<Vec<_>>());
+    assert_eq!(layers("every:4"), [0, 4, 8]);
+    assert_eq!(layers("first:3"), [0, 1, 2]);
+    assert_eq!(layers("\"0, 3,5\""), [0, 3, 5]);
+    assert_eq!(layers("'11'"), [11]);
+    for bad in [
+        "some", "every:0", "first:13", "0,12", "1,1", "a,b", "every:x",
+    ] {
+        let e = small(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("model.recompute") && e.contains("every:K"),
+            "{bad}: {e}"
+        );
+    }
+}

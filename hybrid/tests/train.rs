@@ -181,3 +181,20 @@ fn samples_are_logged_when_asked() {
     let text = std::fs::read_to_string(quiet.path().join("metrics.jsonl")).unwrap();
     assert!(!text.contains("\"sample\""));
 }
+
+#[test]
+fn recomputed_layers_train_to_the_same_losses() {
+    // Every recurrent and attention kind, some layers recomputed in the backward: the same
+    // gradients, so the same losses, bit for bit.
+    let losses_with = |recompute: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let set = format!("model.recompute={recompute}");
+        let cfg = micro("SMGRF", 3, &["train.recall_probes=0", &set]);
+        run(&cfg, dir.path(), Device::Cpu, false, None);
+        losses(dir.path())
+    };
+    let plain = losses_with("none");
+    assert_eq!(plain.len(), 3);
+    assert_eq!(losses_with("every:2"), plain);
+    assert_eq!(losses_with("all"), plain);
+}

@@ -1,5 +1,6 @@
 //! The pre-norm residual block: `x + mixer(norm(x))`, then `x + mlp(norm(x))`, over a whole
-//! sequence or over one piece of a longer one.
+//! sequence or over one piece of a longer one; and the same block recomputed in the backward
+//! (activation checkpointing), for models whose activations do not fit.
 use crate::layers::basic::{RmsNorm, SwiGlu};
 use crate::layers::pieces::MixerState;
 use crate::layers::{Mixer, MixerDims};
@@ -38,8 +39,20 @@ impl Block {
             .mixer
             .forward(w, &self.mixer_norm.forward(w, x)?, window)?;
         let x = tape.add(x, &mixed)?;
-        let y = self.mlp.forward(w, &self.mlp_norm.forward(w, &x)?)?;
+        let y = self.mlp.forward(w, &self.mlp_norm, &x)?;
         tape.add(&x, &y)
+    }
+
+    /// `forward` as one node that keeps only `x` (and the weights, kept anyway): the block runs
+    /// unrecorded, and again in the backward on a fresh tape that its gradient goes through.
+    /// The gradients are those of `forward`, at the cost of a second forward of the block.
+    pub fn forward_recomputed(&self, w: &Weights, x: &Tensor, window: usize) -> Result<Tensor> {
+        let (block, dtype) = (self.clone(), w.dtype);
+        let inputs: Vec<&Tensor> = std::iter::once(x).chain(w.values()).collect();
+        w.tape().recompute("block", &inputs, move |tape, xs| {
+            let w = Weights::bound(tape, xs[1..].to_vec(), dtype);
+            block.forward(&w, &xs[0], window)
+        })
     }
 
     /// `forward` over one piece of a longer sequence; see [`Mixer::forward_piece`].
@@ -55,7 +68,7 @@ impl Block {
         let normed = self.mixer_norm.forward(w, x)?;
         let mixed = self.mixer.forward_piece(w, &normed, window, pos, state)?;
         let x = tape.add(x, &mixed)?;
-        let y = self.mlp.forward(w, &self.mlp_norm.forward(w, &x)?)?;
+        let y = self.mlp.forward(w, &self.mlp_norm, &x)?;
         tape.add(&x, &y)
     }
 }

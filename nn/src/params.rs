@@ -161,8 +161,23 @@ impl<'a> Weights<'a> {
         Ok(w)
     }
 
+    /// `values` (those of [`Weights::values`]) seen through `tape`, which does not watch them:
+    /// how a block recomputed in the backward runs again (see `Block::forward_recomputed`).
+    pub fn bound(tape: &'a Tape, values: Vec<Tensor>, dtype: DType) -> Weights<'a> {
+        Weights {
+            tape: Recorder::Training(tape),
+            values,
+            dtype,
+        }
+    }
+
     pub fn get(&self, id: ParamId) -> &Tensor {
         &self.values[id.0]
+    }
+
+    /// Every parameter as the forward pass reads it, in creation order.
+    pub fn values(&self) -> &[Tensor] {
+        &self.values
     }
 
     /// The tape the forward pass's ops go through.

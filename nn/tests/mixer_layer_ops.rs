@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use swax_autograd::gradcheck::{check, Tolerance};
 use swax_autograd::Tape;
 use swax_nn::layers::gates::{log_decay, soft_cap};
-use swax_nn::layers::output_norm::{gated_rms_norm, head_layer_norm};
+use swax_nn::layers::output_norm::{gated_head_layer_norm, gated_rms_norm, head_layer_norm};
 use swax_tensor::{DType, Device, Result, Tensor};
 
 fn randn(dims: &[usize], seed: u64) -> Tensor {
@@ -48,6 +48,12 @@ proptest! {
             x.push(randn(&[h, d], seed + 2));
         }
         grad(|tape, x| head_layer_norm(tape, &x[0], &x[1], x.get(2), 1e-5), &x, seed);
+    }
+
+    #[test]
+    fn gated_head_layer_norm_gradients(b in 1usize..3, h in 1usize..4, d in 2usize..6, seed in 0u64..1000) {
+        let x = [randn(&[b, 3, h, d], seed), randn(&[b, 3, h, d], seed + 1), randn(&[h, d], seed + 2)];
+        grad(|tape, x| gated_head_layer_norm(tape, &x[0], &x[1], &x[2], 1e-5), &x, seed);
     }
 }
 
@@ -105,5 +111,8 @@ fn bad_shapes_are_errors() {
     assert!(log_decay(&tape, &x, &randn(&[2], 2), &randn(&[3], 3)).is_err());
     assert!(gated_rms_norm(&tape, &x, &randn(&[2, 5, 4], 2), &randn(&[3], 3), 1e-5).is_err());
     assert!(head_layer_norm(&tape, &x, &randn(&[3, 5], 2), None, 1e-5).is_err());
+    assert!(
+        gated_head_layer_norm(&tape, &x, &randn(&[2, 4, 3], 2), &randn(&[3], 3), 1e-5).is_err()
+    );
     assert!(head_layer_norm(&tape, &x, &randn(&[5, 3], 2), Some(&randn(&[3], 3)), 1e-5).is_err());
 }

@@ -193,6 +193,35 @@ fn layout_ops_move_the_right_values() {
 }
 
 #[test]
+fn layout_ops_that_keep_memory_order_are_views() {
+    let x = Tensor::from_f64s(
+        &(0..24).map(f64::from).collect::<Vec<_>>(),
+        [2, 3, 4],
+        DType::F32,
+        Device::Cpu,
+    )
+    .unwrap();
+    let view = |y: &Tensor| {
+        assert_eq!(y.to_f64_vec().unwrap(), x.to_f64_vec().unwrap());
+        assert_ne!(y.id(), x.id(), "a view is a new tensor to the tape");
+        y.same_storage(&x)
+    };
+    assert!(view(&x.narrow(1, 0, 3).unwrap()), "a full-range narrow");
+    assert!(view(&x.pad(0, 0, 0).unwrap()), "a pad by nothing");
+    assert!(view(&Tensor::concat(&[&x], 2).unwrap()), "a concat of one");
+    assert!(
+        view(&x.broadcast_to([2, 3, 4]).unwrap()),
+        "a same-shape broadcast"
+    );
+    let unit = x.reshape([2, 1, 3, 4]).unwrap();
+    let moved = unit.permute(&[1, 0, 2, 3]).unwrap();
+    assert!(moved.same_storage(&x), "moving an axis of size 1");
+    assert!(!x.narrow(2, 0, 3).unwrap().same_storage(&x));
+    assert!(!x.narrow(0, 0, 1).unwrap().same_storage(&x));
+    assert!(!x.permute(&[0, 2, 1]).unwrap().same_storage(&x));
+}
+
+#[test]
 fn band_mask_follows_the_window_convention() {
     // Window 2: each query sees itself and one key before it.
     let m = Tensor::band_mask(3, 4, 2, Device::Cpu)

@@ -21,8 +21,13 @@ impl Tape {
         }))
     }
 
-    /// `silu(short_conv(x, w, bias))`, as Gated DeltaNet applies it to q, k and v.
+    /// `silu(short_conv(x, w, bias))`, as Gated DeltaNet applies it to q, k and v. Recomputed
+    /// (see `recompute.rs`): it keeps x, and the backward convolves again (K taps a channel)
+    /// rather than memory holding the convolution's output for the SiLU's backward.
     pub fn short_conv_silu(&self, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        self.silu(&self.short_conv(x, w, bias)?)
+        let inputs: Vec<&Tensor> = [x, w].into_iter().chain(bias).collect();
+        self.recompute("short_conv_silu", &inputs, |tape, xs| {
+            tape.silu(&tape.short_conv(&xs[0], &xs[1], xs.get(2))?)
+        })
     }
 }

@@ -1,6 +1,6 @@
 //! Elementwise ops: unary maps (backward: dy·f'(x), fused), broadcasting binary ops (backward:
 //! summed back to each operand's shape), select and casts.
-use super::grads;
+use super::{grads, saved};
 use crate::Tape;
 use swax_tensor::{BinaryOp, DType, Result, Tensor, UnaryOp};
 
@@ -35,9 +35,18 @@ binary_ops!(add => Add, sub => Sub, mul => Mul, div => Div, maximum => Maximum);
 impl Tape {
     pub fn unary(&self, x: &Tensor, op: UnaryOp) -> Result<Tensor> {
         let y = x.unary(op)?;
-        let saved = x.clone();
+        // A map whose derivative is a constant keeps nothing.
+        let saved = match op {
+            UnaryOp::Neg | UnaryOp::Scale(_) | UnaryOp::AddScalar(_) => None,
+            _ => Some(x.clone()),
+        };
         Ok(self.record("unary", &[x], y, move |dy, _| {
-            Ok(vec![Some(saved.unary_backward(op, dy)?)])
+            Ok(vec![Some(match (&saved, op) {
+                (Some(x), _) => x.unary_backward(op, dy)?,
+                (None, UnaryOp::Neg) => dy.neg()?,
+                (None, UnaryOp::Scale(c)) => dy.scale(c)?,
+                (None, _) => dy.clone(),
+            })])
         }))
     }
 
@@ -53,38 +62,49 @@ impl Tape {
         self.unary(x, UnaryOp::Clamp { lo, hi })
     }
 
+    /// Keeps only the operands its backward needs given which are tracked now: add and sub
+    /// their shapes, mul each operand only for the other's gradient, div the divisor and (for
+    /// the divisor's gradient) the dividend.
     pub fn binary(&self, a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
         let y = a.binary(b, op)?;
-        let inputs = [a, b];
-        let (a, b) = (a.clone(), b.clone());
-        Ok(self.record("binary", &inputs, y, move |dy, needs| {
-            let (sa, sb) = (a.shape(), b.shape());
+        let (sa, sb) = (a.shape().clone(), b.shape().clone());
+        let (ta, tb) = (self.is_tracked(a), self.is_tracked(b));
+        let keep = |x: &Tensor, need: bool| need.then(|| x.clone());
+        let (ka, kb) = match op {
+            BinaryOp::Add | BinaryOp::Sub => (None, None),
+            BinaryOp::Mul => (keep(a, tb), keep(b, ta)),
+            BinaryOp::Div => (keep(a, tb), Some(b.clone())),
+            BinaryOp::Maximum => (Some(a.clone()), Some(b.clone())),
+        };
+        Ok(self.record("binary", &[a, b], y, move |dy, needs| {
+            let (a, b) = (|| saved(&ka), || saved(&kb));
             match op {
-                BinaryOp::Add => grads(needs, [&|| dy.sum_to_shape(sa), &|| dy.sum_to_shape(sb)]),
+                BinaryOp::Add => grads(needs, [&|| dy.sum_to_shape(&sa), &|| dy.sum_to_shape(&sb)]),
                 BinaryOp::Sub => grads(
                     needs,
-                    [&|| dy.sum_to_shape(sa), &|| dy.neg()?.sum_to_shape(sb)],
+                    [&|| dy.sum_to_shape(&sa), &|| dy.neg()?.sum_to_shape(&sb)],
                 ),
                 BinaryOp::Mul => grads(
                     needs,
-                    [&|| dy.mul(&b)?.sum_to_shape(sa), &|| {
-                        dy.mul(&a)?.sum_to_shape(sb)
+                    [&|| dy.mul(b()?)?.sum_to_shape(&sa), &|| {
+                        dy.mul(a()?)?.sum_to_shape(&sb)
                     }],
                 ),
                 BinaryOp::Div => grads(
                     needs,
-                    [&|| dy.div(&b)?.sum_to_shape(sa), &|| {
-                        dy.mul(&a)?.div(&b.square()?)?.neg()?.sum_to_shape(sb)
+                    [&|| dy.div(b()?)?.sum_to_shape(&sa), &|| {
+                        let b = b()?;
+                        dy.mul(a()?)?.div(&b.square()?)?.neg()?.sum_to_shape(&sb)
                     }],
                 ),
                 // The gradient follows the larger operand (ties go to b); relu' of a − b is
                 // exactly that indicator.
                 BinaryOp::Maximum => {
-                    let to_a = a.sub(&b)?.unary_backward(UnaryOp::Relu, dy)?;
+                    let to_a = a()?.sub(b()?)?.unary_backward(UnaryOp::Relu, dy)?;
                     grads(
                         needs,
-                        [&|| to_a.sum_to_shape(sa), &|| {
-                            dy.sub(&to_a)?.sum_to_shape(sb)
+                        [&|| to_a.sum_to_shape(&sa), &|| {
+                            dy.sub(&to_a)?.sum_to_shape(&sb)
                         }],
                     )
                 }

@@ -1,6 +1,7 @@
 //! Matrix products. With C = op(A)·op(B): dA = dC·op(B)ᵀ and dB = op(A)ᵀ·dC, written with the
-//! transpose flags so that no transposed copy is made.
-use super::grads;
+//! transpose flags so that no transposed copy is made. Each operand is kept only for the other's
+//! gradient.
+use super::{grads, saved};
 use crate::Tape;
 use swax_tensor::{Result, Tensor};
 
@@ -9,21 +10,26 @@ impl Tape {
         self.matmul_t(a, b, false, false)
     }
 
+    /// Keeps A only for B's gradient and B only for A's.
     pub fn matmul_t(&self, a: &Tensor, b: &Tensor, ta: bool, tb: bool) -> Result<Tensor> {
         let y = a.matmul_t(b, ta, tb)?;
-        let (sa, sb) = (a.clone(), b.clone());
+        let (a_shape, b_shape) = (a.shape().clone(), b.shape().clone());
+        let ka = self.is_tracked(b).then(|| a.clone());
+        let kb = self.is_tracked(a).then(|| b.clone());
         Ok(self.record("matmul", &[a, b], y, move |dc, needs| {
             let da = || {
+                let sb = saved(&kb)?;
                 let g = if ta {
                     sb.matmul_t(dc, tb, true)?
                 } else {
-                    dc.matmul_t(&sb, false, !tb)?
+                    dc.matmul_t(sb, false, !tb)?
                 };
-                g.sum_to_shape(sa.shape())
+                g.sum_to_shape(&a_shape)
             };
             let db = || {
+                let sa = saved(&ka)?;
                 // A weight shared over a batch: one tall product instead of a batch then a sum.
-                if sb.rank() == 2 && sa.rank() > 2 && !ta {
+                if b_shape.rank() == 2 && sa.rank() > 2 && !ta {
                     let k = sa.dims()[sa.rank() - 1];
                     let n = dc.dims()[dc.rank() - 1];
                     let a2 = sa.reshape([sa.numel() / k, k])?;
@@ -35,11 +41,11 @@ impl Tape {
                     };
                 }
                 let g = if tb {
-                    dc.matmul_t(&sa, true, ta)?
+                    dc.matmul_t(sa, true, ta)?
                 } else {
                     sa.matmul_t(dc, !ta, false)?
                 };
-                g.sum_to_shape(sb.shape())
+                g.sum_to_shape(&b_shape)
             };
             grads(needs, [&da, &db])
         }))

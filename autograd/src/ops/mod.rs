@@ -24,3 +24,15 @@ pub(crate) fn grads<const N: usize>(
         .map(|(make, &need)| if need { make().map(Some) } else { Ok(None) })
         .collect()
 }
+
+/// A tensor a backward kept only for the gradient of an input that was tracked when the op was
+/// recorded; missing when that input was watched only afterwards.
+pub(crate) fn saved(
+    kept: &Option<swax_tensor::Tensor>,
+) -> swax_tensor::Result<&swax_tensor::Tensor> {
+    kept.as_ref().ok_or_else(|| swax_tensor::Error::Invalid {
+        op: "backward",
+        msg: "a tensor was watched after an op had used it: its gradient was not provided for"
+            .into(),
+    })
+}

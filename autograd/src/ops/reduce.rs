@@ -3,8 +3,9 @@ use super::grads;
 use crate::Tape;
 use swax_tensor::{Result, Shape, Tensor};
 
-/// The reduced gradient reshaped to keep the reduced axis (size 1), ready to broadcast back.
-fn kept(dy: &Tensor, x: &Tensor, axis: usize) -> Result<Tensor> {
+/// The reduced gradient reshaped to keep the reduced axis (size 1) of `x`'s shape, ready to
+/// broadcast back.
+fn kept(dy: &Tensor, x: &Shape, axis: usize) -> Result<Tensor> {
     let mut dims = x.dims().to_vec();
     dims[axis] = 1;
     dy.reshape(Shape::new(dims))
@@ -14,11 +15,9 @@ impl Tape {
     pub fn sum(&self, x: &Tensor, axis: isize, keepdim: bool) -> Result<Tensor> {
         let a = x.shape().axis("sum", axis)?;
         let y = x.sum(axis, keepdim)?;
-        let saved = x.clone();
+        let shape = x.shape().clone();
         Ok(self.record("sum", &[x], y, move |dy, _| {
-            Ok(vec![Some(
-                kept(dy, &saved, a)?.broadcast_to(saved.shape().clone())?,
-            )])
+            Ok(vec![Some(kept(dy, &shape, a)?.broadcast_to(shape)?)])
         }))
     }
 
@@ -26,12 +25,10 @@ impl Tape {
         let a = x.shape().axis("mean", axis)?;
         let n = x.dims()[a] as f64;
         let y = x.mean(axis, keepdim)?;
-        let saved = x.clone();
+        let shape = x.shape().clone();
         Ok(self.record("mean", &[x], y, move |dy, _| {
             Ok(vec![Some(
-                kept(dy, &saved, a)?
-                    .scale(1.0 / n)?
-                    .broadcast_to(saved.shape().clone())?,
+                kept(dy, &shape, a)?.scale(1.0 / n)?.broadcast_to(shape)?,
             )])
         }))
     }
@@ -58,8 +55,8 @@ impl Tape {
         let y = x.logsumexp(axis, keepdim)?;
         let (saved, lse) = (x.clone(), y.clone());
         Ok(self.record("logsumexp", &[x], y, move |dy, _| {
-            let p = saved.sub(&kept(&lse, &saved, a)?)?.exp()?;
-            Ok(vec![Some(p.mul(&kept(dy, &saved, a)?)?)])
+            let p = saved.sub(&kept(&lse, saved.shape(), a)?)?.exp()?;
+            Ok(vec![Some(p.mul(&kept(dy, saved.shape(), a)?)?)])
         }))
     }
 

@@ -1,7 +1,8 @@
 //! The plain layers: Linear (no bias; weight `[in, out]`, so `y = x W`), Embedding, RMSNorm and
 //! the SwiGLU MLP. Each is a handful of [`ParamId`]s and a `forward` over tape ops.
 use crate::params::{Init, ParamId, Params, Weights};
-use swax_tensor::{Result, Tensor};
+use swax_autograd::Tape;
+use swax_tensor::{Result, Tensor, UnaryOp};
 
 /// The standard deviation of every projection's initial weights (GPT-2's).
 pub const INIT_STD: f64 = 0.02;
@@ -73,7 +74,8 @@ impl RmsNorm {
     }
 }
 
-/// `down(silu(x W_gate) * x W_up)`, gate and up as one `[C, 2F]` matmul.
+/// `down(silu(x W_gate) * x W_up)`, gate and up as one `[C, 2F]` matmul, of x normalized by the
+/// block's RMSNorm.
 #[derive(Clone, Copy, Debug)]
 pub struct SwiGlu {
     pub gate_up: Linear,
@@ -91,11 +93,43 @@ impl SwiGlu {
         })
     }
 
-    pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
+    /// The MLP of `norm(x)`, x `[.., C]`.
+    pub fn forward(&self, w: &Weights, norm: &RmsNorm, x: &Tensor) -> Result<Tensor> {
         let tape = w.tape();
-        let gu = self.gate_up.forward(w, x)?;
-        let gate = tape.narrow(&gu, -1, 0, self.hidden)?;
-        let up = tape.narrow(&gu, -1, self.hidden, self.hidden)?;
-        self.down.forward(w, &tape.mul(&tape.silu(&gate)?, &up)?)
+        let c = self.gate_up.d_in;
+        let x2 = tape.reshape(x, vec![x.numel() / c, c])?;
+        let weights = [norm.weight, self.gate_up.w, self.down.w].map(|id| w.get(id));
+        tape.reshape(&mlp(tape, &x2, weights, norm.eps)?, x.shape().clone())
     }
+}
+
+/// `silu(gate) · up` of `gu = [gate | up]` `[N, 2F]`.
+fn swiglu(gu: &Tensor) -> Result<[Tensor; 3]> {
+    let f = gu.dims()[1] / 2;
+    let (gate, up) = (gu.narrow(1, 0, f)?, gu.narrow(1, f, f)?);
+    let h = gate.silu()?.mul(&up)?;
+    Ok([gate, up, h])
+}
+
+/// `swiglu(rms_norm(x, g) · w_gate_up) · w_down` over x `[N, C]`, as one node that keeps x (the
+/// residual stream, kept anyway), the norm's per-row statistics and the pre-activation `gu`; its
+/// backward recomputes the norm and `silu(gate) · up` (elementwise work) rather than memory
+/// holding them, as large as x and as half of `gu`, from the forward to the backward.
+fn mlp(tape: &Tape, x: &Tensor, [g, w_gu, w_down]: [&Tensor; 3], eps: f64) -> Result<Tensor> {
+    let (n, stats) = x.rms_norm(g, eps)?;
+    let gu = n.matmul(w_gu)?;
+    let y = swiglu(&gu)?[2].matmul(w_down)?;
+    let saved = [x, g, w_gu, w_down].map(|t| t.clone());
+    Ok(tape.record("mlp", &[x, g, w_gu, w_down], y, move |dy, _| {
+        let [x, g, w_gu, w_down] = &saved;
+        let [gate, up, h] = swiglu(&gu)?;
+        let dw_down = h.matmul_t(dy, true, false)?;
+        let dh = dy.matmul_t(w_down, false, true)?;
+        let dgate = gate.unary_backward(UnaryOp::Silu, &dh.mul(&up)?)?;
+        let dgu = Tensor::concat(&[&dgate, &dh.mul(&gate.silu()?)?], 1)?;
+        let n = x.rms_norm(g, eps)?.0;
+        let dw_gu = n.matmul_t(&dgu, true, false)?;
+        let (dx, dg) = x.rms_norm_backward(g, &stats, &dgu.matmul_t(w_gu, false, true)?)?;
+        Ok(vec![Some(dx), Some(dg), Some(dw_gu), Some(dw_down)])
+    }))
 }

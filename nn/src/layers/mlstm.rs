@@ -11,7 +11,7 @@
 //! weaker than the paths around it.
 use super::basic::{Linear, INIT_STD};
 use super::gates::soft_cap;
-use super::output_norm::head_layer_norm;
+use super::output_norm::gated_head_layer_norm;
 use super::short_conv::ShortConv;
 use super::{cast, reference_forced, MixerDims};
 use crate::mixers::mlstm;
@@ -130,9 +130,8 @@ impl Mlstm {
             )?;
             (cast(w, &hs, q.dtype())?, s)
         };
-        let normed = head_layer_norm(tape, &hs, w.get(self.norm), None, self.eps)?;
         let o = tape.reshape(&self.ogate.forward(w, x)?, vec![b, t, h, dv])?;
-        let gated = tape.mul(&normed, &tape.sigmoid(&o)?)?;
+        let gated = gated_head_layer_norm(tape, &hs, &o, w.get(self.norm), self.eps)?;
         let y = self
             .out
             .forward(w, &tape.reshape(&gated, vec![b, t, h * dv])?)?;

@@ -1,5 +1,7 @@
 //! The output norms of the recurrent mixer layers, composed from the tape's fused norms: Gated
-//! DeltaNet's RMSNorm gated by swish(g), and xLSTM's per-head LayerNorm.
+//! DeltaNet's RMSNorm gated by swish(g), and xLSTM's per-head LayerNorm and its sigmoid output
+//! gate. The gated forms are recomputed in the backward (`Tape::recompute`): they keep their
+//! inputs, not the norm's and the gate's outputs, each as large as the input.
 use swax_autograd::Tape;
 use swax_tensor::{Error, Result, Tensor};
 
@@ -19,7 +21,30 @@ pub fn gated_rms_norm(
             rhs: g.shape().clone(),
         });
     }
-    tape.mul(&tape.rms_norm(o, weight, eps)?, &tape.silu(g)?)
+    tape.recompute("gated_rms_norm", &[o, g, weight], move |tape, x| {
+        tape.mul(&tape.rms_norm(&x[0], &x[2], eps)?, &tape.silu(&x[1])?)
+    })
+}
+
+/// `head_layer_norm(x, weight) · sigmoid(o)`: the mLSTM layer's normed, gated read-out.
+pub fn gated_head_layer_norm(
+    tape: &Tape,
+    x: &Tensor,
+    o: &Tensor,
+    weight: &Tensor,
+    eps: f64,
+) -> Result<Tensor> {
+    if x.shape() != o.shape() {
+        return Err(Error::ShapeMismatch {
+            op: "gated_head_layer_norm",
+            lhs: x.shape().clone(),
+            rhs: o.shape().clone(),
+        });
+    }
+    tape.recompute("gated_head_layer_norm", &[x, o, weight], move |tape, x| {
+        let normed = head_layer_norm(tape, &x[0], &x[2], None, eps)?;
+        tape.mul(&normed, &tape.sigmoid(&x[1])?)
+    })
 }
 
 /// LayerNorm over D within each head of x `[.., H, D]`, then a weight (and bias) `[H, D]` per

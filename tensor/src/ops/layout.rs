@@ -1,6 +1,8 @@
 //! Shape and memory-order ops. A reshape is a view; everything that changes memory order
 //! (transpose, permute, narrow, concat, pad, broadcast) makes a new contiguous tensor by one
-//! strided copy.
+//! strided copy, unless the result is the input's memory as it lies (a full-range narrow, a
+//! permutation that only moves axes of size 1, a broadcast to the same shape, a pad by nothing,
+//! a concat of one part): that is a view, sharing the storage.
 use crate::backend::{Backend, StridedLayout};
 use crate::{Error, Result, Shape, Tensor};
 
@@ -18,6 +20,15 @@ impl Tensor {
     }
 
     fn gather(&self, shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Result<Tensor> {
+        let shape = Shape::new(shape);
+        let in_order = offset == 0
+            && shape.numel() == self.numel()
+            && (shape.dims().iter().zip(&strides).zip(shape.strides()))
+                .all(|((&n, &s), c)| n == 1 || s == c);
+        if in_order {
+            return Ok(self.view(shape));
+        }
+        let shape = shape.dims().to_vec();
         let layout = StridedLayout {
             shape: shape.clone(),
             strides,
@@ -99,6 +110,9 @@ impl Tensor {
             msg: "no tensors to join".into(),
         })?;
         let a = first.shape().axis("concat", axis)?;
+        if parts.len() == 1 {
+            return Ok(first.view(first.shape().clone()));
+        }
         let mut dims = first.dims().to_vec();
         dims[a] = 0;
         for p in parts {
@@ -148,6 +162,9 @@ impl Tensor {
     /// Zero padding: `before` zeros ahead of and `after` zeros behind the entries of `axis`.
     pub fn pad(&self, axis: isize, before: usize, after: usize) -> Result<Tensor> {
         let a = self.shape().axis("pad", axis)?;
+        if before + after == 0 {
+            return Ok(self.view(self.shape().clone()));
+        }
         let mut dims = self.dims().to_vec();
         dims[a] += before + after;
         let shape = Shape::new(dims);

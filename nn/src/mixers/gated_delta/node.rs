@@ -1,12 +1,11 @@
 //! The gated delta rule as ONE tape node over the fused chunkwise kernel (`kernel.rs`), and the
 //! single step built on it.
 //!
-//! The node's outputs are o and the final state (joined: see `joined.rs`). It saves its inputs
+//! The node's outputs are o and the final state. It saves its inputs
 //! and the state before every chunk, `(T / chunk) · Dk · Dv` values per head: the backward
 //! recomputes each chunk's WY factors (cheap, parallel work) but never the sequential state pass.
 use super::kernel::{self, GatedDeltaBackward, GatedDeltaIn};
 use super::state_or_zeros;
-use crate::mixers::joined::record_joined;
 use crate::mixers::one_step::{with_time, without_time};
 use crate::mixers::recurrent::{boundary, RecurrentChecks};
 use swax_autograd::Tape;
@@ -41,11 +40,10 @@ pub fn chunkwise(
     let fin = boundary(&out.boundary, dims.chunks())?.to_dtype(q.dtype())?;
     let saved: GatedDeltaIn = x.try_map(|t| Ok((*t).clone()))?;
     let boundary = out.boundary;
-    let outs = record_joined(
-        tape,
+    let outs = tape.record_many(
         op,
         &[q, k, v, beta, g, &s0],
-        &[&out.o, &fin],
+        vec![out.o, fin],
         move |d, needs| {
             let gr = kernel::backward(
                 &GatedDeltaBackward {
@@ -63,7 +61,7 @@ pub fn chunkwise(
                 .map(|(g, &need)| need.then_some(g))
                 .collect())
         },
-    )?;
+    );
     let [o, s] = <[Tensor; 2]>::try_from(outs).expect("two outputs");
     Ok((o, s))
 }

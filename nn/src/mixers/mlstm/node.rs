@@ -1,13 +1,12 @@
 //! The mLSTM as ONE tape node over the fused chunkwise kernel (`kernel.rs`), and the single step
 //! built on it.
 //!
-//! The node's outputs are h and the final C, n, m (joined: see `joined.rs`). It saves its
+//! The node's outputs are h and the final C, n, m. It saves its
 //! inputs, h and the chunk-boundary states `(C, n, m)` before every chunk: the backward then
 //! never repeats the sequential state pass, at the cost of `(T / chunk) · Dk · (Dv + 1)` values
 //! per head (a third of q, k, v at chunk 64, D 64).
 use super::kernel::{self, MlstmBackward, MlstmIn};
 use super::MlstmState;
-use crate::mixers::joined::record_joined;
 use crate::mixers::one_step::{with_time, without_time};
 use crate::mixers::recurrent::{boundary, RecurrentChecks};
 use swax_autograd::Tape;
@@ -53,11 +52,10 @@ pub fn chunkwise(
     let inputs = [q, k, v, i, f, &s0.c, &s0.n, &s0.m];
     let saved: MlstmIn = x.try_map(|t| Ok((*t).clone()))?;
     let h = out.h.clone();
-    let outs = record_joined(
-        tape,
+    let outs = tape.record_many(
         op,
         &inputs,
-        &[&h, &fin.c, &fin.n, &fin.m],
+        vec![h, fin.c, fin.n, fin.m],
         move |d, needs| {
             let d_final = MlstmState {
                 c: &d[1],
@@ -82,7 +80,7 @@ pub fn chunkwise(
                 .map(|(g, &need)| need.then_some(g))
                 .collect())
         },
-    )?;
+    );
     let [h, c, n, m] = <[Tensor; 4]>::try_from(outs).expect("four outputs");
     Ok((h, MlstmState { c, n, m }))
 }
