@@ -55,20 +55,19 @@ fn gates(s: RecurrentShape) -> usize {
     5 * lp(s)
 }
 
-/// Shared-memory bytes of `mlstm_scan_fwd`: f32 C `[Dk, bv]`, n and the gates; k `[lp, Dk]` and
-/// v `[lp, bv]` of the data's type.
+/// Shared-memory bytes of `mlstm_scan_fwd`: f32 C `[Dk, bv]`, n, the last row's weights and the
+/// gates; k `[lp, Dk]` and v `[lp, bv]` of the data's type.
 fn scan_fwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
     let (lp, bv) = (lp(s), a.bv());
-    let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + gates(s);
+    let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + lp + gates(s);
     4 * f32s + e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
 }
 
-/// Shared-memory bytes of `mlstm_chunk_fwd`: f32 the output's sum tile `[lp, bv]`, n, two
-/// per-row vectors and the gates; q, k `[lp, Dk]`, v `[lp, bv]`, C `[Dk, bv]` and the scores
-/// `[lp, lp]` of the data's type.
+/// Shared-memory bytes of `mlstm_chunk_fwd`: f32 n, two per-row vectors and the gates; q, k
+/// `[lp, Dk]`, v `[lp, bv]`, C `[Dk, bv]` and the scores `[lp, lp]` of the data's type.
 fn chunk_fwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
     let (lp, bv) = (lp(s), a.bv());
-    let f32s = lp * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + 2 * lp + gates(s);
+    let f32s = s.dk.next_multiple_of(16) + 2 * lp + gates(s);
     let elems = 2 * lp * tile_ld(s.dk, e) + (lp + s.dk) * tile_ld(bv, e) + lp * tile_ld(lp, e);
     4 * f32s + e * elems
 }

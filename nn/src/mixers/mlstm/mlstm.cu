@@ -116,8 +116,8 @@ struct RowStats {
     }
 };
 
-// Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk] and the gates; then
-// tiles of T: k [lp, Dk], v [lp, bv].
+// Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk], the last row's
+// weights w_L [lp] and the gates; then tiles of T: k [lp, Dk], v [lp, bv].
 template <typename T, bool TC>
 __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ gi,
                                const T* __restrict__ gf, const T* __restrict__ c0, const T* __restrict__ n0,
@@ -132,6 +132,7 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
     float* f = reinterpret_cast<float*>(smem);
     const STile<float> C = take_tile(f, d.dk, tile_ld<float>(d.bv));
     float* nv = take(f, round16(d.dk));
+    float* wl = take(f, lp);
     const Gates g = carve_gates(f, lp);
     T* e = reinterpret_cast<T*>(f);
     const STile<T> K = take_tile(e, lp, tile_ld<T>(d.dk)), V = take_tile(e, lp, tile_ld<T>(d.bv));
@@ -162,11 +163,13 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
         load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
         load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
+        for (int j = threadIdx.x; j < len; j += nthreads()) wl[j] = weight(g, len - 1, j, len);
+        __syncthreads();
         // n = a_end n + sum_s w_last,s k_s, from k before its scaling below.
         const float a_end = g.a[len - 1];
         for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
             float s = 0.0f;
-            for (int j = 0; j < len; ++j) s = fmaf(K.at(j, c), weight(g, len - 1, j, len), s);
+            for (int j = 0; j < len; ++j) s = fmaf(K.at(j, c), wl[j], s);
             nv[c] = a_end * nv[c] + s;
             if (lead) n_out[(u64)(ci + 1) * d.dk + c] = nv[c];
         }
@@ -174,7 +177,7 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
         // K becomes diag(w_last) K: each step's weight in the state at the chunk's end.
         for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
             const int s = idx / d.dk, c = idx % d.dk;
-            K.set(s, c, K.at(s, c) * weight(g, len - 1, s, len));
+            K.set(s, c, K.at(s, c) * wl[s]);
         }
         __syncthreads();
         float* c_next = c_out + (u64)(ci + 1) * csz;
@@ -192,9 +195,8 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
     }
 }
 
-// Shared memory (`chunk_fwd_bytes` in cuda.rs matches): f32 the tile HB [lp, bv] that sums the
-// output's two products, n [Dk] and the per-row vectors; then tiles of T: q, k [lp, Dk], v
-// [lp, bv], C_prev [Dk, bv], the scores [lp, lp].
+// Shared memory (`chunk_fwd_bytes` in cuda.rs matches): f32 n [Dk] and the per-row vectors; then
+// tiles of T: q, k [lp, Dk], v [lp, bv], C_prev [Dk, bv], the scores [lp, lp].
 template <typename T, bool TC>
 __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                 const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ cs,
@@ -207,7 +209,6 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
     const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
     const Heads hd{d.t, d.h};
     float* f = reinterpret_cast<float*>(smem);
-    const STile<float> HB = take_tile(f, lp, tile_ld<float>(d.bv));
     float* nv = take(f, round16(d.dk));
     float* rden = take(f, lp);
     float* psum = take(f, lp);
@@ -234,11 +235,15 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
             rden[j] = j < len ? 1.0f / (fmaxf(fabsf(nq), expf(-g.m[j])) + d.eps) : 0.0f;
         }
     }
-    // h = (P V + diag(a) Q C / sqrt(Dk)) / den, the second term first into HB.
-    block_mm<TC>(Q, Cb, lc, d.dk, vt.w, [&](int j, int c, float x) { HB.set(j, c, g.a[j] * d.scale * x); });
     __syncthreads();
-    block_mm_onto<TC>(P, V, lc, lc, vt.w, HB, [&](int j, int c, float x, float o) {
-        if (j < len) hout[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + c] = from_float<T>((o + x) * rden[j]);
+    // Q becomes diag(a) Q / sqrt(Dk), and h = [P | Q] [V ; C] / den, one product.
+    for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
+        const int j = idx / d.dk, c = idx % d.dk;
+        Q.set(j, c, Q.at(j, c) * g.a[j] * d.scale);
+    }
+    __syncthreads();
+    block_mm<TC>(cat_cols(P, Q, lc), cat_rows(V, Cb, lc), lc, lc + d.dk, vt.w, [&](int j, int c, float x) {
+        if (j < len) hout[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + c] = from_float<T>(x * rden[j]);
     });
 }
 
@@ -537,7 +542,9 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
 // last step the final state's share) flows back along m_s = max(lf_s + m_{s-1}, i_s): with c_s
 // the gradient reaching m_s, c_s = dm_s + win_{s+1} c_{s+1}, and c_s goes to lf_s where the
 // carried side won (win_s), else to i_s; what passes m_0's max reaches the initial m. Over 32
-// steps at a time the recurrence is a scan of affine maps x -> A x + B across the lanes.
+// steps at a time the recurrence is a scan of affine maps x -> A x + B across the lanes (A = 0
+// or 1, so the scan is exact).
+#define GATE_BATCH 4
 template <typename T>
 __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ rows,
                             const float* __restrict__ gates, const float* __restrict__ dots,
@@ -555,41 +562,51 @@ __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ 
     last = to_float(dmT[bh]) - warp_sum(last);
     init = warp_sum(init);
     float carry = 0.0f, win_after = 0.0f, to_m0 = 0.0f;
-    for (int base = 0; base < d.t; base += 32) {
-        const int s = d.t - 1 - base - lane;
-        const bool ok = s >= 0;
-        const u64 at = (u64)bh * d.t + (ok ? s : 0);
-        const float win = ok ? st.win[at] : 0.0f;
-        float B = ok ? st.dm[at] + (s == d.t - 1 ? last : 0.0f) : 0.0f;
-        const float up = __shfl_up_sync(FULL_MASK, win, 1);
-        float A = lane == 0 ? win_after : up;
+    // GATE_BATCH pieces of 32 steps have their rows loaded at once, so that their loads wait out
+    // one latency together; then the pieces are scanned in turn.
+    constexpr int U = GATE_BATCH;
+    for (int base = 0; base < d.t; base += 32 * U) {
+        float win[U], B[U], dlf[U], dii[U];
 #pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float Ap = __shfl_up_sync(FULL_MASK, A, o), Bp = __shfl_up_sync(FULL_MASK, B, o);
-            if (lane >= o) {
-                B = fmaf(A, Bp, B);
-                A *= Ap;
+        for (int u = 0; u < U; ++u) {
+            const int s = d.t - 1 - base - 32 * u - lane;
+            const u64 at = (u64)bh * d.t + (s >= 0 ? s : 0);
+            win[u] = s >= 0 ? st.win[at] : 0.0f;
+            B[u] = s >= 0 ? st.dm[at] + (s == d.t - 1 ? last : 0.0f) : 0.0f;
+            dlf[u] = dii[u] = 0.0f;
+            for (int v = 0; s >= 0 && v < d.nv; ++v) {
+                dlf[u] += gates[(u64)v * 2 * n + at];
+                dii[u] += gates[(u64)v * 2 * n + n + at];
             }
         }
-        const float x = fmaf(A, carry, B);
-        if (ok) {
-            float dlf = 0.0f, dii = 0.0f;
-            for (int v = 0; v < d.nv; ++v) {
-                dlf += gates[(u64)v * 2 * n + at];
-                dii += gates[(u64)v * 2 * n + n + at];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int s = d.t - 1 - base - 32 * u - lane;
+            const float up = __shfl_up_sync(FULL_MASK, win[u], 1);
+            float A = lane == 0 ? win_after : up, Bs = B[u];
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float Ap = __shfl_up_sync(FULL_MASK, A, o), Bp = __shfl_up_sync(FULL_MASK, Bs, o);
+                if (lane >= o) {
+                    Bs = fmaf(A, Bp, Bs);
+                    A *= Ap;
+                }
             }
-            if (win != 0.0f)
-                dlf += x;
-            else
-                dii += x;
-            const u64 g_at = hd.at(b, hh, s, 1);
-            // d lf / d f = sigmoid(-f) = 1 - exp(lf), without cancellation near lf = 0.
-            di[g_at] = from_float<T>(dii);
-            df[g_at] = from_float<T>(-dlf * expm1f(log_sigmoid(to_float(gf[g_at]))));
+            const float x = fmaf(A, carry, Bs);
+            if (s >= 0) {
+                if (win[u] != 0.0f)
+                    dlf[u] += x;
+                else
+                    dii[u] += x;
+                const u64 g_at = hd.at(b, hh, s, 1);
+                // d lf / d f = sigmoid(-f) = 1 - exp(lf), without cancellation near lf = 0.
+                di[g_at] = from_float<T>(dii[u]);
+                df[g_at] = from_float<T>(-dlf[u] * expm1f(log_sigmoid(to_float(gf[g_at]))));
+            }
+            if (s == 0) to_m0 = win[u] * x;
+            carry = __shfl_sync(FULL_MASK, x, 31);
+            win_after = __shfl_sync(FULL_MASK, win[u], 31);
         }
-        if (s == 0) to_m0 = win * x;
-        carry = __shfl_sync(FULL_MASK, x, 31);
-        win_after = __shfl_sync(FULL_MASK, win, 31);
     }
     to_m0 = warp_sum(to_m0);
     if (lane == 0) dm0[bh] = from_float<T>(init + to_m0);
