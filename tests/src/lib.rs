@@ -1,12 +1,13 @@
 //! Cross-crate properties: gradient checks, CPU/GPU parity, end-to-end training.
 //!
 //! This library holds what the test files share: finding the GPU (or saying why a GPU test
-//! skips), comparing tensors across devices and dtypes, and the cases of the attention and
-//! gated delta kernels.
+//! skips), comparing tensors across devices and dtypes, and the cases of the attention,
+//! gated delta and mLSTM kernels.
 use swax_tensor::{Device, Result, Tensor};
 
 pub mod attention;
 pub mod gated_delta;
+pub mod mlstm;
 
 /// The GPU to test on. Without one, GPU tests print why and pass, so CI (which has none) stays
 /// green; with `SWAX_REQUIRE_CUDA=1` they fail instead, so a GPU run can never pass by skipping.

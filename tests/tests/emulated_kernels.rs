@@ -1,7 +1,8 @@
-//! The gated delta rule's CUDA kernels, both families (gated_delta_parallel.cu and gated_delta.cu
-//! in bf16), run on the CPU by the kernel emulator in cuda/emu (a fiber per GPU thread; ldmatrix,
-//! mma.sync, shuffles and cp.async emulated; shared memory filled with NaNs before each block),
-//! against the CPU fused kernels on values, boundary states and every gradient. CI has no GPU:
+//! The recurrent mixers' CUDA kernels run on the CPU by the kernel emulator in cuda/emu (a fiber
+//! per GPU thread; ldmatrix, mma.sync, shuffles and cp.async emulated; shared memory filled with
+//! NaNs before each block), against the CPU fused kernels on values, boundary states and every
+//! gradient: the gated delta rule's two families (gated_delta_parallel.cu and gated_delta.cu, in
+//! bf16) and the mLSTM's kernels (mlstm.cu, in bf16 and f32). CI has no GPU:
 //! this is how it checks the kernels' logic (indexing, fragment layouts, barriers, waits), while
 //! gpu_recurrent.rs checks them on the hardware. Skips, saying why, where there is no C++
 //! compiler (g++) or no kernel sources (the GPU machine gets test binaries only).
@@ -10,8 +11,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 use swax_cuda::kernels::chunk::RecurrentShape;
 use swax_nn::mixers::gated_delta;
+use swax_nn::mixers::mlstm;
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::gated_delta::{self as gdn, Gates};
+use swax_tests::mlstm as cases;
 use swax_tests::relative_error;
 
 /// bf16 operands and f32 accumulation, as on the GPU: the GPU tests' tolerance.
@@ -33,11 +36,39 @@ const EXTREME: Gates = Gates {
     beta_mean: 0.0,
 };
 
-/// The harness (cuda/emu/gated_delta.cpp over the kernel sources), built once per test binary;
-/// None, with the reason printed, where it cannot be built here.
-fn harness() -> Option<&'static Path> {
+/// An emulator harness: its driver `cuda/emu/<name>.cpp`, over the shared kernel headers and
+/// `sources` from the mixer's folder `nn/src/mixers/<name>`, in the order of the Rust wrappers'
+/// concatenation.
+struct Driver {
+    name: &'static str,
+    sources: &'static [&'static str],
+}
+
+const GATED_DELTA: Driver = Driver {
+    name: "gated_delta",
+    sources: &[
+        "gated_delta.cuh",
+        "gated_delta.cu",
+        "gated_delta_parallel.cu",
+    ],
+};
+
+const MLSTM: Driver = Driver {
+    name: "mlstm",
+    sources: &["mlstm.cu"],
+};
+
+/// The gated delta rule's harness, built once per test binary; None, with the reason printed,
+/// where it cannot be built here.
+fn gated_delta_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BUILT.get_or_init(build).as_deref()
+    BUILT.get_or_init(|| build(&GATED_DELTA)).as_deref()
+}
+
+/// The mLSTM's harness, likewise.
+fn mlstm_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&MLSTM)).as_deref()
 }
 
 /// The functions of the kernel sources that wrap PTX; emu.h has their CPU versions.
@@ -110,30 +141,29 @@ fn emulated(src: &str) -> String {
     out
 }
 
-fn build() -> Option<PathBuf> {
+fn build(driver: &Driver) -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()?
         .to_path_buf();
     let emu = root.join("cuda/emu");
     let (shared, mixer) = (
         root.join("cuda/kernels"),
-        root.join("nn/src/mixers/gated_delta"),
+        root.join("nn/src/mixers").join(driver.name),
     );
-    if !emu.join("gated_delta.cpp").exists() {
+    let main = emu.join(format!("{}.cpp", driver.name));
+    if !main.exists() {
         eprintln!("skipping: no kernel sources at {}", emu.display());
         return None;
     }
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("emu");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("emu")
+        .join(format!("build_{}", driver.name));
     std::fs::create_dir_all(&out).expect("the emulator's build folder");
     // The order of the Rust wrappers' concatenation, after common.cuh (NVRTC's header).
-    let sources = [
-        shared.join("common.cuh"),
-        shared.join("mma.cuh"),
-        shared.join("chunk.cuh"),
-        mixer.join("gated_delta.cuh"),
-        mixer.join("gated_delta.cu"),
-        mixer.join("gated_delta_parallel.cu"),
-    ];
+    let sources = ["common.cuh", "mma.cuh", "chunk.cuh"]
+        .iter()
+        .map(|f| shared.join(f))
+        .chain(driver.sources.iter().map(|f| mixer.join(f)));
     let mut unit = String::from("#include \"emu.h\"\n");
     for s in sources {
         let text = std::fs::read_to_string(s).expect("a kernel source");
@@ -149,13 +179,13 @@ fn build() -> Option<PathBuf> {
         "PTX left for the emulator: {asm:?} (add its wrapper to PTX_WRAPPERS and emu.h)"
     );
     std::fs::write(out.join("kernels.cpp"), unit).expect("the emulated kernels' source");
-    let exe = out.join("gated_delta");
+    let exe = out.join(driver.name);
     let cc = Command::new("g++")
         .args(["-std=c++17", "-O1", "-I"])
         .arg(&emu)
         .arg("-I")
         .arg(&out)
-        .arg(emu.join("gated_delta.cpp"))
+        .arg(&main)
         .arg(emu.join("emu.cpp"))
         .arg("-o")
         .arg(&exe)
@@ -207,7 +237,9 @@ fn case(
     gates: Gates,
     seed: u64,
 ) -> Result<()> {
-    let Some(exe) = harness() else { return Ok(()) };
+    let Some(exe) = gated_delta_harness() else {
+        return Ok(());
+    };
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("emu")
         .join(name);
@@ -371,4 +403,261 @@ fn walk_extreme_gates() -> Result<()> {
         EXTREME,
         150,
     )
+}
+
+/// The mLSTM's gates: forget gates about sigmoid(2); a long memory, forget gates near 1, so that
+/// the stabilizer's carried side wins its max for long runs of steps and the final state's
+/// share of its gradient flows back far; and a strong decay: forget preactivations about -10,
+/// so that the state all but vanishes each step and the stabilizer follows the input gate.
+const MLSTM_GATES: cases::Gates = cases::Gates {
+    gate_std: 1.0,
+    forget_mean: 2.0,
+};
+const LONG_MEMORY: cases::Gates = cases::Gates {
+    gate_std: 1.0,
+    forget_mean: 6.0,
+};
+const STRONG_DECAY: cases::Gates = cases::Gates {
+    gate_std: 1.0,
+    forget_mean: -10.0,
+};
+
+/// Which output gradients a case has: all, or only the final state's (dh zero), where the
+/// stabilizer's own path carries a large share of the gates' gradients.
+#[derive(Clone, Copy, PartialEq)]
+enum Grads {
+    All,
+    FinalState,
+}
+
+/// One forward and backward of the mLSTM's kernels in the emulator at `dims` = [B, T, H, Dk,
+/// Dv] in `dtype` (bf16 or f32), launched as the wrapper launches them under `shared_limit`
+/// bytes a block, against the CPU fused kernel on the same (rounded) inputs. Returns the
+/// forward's and backward's value tiles.
+#[allow(clippy::too_many_arguments)]
+fn mlstm_case(
+    name: &str,
+    dims: [usize; 5],
+    chunk: usize,
+    gates: cases::Gates,
+    grads: Grads,
+    dtype: DType,
+    shared_limit: usize,
+    seed: u64,
+) -> Result<(usize, usize)> {
+    let Some(exe) = mlstm_harness() else {
+        return Ok((0, 0));
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("emu")
+        .join(name);
+    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    let rounded = |xs: Vec<Tensor>| -> Result<Vec<Tensor>> {
+        xs.iter()
+            .map(|x| x.to_dtype(dtype)?.to_dtype(DType::F32))
+            .collect()
+    };
+    let x = rounded(cases::inputs(dims, gates, seed)?)?;
+    let mut g = rounded(cases::output_grads(dims, seed)?)?;
+    if grads == Grads::FinalState {
+        g[0] = g[0].zeros_like()?;
+    }
+    let files = [
+        "q", "k", "v", "i", "f", "c0", "n0", "m0", "dh", "dc", "dn", "dm",
+    ];
+    for (file, t) in files.iter().zip(x.iter().chain(&g)) {
+        write(&dir.join(format!("{file}.f32")), t)?;
+    }
+    let [b, t, h, dk, dv] = dims;
+    let shape = dir.join("dims");
+    std::fs::write(&shape, format!("{b} {t} {h} {dk} {dv} {chunk}\n"))
+        .map_err(|e| io(&shape, e))?;
+    let s = RecurrentShape {
+        b,
+        t,
+        h,
+        dk,
+        dv,
+        chunk,
+    };
+    let (kind, dt) = match dtype {
+        DType::BF16 => ("bf16", swax_cuda::DType::BF16),
+        _ => ("f32", swax_cuda::DType::F32),
+    };
+    let z = mlstm::launch_sizes(s, dt, shared_limit).expect("valid sizes");
+    let launch = dir.join("launch");
+    let sizes = format!(
+        "{} {} {} {} {} {} {} {}\n",
+        z.threads,
+        z.forward_bv,
+        z.scan_fwd,
+        z.chunk_fwd,
+        z.backward_bv,
+        z.prep,
+        z.scan_bwd,
+        z.grads
+    );
+    std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
+    let want = cases::run(&x, &g, chunk)?;
+    let status = Command::new(exe)
+        .arg(&dir)
+        .arg(kind)
+        .status()
+        .map_err(|e| io(exe, e))?;
+    assert!(
+        status.success(),
+        "{name}: the emulated kernels failed ({status})"
+    );
+    // bf16 operands: errors of about 3e-3 were seen here; the bound is tighter than the GPU
+    // tests' so that a wrong share of a gradient shows.
+    let tolerance = if dtype == DType::BF16 { 1.5e-2 } else { 1e-4 };
+    for (out, w) in cases::OUTPUTS.iter().zip(&want) {
+        let got = read(&dir.join(format!("emu_{out}.f32")), w)?;
+        let err = relative_error(&got, w).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
+        eprintln!("{name} {out}: relative error {err:.2e}");
+        assert!(
+            err < tolerance,
+            "{name} {out}: relative error {err:.3e} > {tolerance:.0e}"
+        );
+    }
+    Ok((z.forward_bv, z.backward_bv))
+}
+
+/// The M layer's head sizes (Dk = Dv / 2), T not a multiple of the chunk, an initial state, a
+/// long memory.
+#[test]
+fn mlstm_odd_t_layer_heads() -> Result<()> {
+    let dims = [2, 150, 2, 32, 64];
+    mlstm_case(
+        "mlstm_t150",
+        dims,
+        64,
+        LONG_MEMORY,
+        Grads::All,
+        DType::BF16,
+        SHARED_LIMIT,
+        200,
+    )
+    .map(|_| ())
+}
+
+/// One chunk, shorter than the chunk size, at a chunk of 32.
+#[test]
+fn mlstm_shorter_than_a_chunk() -> Result<()> {
+    let dims = [1, 20, 2, 64, 32];
+    mlstm_case(
+        "mlstm_t20",
+        dims,
+        32,
+        MLSTM_GATES,
+        Grads::All,
+        DType::BF16,
+        SHARED_LIMIT,
+        210,
+    )
+    .map(|_| ())
+}
+
+/// Only the final state's gradient, over a long memory: the gates' gradients are mostly the
+/// stabilizer's own, sent back along its recurrence across many steps.
+#[test]
+fn mlstm_final_state_gradient() -> Result<()> {
+    let dims = [1, 150, 2, 32, 64];
+    let grads = Grads::FinalState;
+    mlstm_case(
+        "mlstm_final",
+        dims,
+        64,
+        LONG_MEMORY,
+        grads,
+        DType::BF16,
+        SHARED_LIMIT,
+        260,
+    )
+    .map(|_| ())
+}
+
+#[test]
+fn mlstm_single_step() -> Result<()> {
+    let dims = [1, 1, 1, 32, 64];
+    mlstm_case(
+        "mlstm_t1",
+        dims,
+        64,
+        MLSTM_GATES,
+        Grads::All,
+        DType::BF16,
+        SHARED_LIMIT,
+        220,
+    )
+    .map(|_| ())
+}
+
+#[test]
+fn mlstm_strong_decay() -> Result<()> {
+    let dims = [1, 130, 2, 32, 64];
+    mlstm_case(
+        "mlstm_decay",
+        dims,
+        64,
+        STRONG_DECAY,
+        Grads::All,
+        DType::BF16,
+        SHARED_LIMIT,
+        230,
+    )
+    .map(|_| ())
+}
+
+/// A shared-memory limit one byte under what one value tile needs: Dv in several tiles, whose
+/// shares of dq, dk and the gates are summed.
+#[test]
+fn mlstm_value_tiles() -> Result<()> {
+    let (dims, chunk) = ([1, 100, 2, 32, 64], 32);
+    let [b, t, h, dk, dv] = dims;
+    let s = RecurrentShape {
+        b,
+        t,
+        h,
+        dk,
+        dv,
+        chunk,
+    };
+    let one = mlstm::launch_sizes(s, swax_cuda::DType::BF16, usize::MAX).expect("valid sizes");
+    let limit = one
+        .scan_fwd
+        .max(one.chunk_fwd)
+        .min(one.scan_bwd.max(one.grads))
+        - 1;
+    let (fwd, bwd) = mlstm_case(
+        "mlstm_tiles",
+        dims,
+        chunk,
+        MLSTM_GATES,
+        Grads::All,
+        DType::BF16,
+        limit,
+        240,
+    )?;
+    if mlstm_harness().is_some() {
+        assert!(fwd < dv && bwd < dv, "one value tile: {fwd}, {bwd} of {dv}");
+    }
+    Ok(())
+}
+
+/// f32 data (products in f32, no tensor cores) at sizes no tile divides.
+#[test]
+fn mlstm_f32_odd_sizes() -> Result<()> {
+    let dims = [1, 45, 2, 12, 20];
+    mlstm_case(
+        "mlstm_f32",
+        dims,
+        16,
+        MLSTM_GATES,
+        Grads::All,
+        DType::F32,
+        SHARED_LIMIT,
+        250,
+    )
+    .map(|_| ())
 }

@@ -4,9 +4,9 @@
 //! matters, a value dim unlike the key dim, a value dim split into tiles, f32 at odd sizes, a
 //! chunk other than 64, head dim 32, and extreme gates (no NaN or Inf).
 //! Skips without a GPU (see `swax_tests::gpu`).
-use swax_nn::mixers::mlstm::{MlstmBackward, MlstmIn, MlstmState};
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::gated_delta as gdn;
+use swax_tests::mlstm as mlstm_cases;
 use swax_tests::{gpu, relative_error};
 
 /// f32 on both devices differs by summation order and exp's rounding; bf16 data is multiplied
@@ -21,12 +21,6 @@ fn tolerance(dtype: DType) -> f64 {
 
 fn randn(dims: &[usize], std: f64, seed: u64) -> Tensor {
     Tensor::randn(dims.to_vec(), std, seed, DType::F32, Device::Cpu).unwrap()
-}
-
-/// `f` of every element, on the CPU in f32.
-fn map(x: &Tensor, f: impl Fn(f64) -> f64) -> Tensor {
-    let v: Vec<f64> = x.to_f64_vec().unwrap().into_iter().map(f).collect();
-    Tensor::from_f64s(&v, x.dims().to_vec(), DType::F32, Device::Cpu).unwrap()
 }
 
 /// The same values as a CPU f32 reference input and a GPU input of `dtype` (rounded to it first,
@@ -77,69 +71,22 @@ struct Mlstm;
 
 impl Mixer for Mlstm {
     const NAME: &'static str = "mlstm";
-    const OUTPUTS: &'static [&'static str] = &[
-        "h", "c", "n", "m", "dq", "dk", "dv", "di", "df", "dc0", "dn0", "dm0",
-    ];
+    const OUTPUTS: &'static [&'static str] = &mlstm_cases::OUTPUTS;
 
-    /// q, k, v, the gate preactivations i ~ N(0, gate_std) and f ~ N(decay_mean, gate_std), and
-    /// the initial state (C, n, m).
     fn inputs(c: &Case, seed: u64) -> Vec<Tensor> {
-        let (b, t, h) = (c.b, c.t, c.h);
-        vec![
-            randn(&[b, t, h, c.dk], 1.0, seed),
-            randn(&[b, t, h, c.dk], 1.0, seed + 1),
-            randn(&[b, t, h, c.dv], 1.0, seed + 2),
-            map(&randn(&[b, t, h], 1.0, seed + 3), |x| x * c.gate_std),
-            map(&randn(&[b, t, h], 1.0, seed + 4), |x| {
-                x * c.gate_std + c.decay_mean
-            }),
-            randn(&[b, h, c.dk, c.dv], 0.3, seed + 5),
-            randn(&[b, h, c.dk], 0.3, seed + 6),
-            randn(&[b, h], 1.0, seed + 7),
-        ]
+        let gates = mlstm_cases::Gates {
+            gate_std: c.gate_std,
+            forget_mean: c.decay_mean,
+        };
+        mlstm_cases::inputs([c.b, c.t, c.h, c.dk, c.dv], gates, seed).unwrap()
     }
 
     fn grads(c: &Case, seed: u64) -> Vec<Tensor> {
-        let (b, t, h) = (c.b, c.t, c.h);
-        vec![
-            randn(&[b, t, h, c.dv], 1.0, seed + 8),
-            randn(&[b, h, c.dk, c.dv], 0.1, seed + 9),
-            randn(&[b, h, c.dk], 0.1, seed + 10),
-            randn(&[b, h], 0.1, seed + 11),
-        ]
+        mlstm_cases::output_grads([c.b, c.t, c.h, c.dk, c.dv], seed).unwrap()
     }
 
     fn run(c: &Case, x: &[Tensor], grads: &[Tensor]) -> Result<Vec<Tensor>> {
-        let eps = 1e-6;
-        let input = MlstmIn {
-            q: &x[0],
-            k: &x[1],
-            v: &x[2],
-            i: &x[3],
-            f: &x[4],
-            state: MlstmState {
-                c: &x[5],
-                n: &x[6],
-                m: &x[7],
-            },
-        };
-        let out = swax_nn::mixers::mlstm::forward(&input, c.chunk, eps)?;
-        let d_final = MlstmState {
-            c: &grads[1],
-            n: &grads[2],
-            m: &grads[3],
-        };
-        let saved = MlstmBackward {
-            input,
-            out: out.try_map(Ok)?,
-            dh: &grads[0],
-            d_final,
-        };
-        let g = swax_nn::mixers::mlstm::backward(&saved, c.chunk, eps)?;
-        let (st, gs) = (out.boundary, g.state);
-        Ok(vec![
-            out.h, st.c, st.n, st.m, g.q, g.k, g.v, g.i, g.f, gs.c, gs.n, gs.m,
-        ])
+        mlstm_cases::run(x, grads, c.chunk)
     }
 }
 

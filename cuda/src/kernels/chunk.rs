@@ -109,7 +109,16 @@ impl RecArgs {
         if let Some(bv) = value_tile_override() {
             return self.with_tiles((self.dv as usize).div_ceil(bv), dtype);
         }
-        let limit = dev.max_shared_optin() as usize;
+        self.fit_within(dev.max_shared_optin() as usize, dtype, bytes)
+    }
+
+    /// `fit` for a block's shared-memory limit in bytes (what a device's opt-in limit would be).
+    pub fn fit_within(
+        self,
+        limit: usize,
+        dtype: DType,
+        bytes: impl Fn(&RecArgs) -> usize,
+    ) -> RecArgs {
         let mut nv = 1;
         loop {
             let a = self.with_tiles(nv, dtype);

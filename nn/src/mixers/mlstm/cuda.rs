@@ -1,18 +1,23 @@
 //! The mLSTM's chunkwise kernel on CUDA, forward and backward (`mlstm.cu`, after swax-cuda's
-//! `kernels/mma.cuh` and `kernels/chunk.cuh`): one block per (batch, head, value tile); f32 data
-//! is multiplied in f32, bf16 data on tensor cores.
+//! `kernels/mma.cuh` and `kernels/chunk.cuh`): lean sequential scans over the chunk-boundary
+//! states, one block per (batch, head, value tile), around chunk-parallel kernels, one block per
+//! (batch, head, value tile, chunk); f32 data is multiplied in f32, bf16 data on tensor cores.
 use super::{MlstmBackward, MlstmGrads, MlstmIn, MlstmOut, MlstmState};
 use swax_cuda::kernels::chunk::{
     check_operands, head_launch, sum_tiles, tile_ld, tile_shares, RecArgs, RecurrentShape,
+    CHUNK_THREADS,
 };
-use swax_cuda::kernels::{float_kernel, launch, CHUNK_CUH, MMA_CUH};
-use swax_cuda::{Buffer, CudaError, DType, KernelSource};
+use swax_cuda::kernels::{float_kernel, launch, to_u32, Launch, CHUNK_CUH, MMA_CUH};
+use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "mlstm",
     source: &[MMA_CUH, CHUNK_CUH, include_str!("mlstm.cu")],
 };
+
+/// The most blocks a grid's z dimension takes (the chunks of the chunk-parallel kernels).
+const MAX_GRID_Z: usize = 65535;
 
 /// Checks the inputs q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`, i, f `[B, T, H]` and the state (or
 /// state gradient) of one dtype (f32 or bf16); returns the kernels' sizes and that dtype.
@@ -41,26 +46,125 @@ fn check(
     Ok((args, dt))
 }
 
-/// Shared-memory bytes of the forward (`mlstm_forward` in mlstm.cu): f32 the state C and the
-/// output's sum tile (`[Dk, bv]`, `[lp, bv]`), n and the per-row vectors; then tiles of the data's
-/// type: q, k `[lp, Dk]`, v `[lp, bv]`, C rounded `[Dk, bv]`, the scores `[lp, lp]`.
-fn forward_bytes(s: RecurrentShape, args: &RecArgs, dt: DType) -> usize {
-    let (lp, e, bv) = (s.chunk.next_multiple_of(16), dt.size_bytes(), args.bv());
-    let f32s = (s.dk + lp) * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + 8 * lp;
+/// The chunk's padded rows, a tile row of `n` elements of `e` bytes, and the f32 words of the
+/// five per-row gate vectors (`Gates` in mlstm.cu).
+fn lp(s: RecurrentShape) -> usize {
+    s.chunk.next_multiple_of(16)
+}
+fn gates(s: RecurrentShape) -> usize {
+    5 * lp(s)
+}
+
+/// Shared-memory bytes of `mlstm_scan_fwd`: f32 C `[Dk, bv]`, n, the last row's weights and the
+/// gates; k `[lp, Dk]` and v `[lp, bv]` of the data's type.
+fn scan_fwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
+    let (lp, bv) = (lp(s), a.bv());
+    let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + lp + gates(s);
+    4 * f32s + e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
+}
+
+/// Shared-memory bytes of `mlstm_chunk_fwd`: f32 n, two per-row vectors and the gates; q, k
+/// `[lp, Dk]`, v `[lp, bv]`, C `[Dk, bv]` and the scores `[lp, lp]` of the data's type.
+fn chunk_fwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
+    let (lp, bv) = (lp(s), a.bv());
+    let f32s = s.dk.next_multiple_of(16) + 2 * lp + gates(s);
     let elems = 2 * lp * tile_ld(s.dk, e) + (lp + s.dk) * tile_ld(bv, e) + lp * tile_ld(lp, e);
     4 * f32s + e * elems
 }
 
-/// Shared-memory bytes of the backward (`mlstm_backward` in mlstm.cu): f32 an accumulator tile
-/// `[lp, max(Dk, bv)]`, dn and n, the per-row vectors; then tiles of the data's type: q, k
-/// `[lp, Dk]`, v, dnum `[lp, bv]`, the scores and their gradient `[lp, lp]`, dC and C_prev rounded
-/// `[Dk, bv]`.
-fn backward_bytes(s: RecurrentShape, args: &RecArgs, dt: DType) -> usize {
-    let (lp, e, bv) = (s.chunk.next_multiple_of(16), dt.size_bytes(), args.bv());
-    let f32s = lp * tile_ld(s.dk.max(bv), 4) + 2 * s.dk.next_multiple_of(16) + 13 * lp;
+/// Shared-memory bytes of `mlstm_prep_bwd`: f32 n, the scores' row sums and the gates; q, k
+/// `[lp, Dk]` and the scores `[lp, lp]` of the data's type.
+fn prep_bytes(s: RecurrentShape, e: usize) -> usize {
+    let lp = lp(s);
+    let f32s = s.dk.next_multiple_of(16) + lp + gates(s);
+    4 * f32s + e * (2 * lp * tile_ld(s.dk, e) + lp * tile_ld(lp, e))
+}
+
+/// Shared-memory bytes of `mlstm_scan_bwd`: f32 dC `[Dk, bv]`, dn, two per-row vectors, the
+/// gates and 32 floats of scratch; q `[lp, Dk]` and dnum `[lp, bv]` of the data's type.
+fn scan_bwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
+    let (lp, bv) = (lp(s), a.bv());
+    let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + 2 * lp + gates(s) + 32;
+    4 * f32s + e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
+}
+
+/// Shared-memory bytes of `mlstm_grads`: f32 an accumulator tile `[lp, max(Dk, bv)]`, dn and
+/// n, eight per-row vectors, the gates and 32 floats of scratch; q, k `[lp, Dk]`, v, dnum
+/// `[lp, bv]`, the scores and their gradient `[lp, lp]`, dC and C_prev `[Dk, bv]` of the data's
+/// type.
+fn grads_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
+    let (lp, bv) = (lp(s), a.bv());
+    let f32s =
+        lp * tile_ld(s.dk.max(bv), 4) + 2 * s.dk.next_multiple_of(16) + 8 * lp + gates(s) + 32;
     let elems =
         2 * lp * tile_ld(s.dk, e) + 2 * (lp + s.dk) * tile_ld(bv, e) + 2 * lp * tile_ld(lp, e);
     4 * f32s + e * elems
+}
+
+/// The shared memory a value tile of each pass needs: the most of its tiled kernels'.
+fn forward_bytes(s: RecurrentShape, e: usize) -> impl Fn(&RecArgs) -> usize {
+    move |a| scan_fwd_bytes(s, a, e).max(chunk_fwd_bytes(s, a, e))
+}
+fn backward_bytes(s: RecurrentShape, e: usize) -> impl Fn(&RecArgs) -> usize {
+    move |a| scan_bwd_bytes(s, a, e).max(grads_bytes(s, a, e))
+}
+
+/// What the kernels launch with under a block's shared-memory limit: each pass's value tile
+/// width (`bv` columns, Dv in `Dv.div_ceil(bv)` tiles, the same for all the pass's kernels) and
+/// each kernel's shared memory in bytes. Public so that the kernels' CPU emulation
+/// (tests/tests/emulated_kernels.rs) launches them as the wrappers do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    pub threads: u32,
+    pub forward_bv: usize,
+    pub scan_fwd: usize,
+    pub chunk_fwd: usize,
+    pub backward_bv: usize,
+    pub prep: usize,
+    pub scan_bwd: usize,
+    pub grads: usize,
+}
+
+/// The sizes for a shape of `dtype` under `shared_limit` bytes a block.
+pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Result<Sizes, CudaError> {
+    let args = RecArgs::new("mlstm", s, dtype, 0.0)?;
+    let e = dtype.size_bytes();
+    let fwd = args.fit_within(shared_limit, dtype, forward_bytes(s, e));
+    let bwd = args.fit_within(shared_limit, dtype, backward_bytes(s, e));
+    Ok(Sizes {
+        threads: CHUNK_THREADS,
+        forward_bv: fwd.bv(),
+        scan_fwd: scan_fwd_bytes(s, &fwd, e),
+        chunk_fwd: chunk_fwd_bytes(s, &fwd, e),
+        backward_bv: bwd.bv(),
+        prep: prep_bytes(s, e),
+        scan_bwd: scan_bwd_bytes(s, &bwd, e),
+        grads: grads_bytes(s, &bwd, e),
+    })
+}
+
+/// One block per (batch, head, value tile, chunk) (`blockIdx.z` the chunk), `bytes` of shared
+/// memory.
+fn chunk_launch(
+    op: &'static str,
+    dev: &Device,
+    s: RecurrentShape,
+    args: &RecArgs,
+    bytes: usize,
+) -> Result<Launch, CudaError> {
+    let nc = s.chunks();
+    if nc > MAX_GRID_Z {
+        return Err(CudaError::invalid(
+            op,
+            format!(
+                "T = {} makes {nc} chunks of {}, more than the {MAX_GRID_Z} a grid takes",
+                s.t, s.chunk
+            ),
+        ));
+    }
+    let mut l = head_launch(op, dev, s, args, bytes)?;
+    l.grid.2 = nc as u32;
+    Ok(l)
 }
 
 /// The chunkwise forward from the state `x.state` (of the inputs' dtype).
@@ -72,27 +176,37 @@ pub(super) fn forward(
     const OP: &str = "mlstm_forward";
     let dev = x.q.device();
     let (args, dt) = check(OP, x, s, eps)?;
-    let bytes = |a: &RecArgs| forward_bytes(s, a, dt);
-    let args = args.fit(dev, dt, bytes);
+    let e = dt.size_bytes();
+    let args = args.fit(dev, dt, forward_bytes(s, e));
     let h = dev.alloc(dt, s.rows(s.dv))?;
     let c = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
     let n = dev.alloc(DType::F32, s.boundaries(s.dk))?;
     let m = dev.alloc(DType::F32, s.boundaries(1))?;
-    let name = float_kernel!(OP, "mlstm_forward", dt)?;
-    let cfg = head_launch(OP, dev, s, &args, bytes(&args))?;
+    let scan = head_launch(OP, dev, s, &args, scan_fwd_bytes(s, &args, e))?;
+    let chunks = chunk_launch(OP, dev, s, &args, chunk_fwd_bytes(s, &args, e))?;
     let s0 = &x.state;
-    // SAFETY: mlstm_forward_T(q, k, v, i, f, c0, n0, m0, h, cs, ns, ms, RecDims); every buffer
-    // was checked (or allocated) at the length the sizes in `args` imply, and the shared memory
-    // asked for is what the kernel carves for those sizes.
+    // SAFETY: mlstm_scan_fwd_T(k, v, i, f, c0, n0, m0, cs, ns, ms, RecDims), then
+    // mlstm_chunk_fwd_T(q, k, v, i, f, cs, ns, ms, h, RecDims): every buffer was checked (or
+    // allocated) at the length the sizes in `args` imply, and each launch's shared memory is what
+    // its kernel carves for those sizes.
     unsafe {
+        let name = float_kernel!(OP, "mlstm_scan_fwd", dt)?;
         launch(
             dev,
             &SOURCE,
             name,
-            cfg,
-            &[
-                x.q, x.k, x.v, x.i, x.f, s0.c, s0.n, s0.m, &h, &c, &n, &m, &args,
-            ],
+            scan,
+            &[x.k, x.v, x.i, x.f, s0.c, s0.n, s0.m, &c, &n, &m, &args],
+        )?;
+    }
+    unsafe {
+        let name = float_kernel!(OP, "mlstm_chunk_fwd", dt)?;
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            chunks,
+            &[x.q, x.k, x.v, x.i, x.f, &c, &n, &m, &h, &args],
         )?;
     }
     Ok(MlstmOut {
@@ -124,8 +238,8 @@ pub(super) fn backward(
         s,
         eps,
     )?;
-    let bytes = |a: &RecArgs| backward_bytes(s, a, dt);
-    let args = args.fit(dev, dt, bytes);
+    let e = dt.size_bytes();
+    let args = args.fit(dev, dt, backward_bytes(s, e));
     let f32 = DType::F32;
     let (states, ds) = (&x.out.boundary, &x.d_final);
     check_operands(
@@ -139,7 +253,14 @@ pub(super) fn backward(
             ("dh", x.dh, dt, s.rows(s.dv)),
         ],
     )?;
-    let (rk, rv, r1, nh) = (s.rows(s.dk), s.rows(s.dv), s.rows(1), s.heads());
+    let (rk, rv, r1, nh, nc, nv) = (
+        s.rows(s.dk),
+        s.rows(s.dv),
+        s.rows(1),
+        s.heads(),
+        s.chunks(),
+        args.nv(),
+    );
     let alloc = |n: usize| dev.alloc(dt, n);
     let g = MlstmIn {
         q: alloc(rk)?,
@@ -153,45 +274,78 @@ pub(super) fn backward(
             m: alloc(nh)?,
         },
     };
-    let scratch = dev.alloc(f32, nh * s.dk * s.dv)?;
-    // The value tiles' shares of dq, dk, di, df, dn0 and dm0, in that order, per tile
-    // (mlstm.cu): their offsets in a tile's row of `stride`.
-    let shared = [
-        (&g.q, 0),
-        (&g.k, rk),
-        (&g.i, 2 * rk),
-        (&g.f, 2 * rk + r1),
-        (&g.state.n, 2 * rk + 2 * r1),
-        (&g.state.m, 2 * rk + 2 * r1 + nh * s.dk),
-    ];
-    let stride = 2 * rk + 2 * r1 + nh * (s.dk + 1);
-    let shares = tile_shares(dev, &args, stride)?;
-    let name = float_kernel!(OP, "mlstm_backward", dt)?;
-    let cfg = head_launch(OP, dev, s, &args, bytes(&args))?;
-    // With one tile the kernel never touches `part`: dq stands in.
+    // f32 scratch: the rows' statistics [4, B·H, T] (mlstm_prep_bwd), the state gradients at
+    // each chunk's end [B·H, N, ..], the states' dots with their gradients [B·H, nv, 2], the
+    // tiles' shares of the gates [nv, 2, B·H, T], and with several tiles their shares of dq, dk.
+    let rows = dev.alloc(f32, 4 * r1)?;
+    let dcs = dev.alloc(f32, nh * nc * s.dk * s.dv)?;
+    let dns = dev.alloc(f32, nh * nc * s.dk)?;
+    let dots = dev.alloc(f32, nh * nv * 2)?;
+    let gates = dev.alloc(f32, nv * 2 * r1)?;
+    let shares = tile_shares(dev, &args, 2 * rk)?;
+    // With one tile mlstm_grads never touches `part`: dq stands in.
     let part = shares.as_ref().unwrap_or(&g.q);
+    let mut prep = chunk_launch(OP, dev, s, &args, prep_bytes(s, e))?;
+    prep.grid.1 = 1;
+    let scan = head_launch(OP, dev, s, &args, scan_bwd_bytes(s, &args, e))?;
+    let chunks = chunk_launch(OP, dev, s, &args, grads_bytes(s, &args, e))?;
+    let heads = Launch {
+        grid: (to_u32(OP, "B*H", nh)?, 1, 1),
+        block: (32, 1, 1),
+        shared: 0,
+    };
     let xi = &x.input;
-    // SAFETY: mlstm_backward_T(q, k, v, i, f, cs, ns, ms, h, dh, dc, dn, dm, dq, dk, dv, di, df,
-    // dc0, dn0, dm0, dcs, part, RecDims); inputs checked and outputs allocated at the lengths
-    // the sizes imply, the scratch holds one f32 [Dk, Dv] per head, `part` the tiles' shares
-    // [nv, stride] where there are several, and the shared memory asked for is what the kernel
-    // carves.
+    // SAFETY: each kernel's operands in the order of its signature in mlstm.cu: the inputs were
+    // checked and the outputs and scratch allocated at the lengths the sizes in `args` imply
+    // (the comment above says each scratch's shape), and each launch's shared memory is what its
+    // kernel carves for those sizes.
     unsafe {
+        let name = float_kernel!(OP, "mlstm_prep_bwd", dt)?;
         launch(
             dev,
             &SOURCE,
             name,
-            cfg,
+            prep,
             &[
-                xi.q, xi.k, xi.v, xi.i, xi.f, states.c, states.n, states.m, x.out.h, x.dh, ds.c,
-                ds.n, ds.m, &g.q, &g.k, &g.v, &g.i, &g.f, &g.state.c, &g.state.n, &g.state.m,
-                &scratch, part, &args,
+                xi.q, xi.k, xi.i, xi.f, states.n, states.m, x.out.h, x.dh, &rows, &args,
+            ],
+        )?;
+        let name = float_kernel!(OP, "mlstm_scan_bwd", dt)?;
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            scan,
+            &[
+                xi.q, xi.i, xi.f, states.c, states.n, states.m, &rows, x.dh, ds.c, ds.n, &dcs,
+                &dns, &g.state.c, &g.state.n, &dots, &args,
+            ],
+        )?;
+        let name = float_kernel!(OP, "mlstm_grads", dt)?;
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            chunks,
+            &[
+                xi.q, xi.k, xi.v, xi.i, xi.f, states.c, states.n, states.m, &rows, x.dh, &dcs,
+                &dns, &g.q, &g.k, &g.v, &gates, part, &args,
+            ],
+        )?;
+        let name = float_kernel!(OP, "mlstm_gates", dt)?;
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            heads,
+            &[
+                xi.f, &rows, &gates, &dots, ds.m, &g.i, &g.f, &g.state.m, &args,
             ],
         )?;
     }
     if let Some(shares) = &shares {
-        for (out, off) in shared {
-            sum_tiles(dev, &SOURCE, shares, off, stride, &args, out)?;
+        for (out, off) in [(&g.q, 0), (&g.k, rk)] {
+            sum_tiles(dev, &SOURCE, shares, off, 2 * rk, &args, out)?;
         }
     }
     Ok(MlstmIn {

@@ -1,15 +1,33 @@
-// mlstm.cu: the mLSTM (xLSTM-7B form), chunkwise, forward and backward; swax-cuda's mma.cuh and
-// chunk.cuh (cuda/kernels/) are prepended. Equations and layouts: mod.rs beside this file; the
-// CPU kernel cpu.rs beside it is the reference, and this file follows its steps.
+// mlstm.cu: the mLSTM (xLSTM-7B form), chunkwise, forward and backward, as chunk-parallel kernels
+// around lean sequential scans over the chunk-boundary states (TFLA's structure, arXiv 2503.14376);
+// swax-cuda's mma.cuh and chunk.cuh (cuda/kernels/) are prepended. Equations and layouts: mod.rs
+// beside this file; the CPU kernel cpu.rs beside it is the reference, and this file follows its
+// steps. Per chunk of L rows, F the running sum of log forget gates, m the stabilizers, w_js =
+// exp(i_s + F_j - F_s - m_j) (s <= j) and a_j = exp(m_prev + F_j - m_j):
+//   h = (P V + diag(a) Q C_prev / sqrt(Dk)) / den,  P = w ⊙ Q K^T / sqrt(Dk),
+//   C_end = a_L C_prev + (diag(w_L) K)^T V,  n_end = a_L n_prev + K^T w_L.
+// Only the states (forward) and their gradients (backward) are carried from chunk to chunk, so:
 //
-// One block per (batch, head, value tile) walks its chunks in order (forward) or in reverse
-// (backward), keeping the chunk's q, k, v and the L x L weight tiles in shared memory as f32; the
-// products run on tensor cores for bf16 data (block_mm). At B·H >= the number of SMs every SM is
-// busy, and the recurrent state never leaves the SM in the forward. The backward reads the saved
-// boundary states and carries dC (in a global f32 scratch, L2-resident) and dn. The value
-// dimension is split into tiles only where one block's tiles would not fit shared memory
-// (chunk.rs): each tile redoes the chunk's L x L work, which costs more than the extra blocks
-// gain once a block fills an SM.
+// - mlstm_scan_fwd: a block per (head, value tile) walks the chunks, C in f32 shared memory,
+//   updated by one K^T V product a chunk (tensor cores for bf16); writes the boundary states.
+// - mlstm_chunk_fwd: a block per (head, value tile, chunk): h from the chunk's C_prev, n_prev,
+//   m_prev and the L x L part.
+// - mlstm_prep_bwd: a block per (head, chunk): per row, 1 / (den + eps), the denominator's
+//   gradient through |q·n| (dnq), the stabilizer's own (eps · dden) and which side of m's max won,
+//   into f32 rows [4, B·H, T]; dden = -(dh·h) / (den + eps) over the whole of Dv.
+// - mlstm_scan_bwd: a block per (head, value tile) walks the chunks in reverse: dC = a_L dC +
+//   (diag(a) Q)^T dnum / sqrt(Dk) and dn likewise, storing the gradient at each chunk's end
+//   (f32 [B·H, N, ..]); dC0, dn0 and the final and initial states' dots for m's gradient.
+// - mlstm_grads: a block per (head, value tile, chunk): dq, dk, dv and each row's share of the
+//   gate gradients with m held fixed (cpu.rs's algebra), from the chunk's state and dC, dn.
+// - mlstm_gates: a warp per head sends the stabilizers' own gradient back along the recurrence of
+//   m (a reverse scan of affine maps over the lanes, 32 steps at a time), adds the rows' shares
+//   and writes di, df and dm0.
+//
+// With several value tiles, dq, dk and the gates' shares are summed over them (Sink, then
+// rec_reduce; mlstm_gates sums the gates'); terms without v (through dn and dnq) are added by the
+// first tile only. bf16 data is multiplied on tensor cores from bf16 shared tiles with f32
+// accumulation, f32 data in f32 (block_mm).
 #include "common.cuh"
 
 // The chunk's gates: i, log forget gate, its running sum F from the chunk's start, the
@@ -73,45 +91,61 @@ __device__ __forceinline__ void chunk_scores(STile<E> P, float* psum, STile<E> Q
     __syncthreads();
 }
 
-// Shared memory of the forward (`forward_bytes` in cuda.rs matches): f32 first, the
-// state C [Dk, bv], the tile HB [lp, bv] that sums the output's two products, n [Dk] and the
-// per-row vectors; then tiles of T: q, k [lp, Dk], v [lp, bv], C rounded to T (Cb, the products'
-// operand) [Dk, bv], the scores [lp, lp]. Every row is padded by 16 bytes (tile_ld).
+
+// The value tile of a head's f32 [Dk, Dv] state at `src` (its first column) into a tile of E.
+template <typename E>
+__device__ __forceinline__ void load_state(STile<E> dst, const float* src, const RecDims& d, VTile vt) {
+    for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
+        const int r = idx / vt.w, c = idx % vt.w;
+        dst.set(r, c, src[(u64)r * d.dv + c]);
+    }
+}
+
+// Where chunk ci of head bh starts in [B·H, n, size] buffers.
+__device__ __forceinline__ u64 at_chunk(int bh, int n, int ci, u64 size) { return ((u64)bh * n + ci) * size; }
+
+// The per-row f32 outputs of mlstm_prep_bwd, each [B·H, T].
+struct RowStats {
+    float* r;
+    float* dnq;
+    float* dm;
+    float* win;
+    __device__ static RowStats of(float* p, const RecDims& d) {
+        const u64 n = (u64)d.b * d.h * d.t;
+        return RowStats{p, p + n, p + 2 * n, p + 3 * n};
+    }
+};
+
+// Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk], the last row's
+// weights w_L [lp] and the gates; then tiles of T: k [lp, Dk], v [lp, bv].
 template <typename T, bool TC>
-__device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                              const T* __restrict__ gi, const T* __restrict__ gf, const T* __restrict__ c0,
-                              const T* __restrict__ n0, const T* __restrict__ m0, T* __restrict__ hout,
-                              float* __restrict__ cs, float* __restrict__ ns, float* __restrict__ ms, RecDims d) {
+__device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ gi,
+                               const T* __restrict__ gf, const T* __restrict__ c0, const T* __restrict__ n0,
+                               const T* __restrict__ m0, float* __restrict__ cs, float* __restrict__ ns,
+                               float* __restrict__ ms, RecDims d) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h;
     const VTile vt = value_tile(d);
     const bool lead = blockIdx.y == 0;
-    const int lp = round16(d.chunk), ldc = tile_ld<float>(d.bv);
-    const int nc = (d.t + d.chunk - 1) / d.chunk;
+    const int lp = round16(d.chunk), nc = (d.t + d.chunk - 1) / d.chunk;
     const Heads hd{d.t, d.h};
     float* f = reinterpret_cast<float*>(smem);
-    const STile<float> C = take_tile(f, d.dk, ldc);
-    const STile<float> HB = take_tile(f, lp, ldc);
+    const STile<float> C = take_tile(f, d.dk, tile_ld<float>(d.bv));
     float* nv = take(f, round16(d.dk));
-    float* qn = take(f, lp);
-    float* rden = take(f, lp);
-    float* psum = take(f, lp);
+    float* wl = take(f, lp);
     const Gates g = carve_gates(f, lp);
     T* e = reinterpret_cast<T*>(f);
-    const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv);
-    const STile<T> Q = take_tile(e, lp, ldk), K = take_tile(e, lp, ldk), V = take_tile(e, lp, ldv);
-    const STile<T> Cb = take_tile(e, d.dk, ldv), P = take_tile(e, lp, tile_ld<T>(lp));
+    const STile<T> K = take_tile(e, lp, tile_ld<T>(d.dk)), V = take_tile(e, lp, tile_ld<T>(d.bv));
     __shared__ float m_prev;
 
     const u64 csz = (u64)d.dk * d.dv;
-    float* c_out = cs + (u64)bh * (nc + 1) * csz;
-    float* n_out = ns + (u64)bh * (nc + 1) * d.dk;
+    float* c_out = cs + at_chunk(bh, nc + 1, 0, csz) + vt.e0;
+    float* n_out = ns + at_chunk(bh, nc + 1, 0, d.dk);
     for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
         const int r = idx / vt.w, c = idx % vt.w;
-        const float x = to_float(c0[bh * csz + r * d.dv + vt.e0 + c]);
+        const float x = to_float(c0[bh * csz + vt.e0 + r * d.dv + c]);
         C.set(r, c, x);
-        Cb.set(r, c, x);
-        c_out[r * d.dv + vt.e0 + c] = x;
+        c_out[r * d.dv + c] = x;
     }
     // n and m do not depend on v: every value tile carries them, the first one stores them.
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
@@ -126,32 +160,16 @@ __device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, 
 
     for (int ci = 0; ci < nc; ++ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
-        load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
         load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
         load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
-        for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
-        chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
-        // Per row: q·n and the denominator's inverse.
-        for (int j = warp_id(); j < lc; j += nwarps()) {
-            const float x = warp_dot(Q.p + j * Q.ld, nv, d.dk) * d.scale;
-            if (lane_id() == 0) {
-                qn[j] = x;
-                const float nq = psum[j] + g.a[j] * x;
-                rden[j] = j < len ? 1.0f / (fmaxf(fabsf(nq), expf(-g.m[j])) + d.eps) : 0.0f;
-            }
-        }
-        // h = (P V + diag(a) Q C / sqrt(Dk)) / den, the second term first into HB.
-        block_mm<TC>(Q, Cb, lc, d.dk, vt.w, [&](int j, int c, float x) { HB.set(j, c, g.a[j] * d.scale * x); });
+        for (int j = threadIdx.x; j < len; j += nthreads()) wl[j] = weight(g, len - 1, j, len);
         __syncthreads();
-        block_mm_onto<TC>(P, V, lc, lc, vt.w, HB, [&](int j, int c, float x, float o) {
-            if (j < len) hout[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + c] = from_float<T>((o + x) * rden[j]);
-        });
         // n = a_end n + sum_s w_last,s k_s, from k before its scaling below.
         const float a_end = g.a[len - 1];
         for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
             float s = 0.0f;
-            for (int j = 0; j < len; ++j) s = fmaf(K.at(j, c), weight(g, len - 1, j, len), s);
+            for (int j = 0; j < len; ++j) s = fmaf(K.at(j, c), wl[j], s);
             nv[c] = a_end * nv[c] + s;
             if (lead) n_out[(u64)(ci + 1) * d.dk + c] = nv[c];
         }
@@ -159,15 +177,14 @@ __device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, 
         // K becomes diag(w_last) K: each step's weight in the state at the chunk's end.
         for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
             const int s = idx / d.dk, c = idx % d.dk;
-            K.set(s, c, K.at(s, c) * weight(g, len - 1, s, len));
+            K.set(s, c, K.at(s, c) * wl[s]);
         }
         __syncthreads();
         float* c_next = c_out + (u64)(ci + 1) * csz;
-        block_mm<TC>(K.t(), V, d.dk, lc, vt.w, [&](int r, int c, float x) {
-            const float y = a_end * C.at(r, c) + x;
+        block_mm_onto<TC>(K.t(), V, d.dk, lc, vt.w, C, [&](int r, int c, float x, float o) {
+            const float y = a_end * o + x;
             C.set(r, c, y);
-            Cb.set(r, c, y);
-            c_next[r * d.dv + vt.e0 + c] = y;
+            c_next[r * d.dv + c] = y;
         });
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -178,22 +195,114 @@ __device__ void mlstm_forward(const T* __restrict__ q, const T* __restrict__ k, 
     }
 }
 
-// Gradients; see the CPU kernel for the derivation. dC is carried in `dcs` ([B·H, Dk, Dv] f32
-// scratch), dn in shared memory; the stabilizers' own gradient is routed along the recurrence
-// of m at the end of each chunk, whose m values are at hand then. Shared memory
-// (`backward_bytes` in cuda.rs matches): f32 first, an accumulator tile [lp,
-// max(Dk, bv)], dn and n [Dk] and the per-row vectors; then tiles of T: q, k [lp, Dk], v and
-// dnum [lp, bv], the scores and their gradient [lp, lp], and dC and C_prev rounded to T (the
-// products' operands) [Dk, bv].
+// Shared memory (`chunk_fwd_bytes` in cuda.rs matches): f32 n [Dk] and the per-row vectors; then
+// tiles of T: q, k [lp, Dk], v [lp, bv], C_prev [Dk, bv], the scores [lp, lp].
 template <typename T, bool TC>
-__device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                               const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ cs,
-                               const float* __restrict__ ns, const float* __restrict__ ms,
-                               const T* __restrict__ hfw, const T* __restrict__ dh, const T* __restrict__ dcT,
-                               const T* __restrict__ dnT, const T* __restrict__ dmT, T* __restrict__ dq,
-                               T* __restrict__ dk, T* __restrict__ dv, T* __restrict__ di, T* __restrict__ df,
-                               T* __restrict__ dc0, T* __restrict__ dn0, T* __restrict__ dm0,
-                               float* __restrict__ dcs, float* __restrict__ part_buf, RecDims d) {
+__device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ cs,
+                                const float* __restrict__ ns, const float* __restrict__ ms, T* __restrict__ hout,
+                                RecDims d) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h, ci = blockIdx.z;
+    const VTile vt = value_tile(d);
+    const int lp = round16(d.chunk), nc = (d.t + d.chunk - 1) / d.chunk;
+    const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
+    const Heads hd{d.t, d.h};
+    float* f = reinterpret_cast<float*>(smem);
+    float* nv = take(f, round16(d.dk));
+    float* rden = take(f, lp);
+    float* psum = take(f, lp);
+    const Gates g = carve_gates(f, lp);
+    T* e = reinterpret_cast<T*>(f);
+    const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv);
+    const STile<T> Q = take_tile(e, lp, ldk), K = take_tile(e, lp, ldk), V = take_tile(e, lp, ldv);
+    const STile<T> Cb = take_tile(e, d.dk, ldv), P = take_tile(e, lp, tile_ld<T>(lp));
+
+    const u64 csz = (u64)d.dk * d.dv;
+    load_state(Cb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, d, vt);
+    for (int c = threadIdx.x; c < d.dk; c += nthreads()) nv[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
+    load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+    load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+    load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+    for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
+    chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
+    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+    // Per row: the denominator's inverse.
+    for (int j = warp_id(); j < lc; j += nwarps()) {
+        const float x = warp_dot(Q.p + j * Q.ld, nv, d.dk) * d.scale;
+        if (lane_id() == 0) {
+            const float nq = psum[j] + g.a[j] * x;
+            rden[j] = j < len ? 1.0f / (fmaxf(fabsf(nq), expf(-g.m[j])) + d.eps) : 0.0f;
+        }
+    }
+    __syncthreads();
+    // Q becomes diag(a) Q / sqrt(Dk), and h = [P | Q] [V ; C] / den, one product.
+    for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
+        const int j = idx / d.dk, c = idx % d.dk;
+        Q.set(j, c, Q.at(j, c) * g.a[j] * d.scale);
+    }
+    __syncthreads();
+    block_mm<TC>(cat_cols(P, Q, lc), cat_rows(V, Cb, lc), lc, lc + d.dk, vt.w, [&](int j, int c, float x) {
+        if (j < len) hout[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + c] = from_float<T>(x * rden[j]);
+    });
+}
+
+// Shared memory (`prep_bytes` in cuda.rs matches): f32 n [Dk], the scores' row sums and the
+// gates; then tiles of T: q, k [lp, Dk], the scores [lp, lp].
+template <typename T, bool TC>
+__device__ void mlstm_prep_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ gi,
+                               const T* __restrict__ gf, const float* __restrict__ ns, const float* __restrict__ ms,
+                               const T* __restrict__ hfw, const T* __restrict__ dh, float* __restrict__ rows,
+                               RecDims d) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h, ci = blockIdx.z;
+    const int lp = round16(d.chunk), nc = (d.t + d.chunk - 1) / d.chunk;
+    const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
+    const Heads hd{d.t, d.h};
+    float* f = reinterpret_cast<float*>(smem);
+    float* nv = take(f, round16(d.dk));
+    float* psum = take(f, lp);
+    const Gates g = carve_gates(f, lp);
+    T* e = reinterpret_cast<T*>(f);
+    const int ldk = tile_ld<T>(d.dk);
+    const STile<T> Q = take_tile(e, lp, ldk), K = take_tile(e, lp, ldk), P = take_tile(e, lp, tile_ld<T>(lp));
+
+    const float m_prev = ms[(u64)bh * (nc + 1) + ci];
+    for (int c = threadIdx.x; c < d.dk; c += nthreads()) nv[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
+    load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+    load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+    for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
+    chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
+    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+    const RowStats out = RowStats::of(rows, d);
+    for (int j = warp_id(); j < len; j += nwarps()) {
+        const float qn = warp_dot(Q.p + j * Q.ld, nv, d.dk) * d.scale;
+        const u64 row = hd.at(b, hh, t0 + j, d.dv);
+        const float hdot = warp_dot(dh + row, hfw + row, d.dv);
+        if (lane_id() == 0) {
+            const float nq = psum[j] + g.a[j] * qn, floor = expf(-g.m[j]);
+            const float r = 1.0f / (fmaxf(fabsf(nq), floor) + d.eps), dden = -hdot * r;
+            const u64 at = (u64)bh * d.t + t0 + j;
+            out.r[at] = r;
+            // The max's gradient goes to |q^T n| only where it strictly won (ties: exp(-m)).
+            out.dnq[at] = fabsf(nq) > floor ? (nq > 0.0f ? dden : -dden) : 0.0f;
+            out.dm[at] = d.eps * dden;
+            const float before = j == 0 ? m_prev : g.m[j - 1];
+            out.win[at] = g.lf[j] + before > g.i[j] ? 1.0f : 0.0f;
+        }
+    }
+}
+
+// Shared memory (`scan_bwd_bytes` in cuda.rs matches): f32 dC [Dk, bv], dn [Dk], 1 / (den + eps)
+// and dnq by row, the gates, 32 floats of block-sum scratch; then tiles of T: q [lp, Dk], dnum
+// [lp, bv].
+template <typename T, bool TC>
+__device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi, const T* __restrict__ gf,
+                               const float* __restrict__ cs, const float* __restrict__ ns,
+                               const float* __restrict__ ms, const float* __restrict__ rows,
+                               const T* __restrict__ dh, const T* __restrict__ dcT, const T* __restrict__ dnT,
+                               float* __restrict__ dcs, float* __restrict__ dns, T* __restrict__ dc0,
+                               T* __restrict__ dn0, float* __restrict__ dots, RecDims d) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h;
     const VTile vt = value_tile(d);
@@ -201,218 +310,340 @@ __device__ void mlstm_backward(const T* __restrict__ q, const T* __restrict__ k,
     const int lp = round16(d.chunk), nc = (d.t + d.chunk - 1) / d.chunk;
     const Heads hd{d.t, d.h};
     float* f = reinterpret_cast<float*>(smem);
-    const STile<float> ACC = take_tile(f, lp, tile_ld<float>(max(d.dk, d.bv)));
-    float* dnv = take(f, round16(d.dk));
-    float* np = take(f, round16(d.dk));
-    float* qn = take(f, lp);
+    const STile<float> dC = take_tile(f, d.dk, tile_ld<float>(d.bv));
+    float* dn = take(f, round16(d.dk));
+    float* rr = take(f, lp);
     float* dnq = take(f, lp);
-    float* dmv = take(f, lp);
-    float* drow = take(f, lp);
-    float* dcol = take(f, lp);
-    float* dlend = take(f, lp);
-    float* dloga = take(f, lp);
-    float* psum = take(f, lp);
     const Gates g = carve_gates(f, lp);
+    float* red = take(f, 32);
     T* e = reinterpret_cast<T*>(f);
-    const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv), ldp = tile_ld<T>(lp);
-    const STile<T> Q = take_tile(e, lp, ldk), K = take_tile(e, lp, ldk), V = take_tile(e, lp, ldv);
-    const STile<T> DN = take_tile(e, lp, ldv), P = take_tile(e, lp, ldp), DP = take_tile(e, lp, ldp);
-    const STile<T> dCb = take_tile(e, d.dk, ldv), Cpb = take_tile(e, d.dk, ldv);
-    __shared__ float scratch[32];
-    __shared__ float carry;
+    const STile<T> Q = take_tile(e, lp, tile_ld<T>(d.dk)), DN = take_tile(e, lp, tile_ld<T>(d.bv));
+    const RowStats st = RowStats::of(const_cast<float*>(rows), d);
 
-    // With several value tiles, each computes its share of the gradients summed over v (dq, dk,
-    // the gates, dn0, dm0): the terms through dn and dm, which have no v, are linear in dden =
-    // -(dh·h) / (den + eps), a sum over v too, so each tile carries its own dn and dm shares,
-    // and the first one adds the incoming dn and dm.
-    const u64 rk = (u64)d.b * d.t * d.h * d.dk, r1 = (u64)d.b * d.t * d.h, nh = (u64)d.b * d.h;
-    const u64 stride = 2 * rk + 2 * r1 + nh * d.dk + nh;
-    const bool split = d.nv > 1;
-    const Sink<T> s_dq{dq, part_buf, stride, split}, s_dk{dk, part_buf + rk, stride, split};
-    const Sink<T> s_di{di, part_buf + 2 * rk, stride, split}, s_df{df, part_buf + 2 * rk + r1, stride, split};
-    const Sink<T> s_dn{dn0, part_buf + 2 * rk + 2 * r1, stride, split};
-    const Sink<T> s_dm{dm0, part_buf + 2 * rk + 2 * r1 + nh * d.dk, stride, split};
     const u64 csz = (u64)d.dk * d.dv;
-    const float* c_all = cs + (u64)bh * (nc + 1) * csz + vt.e0;
-    const float* n_all = ns + (u64)bh * (nc + 1) * d.dk;
-    const float* m_all = ms + (u64)bh * (nc + 1);
-    float* dc = dcs + (u64)bh * csz + vt.e0;
-    const Mat dcm{dc, d.dv, 1};
+    const float* c_all = cs + at_chunk(bh, nc + 1, 0, csz) + vt.e0;
+    const float* n_all = ns + at_chunk(bh, nc + 1, 0, d.dk);
+    // The final state's dot with its gradient, and at the end the initial state's: m's gradient
+    // through the states (each is exp(-m) times a stable one), summed over the tiles by mlstm_gates.
     float part = 0.0f;
     for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-        const int at = (idx / vt.w) * d.dv + idx % vt.w;
-        dc[at] = to_float(dcT[bh * csz + vt.e0 + at]);
-        part -= dc[at] * c_all[nc * csz + at];
+        const int r = idx / vt.w, c = idx % vt.w;
+        const float x = to_float(dcT[bh * csz + vt.e0 + r * d.dv + c]);
+        dC.set(r, c, x);
+        part = fmaf(x, c_all[nc * csz + r * d.dv + c], part);
     }
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
-        dnv[c] = lead ? to_float(dnT[(u64)bh * d.dk + c]) : 0.0f;
-        part -= dnv[c] * n_all[(u64)nc * d.dk + c];
+        dn[c] = to_float(dnT[(u64)bh * d.dk + c]);
+        if (lead) part = fmaf(dn[c], n_all[(u64)nc * d.dk + c], part);
     }
-    // dL/dm at the last step, from the final state: every state is exp(-m) times a stable one.
-    const float dm_last = (lead ? to_float(dmT[bh]) : 0.0f) + block_sum(part, scratch);
-    if (threadIdx.x == 0) carry = 0.0f;
+    float* dot_out = dots + ((u64)bh * d.nv + blockIdx.y) * 2;
+    part = block_sum(part, red);
+    if (threadIdx.x == 0) dot_out[0] = part;
 
     for (int ci = nc - 1; ci >= 0; --ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
-        const float* c_prev = c_all + (u64)ci * csz;
-        const float m_prev = m_all[ci];
-        // The carried dC and the state before the chunk, as operands; their dot (with dn·n) is
-        // the share of the chunk's log decay in the carried gradient.
-        part = stage_states(Cpb, c_prev, dCb, dc, d, vt);
+        float* dc_end = dcs + at_chunk(bh, nc, ci, csz) + vt.e0;
+        for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
+            const int r = idx / vt.w, c = idx % vt.w;
+            dc_end[(u64)r * d.dv + c] = dC.at(r, c);
+        }
+        for (int c = threadIdx.x; c < d.dk; c += nthreads())
+            if (lead) dns[at_chunk(bh, nc, ci, d.dk) + c] = dn[c];
         load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
-        // dh into DN (scaled by 1 / (den + eps) below) and h into ACC, free until dv's product.
         load_cols(DN.p, DN.ld, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
-        load_cols(ACC.p, ACC.ld, hfw, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
-        for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
-            np[c] = n_all[(u64)ci * d.dk + c];
-            part = fmaf(dnv[c], np[c], part);
+        for (int j = threadIdx.x; j < lp; j += nthreads()) {
+            const u64 at = (u64)bh * d.t + t0 + j;
+            rr[j] = j < len ? st.r[at] : 0.0f;
+            dnq[j] = j < len ? st.dnq[at] : 0.0f;
         }
-        for (int j = threadIdx.x; j < lp; j += nthreads()) dlend[j] = psum[j] = drow[j] = dcol[j] = 0.0f;
-        chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
-        chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
-        // Per row: the denominator, dnum = dh / (den + eps) in DN, dden's shares.
-        for (int j = warp_id(); j < lc; j += nwarps()) {
-            const float qnj = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
-            const float nq = psum[j] + g.a[j] * qnj, den = fmaxf(fabsf(nq), expf(-g.m[j]));
-            const float r = j < len ? 1.0f / (den + d.eps) : 0.0f;
-            float hd_dot = 0.0f;
-            for (int c = lane_id(); c < vt.w; c += 32) {
-                const float x = DN.at(j, c);
-                hd_dot = fmaf(x, ACC.at(j, c), hd_dot);
-                DN.set(j, c, x * r);
-            }
-            const float dden = -warp_sum(hd_dot) * r;
-            if (lane_id() == 0) {
-                qn[j] = qnj;
-                dmv[j] = d.eps * dden + (t0 + j == d.t - 1 ? dm_last : 0.0f);
-                // The max's gradient goes to |q^T n| only where it strictly won.
-                dnq[j] = fabsf(nq) > expf(-g.m[j]) ? (nq > 0.0f ? dden : -dden) : 0.0f;
-            }
-        }
-        __syncthreads();
+        chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
         const float a_end = g.a[len - 1];
-        // dv = P^T dnum + diag(w_last) K dC (its second term into ACC first).
-        block_mm_sums<TC>(
-            K, dCb, lc, d.dk, vt.w,
-            [&](int s, int c, float x) {
-                const float w = weight(g, len - 1, s, len) * x;
-                ACC.set(s, c, w);
-                return make_float2(w * V.at(s, c), 0.0f);
-            },
-            dlend, nullptr);
-        __syncthreads();
-        block_mm_onto<TC>(P.t(), DN, lc, lc, vt.w, ACC, [&](int s, int c, float x, float o) {
-            if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + c] = from_float<T>(o + x);
-        });
-        // dP = dnum V^T (+ dnq on the causal part): dP ⊙ P, the log-weight gradients, by rows (to
-        // F_j) and columns (to i_s and -F_s); DP becomes dS = dP ⊙ w.
-        block_mm_sums<TC>(
-            DN, V.t(), lc, vt.w, lc,
-            [&](int j, int s, float x) {
-                const bool in = s <= j && j < len;
-                const float dp = in ? x + dnq[j] : 0.0f, dl = dp * P.at(j, s);
-                DP.set(j, s, dp * weight(g, j, s, len));
-                return make_float2(dl, dl);
-            },
-            drow, dcol);
-        __syncthreads();
-        // dk = dS^T Q + diag(w_last) (V dC^T + dn).
-        block_mm<TC>(V, dCb.t(), lc, vt.w, d.dk, [&](int s, int c, float x) {
-            ACC.set(s, c, weight(g, len - 1, s, len) * (x + dnv[c]));
-        });
-        __syncthreads();
-        block_mm_onto<TC>(DP.t(), Q, lc, lc, d.dk, ACC, [&](int s, int c, float x, float o) {
-            if (s < len) s_dk.put(hd.at(b, hh, t0 + s, d.dk) + c, o + x * d.scale);
-        });
-        __syncthreads();
-        // dq = (dS K + diag(a) (dnum C_prev^T + dnq n_prev^T)) / sqrt(Dk).
-        block_mm<TC>(DN, Cpb.t(), lc, vt.w, d.dk, [&](int j, int c, float x) { ACC.set(j, c, x); });
-        __syncthreads();
-        for (int j = warp_id(); j < lc; j += nwarps()) {
-            const float qx = warp_dot(Q.p + j * Q.ld, ACC.p + j * ACC.ld, d.dk) * d.scale;
-            const float kn = warp_dot(K.p + j * K.ld, dnv, d.dk);
-            if (lane_id() == 0) {
-                dloga[j] = g.a[j] * (qx + dnq[j] * qn[j]);
-                dlend[j] += weight(g, len - 1, j, len) * kn;
-            }
-        }
-        block_mm<TC>(DP, K, lc, lc, d.dk, [&](int j, int c, float x) {
-            if (j < len)
-                s_dq.put(hd.at(b, hh, t0 + j, d.dk) + c,
-                         (x + g.a[j] * (ACC.at(j, c) + dnq[j] * np[c])) * d.scale);
-        });
-        const float dlog_carry = a_end * block_sum(part, scratch);
-        // The gates: log w_js = i_s + F_j - F_s - m_j and log a_j = m_prev + F_j - m_j (m held
-        // fixed), then m's own gradient along its recurrence.
-        if (threadIdx.x == 0) {
-            float end_sum = 0.0f;
-            for (int s = 0; s < len; ++s) end_sum += dlend[s];
-            float run = 0.0f, c = carry;
-            for (int j = len - 1; j >= 0; --j) {
-                float dF = dloga[j] + drow[j] - dcol[j] - dlend[j];
-                if (j == len - 1) dF += dlog_carry + end_sum;
-                run += dF;
-                float dlf = run, dij = dcol[j] + dlend[j];
-                c += dmv[j];
-                const float before = j == 0 ? m_prev : g.m[j - 1];
-                if (g.lf[j] + before > g.i[j]) {
-                    dlf += c;
-                } else {
-                    dij += c;
-                    c = 0.0f;
-                }
-                // d lf / d f = sigmoid(-f) = 1 - exp(lf), without cancellation near lf = 0.
-                const u64 at = hd.at(b, hh, t0 + j, 1);
-                s_di.put(at, dij);
-                s_df.put(at, -dlf * expm1f(g.lf[j]));
-            }
-            carry = c;
-        }
-        // The state gradients to the chunk before: dn = a_end dn + (diag(a) Q)^T dnq / sqrt(Dk)
-        // (from q before its scaling below), then dC = a_end dC + (diag(a) Q)^T dnum / sqrt(Dk).
+        // dn = a_end dn + (diag(a) Q)^T dnq / sqrt(Dk), from q before its scaling below.
         for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
             float s = 0.0f;
             for (int j = 0; j < len; ++j) s = fmaf(Q.at(j, c) * g.a[j], dnq[j], s);
-            dnv[c] = a_end * dnv[c] + s * d.scale;
+            dn[c] = a_end * dn[c] + s * d.scale;
         }
         __syncthreads();
         for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
             const int j = idx / d.dk, c = idx % d.dk;
             Q.set(j, c, Q.at(j, c) * g.a[j] * d.scale);
         }
+        for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
+            const int j = idx / vt.w, c = idx % vt.w;
+            DN.set(j, c, DN.at(j, c) * rr[j]);
+        }
         __syncthreads();
-        block_mm_onto<TC>(Q.t(), DN, d.dk, lc, vt.w, dcm,
-                          [&](int r, int c, float x, float o) { dc[r * d.dv + c] = a_end * o + x; });
+        // dC = a_end dC + (diag(a) Q)^T dnum / sqrt(Dk).
+        block_mm_onto<TC>(Q.t(), DN, d.dk, lc, vt.w, dC,
+                          [&](int r, int c, float x, float o) { dC.set(r, c, a_end * o + x); });
         __syncthreads();
     }
     part = 0.0f;
     for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-        const int at = (idx / vt.w) * d.dv + idx % vt.w;
-        dc0[bh * csz + vt.e0 + at] = from_float<T>(dc[at]);
-        part = fmaf(dc[at], c_all[at], part);
+        const int r = idx / vt.w, c = idx % vt.w;
+        const float x = dC.at(r, c);
+        dc0[bh * csz + vt.e0 + r * d.dv + c] = from_float<T>(x);
+        part = fmaf(x, c_all[r * d.dv + c], part);
     }
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
-        s_dn.put((u64)bh * d.dk + c, dnv[c]);
-        part = fmaf(dnv[c], n_all[c], part);
+        if (lead) {
+            dn0[(u64)bh * d.dk + c] = from_float<T>(dn[c]);
+            part = fmaf(dn[c], n_all[c], part);
+        }
     }
-    const float gm = block_sum(part, scratch);
-    if (threadIdx.x == 0) s_dm.put(bh, gm + carry);
+    part = block_sum(part, red);
+    if (threadIdx.x == 0) dot_out[1] = part;
+}
+
+// Shared memory (`grads_bytes` in cuda.rs matches): f32 an accumulator tile [lp, max(Dk, bv)],
+// dn and n_prev [Dk], the per-row vectors, the gates, 32 floats of block-sum scratch; then tiles
+// of T: q, k [lp, Dk], v and dnum [lp, bv], the scores and their gradient [lp, lp], dC and C_prev
+// [Dk, bv]. gates: each tile's shares of dlf and di with m held fixed, f32 [nv, 2, B·H, T].
+template <typename T, bool TC>
+__device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                            const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ cs,
+                            const float* __restrict__ ns, const float* __restrict__ ms,
+                            const float* __restrict__ rows, const T* __restrict__ dh,
+                            const float* __restrict__ dcs, const float* __restrict__ dns, T* __restrict__ dq,
+                            T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ gates,
+                            float* __restrict__ part_buf, RecDims d) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h, ci = blockIdx.z;
+    const VTile vt = value_tile(d);
+    const bool lead = blockIdx.y == 0;
+    const int lp = round16(d.chunk), nc = (d.t + d.chunk - 1) / d.chunk;
+    const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
+    const Heads hd{d.t, d.h};
+    float* f = reinterpret_cast<float*>(smem);
+    const STile<float> ACC = take_tile(f, lp, tile_ld<float>(max(d.dk, d.bv)));
+    float* dnv = take(f, round16(d.dk));
+    float* np = take(f, round16(d.dk));
+    float* qn = take(f, lp);
+    float* dnq = take(f, lp);
+    float* rr = take(f, lp);
+    float* drow = take(f, lp);
+    float* dcol = take(f, lp);
+    float* dlend = take(f, lp);
+    float* dloga = take(f, lp);
+    float* psum = take(f, lp);
+    const Gates g = carve_gates(f, lp);
+    float* red = take(f, 32);
+    T* e = reinterpret_cast<T*>(f);
+    const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv), ldp = tile_ld<T>(lp);
+    const STile<T> Q = take_tile(e, lp, ldk), K = take_tile(e, lp, ldk), V = take_tile(e, lp, ldv);
+    const STile<T> DN = take_tile(e, lp, ldv), P = take_tile(e, lp, ldp), DP = take_tile(e, lp, ldp);
+    const STile<T> dCb = take_tile(e, d.dk, ldv), Cpb = take_tile(e, d.dk, ldv);
+    const RowStats st = RowStats::of(const_cast<float*>(rows), d);
+
+    const u64 rk = (u64)d.b * d.t * d.h * d.dk, stride = 2 * rk, csz = (u64)d.dk * d.dv;
+    const bool split = d.nv > 1;
+    const Sink<T> s_dq{dq, part_buf, stride, split}, s_dk{dk, part_buf + rk, stride, split};
+    // The carried dC and the state before the chunk, as operands; their dot (with dn·n) is the
+    // share of the chunk's log decay in the carried gradient.
+    float part = stage_states(Cpb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, dCb,
+                              dcs + at_chunk(bh, nc, ci, csz) + vt.e0, d, vt);
+    load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+    load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
+    load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+    load_cols(DN.p, DN.ld, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+    for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
+        np[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
+        dnv[c] = lead ? dns[at_chunk(bh, nc, ci, d.dk) + c] : 0.0f;
+        part = fmaf(dnv[c], np[c], part);
+    }
+    for (int j = threadIdx.x; j < lp; j += nthreads()) {
+        const u64 at = (u64)bh * d.t + t0 + j;
+        rr[j] = j < len ? st.r[at] : 0.0f;
+        dnq[j] = j < len && lead ? st.dnq[at] : 0.0f;
+        dlend[j] = psum[j] = drow[j] = dcol[j] = 0.0f;
+    }
+    chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
+    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+    for (int j = warp_id(); j < lc; j += nwarps()) {
+        const float x = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
+        if (lane_id() == 0) qn[j] = x;
+    }
+    // dnum = dh / (den + eps).
+    for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
+        const int j = idx / vt.w, c = idx % vt.w;
+        DN.set(j, c, DN.at(j, c) * rr[j]);
+    }
+    __syncthreads();
+    // dv = P^T dnum + diag(w_last) K dC (its second term into ACC first).
+    block_mm_sums<TC>(
+        K, dCb, lc, d.dk, vt.w,
+        [&](int s, int c, float x) {
+            const float w = weight(g, len - 1, s, len) * x;
+            ACC.set(s, c, w);
+            return make_float2(w * V.at(s, c), 0.0f);
+        },
+        dlend, nullptr);
+    __syncthreads();
+    block_mm_onto<TC>(P.t(), DN, lc, lc, vt.w, ACC, [&](int s, int c, float x, float o) {
+        if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + c] = from_float<T>(o + x);
+    });
+    // dP = dnum V^T (+ dnq on the causal part): dP ⊙ P, the log-weight gradients, by rows (to
+    // F_j) and columns (to i_s and -F_s); DP becomes dS = dP ⊙ w.
+    block_mm_sums<TC>(
+        DN, V.t(), lc, vt.w, lc,
+        [&](int j, int s, float x) {
+            const bool in = s <= j && j < len;
+            const float dp = in ? x + dnq[j] : 0.0f, dl = dp * P.at(j, s);
+            DP.set(j, s, dp * weight(g, j, s, len));
+            return make_float2(dl, dl);
+        },
+        drow, dcol);
+    __syncthreads();
+    // dk = dS^T Q / sqrt(Dk) + diag(w_last) (V dC^T + dn).
+    block_mm<TC>(V, dCb.t(), lc, vt.w, d.dk, [&](int s, int c, float x) {
+        ACC.set(s, c, weight(g, len - 1, s, len) * (x + dnv[c]));
+    });
+    __syncthreads();
+    block_mm_onto<TC>(DP.t(), Q, lc, lc, d.dk, ACC, [&](int s, int c, float x, float o) {
+        if (s < len) s_dk.put(hd.at(b, hh, t0 + s, d.dk) + c, o + x * d.scale);
+    });
+    __syncthreads();
+    // dq = (dS K + diag(a) (dnum C_prev^T + dnq n_prev^T)) / sqrt(Dk).
+    block_mm<TC>(DN, Cpb.t(), lc, vt.w, d.dk, [&](int j, int c, float x) { ACC.set(j, c, x); });
+    __syncthreads();
+    for (int j = warp_id(); j < lc; j += nwarps()) {
+        const float qx = warp_dot(Q.p + j * Q.ld, ACC.p + j * ACC.ld, d.dk) * d.scale;
+        const float kn = warp_dot(K.p + j * K.ld, dnv, d.dk);
+        if (lane_id() == 0) {
+            dloga[j] = g.a[j] * (qx + dnq[j] * qn[j]);
+            dlend[j] += weight(g, len - 1, j, len) * kn;
+        }
+    }
+    block_mm<TC>(DP, K, lc, lc, d.dk, [&](int j, int c, float x) {
+        if (j < len)
+            s_dq.put(hd.at(b, hh, t0 + j, d.dk) + c, (x + g.a[j] * (ACC.at(j, c) + dnq[j] * np[c])) * d.scale);
+    });
+    const float dlog_carry = g.a[len - 1] * block_sum(part, red);
+    // The gates with m held fixed: log w_js = i_s + F_j - F_s - m_j, log a_j = m_prev + F_j - m_j
+    // and the chunk's end state through a_L and w_L; dlf_j is the reverse sum of dF from j.
+    if (threadIdx.x == 0) {
+        float end_sum = 0.0f;
+        for (int s = 0; s < len; ++s) end_sum += dlend[s];
+        const u64 n = (u64)d.b * d.h * d.t, tile = (u64)blockIdx.y * 2 * n;
+        float run = 0.0f;
+        for (int j = len - 1; j >= 0; --j) {
+            float dF = dloga[j] + drow[j] - dcol[j] - dlend[j];
+            if (j == len - 1) dF += dlog_carry + end_sum;
+            run += dF;
+            const u64 at = (u64)bh * d.t + t0 + j;
+            gates[tile + at] = run;
+            gates[tile + n + at] = dcol[j] + dlend[j];
+        }
+    }
+}
+
+// A warp per head. The stabilizers' own gradient dm_s (mlstm_prep_bwd's eps · dden, and at the
+// last step the final state's share) flows back along m_s = max(lf_s + m_{s-1}, i_s): with c_s
+// the gradient reaching m_s, c_s = dm_s + win_{s+1} c_{s+1}, and c_s goes to lf_s where the
+// carried side won (win_s), else to i_s; what passes m_0's max reaches the initial m. Over 32
+// steps at a time the recurrence is a scan of affine maps x -> A x + B across the lanes (A = 0
+// or 1, so the scan is exact).
+#define GATE_BATCH 4
+template <typename T>
+__device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ rows,
+                            const float* __restrict__ gates, const float* __restrict__ dots,
+                            const T* __restrict__ dmT, T* __restrict__ di, T* __restrict__ df,
+                            T* __restrict__ dm0, RecDims d) {
+    const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h, lane = lane_id();
+    const Heads hd{d.t, d.h};
+    const RowStats st = RowStats::of(const_cast<float*>(rows), d);
+    const u64 n = (u64)d.b * d.h * d.t;
+    float last = 0.0f, init = 0.0f;
+    for (int v = lane; v < d.nv; v += 32) {
+        last += dots[((u64)bh * d.nv + v) * 2];
+        init += dots[((u64)bh * d.nv + v) * 2 + 1];
+    }
+    last = to_float(dmT[bh]) - warp_sum(last);
+    init = warp_sum(init);
+    float carry = 0.0f, win_after = 0.0f, to_m0 = 0.0f;
+    // GATE_BATCH pieces of 32 steps have their rows loaded at once, so that their loads wait out
+    // one latency together; then the pieces are scanned in turn.
+    constexpr int U = GATE_BATCH;
+    for (int base = 0; base < d.t; base += 32 * U) {
+        float win[U], B[U], dlf[U], dii[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int s = d.t - 1 - base - 32 * u - lane;
+            const u64 at = (u64)bh * d.t + (s >= 0 ? s : 0);
+            win[u] = s >= 0 ? st.win[at] : 0.0f;
+            B[u] = s >= 0 ? st.dm[at] + (s == d.t - 1 ? last : 0.0f) : 0.0f;
+            dlf[u] = dii[u] = 0.0f;
+            for (int v = 0; s >= 0 && v < d.nv; ++v) {
+                dlf[u] += gates[(u64)v * 2 * n + at];
+                dii[u] += gates[(u64)v * 2 * n + n + at];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int s = d.t - 1 - base - 32 * u - lane;
+            const float up = __shfl_up_sync(FULL_MASK, win[u], 1);
+            float A = lane == 0 ? win_after : up, Bs = B[u];
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float Ap = __shfl_up_sync(FULL_MASK, A, o), Bp = __shfl_up_sync(FULL_MASK, Bs, o);
+                if (lane >= o) {
+                    Bs = fmaf(A, Bp, Bs);
+                    A *= Ap;
+                }
+            }
+            const float x = fmaf(A, carry, Bs);
+            if (s >= 0) {
+                if (win[u] != 0.0f)
+                    dlf[u] += x;
+                else
+                    dii[u] += x;
+                const u64 g_at = hd.at(b, hh, s, 1);
+                // d lf / d f = sigmoid(-f) = 1 - exp(lf), without cancellation near lf = 0.
+                di[g_at] = from_float<T>(dii[u]);
+                df[g_at] = from_float<T>(-dlf[u] * expm1f(log_sigmoid(to_float(gf[g_at]))));
+            }
+            if (s == 0) to_m0 = win[u] * x;
+            carry = __shfl_sync(FULL_MASK, x, 31);
+            win_after = __shfl_sync(FULL_MASK, win[u], 31);
+        }
+    }
+    to_m0 = warp_sum(to_m0);
+    if (lane == 0) dm0[bh] = from_float<T>(init + to_m0);
 }
 
 #define MLSTM_KERNELS(T, SUFFIX, TC)                                                                               \
-    extern "C" __global__ void __launch_bounds__(REC_THREADS)                                                      \
-        mlstm_forward_##SUFFIX(const T* q, const T* k, const T* v, const T* gi, const T* gf, const T* c0,          \
-                               const T* n0, const T* m0, T* h, float* cs, float* ns, float* ms, RecDims d) {       \
-        mlstm_forward<T, TC>(q, k, v, gi, gf, c0, n0, m0, h, cs, ns, ms, d);                                       \
+    extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_scan_fwd_##SUFFIX(                             \
+        const T* k, const T* v, const T* gi, const T* gf, const T* c0, const T* n0, const T* m0, float* cs,        \
+        float* ns, float* ms, RecDims d) {                                                                         \
+        mlstm_scan_fwd<T, TC>(k, v, gi, gf, c0, n0, m0, cs, ns, ms, d);                                            \
     }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_backward_##SUFFIX(                             \
+    extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_chunk_fwd_##SUFFIX(                            \
         const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
-        const float* ms, const T* h, const T* dh, const T* dcT, const T* dnT, const T* dmT, T* dq, T* dk, T* dv,   \
-        T* di, T* df, T* dc0, T* dn0, T* dm0, float* dcs, float* part, RecDims d) {                                \
-        mlstm_backward<T, TC>(q, k, v, gi, gf, cs, ns, ms, h, dh, dcT, dnT, dmT, dq, dk,                           \
-                              dv, di, df, dc0, dn0, dm0, dcs, part, d);                                            \
+        const float* ms, T* h, RecDims d) {                                                                        \
+        mlstm_chunk_fwd<T, TC>(q, k, v, gi, gf, cs, ns, ms, h, d);                                                 \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_prep_bwd_##SUFFIX(                             \
+        const T* q, const T* k, const T* gi, const T* gf, const float* ns, const float* ms, const T* h,            \
+        const T* dh, float* rows, RecDims d) {                                                                     \
+        mlstm_prep_bwd<T, TC>(q, k, gi, gf, ns, ms, h, dh, rows, d);                                               \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_scan_bwd_##SUFFIX(                             \
+        const T* q, const T* gi, const T* gf, const float* cs, const float* ns, const float* ms,                   \
+        const float* rows, const T* dh, const T* dcT, const T* dnT, float* dcs, float* dns, T* dc0, T* dn0,        \
+        float* dots, RecDims d) {                                                                                  \
+        mlstm_scan_bwd<T, TC>(q, gi, gf, cs, ns, ms, rows, dh, dcT, dnT, dcs, dns, dc0, dn0, dots, d);             \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_grads_##SUFFIX(                                \
+        const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
+        const float* ms, const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk,         \
+        T* dv, float* gates, float* part, RecDims d) {                                                             \
+        mlstm_grads<T, TC>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);          \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(32) mlstm_gates_##SUFFIX(                                         \
+        const T* gf, const float* rows, const float* gates, const float* dots, const T* dmT, T* di, T* df,        \
+        T* dm0, RecDims d) {                                                                                       \
+        mlstm_gates<T>(gf, rows, gates, dots, dmT, di, df, dm0, d);                                                \
     }
 
 MLSTM_KERNELS(float, f32, false)

@@ -32,6 +32,7 @@ mod kernel;
 mod node;
 mod reference;
 
+pub use cuda::{sizes as launch_sizes, Sizes as LaunchSizes};
 pub use kernel::{backward, forward, has_kernel, MlstmBackward, MlstmGrads, MlstmIn, MlstmOut};
 pub use node::{chunkwise, step};
 pub use reference::{parallel, recurrent};
