@@ -207,6 +207,7 @@ impl Device {
             return Ok(buf);
         }
         self.bind()?;
+        crate::counters::upload(std::mem::size_of_val(data));
         // SAFETY: the buffer holds exactly `data.len()` elements of T. `data` is pageable Rust
         // memory, which the driver stages before cuMemcpyHtoDAsync returns, so it may be dropped
         // or changed as soon as this returns.

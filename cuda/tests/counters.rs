@@ -50,9 +50,12 @@ fn counters_count_launches_blas_calls_and_waits() {
         queued,
         Counts {
             launches: 3,
+            uploads: 2,
+            upload_bytes: 3 * 56,
             ..Counts::default()
         },
-        "the global norm is two launches and AdamW over every tensor one, none waits"
+        "the global norm is two launches and AdamW over every tensor one, each uploading its \
+         table (56 bytes a tensor), none waits"
     );
 
     let before = counters::counts();
@@ -88,9 +91,11 @@ fn counters_count_launches_blas_calls_and_waits() {
         Counts {
             blas_calls: 1,
             event_waits: 1,
+            uploads: 2,
+            upload_bytes: (4 * 8 + 8 * 2) * 4,
             ..Counts::default()
         },
-        "a GEMM is one cuBLAS call, a deferred read one event wait and no sync"
+        "two uploads, a GEMM is one cuBLAS call, a deferred read one event wait and no sync"
     );
     let norm_now = dev.dtoh::<f32>(&norm).unwrap()[0] as f64;
     assert_eq!(values[0], vec![norm_now]);

@@ -85,6 +85,11 @@ impl CudaStorage {
         self.alloc(self.buf.dtype(), len)
     }
 
+    /// `len` zeros of `dtype` on GPU `ordinal`, set on the device.
+    pub(crate) fn zeros_on(ordinal: usize, dtype: DType, len: usize) -> Result<Self> {
+        Ok(Self::wrap(device(ordinal)?.alloc_zeros(dtype, len)?))
+    }
+
     pub fn from_cpu(cpu: &crate::cpu::CpuStorage, ordinal: usize) -> Result<Self> {
         use crate::cpu::CpuStorage as C;
         let dev = device(ordinal)?;

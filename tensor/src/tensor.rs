@@ -187,6 +187,10 @@ impl Tensor {
         )
     }
 
+    /// `value` everywhere. On a GPU the buffer is zeroed there (and `value` added), never built
+    /// on the host and copied: for a large tensor (the loss's f32 accumulator of the output
+    /// projection's gradient, a mixer's zero state) that copy costs far more than the kernels
+    /// that use it, and the host waits for it.
     pub fn full(
         value: f64,
         shape: impl Into<Shape>,
@@ -194,7 +198,17 @@ impl Tensor {
         device: Device,
     ) -> Result<Tensor> {
         let shape = shape.into();
-        Tensor::from_f64s(&vec![value; shape.numel()], shape, dtype, device)
+        match device {
+            Device::Cuda(ordinal) if dtype != DType::U32 => {
+                let zeros = crate::cuda::CudaStorage::zeros_on(ordinal, dtype, shape.numel())?;
+                let zeros = Tensor::new(Storage::Cuda(zeros), shape);
+                match value == 0.0 {
+                    true => Ok(zeros),
+                    false => zeros.add_scalar(value),
+                }
+            }
+            _ => Tensor::from_f64s(&vec![value; shape.numel()], shape, dtype, device),
+        }
     }
 
     pub fn zeros(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {

@@ -672,12 +672,14 @@ impl Summary {
                     format!(
                         "per step, over {} steps: {:.1} kernel launches, {:.1} cuBLAS calls, \
                          {:.1} host syncs (not counting the profiler's own), {:.1} waits on \
-                         deferred reads\n",
+                         deferred reads, {:.1} uploads of {:.2} MB\n",
                         p.steps,
                         per(p.gpu.launches),
                         per(p.gpu.blas_calls),
                         per(p.gpu.syncs),
-                        per(p.gpu.event_waits)
+                        per(p.gpu.event_waits),
+                        per(p.gpu.uploads),
+                        per(p.gpu.upload_bytes) / 1e6
                     )
                 }
             };
