@@ -8,8 +8,9 @@
 //! little else, and a large upload from pageable memory costs the host its staging.
 //!
 //! Each count is one relaxed atomic add. Tests and profilers read [`counts`] before and after
-//! some work and take the difference ([`Counts::since`]), which stays right while other threads
-//! count too; [`reset`] zeroes them all.
+//! some work and take the difference ([`Counts::since`]); the counts are process-wide, so the
+//! difference includes what other threads asked meanwhile (a test that asserts counts runs
+//! alone in its binary). [`reset`] zeroes them all.
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 static LAUNCHES: AtomicU64 = AtomicU64::new(0);
