@@ -83,7 +83,9 @@ pub fn share_params(group: &mut dyn Collective, params: &mut Params) -> Result<(
     }
     let values: Vec<Tensor> = params.iter().map(|p| p.value.clone()).collect();
     for (i, v) in group.broadcast(values)?.into_iter().enumerate() {
-        params.set(i, v);
+        // AdamW writes the parameters in place: ranks in one process must not share a buffer
+        // (the in-process broadcast hands out rank 0's tensors themselves).
+        params.set(i, v.into_unique()?);
     }
     Ok(())
 }
