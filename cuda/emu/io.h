@@ -32,3 +32,16 @@ template <typename B> std::vector<float> from_bf16(const std::vector<B>& v) {
     for (size_t i = 0; i < v.size(); ++i) r[i] = __uint_as_float((unsigned)v[i].bits << 16);
     return r;
 }
+
+// The sizes the Rust test writes to DIR/dims (B T H Dk Dv chunk) into a RecDims-like struct;
+// a missing or short file ends the harness with a message.
+template <typename Dims> Dims read_dims(const std::string& dir) {
+    Dims d{};
+    FILE* f = fopen((dir + "/dims").c_str(), "r");
+    if (!f || fscanf(f, "%d %d %d %d %d %d", &d.b, &d.t, &d.h, &d.dk, &d.dv, &d.chunk) != 6) {
+        fprintf(stderr, "%s/dims: expected B T H Dk Dv chunk\n", dir.c_str());
+        exit(2);
+    }
+    fclose(f);
+    return d;
+}

@@ -146,13 +146,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const std::string dir = argv[1], dtype = argv[2];
-    RecDims d{};
-    FILE* f = fopen((dir + "/dims").c_str(), "r");
-    if (!f || fscanf(f, "%d %d %d %d %d %d", &d.b, &d.t, &d.h, &d.dk, &d.dv, &d.chunk) != 6) {
-        fprintf(stderr, "%s/dims: expected B T H Dk Dv chunk\n", dir.c_str());
-        return 2;
-    }
-    fclose(f);
+    RecDims d = read_dims<RecDims>(dir);
     d.eps = 1e-6f;
     d.scale = 1.0f / sqrtf((float)d.dk);
     if (dtype == "bf16")
