@@ -15,6 +15,10 @@ __device__ void strided_copy(const E* __restrict__ src, E* __restrict__ dst, Two
     }
 }
 
+// Wider elements for copies whose rows are aligned (layout.rs `widened`): the same loop moves
+// 16- or 8-byte vectors, which is what reaches the memory bandwidth on narrow's and concat's rows.
+extern "C" __global__ void copy_b128(const uint4* src, uint4* dst, TwoStrided p) { strided_copy(src, dst, p); }
+extern "C" __global__ void copy_b64(const u64* src, u64* dst, TwoStrided p) { strided_copy(src, dst, p); }
 extern "C" __global__ void copy_b32(const u32* src, u32* dst, TwoStrided p) { strided_copy(src, dst, p); }
 extern "C" __global__ void copy_b16(const u16* src, u16* dst, TwoStrided p) { strided_copy(src, dst, p); }
 extern "C" __global__ void copy_b8(const u8* src, u8* dst, TwoStrided p) { strided_copy(src, dst, p); }

@@ -293,6 +293,55 @@ fn strided_copy_patterns() {
     assert!(strided_copy(&dev, &[2, 5], &gb, &[5, 1], 0, &mut gd, &[0, 1], 0).is_err());
 }
 
+/// Narrowing a column block out of rows, the copy a fused projection's split makes, at column
+/// offsets and widths that allow 16-, 8-, 4-byte and only 2-byte moves (layout.rs `widened`),
+/// into a destination placed at an offset too: every element lands where the plain loop puts it.
+#[test]
+fn strided_copy_moves_aligned_rows_in_wide_elements() {
+    let dev = gpu!();
+    let (rows, cols) = (37, 96);
+    let src: Vec<bf16> = (0..rows * cols)
+        .map(|i| bf16::from_bits((i * 7 + 3) as u16))
+        .collect();
+    let gs = dev.htod(&src).unwrap();
+    for (col, width, dst_off) in [
+        (32, 64, 0),
+        (8, 24, 8),
+        (4, 12, 4),
+        (2, 6, 2),
+        (3, 5, 1),
+        (0, 96, 0),
+    ] {
+        let mut gd = dev
+            .alloc_zeros(DType::BF16, dst_off + rows * width + 1)
+            .unwrap();
+        strided_copy(
+            &dev,
+            &[rows, width],
+            &gs,
+            &[cols, 1],
+            col,
+            &mut gd,
+            &[width, 1],
+            dst_off,
+        )
+        .unwrap();
+        let got = dev.dtoh::<bf16>(&gd).unwrap();
+        for (i, &g) in got.iter().enumerate() {
+            let j = i.wrapping_sub(dst_off);
+            let want = if i < dst_off || j >= rows * width {
+                bf16::ZERO
+            } else {
+                src[(j / width) * cols + col + j % width]
+            };
+            assert_eq!(
+                g, want,
+                "col {col} width {width} dst offset {dst_off}: element {i}"
+            );
+        }
+    }
+}
+
 #[test]
 fn band_mask_keeps_the_window() {
     let dev = gpu!();

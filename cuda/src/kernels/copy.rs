@@ -42,19 +42,29 @@ pub fn strided_copy(
             format!("destination strides {dst_strides:?} over dims {dims:?} write elements twice"),
         ));
     }
-    let n = p.len();
-    if n == 0 {
+    if p.len() == 0 {
         return Ok(());
     }
-    let name = bits_kernel!(OP, "copy", src.dtype())?;
-    // SAFETY: copy_bN(const E* src, E* dst, TwoStrided p) with E of the dtype's size;
-    // `TwoStrided::new` checked both operands stay in bounds.
+    // Copy the widest element the layout allows: 16 bytes, else 8, else 4, else the dtype's own.
+    let size = src.dtype().size_bytes() as u64;
+    let (p, name) = [(16, "copy_b128"), (8, "copy_b64"), (4, "copy_b32")]
+        .into_iter()
+        .filter(|&(bytes, _)| {
+            bytes > size
+                && src.device_ptr().is_multiple_of(bytes)
+                && dst.device_ptr().is_multiple_of(bytes)
+        })
+        .find_map(|(bytes, name)| Some((p.widened(bytes / size)?, name)))
+        .map_or_else(|| Ok((p, bits_kernel!(OP, "copy", src.dtype())?)), Ok)?;
+    // SAFETY: copy_bN(const E* src, E* dst, TwoStrided p) with E of the width chosen above;
+    // `TwoStrided::new` checked both operands stay in bounds, `widened` only regroups whole
+    // elements of that range, and both pointers are aligned to the width.
     unsafe {
         launch(
             dev,
             &SOURCE,
             name,
-            Launch::elementwise(dev, n),
+            Launch::elementwise(dev, p.len()),
             &[src, dst, &p],
         )
     }

@@ -143,6 +143,35 @@ impl TwoStrided {
         })
     }
 
+    /// The same copy over elements `factor` times wider, where both operands walk their
+    /// innermost dimension contiguously and every offset, outer stride and the innermost length
+    /// are multiples of `factor`: a narrow of a fused projection then moves 16-byte vectors
+    /// instead of 2-byte elements, and decodes its coordinates once per vector. None where the
+    /// layout does not allow it (a transpose, a broadcast, an odd offset).
+    pub fn widened(&self, factor: u64) -> Option<TwoStrided> {
+        let f = factor as i64;
+        let last = (self.rank as usize).checked_sub(1)?;
+        let aligned = self.s0[last] == 1
+            && self.s1[last] == 1
+            && self.dims[last].is_multiple_of(factor)
+            && self.off0 % f == 0
+            && self.off1 % f == 0
+            && (0..last).all(|d| self.s0[d] % f == 0 && self.s1[d] % f == 0);
+        if factor < 2 || !aligned {
+            return None;
+        }
+        let mut p = *self;
+        p.n /= factor;
+        p.dims[last] /= factor;
+        p.off0 /= f;
+        p.off1 /= f;
+        for d in 0..last {
+            p.s0[d] /= f;
+            p.s1[d] /= f;
+        }
+        Some(p)
+    }
+
     /// Whether both operands walk the whole range contiguously from offset 0, i.e. the
     /// elementwise fast path applies.
     pub fn both_contiguous(&self) -> bool {
@@ -182,6 +211,55 @@ mod tests {
             strides,
             offset: 0,
         }
+    }
+
+    #[test]
+    fn narrow_of_aligned_rows_widens_and_odd_layouts_do_not() {
+        // Columns 8..16 of [4, 24] into a [4, 8]: both rows walk contiguously from multiples of 8.
+        let p = TwoStrided::new(
+            "t",
+            &[4, 8],
+            Operand {
+                offset: 8,
+                ..operand("src", 96, &[24, 1])
+            },
+            operand("dst", 32, &[8, 1]),
+        )
+        .unwrap();
+        let w = p.widened(8).unwrap();
+        assert_eq!((w.n, w.rank, w.dims[0], w.dims[1]), (4, 2, 4, 1));
+        assert_eq!((w.s0[0], w.s1[0], w.off0, w.off1), (3, 1, 1, 0));
+        assert!(
+            p.widened(16).is_none(),
+            "inner length 8 is not a multiple of 16"
+        );
+        let odd = TwoStrided::new(
+            "t",
+            &[4, 8],
+            Operand {
+                offset: 2,
+                ..operand("src", 96, &[24, 1])
+            },
+            operand("dst", 32, &[8, 1]),
+        )
+        .unwrap();
+        assert!(odd.widened(4).is_none() && odd.widened(2).is_some());
+        let transpose = TwoStrided::new(
+            "t",
+            &[8, 8],
+            operand("src", 64, &[1, 8]),
+            operand("dst", 64, &[8, 1]),
+        )
+        .unwrap();
+        assert!(transpose.widened(2).is_none());
+        let broadcast = TwoStrided::new(
+            "t",
+            &[8, 8],
+            operand("src", 8, &[1, 0]),
+            operand("dst", 64, &[8, 1]),
+        )
+        .unwrap();
+        assert!(broadcast.widened(2).is_none());
     }
 
     #[test]
