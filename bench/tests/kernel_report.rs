@@ -1,7 +1,8 @@
 //! The kernel benchmarks' JSON lines without a GPU: a case set beside the fastest of its peers
 //! read from a peers file as bench/peers/kernel_peers.py writes it (other shapes, refusals, lines
 //! that are not JSON and superseded lines among them), the fields every line promises, the ratio,
-//! and a case no peer has a figure for.
+//! and a case no peer has a figure for; the named shapes, and that each mixer's CUDA kernel takes
+//! them.
 use std::path::Path;
 
 use serde_json::{json, Value};
@@ -155,4 +156,18 @@ fn swax_small_is_the_shape_of_its_config() {
     assert_eq!((s.h, s.h * s.d), (cfg.model.n_heads, cfg.model.d_model));
     // The mLSTM layer's q and k are half its head (nn/src/layers/mlstm.rs).
     assert_eq!(s.mlstm_dk, s.d / 2);
+}
+
+#[test]
+fn every_named_shape_has_a_cuda_kernel_for_each_mixer() {
+    use swax_nn::mixers::{attention, gated_delta, mlstm, rattention};
+    use swax_tensor::{DType, Device};
+    // What the benchmarks ask before timing a shape; none of it needs a GPU.
+    let (gpu, bf16) = (Device::Cuda(0), DType::BF16);
+    for s in swax_bench::shape::SHAPES {
+        assert!(attention::has_kernel(gpu, bf16, s.d), "{s:?}");
+        assert!(rattention::has_kernel(gpu, bf16, s.d), "{s:?}");
+        assert!(mlstm::has_kernel(gpu, bf16, s.mlstm_dk, s.d), "{s:?}");
+        assert!(gated_delta::has_kernel(gpu, bf16, s.d, s.d), "{s:?}");
+    }
 }
