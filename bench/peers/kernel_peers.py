@@ -17,6 +17,7 @@ import argparse
 import datetime
 import json
 import subprocess
+import sys
 
 import torch
 import triton
@@ -113,6 +114,29 @@ class Recorder:
             torch.cuda.empty_cache()
             return self.write(case, shape, peer, refused=refusal(e))
         return self.write(case, shape, peer, fwd_ms=fwd_ms, peer_ms=peer_ms)
+
+    def isolated(self, case, shape, peer, argv):
+        """Runs `python3 argv` (the same script, one peer, appending to the same file) in a
+        process of its own; where it dies without writing its line, writes a refusal with the
+        exit status and the last line of its error output."""
+        before = self._count()
+        run = subprocess.run([sys.executable, *argv, "--results", self.path],
+                             capture_output=True, text=True)
+        rows = run.stdout.splitlines()[3:-1]  # the child's own table rows, not its header
+        if rows:
+            print("\n".join(rows), flush=True)
+        if self._count() == before:
+            tail = (run.stderr.strip().splitlines() or [""])[-1][:300]
+            self.write(case, shape, peer, refused=f"the process exited with {run.returncode}: {tail}")
+        else:
+            self.lines += self._count() - before
+
+    def _count(self):
+        try:
+            with open(self.path) as f:
+                return sum(1 for _ in f)
+        except FileNotFoundError:
+            return 0
 
     def done(self):
         print(f"appended {self.lines} lines to {self.path}")

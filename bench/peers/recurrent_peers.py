@@ -65,21 +65,36 @@ def gated_delta_peer(s):
     return forward, lambda: forward().backward(do)
 
 
+def cases(a):
+    """(case, shape label, peer name, key, shape) for every peer case the arguments ask for."""
+    mixers = a.mixers.split(",")
+    for name, s in kp.shapes(a.shapes):
+        if "mlstm" in mixers:
+            for kernel, chunk in MLSTM.items():
+                yield ("mlstm", kp.label(s, s["MLSTM_DK"], s["D"]),
+                       f"mlstm_kernels chunkwise--{kernel} (chunk {chunk})", kernel, name, s)
+        if "gated-delta" in mixers:
+            yield ("gated-delta", kp.label(s, s["D"], s["D"]),
+                   "fla chunk_gated_delta_rule (qk L2 norm in kernel)", "fla", name, s)
+
+
 def main():
     p = kp.parser(__doc__.split("\n\n")[0], "bench/results/recurrent-peer.jsonl")
     p.add_argument("--mixers", default="mlstm,gated-delta", help="mlstm, gated-delta")
+    p.add_argument("--only", help="one peer (triton_limit_chunk, triton_xl_chunk, fla), in this "
+                   "process; without it each peer runs in a process of its own")
     a = p.parse_args()
-    mixers = a.mixers.split(",")
     rec = kp.Recorder(a.results, "recurrent-peer")
-    for _, s in kp.shapes(a.shapes):
-        if "mlstm" in mixers:
-            shape = kp.label(s, s["MLSTM_DK"], s["D"])
-            for kernel, chunk in MLSTM.items():
-                rec.time("mlstm", shape, f"mlstm_kernels chunkwise--{kernel} (chunk {chunk})",
-                         lambda: mlstm_peer(s, kernel, chunk))
-        if "gated-delta" in mixers:
-            rec.time("gated-delta", kp.label(s, s["D"], s["D"]),
-                     "fla chunk_gated_delta_rule (qk L2 norm in kernel)", lambda: gated_delta_peer(s))
+    for case, shape, peer, key, name, s in cases(a):
+        if a.only is None:
+            # Triton's compiler can abort the process (an LLVM assertion was seen with
+            # xl_chunk at the paper shape): a peer that dies is a refusal, the others still run.
+            rec.isolated(case, shape, peer, [__file__, "--shapes", name, "--mixers", case,
+                                             "--only", key])
+        elif key == a.only:
+            make = (lambda: gated_delta_peer(s)) if key == "fla" else (
+                lambda: mlstm_peer(s, key, MLSTM[key]))
+            rec.time(case, shape, peer, make)
     rec.done()
 
 
