@@ -62,6 +62,9 @@ pub trait Backend: Sized {
     fn softmax_backward(&self, dy: &Self, n: usize, kind: Softmax) -> Result<Self>;
 
     fn matmul(&self, rhs: &Self, layout: &MatmulLayout) -> Result<Self>;
+    /// `acc += self · rhs` as `layout` lays them out, `acc` (the `batch` products, contiguous)
+    /// in the operands' accumulation dtype: f32 for bf16 and f32, f64 for f64.
+    fn matmul_acc(&self, rhs: &Self, layout: &MatmulLayout, acc: &mut Self) -> Result<()>;
 
     /// Gathers a strided view of `self` into a new contiguous buffer.
     fn copy_strided(&self, src: &StridedLayout) -> Result<Self>;

@@ -349,6 +349,20 @@ impl Backend for CudaStorage {
         })
     }
 
+    fn matmul_acc(&self, rhs: &Self, l: &MatmulLayout, acc: &mut Self) -> Result<()> {
+        let args = cu::GemmArgs {
+            layout: *l,
+            a: &self.buf,
+            b: &rhs.buf,
+            c: &mut acc.buf,
+            c_stride: l.m * l.n,
+            alpha: 1.0,
+            beta: 1.0,
+            allow_tf32: false,
+        };
+        Ok(cu::gemm(self.dev(), args)?)
+    }
+
     fn copy_strided(&self, src: &StridedLayout) -> Result<Self> {
         Ok(Self::wrap(self.copy(&self.buf, src)?))
     }

@@ -306,6 +306,22 @@ impl Backend for Storage {
         forward!("matmul", self, [rhs], |s| s.matmul(rhs, layout))
     }
 
+    fn matmul_acc(&self, rhs: &Self, layout: &MatmulLayout, acc: &mut Self) -> Result<()> {
+        const OP: &str = "matmul_acc";
+        match self {
+            Storage::Cpu(s) => s.matmul_acc(
+                rhs.cpu(OP, Device::Cpu)?,
+                layout,
+                acc.cpu_mut(OP, Device::Cpu)?,
+            ),
+            Storage::Cuda(s) => s.matmul_acc(
+                rhs.cuda(OP, s.device())?,
+                layout,
+                acc.cuda_mut(OP, s.device())?,
+            ),
+        }
+    }
+
     fn copy_strided(&self, src: &StridedLayout) -> Result<Self> {
         forward!("copy_strided", self, [], |s| s.copy_strided(src))
     }

@@ -15,7 +15,9 @@
 //! is 1), and the single division by max(count, 1) is folded into the scale the backward
 //! applies; the count stays on the device, nothing is read back. The loss and dW are summed over
 //! the groups in f32 (f64 for f64 inputs): summing bf16 partial products would drop the later
-//! groups' small contributions. The gradients come back in the inputs' dtype.
+//! groups' small contributions. Each group's dW product is added into that sum by the GEMM
+//! itself ([`Tensor::matmul_acc_into`]), never stored on its own. The gradients come back in the
+//! inputs' dtype.
 //!
 //! [`Linear`]: super::basic::Linear
 use swax_autograd::Tape;
@@ -132,11 +134,8 @@ impl Sums {
         need: Needs,
     ) -> Result<Sums> {
         let (n, device) = (x.dims()[0], x.device());
-        // The dtype of cross_entropy's statistics: f32 for bf16 and f32 logits, f64 for f64.
-        let acc = match x.dtype() {
-            DType::F64 => DType::F64,
-            _ => DType::F32,
-        };
+        // The dtype of cross_entropy's statistics and of matmul_acc_into's sums.
+        let acc = x.dtype().accumulator();
         let mut sums = Sums {
             loss: Tensor::zeros(Shape::scalar(), acc, device)?,
             count: Tensor::zeros(Shape::scalar(), acc, device)?,
@@ -167,10 +166,8 @@ impl Sums {
             if need.dx {
                 dx_parts.push(dlogits.matmul_t(w, false, true)?);
             }
-            if let Some(dw) = &sums.dw {
-                let part = xg.matmul_t(&dlogits, true, false)?;
-                drop(dlogits);
-                sums.dw = Some(dw.add(&part.to_dtype(acc)?)?);
+            if let Some(dw) = &mut sums.dw {
+                xg.matmul_acc_into(&dlogits, true, false, dw)?;
             }
         }
         if need.dx {
