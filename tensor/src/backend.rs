@@ -44,6 +44,8 @@ pub trait Backend: Sized {
     /// `dy * f'(x)`, with `self` as x.
     fn unary_backward(&self, op: UnaryOp, dy: &Self) -> Result<Self>;
     fn binary(&self, rhs: &Self, op: BinaryOp, layout: &BroadcastLayout) -> Result<Self>;
+    /// `self · s[0]` stored as `dtype`, the product in `s`'s dtype (f32, or f64 on the CPU).
+    fn scale_cast(&self, s: &Self, dtype: DType) -> Result<Self>;
     /// `cond != 0 ? on_true : on_false`, all three of one length; `self` is the U32 condition.
     fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self>;
 

@@ -263,6 +263,12 @@ impl Backend for CudaStorage {
         Ok(Self::wrap(self.binary_into(op, &rhs.buf, layout)?))
     }
 
+    fn scale_cast(&self, s: &Self, dtype: DType) -> Result<Self> {
+        self.output(dtype, self.buf.len(), |y| {
+            k::cast::scale_cast(self.dev(), &self.buf, &s.buf, y)
+        })
+    }
+
     fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self> {
         on_true.output_like(on_true.buf.len(), |y| {
             k::mask::where_select(self.dev(), &self.buf, &on_true.buf, &on_false.buf, y)

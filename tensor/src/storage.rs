@@ -272,6 +272,10 @@ impl Backend for Storage {
         forward!("binary", self, [rhs], |s| s.binary(rhs, op, layout))
     }
 
+    fn scale_cast(&self, s: &Self, dtype: DType) -> Result<Self> {
+        forward!("scale_cast", self, [s], |x| x.scale_cast(s, dtype))
+    }
+
     fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self> {
         forward!("where_cond", self, [on_true, on_false], |s| s
             .where_cond(on_true, on_false))

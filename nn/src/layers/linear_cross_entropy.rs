@@ -57,11 +57,10 @@ pub fn linear_cross_entropy(
     Ok(tape.record(OP, &[x, w, targets], loss, move |dy, _| {
         // The mean's 1/count and the upstream gradient as one scalar, applied in the sums'
         // precision (a bf16 copy of 1/count would be off by up to 2^-9, the same for every
-        // element).
+        // element), with the cast to the input's dtype in the same pass.
         let g = dy.div(&count)?;
         let scaled = |sum: Option<Tensor>, dtype| -> Result<Option<Tensor>> {
-            sum.map(|s| s.to_dtype(g.dtype())?.mul(&g)?.to_dtype(dtype))
-                .transpose()
+            sum.map(|s| s.scale_cast(&g, dtype)).transpose()
         };
         Ok(vec![scaled(dx, x_dtype)?, scaled(dw, w_dtype)?, None])
     }))

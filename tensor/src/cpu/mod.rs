@@ -301,6 +301,28 @@ impl Backend for CpuStorage {
         )))
     }
 
+    fn scale_cast(&self, s: &Self, dtype: DType) -> Result<Self> {
+        const OP: &str = "scale_cast";
+        Ok(match s {
+            CpuStorage::F32(c) if c.len() == 1 => {
+                f32::store(elementwise::scale(&f32::read(OP, self)?, c[0]), dtype)
+            }
+            CpuStorage::F64(c) if c.len() == 1 => {
+                f64::store(elementwise::scale(&f64::read(OP, self)?, c[0]), dtype)
+            }
+            other => {
+                return Err(Error::Invalid {
+                    op: OP,
+                    msg: format!(
+                        "the scale must be one f32 or f64, got {} {}",
+                        other.len(),
+                        other.dtype()
+                    ),
+                })
+            }
+        })
+    }
+
     fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self> {
         let cond = self.ids("where_cond")?;
         Ok(with_floats!(
