@@ -16,7 +16,7 @@ pub(crate) fn matmul<T: Real>(a: &[T], b: &[T], l: &MatmulLayout) -> Vec<T> {
 }
 
 /// `c += a · b` for the `batch` products of `l`, `c` holding them contiguously.
-pub(crate) fn matmul_into<T: Real>(a: &[T], b: &[T], l: &MatmulLayout, c: &mut [T]) {
+pub(crate) fn matmul_acc<T: Real>(a: &[T], b: &[T], l: &MatmulLayout, c: &mut [T]) {
     product_into(a, b, l, c, true);
 }
 

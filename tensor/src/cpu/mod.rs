@@ -382,8 +382,8 @@ impl Backend for CpuStorage {
     fn matmul_acc(&self, rhs: &Self, layout: &MatmulLayout, acc: &mut Self) -> Result<()> {
         const OP: &str = "matmul_acc";
         match (floats(OP, &[self, rhs])?, acc) {
-            (Floats::F32(x, _), CpuStorage::F32(c)) => matmul::matmul_into(&x[0], &x[1], layout, c),
-            (Floats::F64(x), CpuStorage::F64(c)) => matmul::matmul_into(&x[0], &x[1], layout, c),
+            (Floats::F32(x, _), CpuStorage::F32(c)) => matmul::matmul_acc(&x[0], &x[1], layout, c),
+            (Floats::F64(x), CpuStorage::F64(c)) => matmul::matmul_acc(&x[0], &x[1], layout, c),
             (_, c) => {
                 return Err(Error::DTypeMismatch {
                     op: OP,
