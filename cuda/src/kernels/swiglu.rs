@@ -6,7 +6,7 @@ use super::{
     Launch,
 };
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, Device};
+use crate::{Buffer, CudaError, DType, Device};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "swiglu",
@@ -37,7 +37,7 @@ pub fn swiglu(dev: &Device, gu: &Buffer, f: usize, h: &mut Buffer) -> Result<(),
             dev,
             &SOURCE,
             name,
-            launch(dev, rows, f, vec, gu),
+            launch_shape(dev.sm_count(), rows, f, gu.dtype(), vec),
             &[gu, h, &rows, &f_u32],
         )
     }
@@ -75,7 +75,7 @@ pub fn swiglu_backward(
             dev,
             &SOURCE,
             name,
-            launch(dev, rows, f, vec, gu),
+            launch_shape(dev.sm_count(), rows, f, gu.dtype(), vec),
             &[gu, dh, dgu, h, &rows, &f_u32],
         )
     }
@@ -94,14 +94,17 @@ fn sizes(op: &'static str, gu: &Buffer, f: usize) -> Result<(u64, u32), CudaErro
     Ok((rows, to_u32(op, "f", f)?))
 }
 
-/// A block per row at a time, walking the rows: the fewest power-of-two threads (at least a
-/// warp) that take a row's units (16-byte vectors, or elements) one each, up to ROW_THREADS.
-fn launch(dev: &Device, rows: u64, f: usize, vec: bool, gu: &Buffer) -> Launch {
-    let unit = if vec { 16 / gu.dtype().size_bytes() } else { 1 };
+/// The launch of either kernel over `rows` rows of 2f elements of `dtype`, in 16-byte vectors
+/// (`vec`) or not, on a GPU of `sm_count` SMs: a block per row at a time, walking the rows, of
+/// the fewest power-of-two threads (at least a warp) that take a row's units (vectors, or
+/// elements) one each, up to ROW_THREADS. Public for the kernels' emulation, which launches as
+/// the wrappers do.
+pub fn launch_shape(sm_count: u32, rows: u64, f: usize, dtype: DType, vec: bool) -> Launch {
+    let unit = if vec { 16 / dtype.size_bytes() } else { 1 };
     let threads = (f.div_ceil(unit) as u32)
         .next_power_of_two()
         .clamp(32, ROW_THREADS);
-    let blocks = rows.min(dev.sm_count().max(1) as u64 * BLOCKS_PER_SM);
+    let blocks = rows.min(sm_count.max(1) as u64 * BLOCKS_PER_SM);
     Launch {
         grid: (blocks as u32, 1, 1),
         block: (threads, 1, 1),
