@@ -149,6 +149,13 @@ pub trait Backend: Sized {
         dims: ConvDims,
     ) -> Result<(Self, Self, Self)>;
 
+    /// SwiGLU over rows `[gate | up]` of `2f` elements (`self`, the pre-activation `gu`):
+    /// `h = silu(gate) · up`, rows of `f`.
+    fn swiglu(&self, f: usize) -> Result<Self>;
+    /// `(dgu, h)` given gu (`self`) and dh (rows of `f`): `dgu = [dh · up · silu'(gate) | dh ·
+    /// silu(gate)]`, and the forward's h again, which the caller's next gradient needs.
+    fn swiglu_backward(&self, dh: &Self, f: usize) -> Result<(Self, Self)>;
+
     /// Rotary embedding on `[B, T, H, D]` pairs `(i, i + D/2)`; `inverse` rotates back (the
     /// backward).
     fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self>;

@@ -596,6 +596,19 @@ impl Backend for CudaStorage {
         })
     }
 
+    fn swiglu(&self, f: usize) -> Result<Self> {
+        self.output_like(self.buf.len() / 2, |h| {
+            k::swiglu::swiglu(self.dev(), &self.buf, f, h)
+        })
+    }
+
+    fn swiglu_backward(&self, dh: &Self, f: usize) -> Result<(Self, Self)> {
+        let mut dgu = self.alloc_like(self.buf.len())?;
+        let mut h = self.alloc_like(dh.buf.len())?;
+        k::swiglu::swiglu_backward(self.dev(), &self.buf, &dh.buf, f, &mut dgu, &mut h)?;
+        Ok((Self::wrap(dgu), Self::wrap(h)))
+    }
+
     fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {
         let rotate = if inverse {
             k::rope::rope_backward

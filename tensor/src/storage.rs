@@ -451,6 +451,14 @@ impl Backend for Storage {
             .short_conv_backward(w, dy, dims))
     }
 
+    fn swiglu(&self, f: usize) -> Result<Self> {
+        forward!("swiglu", self, [], |s| s.swiglu(f))
+    }
+
+    fn swiglu_backward(&self, dh: &Self, f: usize) -> Result<(Self, Self)> {
+        forward!("swiglu_backward", self, [dh], |s| s.swiglu_backward(dh, f))
+    }
+
     fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {
         forward!("rope", self, [], |s| s.rope(dims, inverse))
     }

@@ -15,6 +15,7 @@ mod reduce;
 mod rope;
 mod short_conv;
 mod softmax;
+mod swiglu;
 
 use crate::backend::*;
 use crate::{DType, Device, Error, Result};
@@ -568,6 +569,19 @@ impl Backend for CpuStorage {
                 (out(dx), out(dw), out(db))
             }
         ))
+    }
+
+    fn swiglu(&self, f: usize) -> Result<Self> {
+        Ok(with_floats!("swiglu", [self], |x, out, _s| out(
+            swiglu::swiglu(&x[0], f)
+        )))
+    }
+
+    fn swiglu_backward(&self, dh: &Self, f: usize) -> Result<(Self, Self)> {
+        Ok(with_floats!("swiglu_backward", [self, dh], |x, out, _s| (
+            out(swiglu::swiglu_backward(&x[0], &x[1], f)),
+            out(swiglu::swiglu(&x[0], f))
+        )))
     }
 
     fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {
