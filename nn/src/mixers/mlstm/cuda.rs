@@ -109,13 +109,18 @@ fn backward_bytes(s: RecurrentShape, e: usize) -> impl Fn(&RecArgs) -> usize {
     move |a| scan_bwd_bytes(s, a, e).max(grads_bytes(s, a, e))
 }
 
-/// What the kernels launch with under a block's shared-memory limit: each pass's value tile
-/// width (`bv` columns, Dv in `Dv.div_ceil(bv)` tiles, the same for all the pass's kernels) and
-/// each kernel's shared memory in bytes. Public so that the kernels' CPU emulation
-/// (tests/tests/emulated_kernels.rs) launches them as the wrappers do.
+/// Threads of an `mlstm_gates` block (`GATE_THREADS` in mlstm.cu), one block per head.
+const GATE_THREADS: u32 = 256;
+
+/// What the kernels launch with under a block's shared-memory limit: the threads of a block of
+/// the tiled kernels and of `mlstm_gates`, each pass's value tile width (`bv` columns, Dv in
+/// `Dv.div_ceil(bv)` tiles, the same for all the pass's kernels) and each kernel's shared memory
+/// in bytes. Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs)
+/// launches them as the wrappers do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub threads: u32,
+    pub gate_threads: u32,
     pub forward_bv: usize,
     pub scan_fwd: usize,
     pub chunk_fwd: usize,
@@ -133,6 +138,7 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Result<Siz
     let bwd = args.fit_within(shared_limit, dtype, backward_bytes(s, e));
     Ok(Sizes {
         threads: CHUNK_THREADS,
+        gate_threads: GATE_THREADS,
         forward_bv: fwd.bv(),
         scan_fwd: scan_fwd_bytes(s, &fwd, e),
         chunk_fwd: chunk_fwd_bytes(s, &fwd, e),
@@ -291,7 +297,7 @@ pub(super) fn backward(
     let chunks = chunk_launch(OP, dev, s, &args, grads_bytes(s, &args, e))?;
     let heads = Launch {
         grid: (to_u32(OP, "B*H", nh)?, 1, 1),
-        block: (32, 1, 1),
+        block: (GATE_THREADS, 1, 1),
         shared: 0,
     };
     let xi = &x.input;

@@ -20,9 +20,9 @@
 //   (f32 [B·H, N, ..]); dC0, dn0 and the final and initial states' dots for m's gradient.
 // - mlstm_grads: a block per (head, value tile, chunk): dq, dk, dv and each row's share of the
 //   gate gradients with m held fixed (cpu.rs's algebra), from the chunk's state and dC, dn.
-// - mlstm_gates: a warp per head sends the stabilizers' own gradient back along the recurrence of
-//   m (a reverse scan of affine maps over the lanes, 32 steps at a time), adds the rows' shares
-//   and writes di, df and dm0.
+// - mlstm_gates: a block per head sends the stabilizers' own gradient back along the recurrence
+//   of m (a reverse scan of affine maps over the block's threads, GATE_STEPS steps a thread),
+//   adds the rows' shares and writes di, df and dm0.
 //
 // With several value tiles, dq, dk and the gates' shares are summed over them (Sink, then
 // rec_reduce; mlstm_gates sums the gates'); terms without v (through dn and dnq) are added by the
@@ -538,78 +538,100 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     }
 }
 
-// A warp per head. The stabilizers' own gradient dm_s (mlstm_prep_bwd's eps · dden, and at the
+// A block per head. The stabilizers' own gradient dm_s (mlstm_prep_bwd's eps · dden, and at the
 // last step the final state's share) flows back along m_s = max(lf_s + m_{s-1}, i_s): with c_s
 // the gradient reaching m_s, c_s = dm_s + win_{s+1} c_{s+1}, and c_s goes to lf_s where the
-// carried side won (win_s), else to i_s; what passes m_0's max reaches the initial m. Over 32
-// steps at a time the recurrence is a scan of affine maps x -> A x + B across the lanes (A = 0
-// or 1, so the scan is exact).
-#define GATE_BATCH 4
+// carried side won (win_s), else to i_s; what passes m_0's max reaches the initial m. The
+// recurrence is a reverse scan of affine maps x -> A x + B (A = win_{s+1}, 0 or 1, so the scan is
+// exact), run over the whole block: each thread composes GATE_STEPS consecutive steps, the block
+// scans the threads' maps (lanes by shuffles, warps through shared memory), and each thread then
+// walks its steps from the carry its predecessors hand it. Pieces of GATE_STEPS · blockDim steps
+// follow one another, the last c of one the carry into the next.
+#define GATE_THREADS 256
+#define GATE_STEPS 4
 template <typename T>
 __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ rows,
                             const float* __restrict__ gates, const float* __restrict__ dots,
                             const T* __restrict__ dmT, T* __restrict__ di, T* __restrict__ df,
                             T* __restrict__ dm0, RecDims d) {
-    const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h, lane = lane_id();
+    constexpr int U = GATE_STEPS;
+    __shared__ float warp_a[32], warp_b[32], to_m0;
+    const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h, lane = lane_id(), w = warp_id();
     const Heads hd{d.t, d.h};
     const RowStats st = RowStats::of(const_cast<float*>(rows), d);
     const u64 n = (u64)d.b * d.h * d.t;
-    float last = 0.0f, init = 0.0f;
-    for (int v = lane; v < d.nv; v += 32) {
-        last += dots[((u64)bh * d.nv + v) * 2];
-        init += dots[((u64)bh * d.nv + v) * 2 + 1];
-    }
-    last = to_float(dmT[bh]) - warp_sum(last);
-    init = warp_sum(init);
-    float carry = 0.0f, win_after = 0.0f, to_m0 = 0.0f;
-    // GATE_BATCH pieces of 32 steps have their rows loaded at once, so that their loads wait out
-    // one latency together; then the pieces are scanned in turn.
-    constexpr int U = GATE_BATCH;
-    for (int base = 0; base < d.t; base += 32 * U) {
-        float win[U], B[U], dlf[U], dii[U];
+    float last = to_float(dmT[bh]);
+    for (int v = 0; v < d.nv; ++v) last -= dots[((u64)bh * d.nv + v) * 2];
+    if (threadIdx.x == 0) to_m0 = 0.0f;
+    float carry = 0.0f;
+    for (int hi = d.t - 1; hi >= 0; hi -= U * nthreads()) {
+        // This thread's steps s = hi - U threadIdx - u, all loaded before any is used.
+        float win[U], A[U], B[U], dlf[U], dii[U], f[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const int s = d.t - 1 - base - 32 * u - lane;
+            const int s = hi - U * (int)threadIdx.x - u;
             const u64 at = (u64)bh * d.t + (s >= 0 ? s : 0);
             win[u] = s >= 0 ? st.win[at] : 0.0f;
+            // Steps before the sequence's start pass their carry through unchanged.
+            A[u] = s < 0 ? 1.0f : s + 1 < d.t ? st.win[at + 1] : 0.0f;
             B[u] = s >= 0 ? st.dm[at] + (s == d.t - 1 ? last : 0.0f) : 0.0f;
+            f[u] = s >= 0 ? to_float(gf[hd.at(b, hh, s, 1)]) : 0.0f;
             dlf[u] = dii[u] = 0.0f;
             for (int v = 0; s >= 0 && v < d.nv; ++v) {
                 dlf[u] += gates[(u64)v * 2 * n + at];
                 dii[u] += gates[(u64)v * 2 * n + n + at];
             }
         }
+        // The thread's steps as one map, then the inclusive scan of the lanes' maps (a lane's map
+        // applied after those of the lanes before it).
+        float ma = 1.0f, mb = 0.0f;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const int s = d.t - 1 - base - 32 * u - lane;
-            const float up = __shfl_up_sync(FULL_MASK, win[u], 1);
-            float A = lane == 0 ? win_after : up, Bs = B[u];
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const float Ap = __shfl_up_sync(FULL_MASK, A, o), Bp = __shfl_up_sync(FULL_MASK, Bs, o);
-                if (lane >= o) {
-                    Bs = fmaf(A, Bp, Bs);
-                    A *= Ap;
-                }
-            }
-            const float x = fmaf(A, carry, Bs);
-            if (s >= 0) {
-                if (win[u] != 0.0f)
-                    dlf[u] += x;
-                else
-                    dii[u] += x;
-                const u64 g_at = hd.at(b, hh, s, 1);
-                // d lf / d f = sigmoid(-f) = 1 - exp(lf), without cancellation near lf = 0.
-                di[g_at] = from_float<T>(dii[u]);
-                df[g_at] = from_float<T>(-dlf[u] * expm1f(log_sigmoid(to_float(gf[g_at]))));
-            }
-            if (s == 0) to_m0 = win[u] * x;
-            carry = __shfl_sync(FULL_MASK, x, 31);
-            win_after = __shfl_sync(FULL_MASK, win[u], 31);
+            mb = fmaf(A[u], mb, B[u]);
+            ma *= A[u];
         }
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float pa = __shfl_up_sync(FULL_MASK, ma, o), pb = __shfl_up_sync(FULL_MASK, mb, o);
+            if (lane >= o) {
+                mb = fmaf(ma, pb, mb);
+                ma *= pa;
+            }
+        }
+        float ea = __shfl_up_sync(FULL_MASK, ma, 1), eb = __shfl_up_sync(FULL_MASK, mb, 1);
+        if (lane == 0) ea = 1.0f, eb = 0.0f;
+        if (lane == 31) warp_a[w] = ma, warp_b[w] = mb;
+        __syncthreads();
+        // The carry into this warp (through the warps before it), into this thread, and into the
+        // next piece (through all of them).
+        float into_warp = carry;
+        for (int v = 0; v < nwarps(); ++v) {
+            if (v == w) into_warp = carry;
+            carry = fmaf(warp_a[v], carry, warp_b[v]);
+        }
+        float x = fmaf(ea, into_warp, eb);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int s = hi - U * (int)threadIdx.x - u;
+            x = fmaf(A[u], x, B[u]);
+            if (s < 0) continue;
+            if (win[u] != 0.0f)
+                dlf[u] += x;
+            else
+                dii[u] += x;
+            const u64 g_at = hd.at(b, hh, s, 1);
+            // d lf / d f = sigmoid(-f) = 1 - exp(lf), without cancellation near lf = 0.
+            di[g_at] = from_float<T>(dii[u]);
+            df[g_at] = from_float<T>(-dlf[u] * expm1f(log_sigmoid(f[u])));
+            if (s == 0) to_m0 = win[u] * x;
+        }
+        __syncthreads();
     }
-    to_m0 = warp_sum(to_m0);
-    if (lane == 0) dm0[bh] = from_float<T>(init + to_m0);
+    if (threadIdx.x == 0) {
+        float init = 0.0f;
+        for (int v = 0; v < d.nv; ++v) init += dots[((u64)bh * d.nv + v) * 2 + 1];
+        dm0[bh] = from_float<T>(init + to_m0);
+    }
 }
 
 #define MLSTM_KERNELS(T, SUFFIX, TC)                                                                               \
@@ -640,7 +662,7 @@ __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ 
         T* dv, float* gates, float* part, RecDims d) {                                                             \
         mlstm_grads<T, TC>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);          \
     }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(32) mlstm_gates_##SUFFIX(                                         \
+    extern "C" __global__ void __launch_bounds__(GATE_THREADS) mlstm_gates_##SUFFIX(                                         \
         const T* gf, const float* rows, const float* gates, const float* dots, const T* dmT, T* di, T* df,        \
         T* dm0, RecDims d) {                                                                                       \
         mlstm_gates<T>(gf, rows, gates, dots, dmT, di, df, dm0, d);                                                \
