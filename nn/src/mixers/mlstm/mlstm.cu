@@ -45,7 +45,11 @@ __device__ __forceinline__ Gates carve_gates(float*& p, int lp) {
 }
 
 // Fills g for chunk rows t0..t0+len (m_prev the stabilizer before the chunk). Synchronizes.
-// The gates are loaded by all threads at once; one thread then runs the two short scans.
+// The gates are loaded by all threads at once; one thread then runs the two short scans in the
+// CPU kernel's order, reading SCAN_ROWS rows into registers before it steps through them: every
+// step then waits on the two dependent adds and the max alone, not on shared-memory loads that
+// could not be hoisted above the previous step's stores.
+#define SCAN_ROWS 16
 template <typename T>
 __device__ void chunk_gates(Gates g, const T* gi, const T* gf, Heads hd, int b, int hh, int t0, int len, int lp,
                             float m_prev) {
@@ -57,11 +61,22 @@ __device__ void chunk_gates(Gates g, const T* gi, const T* gf, Heads hd, int b, 
     __syncthreads();
     if (threadIdx.x == 0) {
         float run = 0.0f, prev = m_prev;
-        for (int j = 0; j < len; ++j) {
-            run += g.lf[j];
-            prev = fmaxf(g.lf[j] + prev, g.i[j]);
-            g.F[j] = run;
-            g.m[j] = prev;
+        for (int j0 = 0; j0 < len; j0 += SCAN_ROWS) {
+            float lf[SCAN_ROWS], ig[SCAN_ROWS];
+#pragma unroll
+            for (int u = 0; u < SCAN_ROWS; ++u) {
+                lf[u] = j0 + u < len ? g.lf[j0 + u] : 0.0f;
+                ig[u] = j0 + u < len ? g.i[j0 + u] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < SCAN_ROWS; ++u) {
+                if (j0 + u < len) {
+                    run += lf[u];
+                    prev = fmaxf(lf[u] + prev, ig[u]);
+                    g.F[j0 + u] = run;
+                    g.m[j0 + u] = prev;
+                }
+            }
         }
     }
     __syncthreads();
@@ -521,18 +536,20 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     });
     const float dlog_carry = g.a[len - 1] * block_sum(part, red);
     // The gates with m held fixed: log w_js = i_s + F_j - F_s - m_j, log a_j = m_prev + F_j - m_j
-    // and the chunk's end state through a_L and w_L; dlf_j is the reverse sum of dF from j.
-    if (threadIdx.x == 0) {
+    // and the chunk's end state through a_L and w_L; dlf_j is the reverse sum of dF from j (drow
+    // becomes dF, then those sums), by one warp.
+    if (warp_id() == 0) {
         float end_sum = 0.0f;
-        for (int s = 0; s < len; ++s) end_sum += dlend[s];
+        for (int s = lane_id(); s < len; s += 32) end_sum += dlend[s];
+        end_sum = warp_sum(end_sum);
+        for (int j = lane_id(); j < len; j += 32)
+            drow[j] += dloga[j] - dcol[j] - dlend[j] + (j == len - 1 ? dlog_carry + end_sum : 0.0f);
+        __syncwarp();
+        warp_cumsum(drow, len, true);
         const u64 n = (u64)d.b * d.h * d.t, tile = (u64)blockIdx.y * 2 * n;
-        float run = 0.0f;
-        for (int j = len - 1; j >= 0; --j) {
-            float dF = dloga[j] + drow[j] - dcol[j] - dlend[j];
-            if (j == len - 1) dF += dlog_carry + end_sum;
-            run += dF;
+        for (int j = lane_id(); j < len; j += 32) {
             const u64 at = (u64)bh * d.t + t0 + j;
-            gates[tile + at] = run;
+            gates[tile + at] = drow[j];
             gates[tile + n + at] = dcol[j] + dlend[j];
         }
     }
