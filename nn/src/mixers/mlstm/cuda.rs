@@ -56,11 +56,12 @@ fn gates(s: RecurrentShape) -> usize {
 }
 
 /// Shared-memory bytes of `mlstm_scan_fwd`: f32 C `[Dk, bv]`, n, the last row's weights and the
-/// gates; k `[lp, Dk]` and v `[lp, bv]` of the data's type.
+/// gates; two pairs of k `[lp, Dk]` and v `[lp, bv]` of the data's type (the next chunk's
+/// arriving while the current one's are used).
 fn scan_fwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
     let (lp, bv) = (lp(s), a.bv());
     let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + lp + gates(s);
-    4 * f32s + e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
+    4 * f32s + 2 * e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
 }
 
 /// Shared-memory bytes of `mlstm_chunk_fwd`: f32 n, two per-row vectors and the gates; q, k
@@ -81,11 +82,12 @@ fn prep_bytes(s: RecurrentShape, e: usize) -> usize {
 }
 
 /// Shared-memory bytes of `mlstm_scan_bwd`: f32 dC `[Dk, bv]`, dn, two per-row vectors, the
-/// gates and 32 floats of scratch; q `[lp, Dk]` and dnum `[lp, bv]` of the data's type.
+/// gates and 32 floats of scratch; two pairs of q `[lp, Dk]` and dnum `[lp, bv]` of the data's
+/// type (as `mlstm_scan_fwd`'s k and v).
 fn scan_bwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
     let (lp, bv) = (lp(s), a.bv());
     let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + 2 * lp + gates(s) + 32;
-    4 * f32s + e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
+    4 * f32s + 2 * e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
 }
 
 /// Shared-memory bytes of `mlstm_grads`: f32 an accumulator tile `[lp, max(Dk, bv)]`, dn and

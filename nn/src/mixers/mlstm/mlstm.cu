@@ -27,7 +27,8 @@
 // With several value tiles, dq, dk and the gates' shares are summed over them (Sink, then
 // rec_reduce; mlstm_gates sums the gates'); terms without v (through dn and dnq) are added by the
 // first tile only. bf16 data is multiplied on tensor cores from bf16 shared tiles with f32
-// accumulation, f32 data in f32 (block_mm).
+// accumulation, f32 data in f32 (block_mm). bf16 tiles arrive by cp.async (stage_cols), landing
+// under the gates' loads; the scans fetch each chunk's tiles during the previous chunk.
 #include "common.cuh"
 
 // The chunk's gates: i, log forget gate, its running sum F from the chunk's start, the
@@ -44,7 +45,8 @@ __device__ __forceinline__ Gates carve_gates(float*& p, int lp) {
     return Gates{take(p, lp), take(p, lp), take(p, lp), take(p, lp), take(p, lp)};
 }
 
-// Fills g for chunk rows t0..t0+len (m_prev the stabilizer before the chunk). Synchronizes.
+// Fills g for chunk rows t0..t0+len (m_prev the stabilizer before the chunk). Synchronizes, after
+// waiting for the caller's cp.async copies (stage_cols), which so land under the gates' loads.
 // The gates are loaded by all threads at once; one thread then runs the two short scans in the
 // CPU kernel's order, reading SCAN_ROWS rows into registers before it steps through them: every
 // step then waits on the two dependent adds and the max alone, not on shared-memory loads that
@@ -58,6 +60,7 @@ __device__ void chunk_gates(Gates g, const T* gi, const T* gf, Heads hd, int b, 
         g.i[j] = to_float(gi[at]);
         g.lf[j] = log_sigmoid(to_float(gf[at]));
     }
+    cp_async_wait<0>();
     __syncthreads();
     if (threadIdx.x == 0) {
         float run = 0.0f, prev = m_prev;
@@ -132,7 +135,8 @@ struct RowStats {
 };
 
 // Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk], the last row's
-// weights w_L [lp] and the gates; then tiles of T: k [lp, Dk], v [lp, bv].
+// weights w_L [lp] and the gates; then tiles of T: k [lp, Dk], v [lp, bv], twice: the next
+// chunk's arrive in one pair (cp.async for bf16) while the current chunk's are used.
 template <typename T, bool TC>
 __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ gi,
                                const T* __restrict__ gf, const T* __restrict__ c0, const T* __restrict__ n0,
@@ -150,8 +154,18 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
     float* wl = take(f, lp);
     const Gates g = carve_gates(f, lp);
     T* e = reinterpret_cast<T*>(f);
-    const STile<T> K = take_tile(e, lp, tile_ld<T>(d.dk)), V = take_tile(e, lp, tile_ld<T>(d.bv));
+    const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv);
+    const STile<T> K0 = take_tile(e, lp, ldk), V0 = take_tile(e, lp, ldv);
+    const STile<T> K1 = take_tile(e, lp, ldk), V1 = take_tile(e, lp, ldv);
     __shared__ float m_prev;
+    // Chunk ci's k and v into the tiles of its parity.
+    const auto stage = [&](int ci) {
+        const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
+        stage_cols((ci & 1 ? K1 : K0).p, ldk, k, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+        stage_cols((ci & 1 ? V1 : V0).p, ldv, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
+        cp_async_commit();
+    };
+    stage(0);
 
     const u64 csz = (u64)d.dk * d.dv;
     float* c_out = cs + at_chunk(bh, nc + 1, 0, csz) + vt.e0;
@@ -175,9 +189,9 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
 
     for (int ci = 0; ci < nc; ++ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
-        load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        const STile<T> K = ci & 1 ? K1 : K0, V = ci & 1 ? V1 : V0;
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
+        if (ci + 1 < nc) stage(ci + 1);
         for (int j = threadIdx.x; j < len; j += nthreads()) wl[j] = weight(g, len - 1, j, len);
         __syncthreads();
         // n = a_end n + sum_s w_last,s k_s, from k before its scaling below.
@@ -234,11 +248,12 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
     const STile<T> Cb = take_tile(e, d.dk, ldv), P = take_tile(e, lp, tile_ld<T>(lp));
 
     const u64 csz = (u64)d.dk * d.dv;
+    stage_cols(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    stage_cols(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    stage_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
+    cp_async_commit();
     load_state(Cb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, d, vt);
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) nv[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
-    load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
     for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
     chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
@@ -282,10 +297,11 @@ __device__ void mlstm_prep_bwd(const T* __restrict__ q, const T* __restrict__ k,
     const int ldk = tile_ld<T>(d.dk);
     const STile<T> Q = take_tile(e, lp, ldk), K = take_tile(e, lp, ldk), P = take_tile(e, lp, tile_ld<T>(lp));
 
+    stage_cols(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    stage_cols(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    cp_async_commit();
     const float m_prev = ms[(u64)bh * (nc + 1) + ci];
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) nv[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
-    load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
     for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
     chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
@@ -310,7 +326,7 @@ __device__ void mlstm_prep_bwd(const T* __restrict__ q, const T* __restrict__ k,
 
 // Shared memory (`scan_bwd_bytes` in cuda.rs matches): f32 dC [Dk, bv], dn [Dk], 1 / (den + eps)
 // and dnq by row, the gates, 32 floats of block-sum scratch; then tiles of T: q [lp, Dk], dnum
-// [lp, bv].
+// [lp, bv], twice (as mlstm_scan_fwd's k and v).
 template <typename T, bool TC>
 __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi, const T* __restrict__ gf,
                                const float* __restrict__ cs, const float* __restrict__ ns,
@@ -332,8 +348,18 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
     const Gates g = carve_gates(f, lp);
     float* red = take(f, 32);
     T* e = reinterpret_cast<T*>(f);
-    const STile<T> Q = take_tile(e, lp, tile_ld<T>(d.dk)), DN = take_tile(e, lp, tile_ld<T>(d.bv));
+    const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv);
+    const STile<T> Q0 = take_tile(e, lp, ldk), DN0 = take_tile(e, lp, ldv);
+    const STile<T> Q1 = take_tile(e, lp, ldk), DN1 = take_tile(e, lp, ldv);
     const RowStats st = RowStats::of(const_cast<float*>(rows), d);
+    // Chunk ci's q and dh into the tiles of its parity.
+    const auto stage = [&](int ci) {
+        const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
+        stage_cols((ci & 1 ? Q1 : Q0).p, ldk, q, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+        stage_cols((ci & 1 ? DN1 : DN0).p, ldv, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
+        cp_async_commit();
+    };
+    stage(nc - 1);
 
     const u64 csz = (u64)d.dk * d.dv;
     const float* c_all = cs + at_chunk(bh, nc + 1, 0, csz) + vt.e0;
@@ -364,14 +390,14 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
         }
         for (int c = threadIdx.x; c < d.dk; c += nthreads())
             if (lead) dns[at_chunk(bh, nc, ci, d.dk) + c] = dn[c];
-        load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_cols(DN.p, DN.ld, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        const STile<T> Q = ci & 1 ? Q1 : Q0, DN = ci & 1 ? DN1 : DN0;
         for (int j = threadIdx.x; j < lp; j += nthreads()) {
             const u64 at = (u64)bh * d.t + t0 + j;
             rr[j] = j < len ? st.r[at] : 0.0f;
             dnq[j] = j < len ? st.dnq[at] : 0.0f;
         }
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
+        if (ci > 0) stage(ci - 1);
         const float a_end = g.a[len - 1];
         // dn = a_end dn + (diag(a) Q)^T dnq / sqrt(Dk), from q before its scaling below.
         for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
@@ -456,12 +482,13 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     const Sink<T> s_dq{dq, part_buf, stride, split}, s_dk{dk, part_buf + rk, stride, split};
     // The carried dC and the state before the chunk, as operands; their dot (with dn·n) is the
     // share of the chunk's log decay in the carried gradient.
+    stage_cols(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    stage_cols(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    stage_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
+    stage_cols(DN.p, DN.ld, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
+    cp_async_commit();
     float part = stage_states(Cpb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, dCb,
                               dcs + at_chunk(bh, nc, ci, csz) + vt.e0, d, vt);
-    load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
-    load_cols(DN.p, DN.ld, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
         np[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
         dnv[c] = lead ? dns[at_chunk(bh, nc, ci, d.dk) + c] : 0.0f;
