@@ -608,6 +608,43 @@ fn mlstm_gates_in_pieces() -> Result<()> {
     .map(|_| ())
 }
 
+/// The layer's heads in blocks of 4 warps (what `SWAX_MLSTM_THREADS=128` launches): the tiled
+/// kernels take any whole number of warps.
+#[test]
+fn mlstm_four_warp_blocks() -> Result<()> {
+    let dims = [1, 150, 2, 32, 64];
+    mlstm_case(
+        "mlstm_4_warps",
+        dims,
+        64,
+        MLSTM_GATES,
+        Grads::All,
+        DType::BF16,
+        SHARED_LIMIT,
+        |z| z.threads = 128,
+        280,
+    )
+    .map(|_| ())
+}
+
+/// Dk = 128, Dv = 64: the wrapper's 16-warp blocks (8 at the smaller heads above).
+#[test]
+fn mlstm_large_heads() -> Result<()> {
+    let dims = [1, 100, 2, 128, 64];
+    mlstm_case(
+        "mlstm_large",
+        dims,
+        64,
+        MLSTM_GATES,
+        Grads::All,
+        DType::BF16,
+        SHARED_LIMIT,
+        |z| assert_eq!(z.threads, 512, "blocks at Dk 128, Dv 64"),
+        290,
+    )
+    .map(|_| ())
+}
+
 #[test]
 fn mlstm_single_step() -> Result<()> {
     let dims = [1, 1, 1, 32, 64];

@@ -28,7 +28,9 @@
 // rec_reduce; mlstm_gates sums the gates'); terms without v (through dn and dnq) are added by the
 // first tile only. bf16 data is multiplied on tensor cores from bf16 shared tiles with f32
 // accumulation, f32 data in f32 (block_mm). bf16 tiles arrive by cp.async (stage_cols), landing
-// under the gates' loads; the scans fetch each chunk's tiles during the previous chunk.
+// under the gates' loads; the scans fetch each chunk's tiles during the previous chunk. The
+// tiled kernels take any number of whole warps up to REC_THREADS (cuda.rs's block_threads picks
+// it from the head's size): every loop strides by the block's threads or warps.
 #include "common.cuh"
 
 // The chunk's gates: i, log forget gate, its running sum F from the chunk's start, the
