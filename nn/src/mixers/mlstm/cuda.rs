@@ -73,11 +73,11 @@ fn chunk_fwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
     4 * f32s + e * elems
 }
 
-/// Shared-memory bytes of `mlstm_prep_bwd`: f32 n, the scores' row sums and the gates; q, k
-/// `[lp, Dk]` and the scores `[lp, lp]` of the data's type.
+/// Shared-memory bytes of `mlstm_prep_bwd`: f32 n, the scores' row sums, the rows' dh·h and the
+/// gates; q, k `[lp, Dk]` and the scores `[lp, lp]` of the data's type.
 fn prep_bytes(s: RecurrentShape, e: usize) -> usize {
     let lp = lp(s);
-    let f32s = s.dk.next_multiple_of(16) + lp + gates(s);
+    let f32s = s.dk.next_multiple_of(16) + 2 * lp + gates(s);
     4 * f32s + e * (2 * lp * tile_ld(s.dk, e) + lp * tile_ld(lp, e))
 }
 

@@ -279,8 +279,11 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
     });
 }
 
-// Shared memory (`prep_bytes` in cuda.rs matches): f32 n [Dk], the scores' row sums and the
-// gates; then tiles of T: q, k [lp, Dk], the scores [lp, lp].
+// Rows whose dh·h a warp of mlstm_prep_bwd sums at once.
+#define PREP_ROWS 8
+
+// Shared memory (`prep_bytes` in cuda.rs matches): f32 n [Dk], the scores' row sums, the rows'
+// dh·h and the gates; then tiles of T: q, k [lp, Dk], the scores [lp, lp].
 template <typename T, bool TC>
 __device__ void mlstm_prep_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ gi,
                                const T* __restrict__ gf, const float* __restrict__ ns, const float* __restrict__ ms,
@@ -294,6 +297,7 @@ __device__ void mlstm_prep_bwd(const T* __restrict__ q, const T* __restrict__ k,
     float* f = reinterpret_cast<float*>(smem);
     float* nv = take(f, round16(d.dk));
     float* psum = take(f, lp);
+    float* hdot = take(f, lp);
     const Gates g = carve_gates(f, lp);
     T* e = reinterpret_cast<T*>(f);
     const int ldk = tile_ld<T>(d.dk);
@@ -305,16 +309,38 @@ __device__ void mlstm_prep_bwd(const T* __restrict__ q, const T* __restrict__ k,
     const float m_prev = ms[(u64)bh * (nc + 1) + ci];
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) nv[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
     for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
+    // Each row's dh·h over all of Dv, a warp per PREP_ROWS rows whose elements it loads before
+    // summing any: one wait on global memory a batch, not one a row.
+    for (int j0 = warp_id() * PREP_ROWS; j0 < len; j0 += nwarps() * PREP_ROWS) {
+        float sum[PREP_ROWS];
+#pragma unroll
+        for (int u = 0; u < PREP_ROWS; ++u) sum[u] = 0.0f;
+        for (int c = lane_id(); c < d.dv; c += 32) {
+            float x[PREP_ROWS], y[PREP_ROWS];
+#pragma unroll
+            for (int u = 0; u < PREP_ROWS; ++u) {
+                const bool in = j0 + u < len;
+                const u64 at = hd.at(b, hh, t0 + (in ? j0 + u : 0), d.dv) + c;
+                x[u] = in ? to_float(dh[at]) : 0.0f;
+                y[u] = in ? to_float(hfw[at]) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < PREP_ROWS; ++u) sum[u] = fmaf(x[u], y[u], sum[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < PREP_ROWS; ++u) {
+            const float x = warp_sum(sum[u]);
+            if (lane_id() == 0 && j0 + u < len) hdot[j0 + u] = x;
+        }
+    }
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
     chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
     const RowStats out = RowStats::of(rows, d);
     for (int j = warp_id(); j < len; j += nwarps()) {
         const float qn = warp_dot(Q.p + j * Q.ld, nv, d.dk) * d.scale;
-        const u64 row = hd.at(b, hh, t0 + j, d.dv);
-        const float hdot = warp_dot(dh + row, hfw + row, d.dv);
         if (lane_id() == 0) {
             const float nq = psum[j] + g.a[j] * qn, floor = expf(-g.m[j]);
-            const float r = 1.0f / (fmaxf(fabsf(nq), floor) + d.eps), dden = -hdot * r;
+            const float r = 1.0f / (fmaxf(fabsf(nq), floor) + d.eps), dden = -hdot[j] * r;
             const u64 at = (u64)bh * d.t + t0 + j;
             out.r[at] = r;
             // The max's gradient goes to |q^T n| only where it strictly won (ties: exp(-m)).
