@@ -112,12 +112,26 @@ __device__ __forceinline__ void chunk_scores(STile<E> P, float* psum, STile<E> Q
 }
 
 
-// The value tile of a head's f32 [Dk, Dv] state at `src` (its first column) into a tile of E.
+// The value tile of a head's f32 [Dk, Dv] state at `src` (its first column) into a tile of E,
+// each thread loading 2 LOAD_BATCH elements before storing any (the compiler would not hoist the
+// loads above stores to shared memory that could alias them), so that swax-small's [32, 64]
+// state waits out one memory latency, not eight.
 template <typename E>
 __device__ __forceinline__ void load_state(STile<E> dst, const float* src, const RecDims& d, VTile vt) {
-    for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-        const int r = idx / vt.w, c = idx % vt.w;
-        dst.set(r, c, src[(u64)r * d.dv + c]);
+    constexpr int U = 2 * LOAD_BATCH;
+    const int n = d.dk * vt.w;
+    for (int base = threadIdx.x; base < n; base += U * nthreads()) {
+        float x[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int idx = base + u * nthreads();
+            x[u] = idx < n ? src[(u64)(idx / vt.w) * d.dv + idx % vt.w] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int idx = base + u * nthreads();
+            if (idx < n) dst.set(idx / vt.w, idx % vt.w, x[u]);
+        }
     }
 }
 
