@@ -6,6 +6,9 @@
 //! the same run by bench/peers/recurrent_peers.py.
 //!
 //!     .gpu/bin/bench-recurrent-gpu [T [B H Dk Dv]]
+//!
+//! `SWAX_MLSTM_THREADS` (a multiple of 32 up to 512) sets the mLSTM's block size in place of the
+//! one its wrapper picks from the head size (nn/src/mixers/mlstm/cuda.rs, `block_threads`).
 use swax_cuda::timing::median_ms;
 use swax_nn::mixers::gated_delta::{
     self, GatedDeltaBackward, GatedDeltaGrads, GatedDeltaIn, GatedDeltaOut,
