@@ -48,8 +48,9 @@ static RecDims tiled(RecDims d, int bv) {
     return d;
 }
 
-// launch (cuda.rs's Sizes): the tiled kernels' threads, mlstm_gates', the forward's tile width and the shared bytes of its
-// scan and chunk kernels, the backward's tile width and those of prep, scan and grads.
+// launch (cuda.rs's Sizes): the tiled kernels' threads, mlstm_gates', the forward's tile width
+// and the shared bytes of its scan and chunk kernels, the backward's tile width and those of
+// prep, scan and grads.
 template <typename E, typename Kernels>
 static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn) {
     const unsigned heads = d0.b * d0.h, nc = (d0.t + d0.chunk - 1) / d0.chunk, threads = (unsigned)z[0];

@@ -522,26 +522,35 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     const u64 rk = (u64)d.b * d.t * d.h * d.dk, stride = 2 * rk, csz = (u64)d.dk * d.dv;
     const bool split = d.nv > 1;
     const Sink<T> s_dq{dq, part_buf, stride, split}, s_dk{dk, part_buf + rk, stride, split};
-    // The carried dC and the state before the chunk, as operands; their dot (with dn·n) is the
-    // share of the chunk's log decay in the carried gradient.
     stage_cols(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
     stage_cols(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
     stage_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
     stage_cols(DN.p, DN.ld, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
     cp_async_commit();
-    float part = stage_states(Cpb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, dCb,
-                              dcs + at_chunk(bh, nc, ci, csz) + vt.e0, d, vt);
-    for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
-        np[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
-        dnv[c] = lead ? dns[at_chunk(bh, nc, ci, d.dk) + c] : 0.0f;
-        part = fmaf(dnv[c], np[c], part);
+    // n_prev, dn (by column) and the rows' statistics in one loop, so that their loads wait out
+    // one latency together.
+    float part = 0.0f;
+    for (int i = threadIdx.x; i < max(d.dk, lp); i += nthreads()) {
+        const bool col = i < d.dk, row = i < len;
+        const u64 at = (u64)bh * d.t + t0 + i;
+        const float n_i = col ? ns[at_chunk(bh, nc + 1, ci, d.dk) + i] : 0.0f;
+        const float dn_i = col && lead ? dns[at_chunk(bh, nc, ci, d.dk) + i] : 0.0f;
+        const float r_i = row ? st.r[at] : 0.0f, dnq_i = row && lead ? st.dnq[at] : 0.0f;
+        if (col) {
+            np[i] = n_i;
+            dnv[i] = dn_i;
+            part = fmaf(dn_i, n_i, part);
+        }
+        if (i < lp) {
+            rr[i] = r_i;
+            dnq[i] = dnq_i;
+            dlend[i] = psum[i] = drow[i] = dcol[i] = 0.0f;
+        }
     }
-    for (int j = threadIdx.x; j < lp; j += nthreads()) {
-        const u64 at = (u64)bh * d.t + t0 + j;
-        rr[j] = j < len ? st.r[at] : 0.0f;
-        dnq[j] = j < len && lead ? st.dnq[at] : 0.0f;
-        dlend[j] = psum[j] = drow[j] = dcol[j] = 0.0f;
-    }
+    // The carried dC and the state before the chunk, as operands; their dot (with dn·n) is the
+    // share of the chunk's log decay in the carried gradient.
+    part += stage_states(Cpb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, dCb, dcs + at_chunk(bh, nc, ci, csz) + vt.e0,
+                         d, vt);
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
     chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
     for (int j = warp_id(); j < lc; j += nwarps()) {
@@ -748,7 +757,7 @@ __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ 
         T* dv, float* gates, float* part, RecDims d) {                                                             \
         mlstm_grads<T, TC>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);          \
     }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(GATE_THREADS) mlstm_gates_##SUFFIX(                                         \
+    extern "C" __global__ void __launch_bounds__(GATE_THREADS) mlstm_gates_##SUFFIX(                               \
         const T* gf, const float* rows, const float* gates, const float* dots, const T* dmT, T* di, T* df,        \
         T* dm0, RecDims d) {                                                                                       \
         mlstm_gates<T>(gf, rows, gates, dots, dmT, di, df, dm0, d);                                                \
