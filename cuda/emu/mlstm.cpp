@@ -48,40 +48,41 @@ static RecDims tiled(RecDims d, int bv) {
     return d;
 }
 
-// launch: threads, then (cuda.rs's Sizes) the forward's tile width and the shared bytes of its
-// scan and chunk kernels, the backward's tile width and those of prep, scan and grads.
+// launch (cuda.rs's Sizes): the tiled kernels' threads, mlstm_gates', the forward's tile width
+// and the shared bytes of its scan and chunk kernels, the backward's tile width and those of
+// prep, scan and grads.
 template <typename E, typename Kernels>
 static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn) {
     const unsigned heads = d0.b * d0.h, nc = (d0.t + d0.chunk - 1) / d0.chunk, threads = (unsigned)z[0];
     const size_t rows = (size_t)d0.b * d0.t * d0.h, rk = rows * d0.dk, csz = (size_t)d0.dk * d0.dv;
-    const RecDims fd = tiled(d0, (int)z[1]);
+    const RecDims fd = tiled(d0, (int)z[2]);
     const EmuDim block{threads, 1, 1};
-    emu_launch({{heads, (unsigned)fd.nv, 1}, block, (size_t)z[2]}, [&] {
+    emu_launch({{heads, (unsigned)fd.nv, 1}, block, (size_t)z[3]}, [&] {
         kn.scan_fwd(x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.c0.data(), x.n0.data(), x.m0.data(),
                     x.cs.data(), x.ns.data(), x.ms.data(), fd);
     });
-    emu_launch({{heads, (unsigned)fd.nv, nc}, block, (size_t)z[3]}, [&] {
+    emu_launch({{heads, (unsigned)fd.nv, nc}, block, (size_t)z[4]}, [&] {
         kn.chunk_fwd(x.q.data(), x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.cs.data(), x.ns.data(),
                      x.ms.data(), x.h.data(), fd);
     });
-    const RecDims bd = tiled(d0, (int)z[4]);
+    const RecDims bd = tiled(d0, (int)z[5]);
     std::vector<float> stats(4 * rows, NAN), dcs(heads * nc * csz, NAN), dns(heads * nc * d0.dk, NAN);
     std::vector<float> dots(heads * bd.nv * 2, NAN), gates(bd.nv * 2 * rows, NAN), part(bd.nv * 2 * rk, NAN);
-    emu_launch({{heads, 1, nc}, block, (size_t)z[5]}, [&] {
+    emu_launch({{heads, 1, nc}, block, (size_t)z[6]}, [&] {
         kn.prep(x.q.data(), x.k.data(), x.i.data(), x.f.data(), x.ns.data(), x.ms.data(), x.h.data(),
                 x.dh.data(), stats.data(), bd);
     });
-    emu_launch({{heads, (unsigned)bd.nv, 1}, block, (size_t)z[6]}, [&] {
+    emu_launch({{heads, (unsigned)bd.nv, 1}, block, (size_t)z[7]}, [&] {
         kn.scan_bwd(x.q.data(), x.i.data(), x.f.data(), x.cs.data(), x.ns.data(), x.ms.data(), stats.data(),
                     x.dh.data(), x.dcT.data(), x.dnT.data(), dcs.data(), dns.data(), x.dc0.data(), x.dn0.data(),
                     dots.data(), bd);
     });
-    emu_launch({{heads, (unsigned)bd.nv, nc}, block, (size_t)z[7]}, [&] {
+    emu_launch({{heads, (unsigned)bd.nv, nc}, block, (size_t)z[8]}, [&] {
         kn.grads(x.q.data(), x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.cs.data(), x.ns.data(),
                  x.ms.data(), stats.data(), x.dh.data(), dcs.data(), dns.data(), x.dq.data(), x.dk.data(),
                  x.dv.data(), gates.data(), part.data(), bd);
     });
-    emu_launch({{heads, 1, 1}, {32, 1, 1}, 0}, [&] {
+    emu_launch({{heads, 1, 1}, {(unsigned)z[1], 1, 1}, 0}, [&] {
         kn.gates(x.f.data(), stats.data(), gates.data(), dots.data(), x.dmT.data(), x.di.data(), x.df.data(),
                  x.dm0.data(), bd);
     });
@@ -124,7 +125,7 @@ static void main_of(const std::string& dir, RecDims d, Kernels kn) {
     x.cs.assign(nb * d.dk * d.dv, NAN);
     x.ns.assign(nb * d.dk, NAN);
     x.ms.assign(nb, NAN);
-    run(x, d, launch_sizes(dir, 8), kn);
+    run(x, d, launch_sizes(dir, 9), kn);
     const auto out = [&](const char* n, const auto& v) { write_f32(dir + "/emu_" + n + ".f32", back(v)); };
     out("h", x.h);
     out("c", x.cs);

@@ -492,6 +492,25 @@ __device__ __forceinline__ void load_rows(E* dst, int ld, const T* src, Heads hd
     load_cols(dst, ld, src, hd, b, hh, t0, len, rows, d, 0, d, scale);
 }
 
+// load_cols without its scale, by cp.async where the tile is bf16 (16 bytes a copy; rows from
+// len on zero-filled and not read; D, c0 and w multiples of 8): the caller commits and waits, so
+// that several tiles' loads, and any loads issued before the wait, wait out one latency together.
+// Other types load at once, as load_cols.
+template <typename T, typename E>
+__device__ __forceinline__ void stage_cols(E* dst, int ld, const T* src, Heads hd, int b, int hh, int t0, int len,
+                                           int rows, int D, int c0, int w) {
+    load_cols(dst, ld, src, hd, b, hh, t0, len, rows, D, c0, w, 1.0f);
+}
+__device__ __forceinline__ void stage_cols(bf16* dst, int ld, const bf16* src, Heads hd, int b, int hh, int t0,
+                                           int len, int rows, int D, int c0, int w) {
+    const int per = w / 8;
+    for (int i = threadIdx.x; i < rows * per; i += nthreads()) {
+        const int r = i / per, c = (i % per) * 8;
+        const bool ok = r < len;
+        cp_async16(dst + r * ld + c, src + hd.at(b, hh, t0 + (ok ? r : 0), D) + c0 + c, ok);
+    }
+}
+
 __device__ __forceinline__ int round16(int x) { return (x + 15) & ~15; }
 
 // Sizes of a chunkwise call; matches `RecArgs` in src/kernels/chunk.rs. The value dimension is

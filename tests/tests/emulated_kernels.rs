@@ -441,8 +441,8 @@ enum Grads {
 
 /// One forward and backward of the mLSTM's kernels in the emulator at `dims` = [B, T, H, Dk,
 /// Dv] in `dtype` (bf16 or f32), launched as the wrapper launches them under `shared_limit`
-/// bytes a block, against the CPU fused kernel on the same (rounded) inputs. Returns the
-/// forward's and backward's value tiles.
+/// bytes a block (then changed by `adjust`), against the CPU fused kernel on the same (rounded)
+/// inputs. Returns the forward's and backward's value tiles.
 #[allow(clippy::too_many_arguments)]
 fn mlstm_case(
     name: &str,
@@ -452,6 +452,7 @@ fn mlstm_case(
     grads: Grads,
     dtype: DType,
     shared_limit: usize,
+    adjust: fn(&mut mlstm::LaunchSizes),
     seed: u64,
 ) -> Result<(usize, usize)> {
     let Some(exe) = mlstm_harness() else {
@@ -493,11 +494,13 @@ fn mlstm_case(
         DType::BF16 => ("bf16", swax_cuda::DType::BF16),
         _ => ("f32", swax_cuda::DType::F32),
     };
-    let z = mlstm::launch_sizes(s, dt, shared_limit).expect("valid sizes");
+    let mut z = mlstm::launch_sizes(s, dt, shared_limit).expect("valid sizes");
+    adjust(&mut z);
     let launch = dir.join("launch");
     let sizes = format!(
-        "{} {} {} {} {} {} {} {}\n",
+        "{} {} {} {} {} {} {} {} {}\n",
         z.threads,
+        z.gate_threads,
         z.forward_bv,
         z.scan_fwd,
         z.chunk_fwd,
@@ -545,6 +548,7 @@ fn mlstm_odd_t_layer_heads() -> Result<()> {
         Grads::All,
         DType::BF16,
         SHARED_LIMIT,
+        |_| {},
         200,
     )
     .map(|_| ())
@@ -562,6 +566,7 @@ fn mlstm_shorter_than_a_chunk() -> Result<()> {
         Grads::All,
         DType::BF16,
         SHARED_LIMIT,
+        |_| {},
         210,
     )
     .map(|_| ())
@@ -581,7 +586,70 @@ fn mlstm_final_state_gradient() -> Result<()> {
         grads,
         DType::BF16,
         SHARED_LIMIT,
+        |_| {},
         260,
+    )
+    .map(|_| ())
+}
+
+/// mlstm_gates with two warps a block: 300 steps in two pieces of 4 x 64, the carry of the
+/// stabilizers' gradient handed from warp to warp and from one piece to the next (at the
+/// wrapper's block size one piece holds every step). Input gates far under the carried
+/// stabilizer, which then wins every max: the final m's gradient crosses every step to m0.
+#[test]
+fn mlstm_gates_in_pieces() -> Result<()> {
+    let dims = [1, 300, 4, 32, 64];
+    let steady = cases::Gates {
+        gate_std: 0.05,
+        forget_mean: 8.0,
+    };
+    mlstm_case(
+        "mlstm_gate_pieces",
+        dims,
+        64,
+        steady,
+        Grads::FinalState,
+        DType::BF16,
+        SHARED_LIMIT,
+        |z| z.gate_threads = 64,
+        270,
+    )
+    .map(|_| ())
+}
+
+/// The layer's heads in blocks of 4 warps (what `SWAX_MLSTM_THREADS=128` launches): the tiled
+/// kernels take any whole number of warps.
+#[test]
+fn mlstm_four_warp_blocks() -> Result<()> {
+    let dims = [1, 150, 2, 32, 64];
+    mlstm_case(
+        "mlstm_4_warps",
+        dims,
+        64,
+        MLSTM_GATES,
+        Grads::All,
+        DType::BF16,
+        SHARED_LIMIT,
+        |z| z.threads = 128,
+        280,
+    )
+    .map(|_| ())
+}
+
+/// Dk = 128, Dv = 64: the wrapper's 16-warp blocks (8 at the smaller heads above).
+#[test]
+fn mlstm_large_heads() -> Result<()> {
+    let dims = [1, 100, 2, 128, 64];
+    mlstm_case(
+        "mlstm_large",
+        dims,
+        64,
+        MLSTM_GATES,
+        Grads::All,
+        DType::BF16,
+        SHARED_LIMIT,
+        |z| assert_eq!(z.threads, 512, "blocks at Dk 128, Dv 64"),
+        290,
     )
     .map(|_| ())
 }
@@ -597,6 +665,7 @@ fn mlstm_single_step() -> Result<()> {
         Grads::All,
         DType::BF16,
         SHARED_LIMIT,
+        |_| {},
         220,
     )
     .map(|_| ())
@@ -613,6 +682,7 @@ fn mlstm_strong_decay() -> Result<()> {
         Grads::All,
         DType::BF16,
         SHARED_LIMIT,
+        |_| {},
         230,
     )
     .map(|_| ())
@@ -646,6 +716,7 @@ fn mlstm_value_tiles() -> Result<()> {
         Grads::All,
         DType::BF16,
         limit,
+        |_| {},
         240,
     )?;
     if mlstm_harness().is_some() {
@@ -666,6 +737,7 @@ fn mlstm_f32_odd_sizes() -> Result<()> {
         Grads::All,
         DType::F32,
         SHARED_LIMIT,
+        |_| {},
         250,
     )
     .map(|_| ())

@@ -230,6 +230,29 @@ fn small_heads<M: Mixer>(base: &Case, seed: u64) -> Result<()> {
     )
 }
 
+/// swax-small's heads (Dk 32, Dv 64) over 1500 steps (the mLSTM's stabilizer gradient crosses
+/// two pieces of its gates kernel's block), then Dk = Dv = 64: the mLSTM's kernels run 256-thread
+/// blocks at these sizes, 512 at the base case's.
+fn layer_heads<M: Mixer>(base: &Case, seed: u64) -> Result<()> {
+    both::<M>(
+        &Case {
+            t: 1500,
+            dk: 32,
+            dv: 64,
+            ..*base
+        },
+        seed,
+    )?;
+    both::<M>(
+        &Case {
+            dk: 64,
+            dv: 64,
+            ..*base
+        },
+        seed + 1,
+    )
+}
+
 /// Gates spread by `gate_std` around a zero mean, over 300 steps.
 fn extreme_gates<M: Mixer>(base: &Case, gate_std: f64, seed: u64) -> Result<()> {
     both::<M>(
@@ -307,6 +330,11 @@ macro_rules! mixer_tests {
             #[test]
             fn small_heads() -> Result<()> {
                 super::small_heads::<$mixer>(&$base, $seed + 80)
+            }
+
+            #[test]
+            fn layer_heads() -> Result<()> {
+                super::layer_heads::<$mixer>(&$base, $seed + 90)
             }
         }
     };

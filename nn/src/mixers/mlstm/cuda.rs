@@ -56,11 +56,12 @@ fn gates(s: RecurrentShape) -> usize {
 }
 
 /// Shared-memory bytes of `mlstm_scan_fwd`: f32 C `[Dk, bv]`, n, the last row's weights and the
-/// gates; k `[lp, Dk]` and v `[lp, bv]` of the data's type.
+/// gates; two pairs of k `[lp, Dk]` and v `[lp, bv]` of the data's type (the next chunk's
+/// arriving while the current one's are used).
 fn scan_fwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
     let (lp, bv) = (lp(s), a.bv());
     let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + lp + gates(s);
-    4 * f32s + e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
+    4 * f32s + 2 * e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
 }
 
 /// Shared-memory bytes of `mlstm_chunk_fwd`: f32 n, two per-row vectors and the gates; q, k
@@ -72,20 +73,21 @@ fn chunk_fwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
     4 * f32s + e * elems
 }
 
-/// Shared-memory bytes of `mlstm_prep_bwd`: f32 n, the scores' row sums and the gates; q, k
-/// `[lp, Dk]` and the scores `[lp, lp]` of the data's type.
+/// Shared-memory bytes of `mlstm_prep_bwd`: f32 n, the scores' row sums, the rows' dh·h and the
+/// gates; q, k `[lp, Dk]` and the scores `[lp, lp]` of the data's type.
 fn prep_bytes(s: RecurrentShape, e: usize) -> usize {
     let lp = lp(s);
-    let f32s = s.dk.next_multiple_of(16) + lp + gates(s);
+    let f32s = s.dk.next_multiple_of(16) + 2 * lp + gates(s);
     4 * f32s + e * (2 * lp * tile_ld(s.dk, e) + lp * tile_ld(lp, e))
 }
 
 /// Shared-memory bytes of `mlstm_scan_bwd`: f32 dC `[Dk, bv]`, dn, two per-row vectors, the
-/// gates and 32 floats of scratch; q `[lp, Dk]` and dnum `[lp, bv]` of the data's type.
+/// gates and 32 floats of scratch; two pairs of q `[lp, Dk]` and dnum `[lp, bv]` of the data's
+/// type (as `mlstm_scan_fwd`'s k and v).
 fn scan_bwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
     let (lp, bv) = (lp(s), a.bv());
     let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + 2 * lp + gates(s) + 32;
-    4 * f32s + e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
+    4 * f32s + 2 * e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
 }
 
 /// Shared-memory bytes of `mlstm_grads`: f32 an accumulator tile `[lp, max(Dk, bv)]`, dn and
@@ -109,13 +111,41 @@ fn backward_bytes(s: RecurrentShape, e: usize) -> impl Fn(&RecArgs) -> usize {
     move |a| scan_bwd_bytes(s, a, e).max(grads_bytes(s, a, e))
 }
 
-/// What the kernels launch with under a block's shared-memory limit: each pass's value tile
-/// width (`bv` columns, Dv in `Dv.div_ceil(bv)` tiles, the same for all the pass's kernels) and
-/// each kernel's shared memory in bytes. Public so that the kernels' CPU emulation
-/// (tests/tests/emulated_kernels.rs) launches them as the wrappers do.
+/// Threads of a block of the tiled kernels (all but `mlstm_gates`), `SWAX_MLSTM_THREADS` (a
+/// multiple of 32 up to 512, for measuring) or by the size of a head's state: 512 (16 warps) from
+/// Dk·Dv = 128·64 up, else 256. The kernels are built for up to 512 threads of up to 128
+/// registers, so a 512-thread block of the scans or of mlstm_grads holds an SM's registers
+/// alone; smaller heads leave those warps little to do per chunk (a [32, 64] state is 8 tensor-
+/// core tiles), and at 256 two blocks share an SM: swax-small's 192 heads (Dk 32, Dv 64) then
+/// fit the H200's 132 SMs in one wave of the sequential scans instead of two, and the
+/// chunk-parallel kernels run twice as many blocks side by side for the same warps.
+fn block_threads(s: RecurrentShape) -> u32 {
+    static OVERRIDE: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let asked = *OVERRIDE.get_or_init(|| {
+        std::env::var("SWAX_MLSTM_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&v: &u32| v.is_multiple_of(32) && (32..=CHUNK_THREADS).contains(&v))
+    });
+    asked.unwrap_or(if s.dk * s.dv >= 128 * 64 {
+        CHUNK_THREADS
+    } else {
+        CHUNK_THREADS / 2
+    })
+}
+
+/// Threads of an `mlstm_gates` block (`GATE_THREADS` in mlstm.cu), one block per head.
+const GATE_THREADS: u32 = 256;
+
+/// What the kernels launch with under a block's shared-memory limit: the threads of a block of
+/// the tiled kernels and of `mlstm_gates`, each pass's value tile width (`bv` columns, Dv in
+/// `Dv.div_ceil(bv)` tiles, the same for all the pass's kernels) and each kernel's shared memory
+/// in bytes. Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs)
+/// launches them as the wrappers do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub threads: u32,
+    pub gate_threads: u32,
     pub forward_bv: usize,
     pub scan_fwd: usize,
     pub chunk_fwd: usize,
@@ -132,7 +162,8 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Result<Siz
     let fwd = args.fit_within(shared_limit, dtype, forward_bytes(s, e));
     let bwd = args.fit_within(shared_limit, dtype, backward_bytes(s, e));
     Ok(Sizes {
-        threads: CHUNK_THREADS,
+        threads: block_threads(s),
+        gate_threads: GATE_THREADS,
         forward_bv: fwd.bv(),
         scan_fwd: scan_fwd_bytes(s, &fwd, e),
         chunk_fwd: chunk_fwd_bytes(s, &fwd, e),
@@ -143,8 +174,21 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Result<Siz
     })
 }
 
-/// One block per (batch, head, value tile, chunk) (`blockIdx.z` the chunk), `bytes` of shared
-/// memory.
+/// One block of `block_threads` per (batch, head, value tile), `bytes` of shared memory.
+fn scan_launch(
+    op: &'static str,
+    dev: &Device,
+    s: RecurrentShape,
+    args: &RecArgs,
+    bytes: usize,
+) -> Result<Launch, CudaError> {
+    let mut l = head_launch(op, dev, s, args, bytes)?;
+    l.block.0 = block_threads(s);
+    Ok(l)
+}
+
+/// One block of `block_threads` per (batch, head, value tile, chunk) (`blockIdx.z` the chunk),
+/// `bytes` of shared memory.
 fn chunk_launch(
     op: &'static str,
     dev: &Device,
@@ -162,7 +206,7 @@ fn chunk_launch(
             ),
         ));
     }
-    let mut l = head_launch(op, dev, s, args, bytes)?;
+    let mut l = scan_launch(op, dev, s, args, bytes)?;
     l.grid.2 = nc as u32;
     Ok(l)
 }
@@ -182,7 +226,7 @@ pub(super) fn forward(
     let c = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
     let n = dev.alloc(DType::F32, s.boundaries(s.dk))?;
     let m = dev.alloc(DType::F32, s.boundaries(1))?;
-    let scan = head_launch(OP, dev, s, &args, scan_fwd_bytes(s, &args, e))?;
+    let scan = scan_launch(OP, dev, s, &args, scan_fwd_bytes(s, &args, e))?;
     let chunks = chunk_launch(OP, dev, s, &args, chunk_fwd_bytes(s, &args, e))?;
     let s0 = &x.state;
     // SAFETY: mlstm_scan_fwd_T(k, v, i, f, c0, n0, m0, cs, ns, ms, RecDims), then
@@ -287,11 +331,11 @@ pub(super) fn backward(
     let part = shares.as_ref().unwrap_or(&g.q);
     let mut prep = chunk_launch(OP, dev, s, &args, prep_bytes(s, e))?;
     prep.grid.1 = 1;
-    let scan = head_launch(OP, dev, s, &args, scan_bwd_bytes(s, &args, e))?;
+    let scan = scan_launch(OP, dev, s, &args, scan_bwd_bytes(s, &args, e))?;
     let chunks = chunk_launch(OP, dev, s, &args, grads_bytes(s, &args, e))?;
     let heads = Launch {
         grid: (to_u32(OP, "B*H", nh)?, 1, 1),
-        block: (32, 1, 1),
+        block: (GATE_THREADS, 1, 1),
         shared: 0,
     };
     let xi = &x.input;

@@ -20,14 +20,17 @@
 //   (f32 [B·H, N, ..]); dC0, dn0 and the final and initial states' dots for m's gradient.
 // - mlstm_grads: a block per (head, value tile, chunk): dq, dk, dv and each row's share of the
 //   gate gradients with m held fixed (cpu.rs's algebra), from the chunk's state and dC, dn.
-// - mlstm_gates: a warp per head sends the stabilizers' own gradient back along the recurrence of
-//   m (a reverse scan of affine maps over the lanes, 32 steps at a time), adds the rows' shares
-//   and writes di, df and dm0.
+// - mlstm_gates: a block per head sends the stabilizers' own gradient back along the recurrence
+//   of m (a reverse scan of affine maps over the block's threads, GATE_STEPS steps a thread),
+//   adds the rows' shares and writes di, df and dm0.
 //
 // With several value tiles, dq, dk and the gates' shares are summed over them (Sink, then
 // rec_reduce; mlstm_gates sums the gates'); terms without v (through dn and dnq) are added by the
 // first tile only. bf16 data is multiplied on tensor cores from bf16 shared tiles with f32
-// accumulation, f32 data in f32 (block_mm).
+// accumulation, f32 data in f32 (block_mm). bf16 tiles arrive by cp.async (stage_cols), landing
+// under the gates' loads; the scans fetch each chunk's tiles during the previous chunk. The
+// tiled kernels take any number of whole warps up to REC_THREADS (cuda.rs's block_threads picks
+// it from the head's size): every loop strides by the block's threads or warps.
 #include "common.cuh"
 
 // The chunk's gates: i, log forget gate, its running sum F from the chunk's start, the
@@ -44,8 +47,13 @@ __device__ __forceinline__ Gates carve_gates(float*& p, int lp) {
     return Gates{take(p, lp), take(p, lp), take(p, lp), take(p, lp), take(p, lp)};
 }
 
-// Fills g for chunk rows t0..t0+len (m_prev the stabilizer before the chunk). Synchronizes.
-// The gates are loaded by all threads at once; one thread then runs the two short scans.
+// Fills g for chunk rows t0..t0+len (m_prev the stabilizer before the chunk). Synchronizes, after
+// waiting for the caller's cp.async copies (stage_cols), which so land under the gates' loads.
+// The gates are loaded by all threads at once; one thread then runs the two short scans in the
+// CPU kernel's order, reading SCAN_ROWS rows into registers before it steps through them: every
+// step then waits on the two dependent adds and the max alone, not on shared-memory loads that
+// could not be hoisted above the previous step's stores.
+#define SCAN_ROWS 16
 template <typename T>
 __device__ void chunk_gates(Gates g, const T* gi, const T* gf, Heads hd, int b, int hh, int t0, int len, int lp,
                             float m_prev) {
@@ -54,14 +62,26 @@ __device__ void chunk_gates(Gates g, const T* gi, const T* gf, Heads hd, int b, 
         g.i[j] = to_float(gi[at]);
         g.lf[j] = log_sigmoid(to_float(gf[at]));
     }
+    cp_async_wait<0>();
     __syncthreads();
     if (threadIdx.x == 0) {
         float run = 0.0f, prev = m_prev;
-        for (int j = 0; j < len; ++j) {
-            run += g.lf[j];
-            prev = fmaxf(g.lf[j] + prev, g.i[j]);
-            g.F[j] = run;
-            g.m[j] = prev;
+        for (int j0 = 0; j0 < len; j0 += SCAN_ROWS) {
+            float lf[SCAN_ROWS], ig[SCAN_ROWS];
+#pragma unroll
+            for (int u = 0; u < SCAN_ROWS; ++u) {
+                lf[u] = j0 + u < len ? g.lf[j0 + u] : 0.0f;
+                ig[u] = j0 + u < len ? g.i[j0 + u] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < SCAN_ROWS; ++u) {
+                if (j0 + u < len) {
+                    run += lf[u];
+                    prev = fmaxf(lf[u] + prev, ig[u]);
+                    g.F[j0 + u] = run;
+                    g.m[j0 + u] = prev;
+                }
+            }
         }
     }
     __syncthreads();
@@ -92,12 +112,26 @@ __device__ __forceinline__ void chunk_scores(STile<E> P, float* psum, STile<E> Q
 }
 
 
-// The value tile of a head's f32 [Dk, Dv] state at `src` (its first column) into a tile of E.
+// The value tile of a head's f32 [Dk, Dv] state at `src` (its first column) into a tile of E,
+// each thread loading 2 LOAD_BATCH elements before storing any (the compiler would not hoist the
+// loads above stores to shared memory that could alias them), so that swax-small's [32, 64]
+// state waits out one memory latency, not eight.
 template <typename E>
 __device__ __forceinline__ void load_state(STile<E> dst, const float* src, const RecDims& d, VTile vt) {
-    for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-        const int r = idx / vt.w, c = idx % vt.w;
-        dst.set(r, c, src[(u64)r * d.dv + c]);
+    constexpr int U = 2 * LOAD_BATCH;
+    const int n = d.dk * vt.w;
+    for (int base = threadIdx.x; base < n; base += U * nthreads()) {
+        float x[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int idx = base + u * nthreads();
+            x[u] = idx < n ? src[(u64)(idx / vt.w) * d.dv + idx % vt.w] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int idx = base + u * nthreads();
+            if (idx < n) dst.set(idx / vt.w, idx % vt.w, x[u]);
+        }
     }
 }
 
@@ -117,7 +151,8 @@ struct RowStats {
 };
 
 // Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk], the last row's
-// weights w_L [lp] and the gates; then tiles of T: k [lp, Dk], v [lp, bv].
+// weights w_L [lp] and the gates; then tiles of T: k [lp, Dk], v [lp, bv], twice: the next
+// chunk's arrive in one pair (cp.async for bf16) while the current chunk's are used.
 template <typename T, bool TC>
 __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ gi,
                                const T* __restrict__ gf, const T* __restrict__ c0, const T* __restrict__ n0,
@@ -135,8 +170,18 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
     float* wl = take(f, lp);
     const Gates g = carve_gates(f, lp);
     T* e = reinterpret_cast<T*>(f);
-    const STile<T> K = take_tile(e, lp, tile_ld<T>(d.dk)), V = take_tile(e, lp, tile_ld<T>(d.bv));
+    const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv);
+    const STile<T> K0 = take_tile(e, lp, ldk), V0 = take_tile(e, lp, ldv);
+    const STile<T> K1 = take_tile(e, lp, ldk), V1 = take_tile(e, lp, ldv);
     __shared__ float m_prev;
+    // Chunk ci's k and v into the tiles of its parity.
+    const auto stage = [&](int ci) {
+        const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
+        stage_cols((ci & 1 ? K1 : K0).p, ldk, k, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+        stage_cols((ci & 1 ? V1 : V0).p, ldv, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
+        cp_async_commit();
+    };
+    stage(0);
 
     const u64 csz = (u64)d.dk * d.dv;
     float* c_out = cs + at_chunk(bh, nc + 1, 0, csz) + vt.e0;
@@ -160,9 +205,9 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
 
     for (int ci = 0; ci < nc; ++ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
-        load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        const STile<T> K = ci & 1 ? K1 : K0, V = ci & 1 ? V1 : V0;
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
+        if (ci + 1 < nc) stage(ci + 1);
         for (int j = threadIdx.x; j < len; j += nthreads()) wl[j] = weight(g, len - 1, j, len);
         __syncthreads();
         // n = a_end n + sum_s w_last,s k_s, from k before its scaling below.
@@ -219,11 +264,12 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
     const STile<T> Cb = take_tile(e, d.dk, ldv), P = take_tile(e, lp, tile_ld<T>(lp));
 
     const u64 csz = (u64)d.dk * d.dv;
+    stage_cols(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    stage_cols(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    stage_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
+    cp_async_commit();
     load_state(Cb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, d, vt);
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) nv[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
-    load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
     for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
     chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
@@ -247,8 +293,11 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
     });
 }
 
-// Shared memory (`prep_bytes` in cuda.rs matches): f32 n [Dk], the scores' row sums and the
-// gates; then tiles of T: q, k [lp, Dk], the scores [lp, lp].
+// Rows whose dh·h a warp of mlstm_prep_bwd sums at once.
+#define PREP_ROWS 8
+
+// Shared memory (`prep_bytes` in cuda.rs matches): f32 n [Dk], the scores' row sums, the rows'
+// dh·h and the gates; then tiles of T: q, k [lp, Dk], the scores [lp, lp].
 template <typename T, bool TC>
 __device__ void mlstm_prep_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ gi,
                                const T* __restrict__ gf, const float* __restrict__ ns, const float* __restrict__ ms,
@@ -262,26 +311,50 @@ __device__ void mlstm_prep_bwd(const T* __restrict__ q, const T* __restrict__ k,
     float* f = reinterpret_cast<float*>(smem);
     float* nv = take(f, round16(d.dk));
     float* psum = take(f, lp);
+    float* hdot = take(f, lp);
     const Gates g = carve_gates(f, lp);
     T* e = reinterpret_cast<T*>(f);
     const int ldk = tile_ld<T>(d.dk);
     const STile<T> Q = take_tile(e, lp, ldk), K = take_tile(e, lp, ldk), P = take_tile(e, lp, tile_ld<T>(lp));
 
+    stage_cols(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    stage_cols(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    cp_async_commit();
     const float m_prev = ms[(u64)bh * (nc + 1) + ci];
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) nv[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
-    load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
     for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
+    // Each row's dh·h over all of Dv, a warp per PREP_ROWS rows whose elements it loads before
+    // summing any: one wait on global memory a batch, not one a row.
+    for (int j0 = warp_id() * PREP_ROWS; j0 < len; j0 += nwarps() * PREP_ROWS) {
+        float sum[PREP_ROWS];
+#pragma unroll
+        for (int u = 0; u < PREP_ROWS; ++u) sum[u] = 0.0f;
+        for (int c = lane_id(); c < d.dv; c += 32) {
+            float x[PREP_ROWS], y[PREP_ROWS];
+#pragma unroll
+            for (int u = 0; u < PREP_ROWS; ++u) {
+                const bool in = j0 + u < len;
+                const u64 at = hd.at(b, hh, t0 + (in ? j0 + u : 0), d.dv) + c;
+                x[u] = in ? to_float(dh[at]) : 0.0f;
+                y[u] = in ? to_float(hfw[at]) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < PREP_ROWS; ++u) sum[u] = fmaf(x[u], y[u], sum[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < PREP_ROWS; ++u) {
+            const float x = warp_sum(sum[u]);
+            if (lane_id() == 0 && j0 + u < len) hdot[j0 + u] = x;
+        }
+    }
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
     chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
     const RowStats out = RowStats::of(rows, d);
     for (int j = warp_id(); j < len; j += nwarps()) {
         const float qn = warp_dot(Q.p + j * Q.ld, nv, d.dk) * d.scale;
-        const u64 row = hd.at(b, hh, t0 + j, d.dv);
-        const float hdot = warp_dot(dh + row, hfw + row, d.dv);
         if (lane_id() == 0) {
             const float nq = psum[j] + g.a[j] * qn, floor = expf(-g.m[j]);
-            const float r = 1.0f / (fmaxf(fabsf(nq), floor) + d.eps), dden = -hdot * r;
+            const float r = 1.0f / (fmaxf(fabsf(nq), floor) + d.eps), dden = -hdot[j] * r;
             const u64 at = (u64)bh * d.t + t0 + j;
             out.r[at] = r;
             // The max's gradient goes to |q^T n| only where it strictly won (ties: exp(-m)).
@@ -295,7 +368,7 @@ __device__ void mlstm_prep_bwd(const T* __restrict__ q, const T* __restrict__ k,
 
 // Shared memory (`scan_bwd_bytes` in cuda.rs matches): f32 dC [Dk, bv], dn [Dk], 1 / (den + eps)
 // and dnq by row, the gates, 32 floats of block-sum scratch; then tiles of T: q [lp, Dk], dnum
-// [lp, bv].
+// [lp, bv], twice (as mlstm_scan_fwd's k and v).
 template <typename T, bool TC>
 __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi, const T* __restrict__ gf,
                                const float* __restrict__ cs, const float* __restrict__ ns,
@@ -317,8 +390,18 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
     const Gates g = carve_gates(f, lp);
     float* red = take(f, 32);
     T* e = reinterpret_cast<T*>(f);
-    const STile<T> Q = take_tile(e, lp, tile_ld<T>(d.dk)), DN = take_tile(e, lp, tile_ld<T>(d.bv));
+    const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv);
+    const STile<T> Q0 = take_tile(e, lp, ldk), DN0 = take_tile(e, lp, ldv);
+    const STile<T> Q1 = take_tile(e, lp, ldk), DN1 = take_tile(e, lp, ldv);
     const RowStats st = RowStats::of(const_cast<float*>(rows), d);
+    // Chunk ci's q and dh into the tiles of its parity.
+    const auto stage = [&](int ci) {
+        const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
+        stage_cols((ci & 1 ? Q1 : Q0).p, ldk, q, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+        stage_cols((ci & 1 ? DN1 : DN0).p, ldv, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
+        cp_async_commit();
+    };
+    stage(nc - 1);
 
     const u64 csz = (u64)d.dk * d.dv;
     const float* c_all = cs + at_chunk(bh, nc + 1, 0, csz) + vt.e0;
@@ -349,14 +432,14 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
         }
         for (int c = threadIdx.x; c < d.dk; c += nthreads())
             if (lead) dns[at_chunk(bh, nc, ci, d.dk) + c] = dn[c];
-        load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-        load_cols(DN.p, DN.ld, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
+        const STile<T> Q = ci & 1 ? Q1 : Q0, DN = ci & 1 ? DN1 : DN0;
         for (int j = threadIdx.x; j < lp; j += nthreads()) {
             const u64 at = (u64)bh * d.t + t0 + j;
             rr[j] = j < len ? st.r[at] : 0.0f;
             dnq[j] = j < len ? st.dnq[at] : 0.0f;
         }
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
+        if (ci > 0) stage(ci - 1);
         const float a_end = g.a[len - 1];
         // dn = a_end dn + (diag(a) Q)^T dnq / sqrt(Dk), from q before its scaling below.
         for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
@@ -439,25 +522,35 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     const u64 rk = (u64)d.b * d.t * d.h * d.dk, stride = 2 * rk, csz = (u64)d.dk * d.dv;
     const bool split = d.nv > 1;
     const Sink<T> s_dq{dq, part_buf, stride, split}, s_dk{dk, part_buf + rk, stride, split};
+    stage_cols(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    stage_cols(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
+    stage_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
+    stage_cols(DN.p, DN.ld, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w);
+    cp_async_commit();
+    // n_prev, dn (by column) and the rows' statistics in one loop, so that their loads wait out
+    // one latency together.
+    float part = 0.0f;
+    for (int i = threadIdx.x; i < max(d.dk, lp); i += nthreads()) {
+        const bool col = i < d.dk, row = i < len;
+        const u64 at = (u64)bh * d.t + t0 + i;
+        const float n_i = col ? ns[at_chunk(bh, nc + 1, ci, d.dk) + i] : 0.0f;
+        const float dn_i = col && lead ? dns[at_chunk(bh, nc, ci, d.dk) + i] : 0.0f;
+        const float r_i = row ? st.r[at] : 0.0f, dnq_i = row && lead ? st.dnq[at] : 0.0f;
+        if (col) {
+            np[i] = n_i;
+            dnv[i] = dn_i;
+            part = fmaf(dn_i, n_i, part);
+        }
+        if (i < lp) {
+            rr[i] = r_i;
+            dnq[i] = dnq_i;
+            dlend[i] = psum[i] = drow[i] = dcol[i] = 0.0f;
+        }
+    }
     // The carried dC and the state before the chunk, as operands; their dot (with dn·n) is the
     // share of the chunk's log decay in the carried gradient.
-    float part = stage_states(Cpb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, dCb,
-                              dcs + at_chunk(bh, nc, ci, csz) + vt.e0, d, vt);
-    load_rows(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_rows(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 1.0f);
-    load_cols(V.p, V.ld, v, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
-    load_cols(DN.p, DN.ld, dh, hd, b, hh, t0, len, lc, d.dv, vt.e0, vt.w, 1.0f);
-    for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
-        np[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
-        dnv[c] = lead ? dns[at_chunk(bh, nc, ci, d.dk) + c] : 0.0f;
-        part = fmaf(dnv[c], np[c], part);
-    }
-    for (int j = threadIdx.x; j < lp; j += nthreads()) {
-        const u64 at = (u64)bh * d.t + t0 + j;
-        rr[j] = j < len ? st.r[at] : 0.0f;
-        dnq[j] = j < len && lead ? st.dnq[at] : 0.0f;
-        dlend[j] = psum[j] = drow[j] = dcol[j] = 0.0f;
-    }
+    part += stage_states(Cpb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, dCb, dcs + at_chunk(bh, nc, ci, csz) + vt.e0,
+                         d, vt);
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
     chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
     for (int j = warp_id(); j < lc; j += nwarps()) {
@@ -521,95 +614,119 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     });
     const float dlog_carry = g.a[len - 1] * block_sum(part, red);
     // The gates with m held fixed: log w_js = i_s + F_j - F_s - m_j, log a_j = m_prev + F_j - m_j
-    // and the chunk's end state through a_L and w_L; dlf_j is the reverse sum of dF from j.
-    if (threadIdx.x == 0) {
+    // and the chunk's end state through a_L and w_L; dlf_j is the reverse sum of dF from j (drow
+    // becomes dF, then those sums), by one warp.
+    if (warp_id() == 0) {
         float end_sum = 0.0f;
-        for (int s = 0; s < len; ++s) end_sum += dlend[s];
+        for (int s = lane_id(); s < len; s += 32) end_sum += dlend[s];
+        end_sum = warp_sum(end_sum);
+        for (int j = lane_id(); j < len; j += 32)
+            drow[j] += dloga[j] - dcol[j] - dlend[j] + (j == len - 1 ? dlog_carry + end_sum : 0.0f);
+        __syncwarp();
+        warp_cumsum(drow, len, true);
         const u64 n = (u64)d.b * d.h * d.t, tile = (u64)blockIdx.y * 2 * n;
-        float run = 0.0f;
-        for (int j = len - 1; j >= 0; --j) {
-            float dF = dloga[j] + drow[j] - dcol[j] - dlend[j];
-            if (j == len - 1) dF += dlog_carry + end_sum;
-            run += dF;
+        for (int j = lane_id(); j < len; j += 32) {
             const u64 at = (u64)bh * d.t + t0 + j;
-            gates[tile + at] = run;
+            gates[tile + at] = drow[j];
             gates[tile + n + at] = dcol[j] + dlend[j];
         }
     }
 }
 
-// A warp per head. The stabilizers' own gradient dm_s (mlstm_prep_bwd's eps · dden, and at the
+// A block per head. The stabilizers' own gradient dm_s (mlstm_prep_bwd's eps · dden, and at the
 // last step the final state's share) flows back along m_s = max(lf_s + m_{s-1}, i_s): with c_s
 // the gradient reaching m_s, c_s = dm_s + win_{s+1} c_{s+1}, and c_s goes to lf_s where the
-// carried side won (win_s), else to i_s; what passes m_0's max reaches the initial m. Over 32
-// steps at a time the recurrence is a scan of affine maps x -> A x + B across the lanes (A = 0
-// or 1, so the scan is exact).
-#define GATE_BATCH 4
+// carried side won (win_s), else to i_s; what passes m_0's max reaches the initial m. The
+// recurrence is a reverse scan of affine maps x -> A x + B (A = win_{s+1}, 0 or 1, so the scan is
+// exact), run over the whole block: each thread composes GATE_STEPS consecutive steps, the block
+// scans the threads' maps (lanes by shuffles, warps through shared memory), and each thread then
+// walks its steps from the carry its predecessors hand it. Pieces of GATE_STEPS · blockDim steps
+// follow one another, the last c of one the carry into the next.
+#define GATE_THREADS 256
+#define GATE_STEPS 4
 template <typename T>
 __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ rows,
                             const float* __restrict__ gates, const float* __restrict__ dots,
                             const T* __restrict__ dmT, T* __restrict__ di, T* __restrict__ df,
                             T* __restrict__ dm0, RecDims d) {
-    const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h, lane = lane_id();
+    constexpr int U = GATE_STEPS;
+    __shared__ float warp_a[32], warp_b[32], to_m0;
+    const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h, lane = lane_id(), w = warp_id();
     const Heads hd{d.t, d.h};
     const RowStats st = RowStats::of(const_cast<float*>(rows), d);
     const u64 n = (u64)d.b * d.h * d.t;
-    float last = 0.0f, init = 0.0f;
-    for (int v = lane; v < d.nv; v += 32) {
-        last += dots[((u64)bh * d.nv + v) * 2];
-        init += dots[((u64)bh * d.nv + v) * 2 + 1];
-    }
-    last = to_float(dmT[bh]) - warp_sum(last);
-    init = warp_sum(init);
-    float carry = 0.0f, win_after = 0.0f, to_m0 = 0.0f;
-    // GATE_BATCH pieces of 32 steps have their rows loaded at once, so that their loads wait out
-    // one latency together; then the pieces are scanned in turn.
-    constexpr int U = GATE_BATCH;
-    for (int base = 0; base < d.t; base += 32 * U) {
-        float win[U], B[U], dlf[U], dii[U];
+    float last = to_float(dmT[bh]);
+    for (int v = 0; v < d.nv; ++v) last -= dots[((u64)bh * d.nv + v) * 2];
+    if (threadIdx.x == 0) to_m0 = 0.0f;
+    float carry = 0.0f;
+    for (int hi = d.t - 1; hi >= 0; hi -= U * nthreads()) {
+        // This thread's steps s = hi - U threadIdx - u, all loaded before any is used.
+        float win[U], A[U], B[U], dlf[U], dii[U], f[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const int s = d.t - 1 - base - 32 * u - lane;
+            const int s = hi - U * (int)threadIdx.x - u;
             const u64 at = (u64)bh * d.t + (s >= 0 ? s : 0);
             win[u] = s >= 0 ? st.win[at] : 0.0f;
+            // Steps before the sequence's start pass their carry through unchanged.
+            A[u] = s < 0 ? 1.0f : s + 1 < d.t ? st.win[at + 1] : 0.0f;
             B[u] = s >= 0 ? st.dm[at] + (s == d.t - 1 ? last : 0.0f) : 0.0f;
+            f[u] = s >= 0 ? to_float(gf[hd.at(b, hh, s, 1)]) : 0.0f;
             dlf[u] = dii[u] = 0.0f;
             for (int v = 0; s >= 0 && v < d.nv; ++v) {
                 dlf[u] += gates[(u64)v * 2 * n + at];
                 dii[u] += gates[(u64)v * 2 * n + n + at];
             }
         }
+        // The thread's steps as one map, then the inclusive scan of the lanes' maps (a lane's map
+        // applied after those of the lanes before it).
+        float ma = 1.0f, mb = 0.0f;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const int s = d.t - 1 - base - 32 * u - lane;
-            const float up = __shfl_up_sync(FULL_MASK, win[u], 1);
-            float A = lane == 0 ? win_after : up, Bs = B[u];
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const float Ap = __shfl_up_sync(FULL_MASK, A, o), Bp = __shfl_up_sync(FULL_MASK, Bs, o);
-                if (lane >= o) {
-                    Bs = fmaf(A, Bp, Bs);
-                    A *= Ap;
-                }
-            }
-            const float x = fmaf(A, carry, Bs);
-            if (s >= 0) {
-                if (win[u] != 0.0f)
-                    dlf[u] += x;
-                else
-                    dii[u] += x;
-                const u64 g_at = hd.at(b, hh, s, 1);
-                // d lf / d f = sigmoid(-f) = 1 - exp(lf), without cancellation near lf = 0.
-                di[g_at] = from_float<T>(dii[u]);
-                df[g_at] = from_float<T>(-dlf[u] * expm1f(log_sigmoid(to_float(gf[g_at]))));
-            }
-            if (s == 0) to_m0 = win[u] * x;
-            carry = __shfl_sync(FULL_MASK, x, 31);
-            win_after = __shfl_sync(FULL_MASK, win[u], 31);
+            mb = fmaf(A[u], mb, B[u]);
+            ma *= A[u];
         }
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float pa = __shfl_up_sync(FULL_MASK, ma, o), pb = __shfl_up_sync(FULL_MASK, mb, o);
+            if (lane >= o) {
+                mb = fmaf(ma, pb, mb);
+                ma *= pa;
+            }
+        }
+        float ea = __shfl_up_sync(FULL_MASK, ma, 1), eb = __shfl_up_sync(FULL_MASK, mb, 1);
+        if (lane == 0) ea = 1.0f, eb = 0.0f;
+        if (lane == 31) warp_a[w] = ma, warp_b[w] = mb;
+        __syncthreads();
+        // The carry into this warp (through the warps before it), into this thread, and into the
+        // next piece (through all of them).
+        float into_warp = carry;
+        for (int v = 0; v < nwarps(); ++v) {
+            if (v == w) into_warp = carry;
+            carry = fmaf(warp_a[v], carry, warp_b[v]);
+        }
+        float x = fmaf(ea, into_warp, eb);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int s = hi - U * (int)threadIdx.x - u;
+            x = fmaf(A[u], x, B[u]);
+            if (s < 0) continue;
+            if (win[u] != 0.0f)
+                dlf[u] += x;
+            else
+                dii[u] += x;
+            const u64 g_at = hd.at(b, hh, s, 1);
+            // d lf / d f = sigmoid(-f) = 1 - exp(lf), without cancellation near lf = 0.
+            di[g_at] = from_float<T>(dii[u]);
+            df[g_at] = from_float<T>(-dlf[u] * expm1f(log_sigmoid(f[u])));
+            if (s == 0) to_m0 = win[u] * x;
+        }
+        __syncthreads();
     }
-    to_m0 = warp_sum(to_m0);
-    if (lane == 0) dm0[bh] = from_float<T>(init + to_m0);
+    if (threadIdx.x == 0) {
+        float init = 0.0f;
+        for (int v = 0; v < d.nv; ++v) init += dots[((u64)bh * d.nv + v) * 2 + 1];
+        dm0[bh] = from_float<T>(init + to_m0);
+    }
 }
 
 #define MLSTM_KERNELS(T, SUFFIX, TC)                                                                               \
@@ -640,7 +757,7 @@ __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ 
         T* dv, float* gates, float* part, RecDims d) {                                                             \
         mlstm_grads<T, TC>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);          \
     }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(32) mlstm_gates_##SUFFIX(                                         \
+    extern "C" __global__ void __launch_bounds__(GATE_THREADS) mlstm_gates_##SUFFIX(                               \
         const T* gf, const float* rows, const float* gates, const float* dots, const T* dmT, T* di, T* df,        \
         T* dm0, RecDims d) {                                                                                       \
         mlstm_gates<T>(gf, rows, gates, dots, dmT, di, df, dm0, d);                                                \
