@@ -35,11 +35,7 @@ struct Contig {
 // y is contiguous over p.dims; p's operand 0 is a, operand 1 is b.
 template <typename T>
 __device__ void binary_strided(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, TwoStrided p, int op) {
-    for (u64 i = global_thread(); i < p.n; i += grid_threads()) {
-        i64 oa, ob;
-        two_offsets(p, i, oa, ob);
-        y[i] = from_float<T>(binop(op, to_float(a[oa]), to_float(b[ob])));
-    }
+    for_each_strided(p, [&](u64 i, i64 oa, i64 ob) { y[i] = from_float<T>(binop(op, to_float(a[oa]), to_float(b[ob]))); });
 }
 
 #define INSTANTIATE(NAME, T)                                                                      \
