@@ -57,11 +57,10 @@ struct Grouped {
     const T* __restrict__ b;
     T* __restrict__ y;
     TwoStrided p;
+    bool wa, wb;  // whether a, b walk the groups (else are broadcast along them)
     template <int O>
     __device__ void operator()(Const<O>) const {
         constexpr int V = 16 / sizeof(T);
-        const int last = (int)p.rank - 1;
-        const bool wa = p.s0[last] != 0, wb = p.s1[last] != 0;
         for_each_strided(p, [&](u64 g, i64 oa, i64 ob) {
             float va[V], vb[V];
             load_group(a + oa, wa, va);
@@ -85,7 +84,8 @@ __device__ void binary_strided(const T* __restrict__ a, const T* __restrict__ b,
     }                                                                                             \
     extern "C" __global__ void binary_grouped_##NAME(const T* a, const T* b, T* y, TwoStrided p,  \
                                                      int op) {                                    \
-        dispatch<OP_COUNT>(op, Grouped<T>{a, b, y, p});                                          \
+        const u32 last = p.rank - 1;                                                              \
+        dispatch<OP_COUNT>(op, Grouped<T>{a, b, y, p, p.s0[last] != 0, p.s1[last] != 0});         \
     }                                                                                             \
     extern "C" __global__ void binary_strided_##NAME(const T* a, const T* b, T* y, TwoStrided p,  \
                                                      int op) {                                    \

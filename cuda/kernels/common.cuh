@@ -405,12 +405,16 @@ struct TwoStrided {
 // o1 the two operands' offsets at i. Decoding i divides by every dimension but the outermost, in
 // 32 bits where n < 2^31 (every tensor so far): a 64-bit division is a long software routine,
 // and several of them per 2-byte element keep a strided kernel far below the memory bandwidth.
+// The dimension loop is unrolled over MAX_RANK so that every index into p is a constant: a
+// functor holding a copy of p (binary.cu's Grouped) would otherwise keep it in local memory.
 template <typename I, typename F>
 __device__ __forceinline__ void strided_walk(const TwoStrided& p, F f) {
     for (I i = (I)global_thread(); i < (I)p.n; i += (I)grid_threads()) {
         i64 o0 = p.off0, o1 = p.off1;
         I r = i;
-        for (int d = (int)p.rank - 1; d > 0; --d) {
+#pragma unroll
+        for (int d = MAX_RANK - 1; d > 0; --d) {
+            if (d >= (int)p.rank) continue;
             const I dim = (I)p.dims[d], c = r % dim;
             r /= dim;
             o0 += (i64)c * p.s0[d];
