@@ -6,7 +6,7 @@
 // whole launch, so it loads its weights once; it walks runs of CONV_STEPS consecutive steps of
 // one sequence with the K - 1 steps the run's first output needs held beside them in registers,
 // so a step's input is loaded once per run, not once per tap (the halo of K - 1 steps a run
-// shares with the one before is read again, mostly from L2). Blocks are WG_X channel groups
+// shares with its neighbour is read twice, the second time mostly from L2). Blocks are WG_X channel groups
 // (a warp reads WG_X contiguous vectors of one step) by WG_Y runs.
 //
 // The weight gradient sums over B·T: each thread over its runs in registers, the block's WG_Y
@@ -75,7 +75,7 @@ __device__ __forceinline__ void store_pack(T* p, const float (&v)[Pack<T, VEC>::
     }
 }
 
-// The channel group and the run loop every kernel here shares: f(seq, t0) for each run of this
+// The run loop every kernel here shares: f(seq, t0) for each run of this
 // thread (sequence seq, steps t0 .. t0 + CONV_STEPS - 1, cut at t_len). Runs are numbered over
 // [B, runs per sequence]; a block's WG_Y rows of threads take consecutive ones.
 template <typename F>
