@@ -7,21 +7,14 @@
 #   bench/train-pair.sh BENCH_TRAIN OUT [WINDOWS] [bench-train arguments...]
 #   e.g. bench/train-pair.sh /tmp/p/bin/bench-train "$OUT" 128,2048
 #
-# mlstm_kernels, which the GPU machine lacks and cannot download, is installed from the wheels
-# carried in .whl/ into a folder of its own (README: "Running the GPU tests and benchmarks").
-# The commit both record: SWAX_COMMIT, else .gpu/commit, else what git says.
+# The peer's mlstm_kernels, which the GPU machine lacks and cannot download, is installed from
+# the wheels carried in .whl/ (bench/peer-env.sh). The commit both record: SWAX_COMMIT, else
+# .gpu/commit, else what git says.
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n '2,12p' "$0"; exit 2; }
 bench_train=$1 out=$2 windows=${3:-128,2048}
 shift $(($# < 3 ? $# : 3))
-if [ -z "${SWAX_COMMIT:-}" ] && [ -f .gpu/commit ]; then
-  export SWAX_COMMIT=$(cat .gpu/commit)
-fi
-if ! python3 -c "import mlstm_kernels" 2>/dev/null; then
-  wheels=$(mktemp -d)
-  python3 -m pip install --quiet --no-deps --no-index --target "$wheels" .whl/mlstm_kernels-*.whl
-  export PYTHONPATH="$wheels${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source bench/peer-env.sh
 mkdir -p "$out"
 python3 bench/peers/train_peer.py --windows "$windows" --results "$out/training-peer.jsonl"
 "$bench_train" --windows "$windows" --peer "$out/training-peer.jsonl" \

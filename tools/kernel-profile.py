@@ -3,7 +3,8 @@
 
 Reads the raw CSV page of an `ncu` run that collected `gpu__time_duration.sum` (one pass, so no
 kernel is replayed) and prints each kernel's total time, launch count and share, largest first.
-Kernels that differ only in their template arguments or suffix share a row when --family is given.
+Kernels that differ only in their template arguments or suffix share a row with --family; with
+--category they are summed by what they do (GEMM, copy, elementwise, each mixer, ...).
 With --marker NAME, only the kernels of one training step are summed: those after the K-th launch
 of NAME up to and including the (K+1)-th (AdamW's `mt_adamw` ends every step), so the table is
 one whole step and not the first, which compiles and allocates.
@@ -43,12 +44,35 @@ def family(name):
     return re.sub(r"_(f32|bf16|f16|d\d+)$", "", name)
 
 
+# What a kernel does, by its name's start; cuBLAS's GEMMs are named by their tiles (nvjet_...).
+CATEGORIES = [
+    ("GEMM (cuBLAS)", ("nvjet", "cublas", "void cublas", "sm90_xmma", "gemm")),
+    ("copy", ("copy_",)),
+    ("elementwise (binary, unary, cast, fill)", ("binary", "unary", "cast_", "fill_")),
+    ("mLSTM", ("mlstm_",)),
+    ("SWA", ("swa_",)),
+    ("RAttention linear branch", ("rla_",)),
+    ("gated delta rule", ("gdn_", "gated_delta")),
+    ("short convolution", ("short_conv",)),
+    ("RMSNorm", ("norm_",)),
+    ("RoPE", ("rope",)),
+    ("cross-entropy", ("ce_",)),
+    ("optimizer", ("mt_",)),
+    ("reductions, gathers, scatters", ("reduce", "gather", "scatter", "cumsum")),
+]
+
+
+def category(name):
+    return next((c for c, starts in CATEGORIES if name.startswith(starts)), "other")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("csv")
     p.add_argument("--marker", help="a kernel launched once per step, last in it")
     p.add_argument("--step", type=int, default=1, help="which whole step after the first marker")
     p.add_argument("--family", action="store_true", help="merge kernels that differ by suffix")
+    p.add_argument("--category", action="store_true", help="sum kernels by what they do")
     p.add_argument("--top", type=int, default=40)
     a = p.parse_args()
     kernels = list(rows(a.csv))
@@ -62,7 +86,7 @@ def main():
     total = defaultdict(float)
     count = defaultdict(int)
     for name, ns in kernels:
-        key = family(name) if a.family else re.sub(r"\(.*", "", name)
+        key = category(name) if a.category else family(name) if a.family else re.sub(r"\(.*", "", name)
         total[key] += ns
         count[key] += 1
     all_ns = sum(total.values())

@@ -1,84 +1,123 @@
-"""Times the attention peers on the GPU at the shape of bench-attention-gpu (B=8, T=8192, H=16,
-D=128, bf16), forward alone and forward + backward, median ms by triton.testing.do_bench:
-PyTorch FlexAttention (compiled, sliding-window block mask) at windows 128, 512, 2048 and full
-causal, and PyTorch SDPA for full causal with each of its backends (flash, cuDNN, memory-efficient)
-and with PyTorch's own choice. Same row format as bench/src/bin/bench-attention-gpu.rs, so the
-two tables sit side by side.
+"""The PyTorch peers of bench-attention-gpu, timed on the GPU at its named shapes (paper: B8 T8192
+H16 D128; swax-small: B16 T4096 H12 D64; bf16), forward alone and forward + backward, median ms
+by triton.testing.do_bench, one JSON line per peer case (kernel_peers.py) appended to --results:
 
-    python3 bench/peers/attention_peers.py [T] [all|sdpa]
+- swa-w128, swa-w512, swa-w2048 and full-causal: PyTorch FlexAttention (torch.compile, a
+  sliding-window block mask: a query sees `w` keys, itself included, as swax's window) and fla's
+  `parallel_attn` (its `window_size`, the same convention; None for full causal); for
+  full-causal also PyTorch SDPA with its cuDNN and its flash backend.
+- rattention-w512: FlexAttention at w=512 plus fla's `chunk_linear_attn` (normalize=False, q and
+  k of 2D features, v of D: the shape of RAttention's linear branch, its feature map not
+  included), the two summed; each part's figures are fields of the line.
+
+A peer that refuses a shape or fails is a line with the reason, and the run goes on.
+
+    python3 bench/peers/attention_peers.py [--shapes paper,swax-small] [--windows 128,512,2048,full]
+        [--mixers swa,rattention] [--results bench/results/attention-peer.jsonl]
+
+Needs a CUDA GPU, triton and fla (fla-core 0.6.0; README: carrying wheels to the GPU machine).
 """
-import sys
+import kernel_peers as kp  # first: it sets the environment torch reads when it loads
 
 import torch
-import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-B, H, D = 8, 16, 128
-T = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
-ONLY_SDPA = len(sys.argv) > 2 and sys.argv[2] == "sdpa"
-SDPA = {
-    "SDPA flash": [SDPBackend.FLASH_ATTENTION],
-    "SDPA cuDNN": [SDPBackend.CUDNN_ATTENTION],
-    "SDPA efficient": [SDPBackend.EFFICIENT_ATTENTION],
-    "SDPA default": None,
-}
+RA_WINDOW = 512
+FLEX = "FlexAttention (torch.compile, block mask)"
+SDPA = {"SDPA cuDNN": SDPBackend.CUDNN_ATTENTION, "SDPA flash": SDPBackend.FLASH_ATTENTION}
 
 
-def avg_keys(w):
-    # sum over t of min(t + 1, w), over T
-    full = min(w, T)
-    return (full * (full + 1) / 2 + (T - full) * full) / T
-
-
-def median_ms(fn):
-    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-
-
-def row(name, attend):
-    q, k, v = (torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    do = torch.randn_like(q)
+def timed(attend, inputs):
+    """The forward and the forward + backward of `attend` on `inputs`, from a random output
+    gradient."""
+    do = torch.randn_like(attend(*inputs))
 
     def both():
-        torch.autograd.grad(attend(q, k, v), (q, k, v), do)
+        torch.autograd.grad(attend(*inputs), inputs, do)
 
-    with torch.no_grad():
-        fwd = median_ms(lambda: attend(q, k, v))
-    fb = median_ms(both)
-    return fwd, fb
+    return (lambda: attend(*inputs)), both
+
+
+def heads_first(s):
+    """q, k, v as FlexAttention and SDPA take them: [B, H, T, D]."""
+    return tuple(kp.randn(s["B"], s["H"], s["T"], s["D"]) for _ in range(3))
+
+
+def flex(s, w, compiled):
+    def band(b, h, qi, ki):
+        return (qi >= ki) & (qi - ki < w)
+
+    mask = create_block_mask(band, None, None, s["T"], s["T"], device="cuda")
+    return timed(lambda q, k, v: compiled(q, k, v, block_mask=mask), heads_first(s))
+
+
+def sdpa(s, backend):
+    def attend(q, k, v):
+        with sdpa_kernel([backend]):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return timed(attend, heads_first(s))
+
+
+def fla_parallel(s, w):
+    from fla.ops.attn import parallel_attn
+
+    window = None if w >= s["T"] else w
+    qkv = tuple(kp.randn(s["B"], s["T"], s["H"], s["D"]) for _ in range(3))
+    return timed(lambda q, k, v: parallel_attn(q, k, v, window_size=window), qkv)
+
+
+def fla_linear(s):
+    from fla.ops.linear_attn import chunk_linear_attn
+
+    B, T, H, D = s["B"], s["T"], s["H"], s["D"]
+    qkv = (kp.randn(B, T, H, 2 * D), kp.randn(B, T, H, 2 * D), kp.randn(B, T, H, D))
+    return timed(lambda q, k, v: chunk_linear_attn(q, k, v, normalize=False)[0], qkv)
 
 
 def main():
-    flex = torch.compile(flex_attention)
-    print(f"peers, B={B} T={T} H={H} D={D} bf16, torch {torch.__version__}")
-    print("| peer | window | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |")
-    print("|---|---|---|---|---|---|")
-    flex_cases = [] if ONLY_SDPA else [("FlexAttention", w) for w in (128, 512, 2048, T)]
-    for name, w in flex_cases + [(name, T) for name in SDPA]:
-        if name in SDPA:
-            def attend(q, k, v, backends=SDPA[name]):
-                sdpa = torch.nn.functional.scaled_dot_product_attention
-                if backends is None:
-                    return sdpa(q, k, v, is_causal=True)
-                with sdpa_kernel(backends):
-                    return sdpa(q, k, v, is_causal=True)
-        else:
-            def band(b, h, qi, ki, w=w):
-                return (qi >= ki) & (qi - ki < w)
-
-            mask = create_block_mask(band, None, None, T, T)
-
-            def attend(q, k, v, mask=mask):
-                return flex(q, k, v, block_mask=mask)
-
-        try:
-            fwd, fb = row(name, attend)
-        except RuntimeError as e:  # a backend this build or GPU does not have
-            print(f"| {name} | unavailable: {str(e).splitlines()[0]} | | | | |", flush=True)
-            continue
-        flop = 4.0 * B * H * T * D * avg_keys(w)
-        label = f"full ({w})" if w >= T else str(w)
-        print(f"| {name} | {label} | {fwd:.3f} | {flop / fwd / 1e9:.0f} | {fb:.3f} | {3.5 * flop / fb / 1e9:.0f} |", flush=True)
+    p = kp.parser(__doc__.split("\n\n")[0], "bench/results/attention-peer.jsonl")
+    p.add_argument("--windows", default="128,512,2048,full",
+                   help="SWA's windows: numbers, and full for full causal attention")
+    p.add_argument("--mixers", default="swa,rattention", help="swa, rattention")
+    a = p.parse_args()
+    mixers = a.mixers.split(",")
+    rec = kp.Recorder(a.results, "attention-peer")
+    # Static shapes: each shape compiles its own kernels, as a model of that shape would. Each
+    # window's mask and the forward alone recompile: with dynamo's default limit of 8 the second
+    # shape fell back to eager FlexAttention (91 ms at swax-small's shape, 2026-12-02).
+    torch._dynamo.config.recompile_limit = 64
+    for _, s in kp.shapes(a.shapes):
+        torch._dynamo.reset()
+        compiled = torch.compile(flex_attention, dynamic=False)
+        shape = kp.label(s, s["D"], s["D"])
+        flex_lines = {}
+        if "swa" in mixers:
+            for w in a.windows.split(","):
+                w = s["T"] if w == "full" else int(w)
+                case = "full-causal" if w >= s["T"] else f"swa-w{w}"
+                flex_lines[w] = rec.time(case, shape, FLEX, lambda: flex(s, w, compiled))
+                rec.time(case, shape, "fla parallel_attn", lambda: fla_parallel(s, w))
+                if w >= s["T"]:
+                    for name, backend in SDPA.items():
+                        rec.time(case, shape, name, lambda: sdpa(s, backend))
+        if "rattention" in mixers:
+            case, w = f"rattention-w{RA_WINDOW}", RA_WINDOW
+            if w not in flex_lines:
+                flex_lines[w] = rec.time(f"swa-w{w}", shape, FLEX, lambda: flex(s, w, compiled))
+            linear = rec.time(f"rattention-linear-w{w}", shape, "fla chunk_linear_attn",
+                              lambda: fla_linear(s))
+            parts = {"flex": flex_lines[w], "linear": linear}
+            name = f"FlexAttention w={w} + fla chunk_linear_attn"
+            refused = [f"{k}: {v['refused']}" for k, v in parts.items() if "refused" in v]
+            if refused:
+                rec.write(case, shape, name, refused="; ".join(refused))
+            else:
+                fields = {f"{k}_{m}": v[m] for k, v in parts.items() for m in ("fwd_ms", "peer_ms")}
+                rec.write(case, shape, name, fwd_ms=sum(v["fwd_ms"] for v in parts.values()),
+                          peer_ms=sum(v["peer_ms"] for v in parts.values()), **fields)
+    rec.done()
 
 
 if __name__ == "__main__":

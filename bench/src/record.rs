@@ -1,6 +1,6 @@
 //! What every benchmark's JSON line carries besides its figures: the date and the commit it
-//! measured; appending lines to a results file, and finding a case's line in one (a peer's
-//! results, read by the benchmark it is set beside).
+//! measured; appending lines to a results file, reading them back, and finding a case's line in
+//! one (a peer's results, read by the benchmark it is set beside).
 use std::io::Write;
 use std::path::Path;
 
@@ -57,14 +57,21 @@ pub fn append(path: &Path, lines: &[serde_json::Value]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The last line of the JSON-lines file `path` whose `case` is `case` (None: no such line).
-/// Lines that are not JSON are skipped; a file that cannot be read is an error naming it.
-pub fn find_case(path: &Path, case: &str) -> Result<Option<serde_json::Value>, String> {
+/// The JSON lines of `path`, in order. Lines that are not JSON are skipped; a file that cannot
+/// be read is an error naming it.
+pub fn read(path: &Path) -> Result<Vec<serde_json::Value>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(text
         .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+/// The last line of the JSON-lines file `path` whose `case` is `case` (None: no such line).
+pub fn find_case(path: &Path, case: &str) -> Result<Option<serde_json::Value>, String> {
+    Ok(read(path)?
+        .into_iter()
         .rev()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|v| v.get("case").and_then(|c| c.as_str()) == Some(case)))
 }
 

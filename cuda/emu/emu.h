@@ -1,7 +1,7 @@
 // emu.h: the CUDA our kernels use, emulated on the CPU, so that a kernel's logic can be checked
 // on a machine without a GPU (tests/tests/emulated_kernels.rs runs the gated delta rule's,
-// the mLSTM's and the short convolution's kernels in it against the CPU fused kernels). Each thread of a block is a fiber (ucontext) on one OS thread; blocks run
-// one after another. Barriers and warp collectives (shuffles, ldmatrix, mma.sync on bf16 and
+// the mLSTM's, the SwiGLU's and the short convolution's kernels in it against the CPU's). Each thread of a block is a
+// fiber (ucontext) on one OS thread; blocks run one after another. Barriers and warp collectives (shuffles, ldmatrix, mma.sync on bf16 and
 // tf32) suspend a fiber until every participant has arrived, then compute with all lanes'
 // operands, so fragment layouts, lane exchanges and missing barriers behave as on the GPU.
 // cp.async copies land only at their wait (the latest a GPU may land them) and shared memory is
@@ -63,6 +63,7 @@ inline unsigned __float_as_uint(float f) {
     memcpy(&u, &f, 4);
     return u;
 }
+inline float __fdividef(float a, float b) { return a / b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }

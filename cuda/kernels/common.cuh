@@ -4,8 +4,8 @@
 // - Our own bf16 storage type. Widening is a shift; narrowing is the sm_80+ conversion
 //   instruction through inline PTX. Owning the type keeps the kernels free of <cuda_bf16.h>, so
 //   compiling needs no CUDA headers where the program runs.
-// - 16-byte vector loads/stores, the grid-stride maps of the elementwise kernels, and the
-//   compile-time dispatch of a run-time op number.
+// - 16-byte vector loads/stores, the grid-stride maps of the elementwise kernels, the
+//   compile-time dispatch of a run-time op number, and the sigmoid (unary ops, SwiGLU).
 // - Row tiles for the kernels over the last axis (softmax, norms, cross-entropy, row
 //   reductions): each thread holds ROW_VECS 16-byte vectors of a row in registers (elements
 //   one by one where the row length is not a whole number of vectors).
@@ -103,6 +103,10 @@ __device__ __forceinline__ void store_vec(bf16* p, const float (&v)[V]) {
             make_uint4(bf16x2_bits(v[8 * i], v[8 * i + 1]), bf16x2_bits(v[8 * i + 2], v[8 * i + 3]),
                        bf16x2_bits(v[8 * i + 4], v[8 * i + 5]), bf16x2_bits(v[8 * i + 6], v[8 * i + 7]));
 }
+
+// The approximate division (2 ulp) instead of IEEE division's multi-instruction sequence: the
+// denominator is >= 1, and an infinite one (x < -88) still gives 0.
+__device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f + expf(-x)); }
 
 // Grid-stride index helpers.
 __device__ __forceinline__ u64 global_thread() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }

@@ -11,9 +11,6 @@ enum {
     OP_SOFTPLUS, OP_LOG_SIGMOID, OP_RELU, OP_SQUARE, OP_SCALE, OP_CLAMP, OP_ADD_SCALAR, OP_COUNT
 };
 
-// The approximate division (2 ulp) instead of IEEE division's multi-instruction sequence: the
-// denominator is >= 1, and an infinite one (x < -88) still gives 0.
-__device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f + expf(-x)); }
 // log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
 __device__ __forceinline__ float softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 

@@ -30,6 +30,15 @@ impl DType {
         matches!(self, DType::F32 | DType::F64 | DType::BF16)
     }
 
+    /// The dtype in which sums of this float dtype's values are kept: f64 for f64, f32 for f32
+    /// and bf16 (a storage format whose arithmetic is f32).
+    pub fn accumulator(self) -> DType {
+        match self {
+            DType::F64 => DType::F64,
+            _ => DType::F32,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",

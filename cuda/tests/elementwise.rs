@@ -1,4 +1,4 @@
-//! Elementwise kernels against CPU references: cast, fill, unary (+ backward), binary with
+//! Elementwise kernels against CPU references: cast, scaled cast, fill, unary (+ backward), binary with
 //! broadcasting, strided copy, band mask, where. Sizes are odd so vector tails are exercised.
 
 mod common;
@@ -6,7 +6,7 @@ mod common;
 use common::{assert_close, download, poisoned, rounded, tol, upload, Rng, FLOATS};
 use half::bf16;
 use swax_cuda::kernels::binary::{binary, binary_same_shape, BinaryOp};
-use swax_cuda::kernels::cast::{cast, fill};
+use swax_cuda::kernels::cast::{cast, fill, scale_cast};
 use swax_cuda::kernels::copy::strided_copy;
 use swax_cuda::kernels::mask::{band_mask, where_select};
 use swax_cuda::kernels::unary::{unary, unary_backward, Saved, UnaryOp};
@@ -30,6 +30,34 @@ fn cast_rounds_like_half() {
     cast(&dev, &gy, &mut back).unwrap();
     let want: Vec<f32> = want.iter().map(|v| v.to_f32()).collect();
     assert_eq!(dev.dtoh::<f32>(&back).unwrap(), want);
+}
+
+/// Every pair of f32 and bf16: the f32 product with the factor read on the device, rounded to
+/// nearest even as `half` rounds, bit for bit; a factor that is not one f32 is refused.
+#[test]
+fn scale_cast_rounds_the_f32_product_like_half() {
+    let dev = gpu!();
+    let mut rng = Rng::new(2);
+    let s = -0.37f32;
+    let gs = dev.htod(&[s][..]).unwrap();
+    for from in FLOATS {
+        let x = rounded(from, &rng.vec(N, -300.0, 300.0));
+        let gx = upload(&dev, from, &x);
+        for to in FLOATS {
+            let mut gy = poisoned(&dev, to, N);
+            scale_cast(&dev, &gx, &gs, &mut gy).unwrap();
+            let want = rounded(to, &x.iter().map(|v| v * s).collect::<Vec<_>>());
+            assert_eq!(download(&dev, &gy), want, "{from} -> {to}");
+        }
+    }
+    let x = upload(&dev, DType::F32, &[1.0, 2.0]);
+    let mut y = poisoned(&dev, DType::BF16, 2);
+    let two = upload(&dev, DType::F32, &[1.0, 2.0]);
+    let bf16_scale = upload(&dev, DType::BF16, &[1.0]);
+    for (bad, says) in [(&two, "s has 2 elements"), (&bf16_scale, "s must be f32")] {
+        let err = scale_cast(&dev, &x, bad, &mut y).unwrap_err().to_string();
+        assert!(err.contains(says), "{err:?} does not say {says:?}");
+    }
 }
 
 #[test]

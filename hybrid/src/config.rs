@@ -177,6 +177,10 @@ pub struct TrainConfig {
     pub eval_batches: usize,
     /// Checkpoint every this many steps (0: only at the end).
     pub save_every: u64,
+    /// Write checkpoints at all (false: none, not at the end nor on a stop). For benchmarks,
+    /// which time steps: swax-1.4b's checkpoint with its optimizer state is about 17 GB.
+    #[serde(default = "yes")]
+    pub checkpoints: bool,
     /// Held-out recall probes, scored at every validation and before and after training: enough
     /// of them that this many answers lie within `w_long` and as many beyond it (0: none).
     pub recall_probes: usize,
@@ -191,6 +195,10 @@ pub struct TrainConfig {
     #[serde(default = "f32_name")]
     pub reduce_dtype: String,
     pub seed: u64,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn f32_name() -> String {

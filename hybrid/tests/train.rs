@@ -45,6 +45,24 @@ fn resume_is_exact() {
     assert_eq!(la, lb, "resumed losses differ from the uninterrupted run's");
 }
 
+/// `train.checkpoints=false` (what bench-train sets) trains and logs every step and writes no
+/// checkpoint, not even at the end; the default writes the last one.
+#[test]
+fn checkpoints_can_be_turned_off() {
+    let (off, on) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    run(
+        &micro("S", 3, &["train.checkpoints=false"]),
+        off.path(),
+        Device::Cpu,
+        false,
+        None,
+    );
+    assert_eq!(losses(off.path()).len(), 3);
+    assert_eq!(swax_hybrid::train::checkpoint::latest(off.path()), None);
+    run(&micro("S", 3, &[]), on.path(), Device::Cpu, false, None);
+    assert!(swax_hybrid::train::checkpoint::latest(on.path()).is_some());
+}
+
 #[test]
 fn every_mixer_pattern_trains() {
     for pattern in ["SG", "RRRF", "F", "SF"] {

@@ -197,9 +197,9 @@ fn bf16_matches_f32_within_bf16_rounding() {
 }
 
 /// dW sums one partial product per group. With 1024 identical rows, one per group, every
-/// partial is the same bf16 value p and dW = mean of them = p exactly when the sum is kept in
-/// f32; a bf16 running sum stops growing near 256 p (a further p is under half its last
-/// place) and would leave dW at a quarter of its value.
+/// partial is the same value p and dW = mean of them = p, to well under bf16's rounding, when
+/// the sum is kept in f32; a bf16 running sum stops growing near 256 p (a further p is under
+/// half its last place) and would leave dW at a quarter of its value.
 #[test]
 fn dw_sums_the_groups_in_f32() {
     let (n, d, v) = (1024, 4, 8);

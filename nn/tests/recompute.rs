@@ -78,18 +78,21 @@ fn recomputed_blocks_have_the_gradients_of_recorded_ones_for_every_mixer() {
 
 #[test]
 fn mlp_gradients_match_finite_differences() {
-    let mut p = Params::new(1, Device::Cpu);
-    let norm = RmsNorm::new(&mut p, "norm", 3, 1e-6).unwrap();
-    let mlp = SwiGlu::new(&mut p, "mlp", 3, 4, 0.5).unwrap();
-    let f64s = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
-    let mut inputs: Vec<Tensor> = p.iter().map(|param| f64s(&param.value)).collect();
-    // A norm weight away from 1, so that its gradient and its effect are not trivial.
-    inputs[0] = Tensor::randn(vec![3], 1.0, 4, DType::F64, Device::Cpu).unwrap();
-    inputs.push(Tensor::randn(vec![2, 5, 3], 1.0, 2, DType::F64, Device::Cpu).unwrap());
-    let f = |tape: &Tape, x: &[Tensor]| {
-        // The weights as parameters 0 (norm), 1 (gate_up) and 2 (down), the input last.
-        let w = Weights::bound(tape, x[..3].to_vec(), DType::F64);
-        mlp.forward(&w, &norm, &x[3])
-    };
-    check(f, &inputs, Tolerance::default(), 3).unwrap();
+    // An even and an odd hidden width F (the fused SwiGLU's vector and scalar rows on the GPU).
+    for hidden in [4, 3] {
+        let mut p = Params::new(1, Device::Cpu);
+        let norm = RmsNorm::new(&mut p, "norm", 3, 1e-6).unwrap();
+        let mlp = SwiGlu::new(&mut p, "mlp", 3, hidden, 0.5).unwrap();
+        let f64s = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
+        let mut inputs: Vec<Tensor> = p.iter().map(|param| f64s(&param.value)).collect();
+        // A norm weight away from 1, so that its gradient and its effect are not trivial.
+        inputs[0] = Tensor::randn(vec![3], 1.0, 4, DType::F64, Device::Cpu).unwrap();
+        inputs.push(Tensor::randn(vec![2, 5, 3], 1.0, 2, DType::F64, Device::Cpu).unwrap());
+        let f = |tape: &Tape, x: &[Tensor]| {
+            // The weights as parameters 0 (norm), 1 (gate_up) and 2 (down), the input last.
+            let w = Weights::bound(tape, x[..3].to_vec(), DType::F64);
+            mlp.forward(&w, &norm, &x[3])
+        };
+        check(f, &inputs, Tolerance::default(), 3).unwrap();
+    }
 }

@@ -44,6 +44,8 @@ pub trait Backend: Sized {
     /// `dy * f'(x)`, with `self` as x.
     fn unary_backward(&self, op: UnaryOp, dy: &Self) -> Result<Self>;
     fn binary(&self, rhs: &Self, op: BinaryOp, layout: &BroadcastLayout) -> Result<Self>;
+    /// `self · s[0]` stored as `dtype`, the product in `s`'s dtype (f32, or f64 on the CPU).
+    fn scale_cast(&self, s: &Self, dtype: DType) -> Result<Self>;
     /// `cond != 0 ? on_true : on_false`, all three of one length; `self` is the U32 condition.
     fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self>;
 
@@ -62,6 +64,9 @@ pub trait Backend: Sized {
     fn softmax_backward(&self, dy: &Self, n: usize, kind: Softmax) -> Result<Self>;
 
     fn matmul(&self, rhs: &Self, layout: &MatmulLayout) -> Result<Self>;
+    /// `acc += self · rhs` as `layout` lays them out, `acc` (the `batch` products, contiguous)
+    /// in the operands' accumulation dtype: f32 for bf16 and f32, f64 for f64.
+    fn matmul_acc(&self, rhs: &Self, layout: &MatmulLayout, acc: &mut Self) -> Result<()>;
 
     /// Gathers a strided view of `self` into a new contiguous buffer.
     fn copy_strided(&self, src: &StridedLayout) -> Result<Self>;
@@ -143,6 +148,13 @@ pub trait Backend: Sized {
         dy: &Self,
         dims: ConvDims,
     ) -> Result<(Self, Self, Self)>;
+
+    /// SwiGLU over rows `[gate | up]` of `2f` elements (`self`, the pre-activation `gu`):
+    /// `h = silu(gate) · up`, rows of `f`.
+    fn swiglu(&self, f: usize) -> Result<Self>;
+    /// `(dgu, h)` given gu (`self`) and dh (rows of `f`): `dgu = [dh · up · silu'(gate) | dh ·
+    /// silu(gate)]`, and the forward's h again, which the caller's next gradient needs.
+    fn swiglu_backward(&self, dh: &Self, f: usize) -> Result<(Self, Self)>;
 
     /// Rotary embedding on `[B, T, H, D]` pairs `(i, i + D/2)`; `inverse` rotates back (the
     /// backward).

@@ -263,6 +263,12 @@ impl Backend for CudaStorage {
         Ok(Self::wrap(self.binary_into(op, &rhs.buf, layout)?))
     }
 
+    fn scale_cast(&self, s: &Self, dtype: DType) -> Result<Self> {
+        self.output(dtype, self.buf.len(), |y| {
+            k::cast::scale_cast(self.dev(), &self.buf, &s.buf, y)
+        })
+    }
+
     fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self> {
         on_true.output_like(on_true.buf.len(), |y| {
             k::mask::where_select(self.dev(), &self.buf, &on_true.buf, &on_false.buf, y)
@@ -347,6 +353,20 @@ impl Backend for CudaStorage {
             };
             cu::gemm(self.dev(), args)
         })
+    }
+
+    fn matmul_acc(&self, rhs: &Self, l: &MatmulLayout, acc: &mut Self) -> Result<()> {
+        let args = cu::GemmArgs {
+            layout: *l,
+            a: &self.buf,
+            b: &rhs.buf,
+            c: &mut acc.buf,
+            c_stride: l.m * l.n,
+            alpha: 1.0,
+            beta: 1.0,
+            allow_tf32: false,
+        };
+        Ok(cu::gemm(self.dev(), args)?)
     }
 
     fn copy_strided(&self, src: &StridedLayout) -> Result<Self> {
@@ -574,6 +594,19 @@ impl Backend for CudaStorage {
                 dlogits,
             )
         })
+    }
+
+    fn swiglu(&self, f: usize) -> Result<Self> {
+        self.output_like(self.buf.len() / 2, |h| {
+            k::swiglu::swiglu(self.dev(), &self.buf, f, h)
+        })
+    }
+
+    fn swiglu_backward(&self, dh: &Self, f: usize) -> Result<(Self, Self)> {
+        let mut dgu = self.alloc_like(self.buf.len())?;
+        let mut h = self.alloc_like(dh.buf.len())?;
+        k::swiglu::swiglu_backward(self.dev(), &self.buf, &dh.buf, f, &mut dgu, &mut h)?;
+        Ok((Self::wrap(dgu), Self::wrap(h)))
     }
 
     fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {

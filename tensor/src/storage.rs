@@ -272,6 +272,10 @@ impl Backend for Storage {
         forward!("binary", self, [rhs], |s| s.binary(rhs, op, layout))
     }
 
+    fn scale_cast(&self, s: &Self, dtype: DType) -> Result<Self> {
+        forward!("scale_cast", self, [s], |x| x.scale_cast(s, dtype))
+    }
+
     fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self> {
         forward!("where_cond", self, [on_true, on_false], |s| s
             .where_cond(on_true, on_false))
@@ -304,6 +308,22 @@ impl Backend for Storage {
 
     fn matmul(&self, rhs: &Self, layout: &MatmulLayout) -> Result<Self> {
         forward!("matmul", self, [rhs], |s| s.matmul(rhs, layout))
+    }
+
+    fn matmul_acc(&self, rhs: &Self, layout: &MatmulLayout, acc: &mut Self) -> Result<()> {
+        const OP: &str = "matmul_acc";
+        match self {
+            Storage::Cpu(s) => s.matmul_acc(
+                rhs.cpu(OP, Device::Cpu)?,
+                layout,
+                acc.cpu_mut(OP, Device::Cpu)?,
+            ),
+            Storage::Cuda(s) => s.matmul_acc(
+                rhs.cuda(OP, s.device())?,
+                layout,
+                acc.cuda_mut(OP, s.device())?,
+            ),
+        }
     }
 
     fn copy_strided(&self, src: &StridedLayout) -> Result<Self> {
@@ -429,6 +449,14 @@ impl Backend for Storage {
     ) -> Result<(Self, Self, Self)> {
         forward!("short_conv_backward", self, [w, dy], |s| s
             .short_conv_backward(w, dy, dims))
+    }
+
+    fn swiglu(&self, f: usize) -> Result<Self> {
+        forward!("swiglu", self, [], |s| s.swiglu(f))
+    }
+
+    fn swiglu_backward(&self, dh: &Self, f: usize) -> Result<(Self, Self)> {
+        forward!("swiglu_backward", self, [dh], |s| s.swiglu_backward(dh, f))
     }
 
     fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {

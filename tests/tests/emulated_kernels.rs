@@ -2,10 +2,11 @@
 //! per GPU thread; ldmatrix, mma.sync, shuffles and cp.async emulated; shared memory filled with
 //! NaNs before each block), against the CPU fused kernels on values, boundary states and every
 //! gradient: the gated delta rule's two families (gated_delta_parallel.cu and gated_delta.cu, in
-//! bf16), the mLSTM's kernels (mlstm.cu, in bf16 and f32) and the short convolution's
-//! (short_conv.cu, both variants, in bf16 and f32). CI has no GPU:
+//! bf16) and the mLSTM's kernels (mlstm.cu, in bf16 and f32); and the fused SwiGLU (swiglu.cu,
+//! both instantiations, in bf16 and f32) and the short convolution (short_conv.cu, both
+//! variants, in bf16 and f32) against the CPU's. CI has no GPU:
 //! this is how it checks the kernels' logic (indexing, fragment layouts, barriers, waits), while
-//! gpu_recurrent.rs checks them on the hardware. Skips, saying why, where there is no C++
+//! gpu_recurrent.rs and gpu_parity.rs check them on the hardware. Skips, saying why, where there is no C++
 //! compiler (g++) or no kernel sources (the GPU machine gets test binaries only).
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,34 +39,35 @@ const EXTREME: Gates = Gates {
 };
 
 /// An emulator harness: its driver `cuda/emu/<name>.cpp`, over the shared kernel headers and
-/// `sources` from `folder` (the mixer's `nn/src/mixers/<name>`, or `cuda/kernels`), in the order
-/// of the Rust wrappers' concatenation.
+/// `sources` (paths from the repository's root), in the order of the Rust wrappers'
+/// concatenation.
 struct Driver {
     name: &'static str,
-    folder: &'static str,
     sources: &'static [&'static str],
 }
 
 const GATED_DELTA: Driver = Driver {
     name: "gated_delta",
-    folder: "nn/src/mixers/gated_delta",
     sources: &[
-        "gated_delta.cuh",
-        "gated_delta.cu",
-        "gated_delta_parallel.cu",
+        "nn/src/mixers/gated_delta/gated_delta.cuh",
+        "nn/src/mixers/gated_delta/gated_delta.cu",
+        "nn/src/mixers/gated_delta/gated_delta_parallel.cu",
     ],
 };
 
 const MLSTM: Driver = Driver {
     name: "mlstm",
-    folder: "nn/src/mixers/mlstm",
-    sources: &["mlstm.cu"],
+    sources: &["nn/src/mixers/mlstm/mlstm.cu"],
+};
+
+const SWIGLU: Driver = Driver {
+    name: "swiglu",
+    sources: &["cuda/kernels/swiglu.cu"],
 };
 
 const SHORT_CONV: Driver = Driver {
     name: "short_conv",
-    folder: "cuda/kernels",
-    sources: &["short_conv.cu"],
+    sources: &["cuda/kernels/short_conv.cu"],
 };
 
 /// The gated delta rule's harness, built once per test binary; None, with the reason printed,
@@ -79,6 +81,12 @@ fn gated_delta_harness() -> Option<&'static Path> {
 fn mlstm_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| build(&MLSTM)).as_deref()
+}
+
+/// The SwiGLU's harness, likewise.
+fn swiglu_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&SWIGLU)).as_deref()
 }
 
 /// The short convolution's harness, likewise.
@@ -162,7 +170,7 @@ fn build(driver: &Driver) -> Option<PathBuf> {
         .parent()?
         .to_path_buf();
     let emu = root.join("cuda/emu");
-    let (shared, folder) = (root.join("cuda/kernels"), root.join(driver.folder));
+    let shared = root.join("cuda/kernels");
     let main = emu.join(format!("{}.cpp", driver.name));
     if !main.exists() {
         eprintln!("skipping: no kernel sources at {}", emu.display());
@@ -176,7 +184,7 @@ fn build(driver: &Driver) -> Option<PathBuf> {
     let sources = ["common.cuh", "mma.cuh", "chunk.cuh"]
         .iter()
         .map(|f| shared.join(f))
-        .chain(driver.sources.iter().map(|f| folder.join(f)));
+        .chain(driver.sources.iter().map(|f| root.join(f)));
     let mut unit = String::from("#include \"emu.h\"\n");
     for s in sources {
         let text = std::fs::read_to_string(s).expect("a kernel source");
@@ -673,6 +681,66 @@ fn mlstm_f32_odd_sizes() -> Result<()> {
         250,
     )
     .map(|_| ())
+}
+
+/// The SwiGLU kernels in the emulator at `[n, 2f]`, in `dtype`, launched as the wrapper launches
+/// them on a GPU of one SM (so that with more than 16 rows blocks walk several), against the
+/// CPU's `swiglu` and `swiglu_backward` on the same rounded inputs.
+fn swiglu_case(n: usize, f: usize, dtype: DType) -> Result<()> {
+    let Some(exe) = swiglu_harness() else {
+        return Ok(());
+    };
+    let name = format!("swiglu_{n}x{f}_{dtype:?}");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("emu")
+        .join(&name);
+    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    let randn = |dims: Vec<usize>, seed| {
+        Tensor::randn(dims, 3.0, seed, DType::F32, Device::Cpu)?.to_dtype(dtype)
+    };
+    let (gu, dh) = (randn(vec![n, 2 * f], 40)?, randn(vec![n, f], 41)?);
+    write(&dir.join("gu.f32"), &gu)?;
+    write(&dir.join("dh.f32"), &dh)?;
+    // The wrapper's choice where the buffers are aligned (pool blocks are): rows of whole
+    // 16-byte vectors.
+    let vec = (f * dtype.size_bytes()).is_multiple_of(16);
+    let l = swax_cuda::kernels::swiglu::launch_shape(1, n as u64, f, dtype, vec);
+    let launch = dir.join("launch");
+    let sizes = format!("{n} {f} {} {} {}\n", l.grid.0, l.block.0, vec as u32);
+    std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
+    let dtype_arg = if dtype == DType::BF16 { "bf16" } else { "f32" };
+    let status = Command::new(exe)
+        .arg(&dir)
+        .arg(dtype_arg)
+        .status()
+        .map_err(|e| io(exe, e))?;
+    assert!(
+        status.success(),
+        "{name}: the emulated kernels failed ({status})"
+    );
+    let h = gu.swiglu()?;
+    let (dgu, _) = gu.swiglu_backward(&dh)?;
+    // bf16: the same f32 arithmetic, outputs rounded alike but for the last bit where the
+    // emulator's expf and Rust's exp differ across a rounding boundary.
+    let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+    for (out, want) in [("h", &h), ("dgu", &dgu), ("h_again", &h)] {
+        let got = read(&dir.join(format!("emu_{out}.f32")), want)?;
+        let err = relative_error(&got, want).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
+        assert!(err < tolerance, "{name} {out}: relative error {err:.3e}");
+    }
+    Ok(())
+}
+
+/// F odd or 1 (element rows), a whole number of f32 vectors but not of bf16 ones, of both, and
+/// the model's 2048 (in f32 a thread takes two vectors of a row); more rows than blocks.
+#[test]
+fn swiglu_kernels() -> Result<()> {
+    for (n, f) in [(40, 7), (3, 1), (17, 36), (20, 24), (3, 2048)] {
+        for dtype in [DType::F32, DType::BF16] {
+            swiglu_case(n, f, dtype)?;
+        }
+    }
+    Ok(())
 }
 
 /// The short convolution's kernels in the emulator at [B, T, C] with K taps, in the vector or

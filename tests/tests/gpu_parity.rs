@@ -348,3 +348,81 @@ fn tensors_round_trip_through_the_gpu_and_mismatched_devices_are_errors() {
     let f64s = Tensor::zeros([2], DType::F64, Device::Cpu).unwrap();
     assert!(f64s.to_device(device).is_err(), "F64 stays on the CPU");
 }
+
+/// The fused SwiGLU (`Tensor::swiglu`, `Tensor::swiglu_backward`) against the CPU's in f32 and
+/// bf16: F odd or 1 (element rows), F a whole number of f32 vectors but not of bf16 ones, F a
+/// whole number of both (16-byte vector rows) and the model's 2048; more rows than the kernel
+/// has blocks, so that blocks walk several.
+#[test]
+fn swiglu_matches_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let mut failures = vec![];
+    for (n, f) in [(3, 7), (129, 1), (300, 36), (37, 24), (5, 2048), (5000, 12)] {
+        let (gu, dh) = (randn(&[n, 2 * f], 30), randn(&[n, f], 31));
+        for dtype in [DType::F32, DType::BF16] {
+            let outcome = (|| -> Result<Vec<f64>> {
+                let run = |device| -> Result<[Tensor; 2]> {
+                    let gu = gu.to_dtype(dtype)?.to_device(device)?;
+                    let h = gu.swiglu()?;
+                    let (dgu, h_again) =
+                        gu.swiglu_backward(&dh.to_dtype(dtype)?.to_device(device)?)?;
+                    // The same terms in the same order: the backward's h is the forward's.
+                    assert_eq!(
+                        h_again.to_f64_vec()?,
+                        h.to_f64_vec()?,
+                        "[{n}, 2·{f}] {dtype:?}"
+                    );
+                    Ok([h, dgu])
+                };
+                let (want, got) = (run(Device::Cpu)?, run(device)?);
+                got.iter()
+                    .zip(&want)
+                    .map(|(g, w)| relative_error(g, w))
+                    .collect()
+            })();
+            match outcome {
+                Ok(errors) if errors.iter().all(|&e| e <= tolerance(dtype)) => {}
+                Ok(errors) => failures.push(format!("[{n}, 2·{f}] {dtype:?}: {errors:?}")),
+                Err(e) => failures.push(format!("[{n}, 2·{f}] {dtype:?}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The SwiGLU at N · 2F past 2^31 elements (4 GiB of bf16 gu): the last rows, whose offsets
+/// need 64 bits, against the CPU's. The rows repeat a block of 64 distinct ones, so that the
+/// CPU computes only those.
+#[test]
+fn swiglu_reaches_rows_past_two_to_the_31_elements() {
+    let Some(device) = gpu() else { return };
+    let (f, distinct) = (2048, 64);
+    let n = ((1usize << 31) / (2 * f) / distinct + 1) * distinct;
+    let block = randn(&[distinct, 2 * f], 32).to_dtype(DType::BF16).unwrap();
+    let dh_block = randn(&[distinct, f], 33).to_dtype(DType::BF16).unwrap();
+    let repeat = |t: &Tensor| -> Result<Tensor> {
+        let w = t.dims()[1];
+        t.to_device(device)?
+            .reshape([1, distinct, w])?
+            .broadcast_to([n / distinct, distinct, w])?
+            .reshape([n, w])
+    };
+    let (gu, dh) = (repeat(&block).unwrap(), repeat(&dh_block).unwrap());
+    assert!(gu.numel() > 1 << 31);
+    let last = |t: &Tensor| t.narrow(0, n - distinct, distinct).unwrap();
+    let h = gu.swiglu().unwrap();
+    let (dgu, h_again) = gu.swiglu_backward(&dh).unwrap();
+    let want_h = block.swiglu().unwrap();
+    let (want_dgu, _) = block.swiglu_backward(&dh_block).unwrap();
+    for (what, got, want) in [
+        ("h", last(&h), &want_h),
+        ("dgu", last(&dgu), &want_dgu),
+        ("the backward's h", last(&h_again), &want_h),
+    ] {
+        let err = relative_error(&got, want).unwrap();
+        assert!(
+            err <= tolerance(DType::BF16),
+            "{what}: relative error {err}"
+        );
+    }
+}

@@ -97,6 +97,19 @@ fn main() -> Result<()> {
             3.0 * bytes,
             median_ms(&dev, 3, 20, || x.add(&y).map(drop))?,
         );
+        // x as an MLP pre-activation [rows, 2F], F = cols / 2: the forward reads it and writes
+        // h (half as much); the backward reads it and dh and writes dgu and h.
+        let dh = y.narrow(1, 0, cols / 2)?;
+        row(
+            "swiglu",
+            1.5 * bytes,
+            median_ms(&dev, 3, 20, || x.swiglu().map(drop))?,
+        );
+        row(
+            "swiglu_backward",
+            3.0 * bytes,
+            median_ms(&dev, 3, 20, || x.swiglu_backward(&dh).map(drop))?,
+        );
         row(
             "softmax",
             2.0 * bytes,

@@ -17,8 +17,8 @@
 //!   included), where nvidia-smi runs.
 //!
 //! The trainer runs as `swax train` does, with what would not be timed turned off: no
-//! validation, recall probes or samples, and the window fixed (`train.p_short=0`). It writes its
-//! one checkpoint at the end, after the last timed step. `--set` overrides come after the
+//! validation, recall probes or samples, no checkpoint (`train.checkpoints=false`), and the
+//! window fixed (`train.p_short=0`). `--set` overrides come after the
 //! benchmark's own, so they win. `--peer FILE` (the JSON lines `bench/peers/train_peer.py`
 //! writes) fills each line's `peer` and `peer_tokens_per_s` from the peer's line of the same
 //! case. `--fit` tries the batches smallest first and stops at the first that fails to train
@@ -166,7 +166,7 @@ fn measure(cfg: &Config, a: &Args, device: Device) -> Result<Measured, String> {
 }
 
 /// `key=value` settings that make the trainer run `steps` steps at batch `b` and window `w`
-/// with nothing untimed in them but the final checkpoint.
+/// with nothing untimed in them and no checkpoint.
 fn bench_sets(base: &Config, a: &Args, b: usize, w: usize) -> Vec<String> {
     let t = a.seq_len.unwrap_or(base.data.seq_len);
     let steps = a.warmup + a.steps;
@@ -186,6 +186,7 @@ fn bench_sets(base: &Config, a: &Args, b: usize, w: usize) -> Vec<String> {
         "train.recall_probes=0".into(),
         "train.sample_every=0".into(),
         "train.save_every=0".into(),
+        "train.checkpoints=false".into(),
     ];
     sets.extend(a.sets.iter().cloned());
     sets

@@ -1,6 +1,7 @@
-//! Dtype conversion and filling with a scalar (`kernels/cast.cu`).
+//! Dtype conversion, plain or scaled by a factor on the device, and filling with a scalar
+//! (`kernels/cast.cu`).
 
-use super::{check_device, check_len, float_kernel, launch, Launch, ELEMENTWISE_VEC};
+use super::{check_device, check_dtype, check_len, float_kernel, launch, Launch, ELEMENTWISE_VEC};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
@@ -38,6 +39,44 @@ pub fn cast(dev: &Device, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
             name,
             Launch::elementwise(dev, n.div_ceil(ELEMENTWISE_VEC)),
             &[x, y, &n],
+        )
+    }
+}
+
+/// `y = x · s[0]` converted to `y`'s dtype (f32 product, rounded to nearest even for bf16): a
+/// scale computed on the device, read there, and a cast in one pass. `x` and `y` f32 or bf16 of
+/// one length, `s` one f32.
+pub fn scale_cast(dev: &Device, x: &Buffer, s: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
+    const OP: &str = "scale_cast";
+    check_device(OP, dev, &[x, s, y])?;
+    check_dtype(OP, "s", s, DType::F32)?;
+    check_len(OP, "s", s, 1)?;
+    check_len(OP, "y", y, x.len())?;
+    let name = match (x.dtype(), y.dtype()) {
+        (DType::F32, DType::F32) => "scale_cast_f32_to_f32",
+        (DType::F32, DType::BF16) => "scale_cast_f32_to_bf16",
+        (DType::BF16, DType::F32) => "scale_cast_bf16_to_f32",
+        (DType::BF16, DType::BF16) => "scale_cast_bf16_to_bf16",
+        (a, b) => {
+            return Err(CudaError::invalid(
+                OP,
+                format!("no conversion from {a} to {b} (f32 or bf16 each)"),
+            ))
+        }
+    };
+    if x.is_empty() {
+        return Ok(());
+    }
+    let n = x.len() as u64;
+    // SAFETY: scale_cast_S_to_D(const S* x, const float* s, D* y, u64 n); x and y hold n
+    // elements of their dtypes, s one f32.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            Launch::elementwise(dev, n.div_ceil(ELEMENTWISE_VEC)),
+            &[x, s, y, &n],
         )
     }
 }

@@ -23,6 +23,7 @@ pub mod rope;
 pub mod scatter;
 pub mod short_conv;
 pub mod softmax;
+pub mod swiglu;
 pub mod unary;
 
 /// The tensor-core tile helpers (`kernels/mma.cuh`), which a fused mixer's source puts first.
@@ -354,6 +355,7 @@ mod tests {
             &scatter::SOURCE,
             &short_conv::SOURCE,
             &softmax::SOURCE,
+            &swiglu::SOURCE,
             &unary::SOURCE,
         ];
         match compile_for_every_architecture(&sources) {

@@ -417,7 +417,8 @@ fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Resul
                 bar.set_message(format!("val {v:.4}"));
             }
         }
-        let save = done || interrupted || (t.save_every > 0 && state.step % t.save_every == 0);
+        let save = t.checkpoints
+            && (done || interrupted || (t.save_every > 0 && state.step % t.save_every == 0));
         if save {
             // Never save parameters whose step has not been seen finite.
             interrupted |= settle(&mut deferred, &mut metrics, group)?;

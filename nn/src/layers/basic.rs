@@ -2,7 +2,7 @@
 //! the SwiGLU MLP. Each is a handful of [`ParamId`]s and a `forward` over tape ops.
 use crate::params::{Init, ParamId, Params, Weights};
 use swax_autograd::Tape;
-use swax_tensor::{Result, Tensor, UnaryOp};
+use swax_tensor::{Result, Tensor};
 
 /// The standard deviation of every projection's initial weights (GPT-2's).
 pub const INIT_STD: f64 = 0.02;
@@ -103,30 +103,20 @@ impl SwiGlu {
     }
 }
 
-/// `silu(gate) · up` of `gu = [gate | up]` `[N, 2F]`.
-fn swiglu(gu: &Tensor) -> Result<[Tensor; 3]> {
-    let f = gu.dims()[1] / 2;
-    let (gate, up) = (gu.narrow(1, 0, f)?, gu.narrow(1, f, f)?);
-    let h = gate.silu()?.mul(&up)?;
-    Ok([gate, up, h])
-}
-
 /// `swiglu(rms_norm(x, g) · w_gate_up) · w_down` over x `[N, C]`, as one node that keeps x (the
 /// residual stream, kept anyway), the norm's per-row statistics and the pre-activation `gu`; its
-/// backward recomputes the norm and `silu(gate) · up` (elementwise work) rather than memory
-/// holding them, as large as x and as half of `gu`, from the forward to the backward.
+/// backward recomputes the norm and `silu(gate) · up` (elementwise work, the latter in the same
+/// pass as `gu`'s gradient) rather than memory holding them, as large as x and as half of `gu`,
+/// from the forward to the backward.
 fn mlp(tape: &Tape, x: &Tensor, [g, w_gu, w_down]: [&Tensor; 3], eps: f64) -> Result<Tensor> {
     let (n, stats) = x.rms_norm(g, eps)?;
     let gu = n.matmul(w_gu)?;
-    let y = swiglu(&gu)?[2].matmul(w_down)?;
+    let y = gu.swiglu()?.matmul(w_down)?;
     let saved = [x, g, w_gu, w_down].map(|t| t.clone());
     Ok(tape.record("mlp", &[x, g, w_gu, w_down], y, move |dy, _| {
         let [x, g, w_gu, w_down] = &saved;
-        let [gate, up, h] = swiglu(&gu)?;
+        let (dgu, h) = gu.swiglu_backward(&dy.matmul_t(w_down, false, true)?)?;
         let dw_down = h.matmul_t(dy, true, false)?;
-        let dh = dy.matmul_t(w_down, false, true)?;
-        let dgate = gate.unary_backward(UnaryOp::Silu, &dh.mul(&up)?)?;
-        let dgu = Tensor::concat(&[&dgate, &dh.mul(&gate.silu()?)?], 1)?;
         let n = x.rms_norm(g, eps)?.0;
         let dw_gu = n.matmul_t(&dgu, true, false)?;
         let (dx, dg) = x.rms_norm_backward(g, &stats, &dgu.matmul_t(w_gu, false, true)?)?;

@@ -15,7 +15,9 @@
 //! is 1), and the single division by max(count, 1) is folded into the scale the backward
 //! applies; the count stays on the device, nothing is read back. The loss and dW are summed over
 //! the groups in f32 (f64 for f64 inputs): summing bf16 partial products would drop the later
-//! groups' small contributions. The gradients come back in the inputs' dtype.
+//! groups' small contributions. Each group's dW product is added into that sum by the GEMM
+//! itself ([`Tensor::matmul_acc_into`]), never stored on its own. The gradients come back in the
+//! inputs' dtype.
 //!
 //! [`Linear`]: super::basic::Linear
 use swax_autograd::Tape;
@@ -55,11 +57,10 @@ pub fn linear_cross_entropy(
     Ok(tape.record(OP, &[x, w, targets], loss, move |dy, _| {
         // The mean's 1/count and the upstream gradient as one scalar, applied in the sums'
         // precision (a bf16 copy of 1/count would be off by up to 2^-9, the same for every
-        // element).
+        // element), with the cast to the input's dtype in the same pass.
         let g = dy.div(&count)?;
         let scaled = |sum: Option<Tensor>, dtype| -> Result<Option<Tensor>> {
-            sum.map(|s| s.to_dtype(g.dtype())?.mul(&g)?.to_dtype(dtype))
-                .transpose()
+            sum.map(|s| s.scale_cast(&g, dtype)).transpose()
         };
         Ok(vec![scaled(dx, x_dtype)?, scaled(dw, w_dtype)?, None])
     }))
@@ -132,11 +133,8 @@ impl Sums {
         need: Needs,
     ) -> Result<Sums> {
         let (n, device) = (x.dims()[0], x.device());
-        // The dtype of cross_entropy's statistics: f32 for bf16 and f32 logits, f64 for f64.
-        let acc = match x.dtype() {
-            DType::F64 => DType::F64,
-            _ => DType::F32,
-        };
+        // The dtype of cross_entropy's statistics and of matmul_acc_into's sums.
+        let acc = x.dtype().accumulator();
         let mut sums = Sums {
             loss: Tensor::zeros(Shape::scalar(), acc, device)?,
             count: Tensor::zeros(Shape::scalar(), acc, device)?,
@@ -167,10 +165,8 @@ impl Sums {
             if need.dx {
                 dx_parts.push(dlogits.matmul_t(w, false, true)?);
             }
-            if let Some(dw) = &sums.dw {
-                let part = xg.matmul_t(&dlogits, true, false)?;
-                drop(dlogits);
-                sums.dw = Some(dw.add(&part.to_dtype(acc)?)?);
+            if let Some(dw) = &mut sums.dw {
+                xg.matmul_acc_into(&dlogits, true, false, dw)?;
             }
         }
         if need.dx {

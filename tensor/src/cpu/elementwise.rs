@@ -1,4 +1,5 @@
-//! Elementwise kernels: unary maps and their derivatives, broadcasting binary ops, select.
+//! Elementwise kernels: unary maps and their derivatives, broadcasting binary ops, scaling by a
+//! value held in a tensor, select.
 use super::{Real, PAR_MIN};
 use crate::backend::{BinaryOp, BroadcastLayout, UnaryOp};
 use rayon::prelude::*;
@@ -10,6 +11,11 @@ pub(crate) fn build<T: Real>(n: usize, f: impl Fn(usize) -> T + Sync + Send) -> 
     } else {
         (0..n).map(f).collect()
     }
+}
+
+/// `x · c` elementwise.
+pub(crate) fn scale<T: Real>(x: &[T], c: T) -> Vec<T> {
+    build(x.len(), |i| x[i] * c)
 }
 
 pub fn sigmoid<T: Real>(x: T) -> T {

@@ -10,10 +10,22 @@ use rayon::prelude::*;
 const SMALL_PRODUCT: usize = 1 << 18;
 
 pub(crate) fn matmul<T: Real>(a: &[T], b: &[T], l: &MatmulLayout) -> Vec<T> {
+    let mut out = vec![T::zero(); l.batch * l.m * l.n];
+    product_into(a, b, l, &mut out, false);
+    out
+}
+
+/// `c += a · b` for the `batch` products of `l`, `c` holding them contiguously.
+pub(crate) fn matmul_acc<T: Real>(a: &[T], b: &[T], l: &MatmulLayout, c: &mut [T]) {
+    product_into(a, b, l, c, true);
+}
+
+/// Writes the products into `out`, or adds them to what it holds when `accumulate`.
+fn product_into<T: Real>(a: &[T], b: &[T], l: &MatmulLayout, out: &mut [T], accumulate: bool) {
     let MatmulLayout { batch, m, n, k, .. } = *l;
-    let mut out = vec![T::zero(); batch * m * n];
+    debug_assert_eq!(out.len(), batch * m * n);
     if m * n == 0 {
-        return out;
+        return;
     }
     // (row stride, column stride) of each operand as the m×k and k×n matrices of the product.
     let (a_rs, a_cs) = if l.lhs_transposed { (1, m) } else { (k, 1) };
@@ -30,14 +42,15 @@ pub(crate) fn matmul<T: Real>(a: &[T], b: &[T], l: &MatmulLayout) -> Vec<T> {
                 c.as_mut_ptr(),
                 1,
                 n as isize,
-                false,
+                accumulate,
                 pa.as_ptr(),
                 a_cs as isize,
                 a_rs as isize,
                 pb.as_ptr(),
                 b_cs as isize,
                 b_rs as isize,
-                T::zero(),
+                // c = 1·c + 1·(a·b) when reading c, c = a·b otherwise.
+                T::one(),
                 T::one(),
                 false,
                 false,
@@ -61,5 +74,4 @@ pub(crate) fn matmul<T: Real>(a: &[T], b: &[T], l: &MatmulLayout) -> Vec<T> {
             .enumerate()
             .for_each(|(bi, c)| product(bi, c, par));
     }
-    out
 }

@@ -15,6 +15,7 @@ mod reduce;
 mod rope;
 mod short_conv;
 mod softmax;
+mod swiglu;
 
 use crate::backend::*;
 use crate::{DType, Device, Error, Result};
@@ -301,6 +302,28 @@ impl Backend for CpuStorage {
         )))
     }
 
+    fn scale_cast(&self, s: &Self, dtype: DType) -> Result<Self> {
+        const OP: &str = "scale_cast";
+        Ok(match s {
+            CpuStorage::F32(c) if c.len() == 1 => {
+                f32::store(elementwise::scale(&f32::read(OP, self)?, c[0]), dtype)
+            }
+            CpuStorage::F64(c) if c.len() == 1 => {
+                f64::store(elementwise::scale(&f64::read(OP, self)?, c[0]), dtype)
+            }
+            other => {
+                return Err(Error::Invalid {
+                    op: OP,
+                    msg: format!(
+                        "the scale must be one f32 or f64, got {} {}",
+                        other.len(),
+                        other.dtype()
+                    ),
+                })
+            }
+        })
+    }
+
     fn where_cond(&self, on_true: &Self, on_false: &Self) -> Result<Self> {
         let cond = self.ids("where_cond")?;
         Ok(with_floats!(
@@ -355,6 +378,22 @@ impl Backend for CpuStorage {
         Ok(with_floats!("matmul", [self, rhs], |x, out, _s| out(
             matmul::matmul(&x[0], &x[1], layout)
         )))
+    }
+
+    fn matmul_acc(&self, rhs: &Self, layout: &MatmulLayout, acc: &mut Self) -> Result<()> {
+        const OP: &str = "matmul_acc";
+        match (floats(OP, &[self, rhs])?, acc) {
+            (Floats::F32(x, _), CpuStorage::F32(c)) => matmul::matmul_acc(&x[0], &x[1], layout, c),
+            (Floats::F64(x), CpuStorage::F64(c)) => matmul::matmul_acc(&x[0], &x[1], layout, c),
+            (_, c) => {
+                return Err(Error::DTypeMismatch {
+                    op: OP,
+                    lhs: self.dtype(),
+                    rhs: c.dtype(),
+                })
+            }
+        }
+        Ok(())
     }
 
     fn copy_strided(&self, src: &StridedLayout) -> Result<Self> {
@@ -530,6 +569,19 @@ impl Backend for CpuStorage {
                 (out(dx), out(dw), out(db))
             }
         ))
+    }
+
+    fn swiglu(&self, f: usize) -> Result<Self> {
+        Ok(with_floats!("swiglu", [self], |x, out, _s| out(
+            swiglu::swiglu(&x[0], f)
+        )))
+    }
+
+    fn swiglu_backward(&self, dh: &Self, f: usize) -> Result<(Self, Self)> {
+        Ok(with_floats!("swiglu_backward", [self, dh], |x, out, _s| (
+            out(swiglu::swiglu_backward(&x[0], &x[1], f)),
+            out(swiglu::swiglu(&x[0], f))
+        )))
     }
 
     fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {

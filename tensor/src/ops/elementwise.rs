@@ -1,6 +1,7 @@
-//! Elementwise ops: unary maps, broadcasting binary ops, scalar arithmetic, select.
+//! Elementwise ops: unary maps, broadcasting binary ops, scalar arithmetic (by a host value, or
+//! by a one-element tensor with a cast), select.
 use crate::backend::{Backend, BinaryOp, BroadcastLayout, UnaryOp};
-use crate::{Result, Shape, Tensor};
+use crate::{DType, Error, Result, Shape, Tensor};
 
 macro_rules! unary_ops {
     ($($name:ident => $op:ident),* $(,)?) => {
@@ -56,6 +57,35 @@ impl Tensor {
 
     pub fn clamp(&self, lo: f64, hi: f64) -> Result<Tensor> {
         self.unary(UnaryOp::Clamp { lo, hi })
+    }
+
+    /// `self · s` stored as `dtype`, `s` one value read where it lies (a scale computed on the
+    /// GPU never passes through the host): a scale and a cast in one pass. The product is
+    /// computed in `s`'s dtype, `self`'s accumulation dtype, which `dtype` must share: f64
+    /// throughout, or an f32 `s` with `self` and the result each f32 or bf16.
+    pub fn scale_cast(&self, s: &Tensor, dtype: DType) -> Result<Tensor> {
+        const OP: &str = "scale_cast";
+        self.float_only(OP)?;
+        if s.numel() != 1 {
+            return Err(Error::Invalid {
+                op: OP,
+                msg: format!("the scale is {}, not one value", s.shape()),
+            });
+        }
+        let acc = self.dtype().accumulator();
+        if s.dtype() != acc || !dtype.is_float() || dtype.accumulator() != acc {
+            return Err(Error::Invalid {
+                op: OP,
+                msg: format!(
+                    "{} values take a scale of dtype {acc} and an output computed in {acc}; got \
+                     scale {} and output {dtype}",
+                    self.dtype(),
+                    s.dtype()
+                ),
+            });
+        }
+        let out = self.storage().scale_cast(s.storage(), dtype)?;
+        Ok(self.with_storage(out, self.shape().clone()))
     }
 
     /// A binary op with numpy broadcasting between the operands.

@@ -13,6 +13,7 @@ mod reduce;
 mod rope;
 mod short_conv;
 mod softmax;
+mod swiglu;
 
 pub use loss::CrossEntropyStats;
 pub use mask::CAUSAL;
