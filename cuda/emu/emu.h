@@ -1,6 +1,6 @@
 // emu.h: the CUDA our kernels use, emulated on the CPU, so that a kernel's logic can be checked
 // on a machine without a GPU (tests/tests/emulated_kernels.rs runs the gated delta rule's,
-// the mLSTM's and the SwiGLU's kernels in it against the CPU's). Each thread of a block is a
+// the mLSTM's, the SwiGLU's and the short convolution's kernels in it against the CPU's). Each thread of a block is a
 // fiber (ucontext) on one OS thread; blocks run one after another. Barriers and warp collectives (shuffles, ldmatrix, mma.sync on bf16 and
 // tf32) suspend a fiber until every participant has arrived, then compute with all lanes'
 // operands, so fragment layouts, lane exchanges and missing barriers behave as on the GPU.

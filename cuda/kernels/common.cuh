@@ -405,14 +405,37 @@ struct TwoStrided {
     i64 off1;
 };
 
-// Offsets of both operands for linear index i (i < n).
-__device__ __forceinline__ void two_offsets(const TwoStrided& p, u64 i, i64& o0, i64& o1) {
-    o0 = p.off0;
-    o1 = p.off1;
-    for (int d = (int)p.rank - 1; d >= 0; --d) {
-        const u64 c = i % p.dims[d];
-        i /= p.dims[d];
-        o0 += (i64)c * p.s0[d];
-        o1 += (i64)c * p.s1[d];
+// Calls f(i, o0, o1) for every linear index i < p.n this thread owns (a grid-stride loop), o0 and
+// o1 the two operands' offsets at i. Decoding i divides by every dimension but the outermost, in
+// 32 bits where n < 2^31 (every tensor so far): a 64-bit division is a long software routine,
+// and several of them per 2-byte element keep a strided kernel far below the memory bandwidth.
+// The dimension loop is unrolled over MAX_RANK so that every index into p is a constant: a
+// functor holding a copy of p (binary.cu's Grouped) would otherwise keep it in local memory.
+template <typename I, typename F>
+__device__ __forceinline__ void strided_walk(const TwoStrided& p, F f) {
+    for (I i = (I)global_thread(); i < (I)p.n; i += (I)grid_threads()) {
+        i64 o0 = p.off0, o1 = p.off1;
+        I r = i;
+#pragma unroll
+        for (int d = MAX_RANK - 1; d > 0; --d) {
+            if (d >= (int)p.rank) continue;
+            const I dim = (I)p.dims[d], c = r % dim;
+            r /= dim;
+            o0 += (i64)c * p.s0[d];
+            o1 += (i64)c * p.s1[d];
+        }
+        if (p.rank > 0) {
+            o0 += (i64)r * p.s0[0];
+            o1 += (i64)r * p.s1[0];
+        }
+        f((u64)i, o0, o1);
+    }
+}
+template <typename F>
+__device__ __forceinline__ void for_each_strided(const TwoStrided& p, F f) {
+    if (p.n < (1ull << 31)) {
+        strided_walk<u32>(p, f);
+    } else {
+        strided_walk<u64>(p, f);
     }
 }

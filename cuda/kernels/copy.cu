@@ -8,11 +8,7 @@
 // p's operand 0 is the source, operand 1 the destination.
 template <typename E>
 __device__ void strided_copy(const E* __restrict__ src, E* __restrict__ dst, TwoStrided p) {
-    for (u64 i = global_thread(); i < p.n; i += grid_threads()) {
-        i64 os, od;
-        two_offsets(p, i, os, od);
-        dst[od] = src[os];
-    }
+    for_each_strided(p, [&](u64, i64 os, i64 od) { dst[od] = src[os]; });
 }
 
 // Wider elements for copies whose rows are aligned (layout.rs `widened`): the same loop moves

@@ -19,25 +19,71 @@ extern "C" __global__ void rope_table(float* __restrict__ cos_t, float* __restri
     }
 }
 
-// A thread per pair; pairs are numbered [B, T, H, D/2] row-major. sign = -1 for the backward.
-template <typename T>
-__device__ void rope(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ cos_t,
-                     const float* __restrict__ sin_t, u64 pairs, u32 t_len, u32 heads, u32 half, float sign) {
-    for (u64 p = global_thread(); p < pairs; p += grid_threads()) {
-        const u64 k = p % half, bth = p / half;  // bth indexes [B, T, H]
-        const u64 t = (bth / heads) % t_len;
-        const u64 base = bth * 2 * half;
-        const float c = cos_t[t * half + k], s = sign * sin_t[t * half + k];
-        const float x1 = to_float(x[base + k]), x2 = to_float(x[base + k + half]);
-        y[base + k] = from_float<T>(x1 * c - x2 * s);
-        y[base + k + half] = from_float<T>(x2 * c + x1 * s);
+// V elements at p as f32: one element, or whole 16-byte vectors (p aligned to 16 bytes).
+template <typename S, int V>
+__device__ __forceinline__ void load_n(const S* p, float (&v)[V]) {
+    if constexpr (V == 1) {
+        v[0] = to_float(*p);
+    } else {
+        load_vec(p, v);
+    }
+}
+template <typename S, int V>
+__device__ __forceinline__ void store_n(S* p, const float (&v)[V]) {
+    if constexpr (V == 1) {
+        *p = from_float<S>(v[0]);
+    } else {
+        store_vec(p, v);
     }
 }
 
-#define INSTANTIATE(NAME, T)                                                                         \
-    extern "C" __global__ void rope_##NAME(const T* x, T* y, const float* cos_t, const float* sin_t, \
-                                           u64 pairs, u32 t_len, u32 heads, u32 half, float sign) {  \
-        rope<T>(x, y, cos_t, sin_t, pairs, t_len, heads, half, sign);                                \
+// A thread per group of V consecutive pairs of a row: V = 16 / sizeof(T) where D/2 is a whole
+// number of them (each half row and table row is then read in 16-byte vectors), else 1. Groups
+// are numbered [B, T, H, D/2/V] row-major, in 32-bit arithmetic where they number under 2^31.
+// sign = -1 for the backward.
+template <typename T, int V, typename I>
+__device__ void rope(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ cos_t,
+                     const float* __restrict__ sin_t, I groups, u32 t_len, u32 heads, u32 half, float sign) {
+    const I per_row = half / V;
+    for (I g = (I)global_thread(); g < groups; g += (I)grid_threads()) {
+        const I k = g % per_row * V, row = g / per_row;  // row indexes [B, T, H]
+        const I t = row / heads % t_len;
+        const u64 base = (u64)row * 2 * half + k, at = (u64)t * half + k;
+        float x1[V], x2[V], c[V], s[V];
+        load_n(x + base, x1);
+        load_n(x + base + half, x2);
+        load_n(cos_t + at, c);
+        load_n(sin_t + at, s);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            const float a = x1[j], b = x2[j], sn = sign * s[j];
+            x1[j] = a * c[j] - b * sn;
+            x2[j] = b * c[j] + a * sn;
+        }
+        store_n(y + base, x1);
+        store_n(y + base + half, x2);
+    }
+}
+
+template <typename T, int V>
+__device__ void rope_any(const T* x, T* y, const float* cos_t, const float* sin_t, u64 groups, u32 t_len, u32 heads,
+                         u32 half, float sign) {
+    if (groups < (1ull << 31)) {
+        rope<T, V, u32>(x, y, cos_t, sin_t, (u32)groups, t_len, heads, half, sign);
+    } else {
+        rope<T, V, u64>(x, y, cos_t, sin_t, groups, t_len, heads, half, sign);
+    }
+}
+
+// The vector kernel rope_T and the scalar one rope_T_scalar (named as the row kernels are).
+#define INSTANTIATE(NAME, T)                                                                                  \
+    extern "C" __global__ void rope_##NAME(const T* x, T* y, const float* cos_t, const float* sin_t,          \
+                                           u64 groups, u32 t_len, u32 heads, u32 half, float sign) {          \
+        rope_any<T, 16 / sizeof(T)>(x, y, cos_t, sin_t, groups, t_len, heads, half, sign);                    \
+    }                                                                                                         \
+    extern "C" __global__ void rope_##NAME##_scalar(const T* x, T* y, const float* cos_t, const float* sin_t, \
+                                                    u64 groups, u32 t_len, u32 heads, u32 half, float sign) { \
+        rope_any<T, 1>(x, y, cos_t, sin_t, groups, t_len, heads, half, sign);                                 \
     }
 
 INSTANTIATE(f32, float)

@@ -1,112 +1,248 @@
 // short_conv.cu: causal depthwise convolution along time, x [B, T, C], weights [C, K] (tap K - 1
-// on the current step), bias [C]; forward and backward (see `Backend::short_conv`). Memory-bound:
-// each output reads its K inputs straight from L1/L2, and the weight gradient sums over B·T in
-// per-block registers, one atomic per block and channel.
+// on the current step), bias [C]; forward and backward (see `Backend::short_conv`).
+//
+// Memory-bound, so each kernel reads its inputs from memory once. A thread owns a group of V
+// channels, one 16-byte vector of them where C allows (V = 16 / sizeof(T); else V = 1), for the
+// whole launch, so it loads its weights once; it walks runs of CONV_STEPS consecutive steps of
+// one sequence with the K - 1 steps the run's first output needs held beside them in registers,
+// so a step's input is loaded once per run, not once per tap (the halo of K - 1 steps a run
+// shares with its neighbour is read twice, the second time mostly from L2). Blocks are WG_X channel groups
+// (a warp reads WG_X contiguous vectors of one step) by WG_Y runs.
+//
+// The weight gradient sums over B·T: each thread over its runs in registers, the block's WG_Y
+// threads of a channel group through shared memory, into one partial per block and weight; a
+// finishing kernel adds the blocks' partials (no atomics, so the sums are deterministic).
 #include "common.cuh"
 
 // Most taps; matches MAX_TAPS in src/kernels/short_conv.rs.
 #define MAX_TAPS 8
-// Block of the weight-gradient kernel: WG_X channels by WG_Y rows; matches WG_X, WG_Y there.
+// Steps of a run; matches CONV_STEPS there.
+#define CONV_STEPS 8
+// Block: WG_X channel groups by WG_Y runs; matches WG_X, WG_Y there.
 #define WG_X 32
 #define WG_Y 8
 
-template <typename T>
-__device__ void conv_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                             T* __restrict__ y, u32 bt, u32 t, u32 c, u32 k) {
-    const u64 n = (u64)bt * c;
-    for (u64 idx = global_thread(); idx < n; idx += grid_threads()) {
-        const u32 ch = idx % c, ti = (idx / c) % t;
-        float s = to_float(bias[ch]);
-        for (u32 j = 0; j < k; ++j) {
-            const int back = (int)k - 1 - (int)j;
-            if ((int)ti >= back) s = fmaf(to_float(w[ch * k + j]), to_float(x[idx - (u64)back * c]), s);
+__device__ __forceinline__ u32 raw_bits(const float* p) { return __float_as_uint(*p); }
+__device__ __forceinline__ u32 raw_bits(const bf16* p) { return p->bits; }
+
+// V consecutive channels of one step as loaded: a 16-byte vector (VEC) or one element, kept in
+// their storage bits (4 registers for a vector) and widened to f32 where used, so that a run's
+// window of steps stays small in registers.
+template <typename T, bool VEC>
+struct Pack {
+    static constexpr int V = VEC ? 16 / sizeof(T) : 1;
+    u32 w[VEC ? 4 : 1];
+
+    __device__ __forceinline__ void load(const T* p) {
+        if constexpr (VEC) {
+            const uint4 r = *reinterpret_cast<const uint4*>(p);
+            w[0] = r.x;
+            w[1] = r.y;
+            w[2] = r.z;
+            w[3] = r.w;
+        } else {
+            w[0] = raw_bits(p);
         }
-        y[idx] = from_float<T>(s);
+    }
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int i = 0; i < (VEC ? 4 : 1); ++i) w[i] = 0;
+    }
+    // Step t of the sequence at p (channel-group base at step 0), zeros outside [0, t_len).
+    __device__ __forceinline__ void load_step(const T* p, int t, u32 t_len, u32 c) {
+        if (t >= 0 && t < (int)t_len) {
+            load(p + (u64)t * c);
+        } else {
+            zero();
+        }
+    }
+    __device__ __forceinline__ float at(int e) const {
+        if constexpr (sizeof(T) == 4) {
+            return __uint_as_float(w[e]);
+        } else {
+            const u32 b = w[VEC ? e >> 1 : 0];
+            return __uint_as_float((e & 1) ? b & 0xffff0000u : b << 16);
+        }
+    }
+};
+
+template <typename T, bool VEC>
+__device__ __forceinline__ void store_pack(T* p, const float (&v)[Pack<T, VEC>::V]) {
+    if constexpr (VEC) {
+        store_vec(p, v);
+    } else {
+        *p = from_float<T>(v[0]);
     }
 }
 
-// dx[b, s, c] = sum_j w[c, j] dy[b, s + K - 1 - j, c] over the steps inside the sequence.
-template <typename T>
-__device__ void conv_backward_x(const T* __restrict__ w, const T* __restrict__ dy, T* __restrict__ dx, u32 bt,
-                                u32 t, u32 c, u32 k) {
-    const u64 n = (u64)bt * c;
-    for (u64 idx = global_thread(); idx < n; idx += grid_threads()) {
-        const u32 ch = idx % c, ti = (idx / c) % t;
-        float s = 0.0f;
-        for (u32 j = 0; j < k; ++j) {
-            const u32 ahead = k - 1 - j;
-            if (ti + ahead < t) s = fmaf(to_float(w[ch * k + j]), to_float(dy[idx + (u64)ahead * c]), s);
-        }
-        dx[idx] = from_float<T>(s);
-    }
+// The run loop every kernel here shares: f(seq, t0) for each run of this
+// thread (sequence seq, steps t0 .. t0 + CONV_STEPS - 1, cut at t_len). Runs are numbered over
+// [B, runs per sequence]; a block's WG_Y rows of threads take consecutive ones.
+template <typename F>
+__device__ __forceinline__ void for_each_run(u32 bt, u32 t_len, F f) {
+    const u32 runs = (t_len + CONV_STEPS - 1) / CONV_STEPS, total = bt / t_len * runs;
+    for (u32 r = blockIdx.y * WG_Y + threadIdx.y; r < total; r += gridDim.y * WG_Y) f(r / runs, r % runs * CONV_STEPS);
 }
 
-// acc[c * (K + 1) + j] += sum over rows of dy[b, t, c] x[b, t - K + 1 + j, c] (j < K) and
-// acc[c * (K + 1) + K] += sum of dy[b, t, c]; acc is zeroed by the caller.
-template <typename T>
-__device__ void conv_backward_w(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ acc,
-                                u32 bt, u32 t, u32 c, u32 k) {
-    __shared__ float part[WG_Y][WG_X][MAX_TAPS + 1];
-    const u32 ch = blockIdx.x * WG_X + threadIdx.x;
-    float s[MAX_TAPS + 1];
+// out[b, t, c] = bias[c] + sum_j w[c, j] in[b, t - K + 1 + j, c] (forward: in = x, out = y), or
+// without BACK's bias, out[b, s, c] = sum_j w[c, j] in[b, s + K - 1 - j, c] (dx from in = dy):
+// zeros outside the sequence either way.
+template <typename T, bool VEC, bool BACK>
+struct Conv {
+    const T* __restrict__ in;
+    const T* __restrict__ w;
+    const T* __restrict__ bias;
+    T* __restrict__ out;
+    u32 bt, t_len, c;
+
+    template <int K>
+    __device__ void run() const {
+        constexpr int V = Pack<T, VEC>::V, L = CONV_STEPS;
+        const u32 ch = (blockIdx.x * WG_X + threadIdx.x) * V;
+        if (ch >= c) return;  // no barriers below
+        float wt[K][V], b[V];
 #pragma unroll
-    for (int j = 0; j <= MAX_TAPS; ++j) s[j] = 0.0f;
-    if (ch < c) {
-        for (u32 r = blockIdx.y * WG_Y + threadIdx.y; r < bt; r += gridDim.y * WG_Y) {
-            const u32 ti = r % t;
-            const float g = to_float(dy[(u64)r * c + ch]);
-            s[MAX_TAPS] += g;
+        for (int e = 0; e < V; ++e) {
+            b[e] = BACK ? 0.0f : to_float(bias[ch + e]);
 #pragma unroll
-            for (int j = 0; j < MAX_TAPS; ++j) {
-                const int back = (int)k - 1 - j;
-                if (j < (int)k && (int)ti >= back) s[j] = fmaf(g, to_float(x[((u64)r - back) * c + ch]), s[j]);
+            for (int j = 0; j < K; ++j) wt[j][e] = to_float(w[(ch + e) * K + j]);
+        }
+        for_each_run(bt, t_len, [&](u32 seq, u32 t0) {
+            const u64 base = (u64)seq * t_len * c + ch;
+            // win[i] is step t0 - (K - 1) + i forward, t0 + i backward.
+            Pack<T, VEC> win[L + K - 1];
+#pragma unroll
+            for (int i = 0; i < L + K - 1; ++i) win[i].load_step(in + base, (int)t0 + i - (BACK ? 0 : K - 1), t_len, c);
+#pragma unroll
+            for (int s = 0; s < L; ++s) {
+                if (t0 + s >= t_len) break;
+                float o[V];
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    o[e] = b[e];
+#pragma unroll
+                    for (int j = 0; j < K; ++j) o[e] = fmaf(wt[j][e], win[BACK ? s + K - 1 - j : s + j].at(e), o[e]);
+                }
+                store_pack<T, VEC>(out + base + (u64)(t0 + s) * c, o);
             }
-        }
+        });
     }
-#pragma unroll
-    for (int j = 0; j <= MAX_TAPS; ++j) part[threadIdx.y][threadIdx.x][j] = s[j];
-    __syncthreads();
-    if (threadIdx.y == 0 && ch < c) {
-        for (u32 j = 0; j <= k; ++j) {
-            const int slot = j == k ? MAX_TAPS : (int)j;
-            float tot = 0.0f;
-            for (int y = 0; y < WG_Y; ++y) tot += part[y][threadIdx.x][slot];
-            atomicAdd(&acc[ch * (k + 1) + j], tot);
-        }
-    }
-}
+};
 
-// Splits the f32 sums into dw [C, K] and dbias [C] of the data's dtype.
+// partial[blockIdx.y, c, j] = this block's sum of dy[b, t, c] x[b, t - K + 1 + j, c] (j < K) and
+// of dy[b, t, c] (j = K), over its threads' runs; every block writes all its channels' slots.
+template <typename T, bool VEC>
+struct WeightGrad {
+    const T* __restrict__ x;
+    const T* __restrict__ dy;
+    float* __restrict__ partial;
+    u32 bt, t_len, c;
+
+    template <int K>
+    __device__ void run() const {
+        constexpr int V = Pack<T, VEC>::V, L = CONV_STEPS;
+        const u32 ch = (blockIdx.x * WG_X + threadIdx.x) * V;
+        const bool active = ch < c;
+        float acc[K + 1][V];
+#pragma unroll
+        for (int j = 0; j <= K; ++j)
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[j][e] = 0.0f;
+        if (active) {
+            for_each_run(bt, t_len, [&](u32 seq, u32 t0) {
+                const u64 base = (u64)seq * t_len * c + ch;
+                Pack<T, VEC> win[L + K - 1], g[L];
+#pragma unroll
+                for (int i = 0; i < L + K - 1; ++i) win[i].load_step(x + base, (int)t0 + i - (K - 1), t_len, c);
+#pragma unroll
+                for (int s = 0; s < L; ++s) g[s].load_step(dy + base, (int)(t0 + s), t_len, c);
+#pragma unroll
+                for (int s = 0; s < L; ++s)
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        const float gv = g[s].at(e);
+                        acc[K][e] += gv;
+#pragma unroll
+                        for (int j = 0; j < K; ++j) acc[j][e] = fmaf(gv, win[s + j].at(e), acc[j][e]);
+                    }
+            });
+        }
+        __shared__ float part[WG_Y * WG_X * V];
+        float* own = part + (threadIdx.y * WG_X + threadIdx.x) * V;
+#pragma unroll
+        for (int j = 0; j <= K; ++j) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) own[e] = acc[j][e];
+            __syncthreads();
+            if (threadIdx.y == 0 && active) {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    float tot = 0.0f;
+                    for (int y = 0; y < WG_Y; ++y) tot += part[(y * WG_X + threadIdx.x) * V + e];
+                    partial[((u64)blockIdx.y * c + ch + e) * (K + 1) + j] = tot;
+                }
+            }
+            __syncthreads();
+        }
+    }
+};
+
+// dw [C, K] and dbias [C] of the data's dtype from the `splits` blocks' partials [splits, C, K + 1].
 template <typename T>
-__device__ void conv_backward_finish(const float* __restrict__ acc, T* __restrict__ dw, T* __restrict__ db, u32 c,
-                                     u32 k) {
-    for (u64 idx = global_thread(); idx < (u64)c * (k + 1); idx += grid_threads()) {
+__device__ void conv_backward_finish(const float* __restrict__ partial, T* __restrict__ dw, T* __restrict__ db,
+                                     u32 splits, u32 c, u32 k) {
+    const u32 n = c * (k + 1);
+    for (u32 idx = global_thread(); idx < n; idx += grid_threads()) {
+        float s = 0.0f;
+        for (u32 sp = 0; sp < splits; ++sp) s += partial[(u64)sp * n + idx];
         const u32 ch = idx / (k + 1), j = idx % (k + 1);
         if (j == k) {
-            db[ch] = from_float<T>(acc[idx]);
+            db[ch] = from_float<T>(s);
         } else {
-            dw[ch * k + j] = from_float<T>(acc[idx]);
+            dw[ch * k + j] = from_float<T>(s);
         }
     }
 }
 
-#define CONV_KERNELS(T, SUFFIX)                                                                                  \
-    extern "C" __global__ void short_conv_forward_##SUFFIX(const T* x, const T* w, const T* bias, T* y, u32 bt,  \
-                                                           u32 t, u32 c, u32 k) {                                \
-        conv_forward<T>(x, w, bias, y, bt, t, c, k);                                                             \
-    }                                                                                                            \
-    extern "C" __global__ void short_conv_backward_x_##SUFFIX(const T* w, const T* dy, T* dx, u32 bt, u32 t,     \
-                                                              u32 c, u32 k) {                                    \
-        conv_backward_x<T>(w, dy, dx, bt, t, c, k);                                                              \
-    }                                                                                                            \
-    extern "C" __global__ void __launch_bounds__(WG_X * WG_Y)                                                    \
-        short_conv_backward_w_##SUFFIX(const T* x, const T* dy, float* acc, u32 bt, u32 t, u32 c, u32 k) {       \
-        conv_backward_w<T>(x, dy, acc, bt, t, c, k);                                                             \
-    }                                                                                                            \
-    extern "C" __global__ void short_conv_backward_finish_##SUFFIX(const float* acc, T* dw, T* db, u32 c,        \
-                                                                   u32 k) {                                      \
-        conv_backward_finish<T>(acc, dw, db, c, k);                                                              \
+// Each kernel in a vector and a scalar variant (suffix _scalar, as the row kernels' are named),
+// and for each tap count K from 1 to MAX_TAPS (suffix _kK): a kernel gets the registers its
+// largest path needs, and one kernel for every K ran K = 4 with K = 8's (ptxas for sm_90a: 210
+// registers a thread in the bf16 forward against 128, one block of 256 an SM instead of two).
+// The launch bounds hold every kernel to two blocks an SM (128 registers): K <= 4 fits without
+// spilling (ptxas: 8 bytes in the bf16 weight gradient), K = 8 spills some of its window to L1.
+#define CONV_KERNELS(T, SUFFIX, VEC, VARIANT, K)                                                                   \
+    extern "C" __global__ void __launch_bounds__(WG_X * WG_Y, 2) short_conv_forward_##SUFFIX##VARIANT##_k##K(      \
+        const T* x, const T* w, const T* bias, T* y, u32 bt, u32 t, u32 c) {                                       \
+        Conv<T, VEC, false>{x, w, bias, y, bt, t, c}.run<K>();                                                     \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(WG_X * WG_Y, 2) short_conv_backward_x_##SUFFIX##VARIANT##_k##K(   \
+        const T* w, const T* dy, T* dx, u32 bt, u32 t, u32 c) {                                                    \
+        Conv<T, VEC, true>{dy, w, nullptr, dx, bt, t, c}.run<K>();                                                 \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(WG_X * WG_Y, 2) short_conv_backward_w_##SUFFIX##VARIANT##_k##K(   \
+        const T* x, const T* dy, float* partial, u32 bt, u32 t, u32 c) {                                           \
+        WeightGrad<T, VEC>{x, dy, partial, bt, t, c}.run<K>();                                                     \
+    }
+#define CONV_TAPS(T, SUFFIX, VEC, VARIANT)  \
+    CONV_KERNELS(T, SUFFIX, VEC, VARIANT, 1) \
+    CONV_KERNELS(T, SUFFIX, VEC, VARIANT, 2) \
+    CONV_KERNELS(T, SUFFIX, VEC, VARIANT, 3) \
+    CONV_KERNELS(T, SUFFIX, VEC, VARIANT, 4) \
+    CONV_KERNELS(T, SUFFIX, VEC, VARIANT, 5) \
+    CONV_KERNELS(T, SUFFIX, VEC, VARIANT, 6) \
+    CONV_KERNELS(T, SUFFIX, VEC, VARIANT, 7) \
+    CONV_KERNELS(T, SUFFIX, VEC, VARIANT, 8)
+
+CONV_TAPS(float, f32, true, )
+CONV_TAPS(float, f32, false, _scalar)
+CONV_TAPS(bf16, bf16, true, )
+CONV_TAPS(bf16, bf16, false, _scalar)
+
+#define FINISH_KERNEL(T, SUFFIX)                                                                                   \
+    extern "C" __global__ void short_conv_backward_finish_##SUFFIX(const float* partial, T* dw, T* db, u32 splits, \
+                                                                   u32 c, u32 k) {                                 \
+        conv_backward_finish<T>(partial, dw, db, splits, c, k);                                                    \
     }
 
-CONV_KERNELS(float, f32)
-CONV_KERNELS(bf16, bf16)
+FINISH_KERNEL(float, f32)
+FINISH_KERNEL(bf16, bf16)

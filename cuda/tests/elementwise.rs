@@ -264,6 +264,45 @@ fn binary_same_shape_and_broadcast() {
     }
 }
 
+/// Broadcasts the grouped kernel takes (layout.rs `grouped`): a per-head weight over
+/// [N, H, D] either side of the op, a per-row gate along D, both operands broadcast along the
+/// rows, a bias over rows of 24 (three bf16 vectors, six f32); and rows of 12, which group in
+/// f32 but not in bf16 (the strided kernel). Every op, both dtypes, against the reference loop.
+#[test]
+fn binary_broadcast_along_rows_in_groups() {
+    let dev = gpu!();
+    let mut rng = Rng::new(5);
+    let cases: [BroadcastCase; 6] = [
+        (&[7, 3, 16], &[48, 16, 1], &[0, 16, 1], 336, 48),
+        (&[7, 3, 16], &[0, 16, 1], &[48, 16, 1], 48, 336),
+        (&[5, 3, 32], &[3, 1, 0], &[96, 32, 1], 15, 480),
+        (&[9, 8], &[1, 0], &[1, 0], 9, 9),
+        (&[11, 24], &[24, 1], &[0, 1], 264, 24),
+        (&[11, 12], &[12, 1], &[1, 0], 132, 11),
+    ];
+    for dt in FLOATS {
+        for op in [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Maximum,
+        ] {
+            for (dims, sa, sb, na, nb) in cases {
+                let a = rounded(dt, &rng.vec(na, -2.0, 2.0));
+                let b = rounded(dt, &rng.vec(nb, 0.5, 2.0));
+                let n: usize = dims.iter().product();
+                let (ga, gb) = (upload(&dev, dt, &a), upload(&dev, dt, &b));
+                let mut gy = poisoned(&dev, dt, n);
+                binary(&dev, op, dims, &ga, sa, &gb, sb, &mut gy).unwrap();
+                let want = broadcast_ref(op, dims, &a, sa, &b, sb);
+                let what = format!("{op:?} {dt} {dims:?} {sa:?} {sb:?}");
+                assert_close(&what, &download(&dev, &gy), &want, tol(dt));
+            }
+        }
+    }
+}
+
 #[test]
 fn strided_copy_patterns() {
     let dev = gpu!();

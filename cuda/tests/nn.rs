@@ -267,16 +267,21 @@ fn cross_entropy_forward_and_backward() {
     dev.take_kernel_errors().unwrap();
 }
 
+/// Head dims whose half is odd (the scalar kernel), 4 (vectors of f32, single bf16), 8 and 32
+/// (vectors of both).
 #[test]
 fn rope_rotates_and_unrotates() {
     let dev = gpu!();
     let mut rng = Rng::new(23);
-    for dt in FLOATS {
+    for (dt, d) in FLOATS
+        .into_iter()
+        .flat_map(|dt| [10, 8, 16, 64].map(|d| (dt, d)))
+    {
         let r = RopeDims {
             b: 2,
             t: 37,
             h: 3,
-            d: 10,
+            d,
             offset: 5,
             theta: 10000.0,
         };
@@ -301,7 +306,7 @@ fn rope_rotates_and_unrotates() {
             out
         };
         assert_close(
-            &format!("rope {dt}"),
+            &format!("rope {dt} d {d}"),
             &download(&dev, &gy),
             &rotate(&x, 1.0),
             tol(dt),
@@ -309,7 +314,7 @@ fn rope_rotates_and_unrotates() {
         let mut gdx = poisoned(&dev, dt, x.len());
         rope_backward(&dev, r, &gx, &mut gdx).unwrap();
         assert_close(
-            &format!("rope backward {dt}"),
+            &format!("rope backward {dt} d {d}"),
             &download(&dev, &gdx),
             &rotate(&x, -1.0),
             tol(dt),

@@ -3,7 +3,8 @@
 //! NaNs before each block), against the CPU fused kernels on values, boundary states and every
 //! gradient: the gated delta rule's two families (gated_delta_parallel.cu and gated_delta.cu, in
 //! bf16) and the mLSTM's kernels (mlstm.cu, in bf16 and f32); and the fused SwiGLU (swiglu.cu,
-//! both instantiations, in bf16 and f32) against the CPU's. CI has no GPU:
+//! both instantiations, in bf16 and f32) and the short convolution (short_conv.cu, both
+//! variants, in bf16 and f32) against the CPU's. CI has no GPU:
 //! this is how it checks the kernels' logic (indexing, fragment layouts, barriers, waits), while
 //! gpu_recurrent.rs and gpu_parity.rs check them on the hardware. Skips, saying why, where there is no C++
 //! compiler (g++) or no kernel sources (the GPU machine gets test binaries only).
@@ -64,6 +65,11 @@ const SWIGLU: Driver = Driver {
     sources: &["cuda/kernels/swiglu.cu"],
 };
 
+const SHORT_CONV: Driver = Driver {
+    name: "short_conv",
+    sources: &["cuda/kernels/short_conv.cu"],
+};
+
 /// The gated delta rule's harness, built once per test binary; None, with the reason printed,
 /// where it cannot be built here.
 fn gated_delta_harness() -> Option<&'static Path> {
@@ -81,6 +87,12 @@ fn mlstm_harness() -> Option<&'static Path> {
 fn swiglu_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| build(&SWIGLU)).as_deref()
+}
+
+/// The short convolution's harness, likewise.
+fn short_conv_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&SHORT_CONV)).as_deref()
 }
 
 /// The functions of the kernel sources that wrap PTX; emu.h has their CPU versions.
@@ -801,4 +813,77 @@ fn swiglu_kernels() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The short convolution's kernels in the emulator at [B, T, C] with K taps, in the vector or
+/// scalar variant on `splits` rows of blocks, against the CPU convolution on the same (rounded)
+/// inputs: y, dx, dw and dbias.
+fn short_conv_case(
+    name: &str,
+    [b, t, c, k]: [usize; 4],
+    vec: bool,
+    splits: usize,
+    dtype: DType,
+) -> Result<()> {
+    let Some(exe) = short_conv_harness() else {
+        return Ok(());
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("emu")
+        .join(name);
+    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    let shapes: [&[usize]; 4] = [&[b, t, c], &[c, k], &[c], &[b, t, c]];
+    let mut x = Vec::new();
+    for (seed, dims) in shapes.iter().enumerate() {
+        let r = Tensor::randn(dims.to_vec(), 1.0, seed as u64 + 1, DType::F32, Device::Cpu)?;
+        x.push(r.to_dtype(dtype)?.to_dtype(DType::F32)?);
+    }
+    for (file, t) in ["x", "w", "bias", "dy"].iter().zip(&x) {
+        write(&dir.join(format!("{file}.f32")), t)?;
+    }
+    let shape = dir.join("dims");
+    let variant = u8::from(vec);
+    std::fs::write(&shape, format!("{b} {t} {c} {k} {variant} {splits}\n"))
+        .map_err(|e| io(&shape, e))?;
+    let y = x[0].short_conv(&x[1], Some(&x[2]))?;
+    let (dx, dw, db) = x[0].short_conv_backward(&x[1], &x[3])?;
+    let arg = if dtype == DType::BF16 { "bf16" } else { "f32" };
+    let status = Command::new(exe)
+        .arg(&dir)
+        .arg(arg)
+        .status()
+        .map_err(|e| io(exe, e))?;
+    assert!(
+        status.success(),
+        "{name}: the emulated kernels failed ({status})"
+    );
+    // Outputs rounded to bf16, or f32 sums in another order.
+    let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+    for (out, want) in ["y", "dx", "dw", "db"].iter().zip([&y, &dx, &dw, &db]) {
+        let got = read(&dir.join(format!("emu_{out}.f32")), want)?;
+        let err = relative_error(&got, want).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
+        eprintln!("{name} {out}: relative error {err:.2e}");
+        assert!(
+            err < tolerance,
+            "{name} {out}: relative error {err:.3e} > {tolerance:.0e}"
+        );
+    }
+    Ok(())
+}
+
+/// 16-byte channel groups (C = 264: two blocks across, the second mostly idle), T not a whole
+/// number of runs, 4 and 8 taps, several rows of blocks (threads take more than one run).
+#[test]
+fn short_conv_vector() -> Result<()> {
+    short_conv_case("conv_vec_k4", [2, 37, 264, 4], true, 2, DType::BF16)?;
+    short_conv_case("conv_vec_k8", [3, 21, 64, 8], true, 1, DType::BF16)?;
+    short_conv_case("conv_vec_f32", [2, 37, 68, 3], true, 3, DType::F32)
+}
+
+/// Single channels (odd C), a sequence shorter than the taps, one tap.
+#[test]
+fn short_conv_scalar() -> Result<()> {
+    short_conv_case("conv_scalar_k4", [2, 37, 67, 4], false, 2, DType::BF16)?;
+    short_conv_case("conv_scalar_short", [1, 3, 7, 5], false, 1, DType::F32)?;
+    short_conv_case("conv_scalar_k1", [3, 9, 8, 1], false, 5, DType::BF16)
 }

@@ -349,7 +349,19 @@ mixer_tests!(gated_delta, GatedDelta, GDN, 100, 30.0);
 fn short_conv_matches_cpu() -> Result<()> {
     let Some(dev) = gpu() else { return Ok(()) };
     for dtype in [DType::F32, DType::BF16] {
-        for (b, t, c, k) in [(2, 37, 67, 4), (1, 1, 16, 3), (3, 1000, 256, 4)] {
+        // Odd C (the scalar kernels), C a whole number of vectors (the vector ones), T short of
+        // the taps and not a whole number of runs, 1 to 8 taps, and enough runs that threads
+        // take several (20000 steps over 2 channel groups).
+        for (b, t, c, k) in [
+            (2, 37, 67, 4),
+            (1, 1, 16, 3),
+            (3, 1000, 256, 4),
+            (2, 21, 264, 8),
+            (3, 9, 8, 1),
+            (1, 5, 7, 5),
+            (2, 100, 40, 2),
+            (2, 20000, 16, 4),
+        ] {
             let raw = [
                 randn(&[b, t, c], 1.0, 1),
                 randn(&[c, k], 0.5, 2),

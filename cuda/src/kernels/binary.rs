@@ -36,8 +36,9 @@ impl BinaryOp {
 ///
 /// `a_strides` and `b_strides` are each operand's element strides over `dims`: its contiguous
 /// strides on the dimensions it has, 0 where it is broadcast (including leading dimensions it
-/// lacks). Same-shape contiguous operands take a vectorised fast path. All three buffers share
-/// one dtype, f32 or bf16.
+/// lacks). Same-shape contiguous operands take a vectorised fast path, and so do broadcasts
+/// whose innermost dimension each operand walks or is broadcast along, when it is a whole number
+/// of 16-byte vectors (`TwoStrided::grouped`). All three buffers share one dtype, f32 or bf16.
 pub fn binary(
     dev: &Device,
     op: BinaryOp,
@@ -77,6 +78,21 @@ pub fn binary(
                 &[a, b, y, &n, &code],
             )
         }
+    } else if let Some(g) = grouped(&p, a, b, y) {
+        let name = float_kernel!(OP, "binary_grouped", a.dtype())?;
+        // SAFETY: binary_grouped_T(const T* a, const T* b, T* y, TwoStrided g, int op);
+        // `TwoStrided::new` checked that both operands stay in bounds and `grouped` only groups
+        // whole innermost rows of that range; every vector read or written starts at a multiple
+        // of 16 bytes (checked there); y holds n = g.len() * 16 / size elements.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                name,
+                Launch::elementwise(dev, g.len()),
+                &[a, b, y, &g, &code],
+            )
+        }
     } else {
         let name = float_kernel!(OP, "binary_strided", a.dtype())?;
         // SAFETY: binary_strided_T(const T* a, const T* b, T* y, TwoStrided p, int op);
@@ -91,6 +107,14 @@ pub fn binary(
             )
         }
     }
+}
+
+/// The layout over 16-byte groups of y for `binary_grouped`, where the broadcast allows it and
+/// the three buffers are 16-byte aligned (pool blocks are).
+fn grouped(p: &TwoStrided, a: &Buffer, b: &Buffer, y: &Buffer) -> Option<TwoStrided> {
+    let aligned = [a, b, y].iter().all(|x| x.device_ptr().is_multiple_of(16));
+    p.grouped(16 / a.dtype().size_bytes() as u64)
+        .filter(|_| aligned)
 }
 
 /// [`binary`] for operands of the same shape, all contiguous.

@@ -143,32 +143,53 @@ impl TwoStrided {
         })
     }
 
-    /// The same copy over elements `factor` times wider, where both operands walk their
-    /// innermost dimension contiguously and every offset, outer stride and the innermost length
-    /// are multiples of `factor`: a narrow of a fused projection then moves 16-byte vectors
-    /// instead of 2-byte elements, and decodes its coordinates once per vector. None where the
-    /// layout does not allow it (a transpose, a broadcast, an odd offset).
-    pub fn widened(&self, factor: u64) -> Option<TwoStrided> {
+    /// The layout over groups of `factor` consecutive positions along the innermost dimension,
+    /// for kernels that handle a group per thread with one decode: its length must be a multiple
+    /// of `factor`, and each operand must either walk it contiguously from an offset and outer
+    /// strides that are multiples of `factor` (the group is one aligned vector of it) or be
+    /// broadcast along it (stride 0: one element serves the group). Strides and offsets stay in
+    /// elements. None where the layout does not allow it (a transpose, an odd offset or length).
+    pub fn grouped(&self, factor: u64) -> Option<TwoStrided> {
         let f = factor as i64;
         let last = (self.rank as usize).checked_sub(1)?;
-        let aligned = self.s0[last] == 1
-            && self.s1[last] == 1
-            && self.dims[last].is_multiple_of(factor)
-            && self.off0 % f == 0
-            && self.off1 % f == 0
-            && (0..last).all(|d| self.s0[d] % f == 0 && self.s1[d] % f == 0);
-        if factor < 2 || !aligned {
+        let fits = |s: &[i64; MAX_RANK], off: i64| match s[last] {
+            0 => true,
+            1 => off % f == 0 && s[..last].iter().all(|&s| s % f == 0),
+            _ => false,
+        };
+        if factor < 2
+            || !self.dims[last].is_multiple_of(factor)
+            || !fits(&self.s0, self.off0)
+            || !fits(&self.s1, self.off1)
+        {
             return None;
         }
         let mut p = *self;
         p.n /= factor;
         p.dims[last] /= factor;
-        p.off0 /= f;
-        p.off1 /= f;
-        for d in 0..last {
+        p.s0[last] *= f;
+        p.s1[last] *= f;
+        Some(p)
+    }
+
+    /// The same copy over elements `factor` times wider, where both operands walk their
+    /// innermost dimension contiguously and the layout groups (`grouped`): a narrow of a fused
+    /// projection then moves 16-byte vectors instead of 2-byte elements, and decodes its
+    /// coordinates once per vector. None where the layout does not allow it (a transpose, a
+    /// broadcast, an odd offset).
+    pub fn widened(&self, factor: u64) -> Option<TwoStrided> {
+        let last = (self.rank as usize).checked_sub(1)?;
+        if self.s0[last] != 1 || self.s1[last] != 1 {
+            return None;
+        }
+        let mut p = self.grouped(factor)?;
+        let f = factor as i64;
+        for d in 0..=last {
             p.s0[d] /= f;
             p.s1[d] /= f;
         }
+        p.off0 /= f;
+        p.off1 /= f;
         Some(p)
     }
 
@@ -260,6 +281,51 @@ mod tests {
         )
         .unwrap();
         assert!(broadcast.widened(2).is_none());
+    }
+
+    #[test]
+    fn broadcasts_along_or_across_rows_group() {
+        // A per-head weight [H, D] over [B * T, H, D]: both walk the rows, which merge to H * D.
+        let p = TwoStrided::new(
+            "t",
+            &[6, 3, 16],
+            operand("x", 288, &[48, 16, 1]),
+            operand("w", 48, &[0, 16, 1]),
+        )
+        .unwrap();
+        let g = p.grouped(8).unwrap();
+        assert_eq!((g.n, g.rank, g.dims[0], g.dims[1]), (36, 2, 6, 6));
+        assert_eq!((g.s0[0], g.s0[1], g.s1[0], g.s1[1]), (48, 8, 0, 8));
+        // A per-row gate [N, 1] times x [N, 16]: the gate is broadcast along the row.
+        let gate = TwoStrided::new(
+            "t",
+            &[5, 16],
+            operand("gate", 5, &[1, 0]),
+            operand("x", 80, &[16, 1]),
+        )
+        .unwrap();
+        let g = gate.grouped(8).unwrap();
+        assert_eq!(
+            (g.n, g.dims[1], g.s0[0], g.s0[1], g.s1[1]),
+            (10, 2, 1, 0, 8)
+        );
+        // Rows of 12 do not split into groups of 8, and a transpose walks no row.
+        let short = TwoStrided::new(
+            "t",
+            &[5, 12],
+            operand("x", 60, &[12, 1]),
+            operand("b", 12, &[0, 1]),
+        )
+        .unwrap();
+        assert!(short.grouped(8).is_none() && short.grouped(4).is_some());
+        let transpose = TwoStrided::new(
+            "t",
+            &[8, 8],
+            operand("a", 64, &[1, 8]),
+            operand("b", 64, &[8, 1]),
+        )
+        .unwrap();
+        assert!(transpose.grouped(2).is_none());
     }
 
     #[test]

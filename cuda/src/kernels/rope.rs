@@ -1,6 +1,6 @@
 //! Rotary position embedding on [B, T, H, D], forward and backward (`kernels/rope.cu`).
 
-use super::{check_device, check_like, float_kernel, launch, to_u32, Launch};
+use super::{check_device, check_like, launch, row_kernel, to_u32, Launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
@@ -57,7 +57,8 @@ fn run(
             format!("{r:?} needs an even d and b*t*h*d = {} elements", x.len()),
         ));
     }
-    let name = float_kernel!(op, "rope", x.dtype())?;
+    // A dtype without a kernel is an error even for an empty tensor.
+    row_kernel!(op, "rope", x.dtype(), true)?;
     if x.is_empty() {
         return Ok(());
     }
@@ -82,17 +83,26 @@ fn run(
             &[&cos, &sin, &t_len, &half, &pos_offset, &r.theta],
         )?;
     }
-    let pairs = (x.len() / 2) as u64;
-    // SAFETY: rope_T(const T* x, T* y, const float* cos_t, const float* sin_t, u64 pairs,
-    // u32 t_len, u32 heads, u32 half, float sign); x and y hold 2 * pairs = b*t*h*d, the tables
-    // t_len * half.
+    // Groups of one 16-byte vector of pairs where d/2 is a whole number of them and the buffers
+    // are 16-byte aligned (pool blocks are), else single pairs.
+    let per_vec = 16 / x.dtype().size_bytes();
+    let vec = (r.d / 2).is_multiple_of(per_vec)
+        && [x, &*y, &cos, &sin]
+            .iter()
+            .all(|b| b.device_ptr().is_multiple_of(16));
+    let name = row_kernel!(op, "rope", x.dtype(), vec)?;
+    let groups = (x.len() / 2 / if vec { per_vec } else { 1 }) as u64;
+    // SAFETY: rope_T[_scalar](const T* x, T* y, const float* cos_t, const float* sin_t,
+    // u64 groups, u32 t_len, u32 heads, u32 half, float sign); x and y hold b*t*h*d elements,
+    // 2 * groups * V for the kernel's group of V pairs (V divides half in the vector kernel, whose
+    // x, y and tables (fresh pool blocks) are 16-byte aligned), the tables t_len * half.
     unsafe {
         launch(
             dev,
             &SOURCE,
             name,
-            Launch::elementwise(dev, pairs),
-            &[x, y, &cos, &sin, &pairs, &t_len, &heads, &half, &sign],
+            Launch::elementwise(dev, groups),
+            &[x, y, &cos, &sin, &groups, &t_len, &heads, &half, &sign],
         )
     }
 }
