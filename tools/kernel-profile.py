@@ -54,6 +54,7 @@ CATEGORIES = [
     ("RAttention linear branch", ("rla_",)),
     ("gated delta rule", ("gdn_", "gated_delta")),
     ("short convolution", ("short_conv",)),
+    ("SwiGLU", ("swiglu",)),
     ("RMSNorm", ("norm_",)),
     ("RoPE", ("rope",)),
     ("cross-entropy", ("ce_",)),
