@@ -122,10 +122,18 @@ fn backward_bytes(s: RecurrentShape, e: usize) -> impl Fn(&RecArgs) -> usize {
 fn block_threads(s: RecurrentShape) -> u32 {
     static OVERRIDE: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     let asked = *OVERRIDE.get_or_init(|| {
-        std::env::var("SWAX_MLSTM_THREADS")
+        let v = std::env::var("SWAX_MLSTM_THREADS").ok()?;
+        let threads = v
+            .parse()
             .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&v: &u32| v.is_multiple_of(32) && (32..=CHUNK_THREADS).contains(&v))
+            .filter(|&t: &u32| t.is_multiple_of(32) && (32..=CHUNK_THREADS).contains(&t));
+        if threads.is_none() {
+            // A measuring knob, not a setting: a typo is said once and the choice below stands.
+            eprintln!(
+                "SWAX_MLSTM_THREADS={v:?} ignored: expected a multiple of 32 from 32 to {CHUNK_THREADS}"
+            );
+        }
+        threads
     });
     asked.unwrap_or(if s.dk * s.dv >= 128 * 64 {
         CHUNK_THREADS
