@@ -15,23 +15,14 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import time
+
+from swax_commit import commit
 
 import torch
 import transformers
 from transformers import MistralConfig, MistralForCausalLM
 from transformers.cache_utils import DynamicCache
-
-
-def commit():
-    if os.environ.get("SWAX_COMMIT"):
-        return os.environ["SWAX_COMMIT"]
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def case(model, cfg, batch, context, piece_tokens, decode, warmup):

@@ -22,6 +22,8 @@ import sys
 import torch
 import triton
 
+from swax_commit import commit
+
 # bench/src/shape.rs: B, T, heads, the head dim D (attention, the gated delta rule, the mLSTM's
 # values) and the mLSTM's q/k width (half the head in swax-small's layers).
 SHAPES = {
@@ -55,16 +57,6 @@ def shapes(arg):
     if unknown:
         raise SystemExit(f"shape(s) {unknown}: expected {', '.join(SHAPES)}")
     return [(n, SHAPES[n]) for n in names]
-
-
-def commit():
-    if os.environ.get("SWAX_COMMIT"):
-        return os.environ["SWAX_COMMIT"]
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def refusal(e):

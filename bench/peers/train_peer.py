@@ -37,7 +37,6 @@ import datetime
 import json
 import math
 import statistics
-import subprocess
 import time
 
 import torch
@@ -47,22 +46,14 @@ from importlib.metadata import version
 from mlstm_kernels.torch.chunkwise.triton_xl_chunk import mlstm_chunkwise__xl_chunk
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from swax_commit import commit
+
 # swax-small (configs/swax-small.toml).
 D_MODEL, N_LAYERS, N_HEADS, D_FF, VOCAB = 768, 12, 12, 2048, 50304
 PATTERN, ROPE_THETA, NORM_EPS, INIT_STD = "SM", 10000.0, 1e-6, 0.02
 CONV_TAPS, GATE_CAP, MLSTM_EPS = 4, 15.0, 1e-6
 # MFU's denominator, as bench-train's: the H200's dense bf16 peak (datasheet).
 PEAK_FLOPS = 989e12
-
-
-def commit():
-    if os.environ.get("SWAX_COMMIT"):
-        return os.environ["SWAX_COMMIT"]
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def linear(d_in, d_out, std=INIT_STD):

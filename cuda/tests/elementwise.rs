@@ -208,18 +208,40 @@ fn broadcast_ref(
         .collect()
 }
 
+const BINARY_OPS: [BinaryOp; 5] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Maximum,
+];
+
+/// Runs `op` over one broadcast case on random operands of `dt` and checks it against
+/// [`broadcast_ref`].
+fn check_broadcast(
+    dev: &swax_cuda::Device,
+    rng: &mut Rng,
+    dt: DType,
+    op: BinaryOp,
+    (dims, sa, sb, na, nb): BroadcastCase,
+) {
+    let a = rounded(dt, &rng.vec(na, -2.0, 2.0));
+    let b = rounded(dt, &rng.vec(nb, 0.5, 2.0));
+    let n: usize = dims.iter().product();
+    let (ga, gb) = (upload(dev, dt, &a), upload(dev, dt, &b));
+    let mut gy = poisoned(dev, dt, n);
+    binary(dev, op, dims, &ga, sa, &gb, sb, &mut gy).unwrap();
+    let want = broadcast_ref(op, dims, &a, sa, &b, sb);
+    let what = format!("{op:?} {dt} {dims:?} {sa:?} {sb:?}");
+    assert_close(&what, &download(dev, &gy), &want, tol(dt));
+}
+
 #[test]
 fn binary_same_shape_and_broadcast() {
     let dev = gpu!();
     let mut rng = Rng::new(3);
     for dt in FLOATS {
-        for op in [
-            BinaryOp::Add,
-            BinaryOp::Sub,
-            BinaryOp::Mul,
-            BinaryOp::Div,
-            BinaryOp::Maximum,
-        ] {
+        for op in BINARY_OPS {
             let a = rounded(dt, &rng.vec(N, -2.0, 2.0));
             let b = rounded(dt, &rng.vec(N, 0.5, 2.0));
             let (ga, gb) = (upload(&dev, dt, &a), upload(&dev, dt, &b));
@@ -249,16 +271,8 @@ fn binary_same_shape_and_broadcast() {
                     180,
                 ),
             ];
-            for (dims, sa, sb, na, nb) in cases {
-                let a = rounded(dt, &rng.vec(na, -2.0, 2.0));
-                let b = rounded(dt, &rng.vec(nb, 0.5, 2.0));
-                let n: usize = dims.iter().product();
-                let (ga, gb) = (upload(&dev, dt, &a), upload(&dev, dt, &b));
-                let mut gy = poisoned(&dev, dt, n);
-                binary(&dev, op, dims, &ga, sa, &gb, sb, &mut gy).unwrap();
-                let want = broadcast_ref(op, dims, &a, sa, &b, sb);
-                let what = format!("{op:?} {dt} {dims:?}");
-                assert_close(&what, &download(&dev, &gy), &want, tol(dt));
+            for case in cases {
+                check_broadcast(&dev, &mut rng, dt, op, case);
             }
         }
     }
@@ -281,23 +295,9 @@ fn binary_broadcast_along_rows_in_groups() {
         (&[11, 12], &[12, 1], &[1, 0], 132, 11),
     ];
     for dt in FLOATS {
-        for op in [
-            BinaryOp::Add,
-            BinaryOp::Sub,
-            BinaryOp::Mul,
-            BinaryOp::Div,
-            BinaryOp::Maximum,
-        ] {
-            for (dims, sa, sb, na, nb) in cases {
-                let a = rounded(dt, &rng.vec(na, -2.0, 2.0));
-                let b = rounded(dt, &rng.vec(nb, 0.5, 2.0));
-                let n: usize = dims.iter().product();
-                let (ga, gb) = (upload(&dev, dt, &a), upload(&dev, dt, &b));
-                let mut gy = poisoned(&dev, dt, n);
-                binary(&dev, op, dims, &ga, sa, &gb, sb, &mut gy).unwrap();
-                let want = broadcast_ref(op, dims, &a, sa, &b, sb);
-                let what = format!("{op:?} {dt} {dims:?} {sa:?} {sb:?}");
-                assert_close(&what, &download(&dev, &gy), &want, tol(dt));
+        for op in BINARY_OPS {
+            for case in cases {
+                check_broadcast(&dev, &mut rng, dt, op, case);
             }
         }
     }
