@@ -16,11 +16,12 @@
 //!   (each fused mixer against its reference), `bench_loader` (the loader's batches), and
 //!   `gen_text` (a text file of corpus documents, to time `swax prepare` on).
 //!
-//! The library: `learning` scores the learning benchmark; `record` gives the date and commit
+//! The library: `config_args` is the config a model benchmark builds; `learning` scores the learning benchmark; `record` gives the date and commit
 //! every result line carries, appends lines, reads them back and finds a case's line;
 //! `nvidia_smi` samples the card's memory in the background; for the two kernel benchmarks,
 //! `shape` names the shapes they run at, `peers` reads their peers' figures and `kernel_report`
 //! sets each case beside its fastest peer, as a table row and a JSON line.
+pub mod config_args;
 pub mod kernel_report;
 pub mod learning;
 pub mod nvidia_smi;

@@ -16,20 +16,16 @@ use std::time::Instant;
 
 use clap::Parser;
 use serde_json::json;
+use swax_bench::config_args::ConfigArgs;
 use swax_bench::record;
-use swax_hybrid::config::Config;
 use swax_hybrid::generate::Decoder;
 use swax_hybrid::model::Model;
 use swax_tensor::{DType, Device};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// A config name (configs/) or file.
-    #[arg(long, default_value = "swax-small")]
-    config: String,
-    /// Config overrides, as `swax train --set`.
-    #[arg(long = "set")]
-    sets: Vec<String>,
+    #[command(flatten)]
+    model: ConfigArgs,
     #[arg(long, value_delimiter = ',', default_value = "1,64")]
     batches: Vec<usize>,
     #[arg(long, value_delimiter = ',', default_value = "4096,32768,131072")]
@@ -75,7 +71,7 @@ fn gib(bytes: Option<usize>) -> String {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = Args::parse();
-    let cfg = Config::resolve(Some(&a.config), &a.sets)?;
+    let cfg = a.model.resolve()?;
     let device = match a.device.as_deref() {
         Some("cpu") => Device::Cpu,
         Some(_) => Device::Cuda(0),

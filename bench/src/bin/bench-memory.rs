@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use clap::Parser;
 use swax_autograd::Tape;
-use swax_hybrid::config::Config;
+use swax_bench::config_args::ConfigArgs;
 use swax_hybrid::model::Model;
 use swax_nn::Weights;
 use swax_tensor::{Device, Tensor};
@@ -46,12 +46,8 @@ static ALLOCATOR: Counting = Counting;
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// A config name (configs/) or file.
-    #[arg(long, default_value = "swax-small")]
-    config: String,
-    /// Config overrides, as `swax train --set`.
-    #[arg(long = "set")]
-    sets: Vec<String>,
+    #[command(flatten)]
+    model: ConfigArgs,
     /// The attention window (0: the config's w_long).
     #[arg(long, default_value_t = 0)]
     window: usize,
@@ -87,7 +83,7 @@ fn gib(bytes: usize) -> f64 {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = Args::parse();
-    let cfg = Config::resolve(Some(&a.config), &a.sets)?;
+    let cfg = a.model.resolve()?;
     let device = match a.device.as_deref() {
         Some("cpu") => Device::Cpu,
         Some(_) => Device::Cuda(0),

@@ -29,6 +29,7 @@ use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
 use serde_json::{json, Value};
+use swax_bench::config_args::ConfigArgs;
 use swax_bench::nvidia_smi::MemorySampler;
 use swax_bench::record;
 use swax_hybrid::config::Config;
@@ -45,12 +46,8 @@ static NEVER: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// A config name (configs/) or file.
-    #[arg(long, default_value = "swax-small")]
-    config: String,
-    /// Config overrides, as `swax train --set`, applied after the benchmark's own.
-    #[arg(long = "set")]
-    sets: Vec<String>,
+    #[command(flatten)]
+    model: ConfigArgs,
     /// Sequences per micro-batch, one case each (default: the config's data.batch_size).
     #[arg(long, value_delimiter = ',')]
     batch: Vec<usize>,
@@ -188,7 +185,7 @@ fn bench_sets(base: &Config, a: &Args, b: usize, w: usize) -> Vec<String> {
         "train.save_every=0".into(),
         "train.checkpoints=false".into(),
     ];
-    sets.extend(a.sets.iter().cloned());
+    sets.extend(a.model.sets.iter().cloned());
     sets
 }
 
@@ -201,7 +198,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if a.steps == 0 {
         return Err("--steps must be at least 1".into());
     }
-    let base = Config::resolve(Some(&a.config), &a.sets)?;
+    let base = a.model.resolve()?;
     let device = match a.device.as_deref() {
         Some("cpu") => Device::Cpu,
         Some(_) => Device::Cuda(0),
@@ -236,7 +233,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut largest: Option<(usize, Option<usize>)> = None;
     'batches: for &b in &batches {
         for &w in &a.windows {
-            let cfg = Config::resolve(Some(&a.config), &bench_sets(&base, &a, b, w))?;
+            let cfg = Config::resolve(Some(&a.model.config), &bench_sets(&base, &a, b, w))?;
             let t = cfg.data.seq_len;
             let case = match b == base.data.batch_size {
                 true => format!("{}-w{w}", m.name),
