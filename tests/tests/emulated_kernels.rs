@@ -261,10 +261,7 @@ fn case(
     let Some(exe) = gated_delta_harness() else {
         return Ok(());
     };
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("emu")
-        .join(name);
-    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    let dir = case_dir(name)?;
     let bf16 = |xs: Vec<Tensor>| -> Result<Vec<Tensor>> {
         xs.iter()
             .map(|x| x.to_dtype(DType::BF16)?.to_dtype(DType::F32))
@@ -443,6 +440,15 @@ const STRONG_DECAY: cases::Gates = cases::Gates {
     forget_mean: -10.0,
 };
 
+/// A case's own folder for the files the harness reads and writes, created.
+fn case_dir(name: &str) -> Result<std::path::PathBuf> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("emu")
+        .join(name);
+    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    Ok(dir)
+}
+
 /// Which output gradients a case has: all, or only the final state's (dh zero), where the
 /// stabilizer's own path carries a large share of the gates' gradients.
 #[derive(Clone, Copy, PartialEq)]
@@ -454,10 +460,9 @@ enum Grads {
 /// One forward and backward of the mLSTM's kernels in the emulator at `dims` = [B, T, H, Dk,
 /// Dv] in `dtype` (bf16 or f32), launched as the wrapper launches them under `shared_limit`
 /// bytes a block (then changed by `adjust`), against the CPU fused kernel on the same (rounded)
-/// inputs. Returns the forward's and backward's value tiles.
-#[allow(clippy::too_many_arguments)]
-fn mlstm_case(
-    name: &str,
+/// inputs, drawn from `seed`.
+struct MlstmCase {
+    name: &'static str,
     dims: [usize; 5],
     chunk: usize,
     gates: cases::Gates,
@@ -466,85 +471,120 @@ fn mlstm_case(
     shared_limit: usize,
     adjust: fn(&mut mlstm::LaunchSizes),
     seed: u64,
-) -> Result<(usize, usize)> {
-    let Some(exe) = mlstm_harness() else {
-        return Ok((0, 0));
-    };
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("emu")
-        .join(name);
-    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-    let rounded = |xs: Vec<Tensor>| -> Result<Vec<Tensor>> {
-        xs.iter()
-            .map(|x| x.to_dtype(dtype)?.to_dtype(DType::F32))
-            .collect()
-    };
-    let x = rounded(cases::inputs(dims, gates, seed)?)?;
-    let mut g = rounded(cases::output_grads(dims, seed)?)?;
-    if grads == Grads::FinalState {
-        g[0] = g[0].zeros_like()?;
+}
+
+impl MlstmCase {
+    /// A case in bf16 with every output gradient, at the device's shared memory and the
+    /// wrapper's launch sizes.
+    fn new(
+        name: &'static str,
+        dims: [usize; 5],
+        chunk: usize,
+        gates: cases::Gates,
+        seed: u64,
+    ) -> Self {
+        MlstmCase {
+            name,
+            dims,
+            chunk,
+            gates,
+            grads: Grads::All,
+            dtype: DType::BF16,
+            shared_limit: SHARED_LIMIT,
+            adjust: |_| {},
+            seed,
+        }
     }
-    let files = [
-        "q", "k", "v", "i", "f", "c0", "n0", "m0", "dh", "dc", "dn", "dm",
-    ];
-    for (file, t) in files.iter().zip(x.iter().chain(&g)) {
-        write(&dir.join(format!("{file}.f32")), t)?;
-    }
-    let [b, t, h, dk, dv] = dims;
-    let shape = dir.join("dims");
-    std::fs::write(&shape, format!("{b} {t} {h} {dk} {dv} {chunk}\n"))
-        .map_err(|e| io(&shape, e))?;
-    let s = RecurrentShape {
-        b,
-        t,
-        h,
-        dk,
-        dv,
-        chunk,
-    };
-    let (kind, dt) = match dtype {
-        DType::BF16 => ("bf16", swax_cuda::DType::BF16),
-        _ => ("f32", swax_cuda::DType::F32),
-    };
-    let mut z = mlstm::launch_sizes(s, dt, shared_limit).expect("valid sizes");
-    adjust(&mut z);
-    let launch = dir.join("launch");
-    let sizes = format!(
-        "{} {} {} {} {} {} {} {} {}\n",
-        z.threads,
-        z.gate_threads,
-        z.forward_bv,
-        z.scan_fwd,
-        z.chunk_fwd,
-        z.backward_bv,
-        z.prep,
-        z.scan_bwd,
-        z.grads
-    );
-    std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
-    let want = cases::run(&x, &g, chunk)?;
-    let status = Command::new(exe)
-        .arg(&dir)
-        .arg(kind)
-        .status()
-        .map_err(|e| io(exe, e))?;
-    assert!(
-        status.success(),
-        "{name}: the emulated kernels failed ({status})"
-    );
-    // bf16 operands: errors of about 3e-3 were seen here; the bound is tighter than the GPU
-    // tests' so that a wrong share of a gradient shows.
-    let tolerance = if dtype == DType::BF16 { 1.5e-2 } else { 1e-4 };
-    for (out, w) in cases::OUTPUTS.iter().zip(&want) {
-        let got = read(&dir.join(format!("emu_{out}.f32")), w)?;
-        let err = relative_error(&got, w).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
-        eprintln!("{name} {out}: relative error {err:.2e}");
-        assert!(
-            err < tolerance,
-            "{name} {out}: relative error {err:.3e} > {tolerance:.0e}"
+
+    /// Runs the case; returns the forward's and backward's value tiles.
+    fn run(self) -> Result<(usize, usize)> {
+        let MlstmCase {
+            name,
+            dims,
+            chunk,
+            gates,
+            grads,
+            dtype,
+            shared_limit,
+            adjust,
+            seed,
+        } = self;
+        let Some(exe) = mlstm_harness() else {
+            return Ok((0, 0));
+        };
+        let dir = case_dir(name)?;
+        let rounded = |xs: Vec<Tensor>| -> Result<Vec<Tensor>> {
+            xs.iter()
+                .map(|x| x.to_dtype(dtype)?.to_dtype(DType::F32))
+                .collect()
+        };
+        let x = rounded(cases::inputs(dims, gates, seed)?)?;
+        let mut g = rounded(cases::output_grads(dims, seed)?)?;
+        if grads == Grads::FinalState {
+            g[0] = g[0].zeros_like()?;
+        }
+        let files = [
+            "q", "k", "v", "i", "f", "c0", "n0", "m0", "dh", "dc", "dn", "dm",
+        ];
+        for (file, t) in files.iter().zip(x.iter().chain(&g)) {
+            write(&dir.join(format!("{file}.f32")), t)?;
+        }
+        let [b, t, h, dk, dv] = dims;
+        let shape = dir.join("dims");
+        std::fs::write(&shape, format!("{b} {t} {h} {dk} {dv} {chunk}\n"))
+            .map_err(|e| io(&shape, e))?;
+        let s = RecurrentShape {
+            b,
+            t,
+            h,
+            dk,
+            dv,
+            chunk,
+        };
+        let (kind, dt) = match dtype {
+            DType::BF16 => ("bf16", swax_cuda::DType::BF16),
+            _ => ("f32", swax_cuda::DType::F32),
+        };
+        let mut z = mlstm::launch_sizes(s, dt, shared_limit).expect("valid sizes");
+        adjust(&mut z);
+        let launch = dir.join("launch");
+        let sizes = format!(
+            "{} {} {} {} {} {} {} {} {}\n",
+            z.threads,
+            z.gate_threads,
+            z.forward_bv,
+            z.scan_fwd,
+            z.chunk_fwd,
+            z.backward_bv,
+            z.prep,
+            z.scan_bwd,
+            z.grads
         );
+        std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
+        let want = cases::run(&x, &g, chunk)?;
+        let status = Command::new(exe)
+            .arg(&dir)
+            .arg(kind)
+            .status()
+            .map_err(|e| io(exe, e))?;
+        assert!(
+            status.success(),
+            "{name}: the emulated kernels failed ({status})"
+        );
+        // bf16 operands: errors of about 3e-3 were seen here; the bound is tighter than the GPU
+        // tests' so that a wrong share of a gradient shows.
+        let tolerance = if dtype == DType::BF16 { 1.5e-2 } else { 1e-4 };
+        for (out, w) in cases::OUTPUTS.iter().zip(&want) {
+            let got = read(&dir.join(format!("emu_{out}.f32")), w)?;
+            let err = relative_error(&got, w).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
+            eprintln!("{name} {out}: relative error {err:.2e}");
+            assert!(
+                err < tolerance,
+                "{name} {out}: relative error {err:.3e} > {tolerance:.0e}"
+            );
+        }
+        Ok((z.forward_bv, z.backward_bv))
     }
-    Ok((z.forward_bv, z.backward_bv))
 }
 
 /// The M layer's head sizes (Dk = Dv / 2), T not a multiple of the chunk, an initial state, a
@@ -552,36 +592,18 @@ fn mlstm_case(
 #[test]
 fn mlstm_odd_t_layer_heads() -> Result<()> {
     let dims = [2, 150, 2, 32, 64];
-    mlstm_case(
-        "mlstm_t150",
-        dims,
-        64,
-        LONG_MEMORY,
-        Grads::All,
-        DType::BF16,
-        SHARED_LIMIT,
-        |_| {},
-        200,
-    )
-    .map(|_| ())
+    MlstmCase::new("mlstm_t150", dims, 64, LONG_MEMORY, 200)
+        .run()
+        .map(|_| ())
 }
 
 /// One chunk, shorter than the chunk size, at a chunk of 32.
 #[test]
 fn mlstm_shorter_than_a_chunk() -> Result<()> {
     let dims = [1, 20, 2, 64, 32];
-    mlstm_case(
-        "mlstm_t20",
-        dims,
-        32,
-        MLSTM_GATES,
-        Grads::All,
-        DType::BF16,
-        SHARED_LIMIT,
-        |_| {},
-        210,
-    )
-    .map(|_| ())
+    MlstmCase::new("mlstm_t20", dims, 32, MLSTM_GATES, 210)
+        .run()
+        .map(|_| ())
 }
 
 /// Only the final state's gradient, over a long memory: the gates' gradients are mostly the
@@ -590,17 +612,11 @@ fn mlstm_shorter_than_a_chunk() -> Result<()> {
 fn mlstm_final_state_gradient() -> Result<()> {
     let dims = [1, 150, 2, 32, 64];
     let grads = Grads::FinalState;
-    mlstm_case(
-        "mlstm_final",
-        dims,
-        64,
-        LONG_MEMORY,
+    MlstmCase {
         grads,
-        DType::BF16,
-        SHARED_LIMIT,
-        |_| {},
-        260,
-    )
+        ..MlstmCase::new("mlstm_final", dims, 64, LONG_MEMORY, 260)
+    }
+    .run()
     .map(|_| ())
 }
 
@@ -615,17 +631,12 @@ fn mlstm_gates_in_pieces() -> Result<()> {
         gate_std: 0.05,
         forget_mean: 8.0,
     };
-    mlstm_case(
-        "mlstm_gate_pieces",
-        dims,
-        64,
-        steady,
-        Grads::FinalState,
-        DType::BF16,
-        SHARED_LIMIT,
-        |z| z.gate_threads = 64,
-        270,
-    )
+    MlstmCase {
+        grads: Grads::FinalState,
+        adjust: |z| z.gate_threads = 64,
+        ..MlstmCase::new("mlstm_gate_pieces", dims, 64, steady, 270)
+    }
+    .run()
     .map(|_| ())
 }
 
@@ -634,17 +645,11 @@ fn mlstm_gates_in_pieces() -> Result<()> {
 #[test]
 fn mlstm_four_warp_blocks() -> Result<()> {
     let dims = [1, 150, 2, 32, 64];
-    mlstm_case(
-        "mlstm_4_warps",
-        dims,
-        64,
-        MLSTM_GATES,
-        Grads::All,
-        DType::BF16,
-        SHARED_LIMIT,
-        |z| z.threads = 128,
-        280,
-    )
+    MlstmCase {
+        adjust: |z| z.threads = 128,
+        ..MlstmCase::new("mlstm_4_warps", dims, 64, MLSTM_GATES, 280)
+    }
+    .run()
     .map(|_| ())
 }
 
@@ -652,52 +657,28 @@ fn mlstm_four_warp_blocks() -> Result<()> {
 #[test]
 fn mlstm_large_heads() -> Result<()> {
     let dims = [1, 100, 2, 128, 64];
-    mlstm_case(
-        "mlstm_large",
-        dims,
-        64,
-        MLSTM_GATES,
-        Grads::All,
-        DType::BF16,
-        SHARED_LIMIT,
-        |z| assert_eq!(z.threads, 512, "blocks at Dk 128, Dv 64"),
-        290,
-    )
+    MlstmCase {
+        adjust: |z| assert_eq!(z.threads, 512, "blocks at Dk 128, Dv 64"),
+        ..MlstmCase::new("mlstm_large", dims, 64, MLSTM_GATES, 290)
+    }
+    .run()
     .map(|_| ())
 }
 
 #[test]
 fn mlstm_single_step() -> Result<()> {
     let dims = [1, 1, 1, 32, 64];
-    mlstm_case(
-        "mlstm_t1",
-        dims,
-        64,
-        MLSTM_GATES,
-        Grads::All,
-        DType::BF16,
-        SHARED_LIMIT,
-        |_| {},
-        220,
-    )
-    .map(|_| ())
+    MlstmCase::new("mlstm_t1", dims, 64, MLSTM_GATES, 220)
+        .run()
+        .map(|_| ())
 }
 
 #[test]
 fn mlstm_strong_decay() -> Result<()> {
     let dims = [1, 130, 2, 32, 64];
-    mlstm_case(
-        "mlstm_decay",
-        dims,
-        64,
-        STRONG_DECAY,
-        Grads::All,
-        DType::BF16,
-        SHARED_LIMIT,
-        |_| {},
-        230,
-    )
-    .map(|_| ())
+    MlstmCase::new("mlstm_decay", dims, 64, STRONG_DECAY, 230)
+        .run()
+        .map(|_| ())
 }
 
 /// A shared-memory limit one byte under what one value tile needs: Dv in several tiles, whose
@@ -720,17 +701,11 @@ fn mlstm_value_tiles() -> Result<()> {
         .max(one.chunk_fwd)
         .min(one.scan_bwd.max(one.grads))
         - 1;
-    let (fwd, bwd) = mlstm_case(
-        "mlstm_tiles",
-        dims,
-        chunk,
-        MLSTM_GATES,
-        Grads::All,
-        DType::BF16,
-        limit,
-        |_| {},
-        240,
-    )?;
+    let (fwd, bwd) = MlstmCase {
+        shared_limit: limit,
+        ..MlstmCase::new("mlstm_tiles", dims, chunk, MLSTM_GATES, 240)
+    }
+    .run()?;
     if mlstm_harness().is_some() {
         assert!(fwd < dv && bwd < dv, "one value tile: {fwd}, {bwd} of {dv}");
     }
@@ -741,17 +716,11 @@ fn mlstm_value_tiles() -> Result<()> {
 #[test]
 fn mlstm_f32_odd_sizes() -> Result<()> {
     let dims = [1, 45, 2, 12, 20];
-    mlstm_case(
-        "mlstm_f32",
-        dims,
-        16,
-        MLSTM_GATES,
-        Grads::All,
-        DType::F32,
-        SHARED_LIMIT,
-        |_| {},
-        250,
-    )
+    MlstmCase {
+        dtype: DType::F32,
+        ..MlstmCase::new("mlstm_f32", dims, 16, MLSTM_GATES, 250)
+    }
+    .run()
     .map(|_| ())
 }
 
@@ -763,10 +732,7 @@ fn swiglu_case(n: usize, f: usize, dtype: DType) -> Result<()> {
         return Ok(());
     };
     let name = format!("swiglu_{n}x{f}_{dtype:?}");
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("emu")
-        .join(&name);
-    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    let dir = case_dir(&name)?;
     let randn = |dims: Vec<usize>, seed| {
         Tensor::randn(dims, 3.0, seed, DType::F32, Device::Cpu)?.to_dtype(dtype)
     };
@@ -828,10 +794,7 @@ fn short_conv_case(
     let Some(exe) = short_conv_harness() else {
         return Ok(());
     };
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("emu")
-        .join(name);
-    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    let dir = case_dir(name)?;
     let shapes: [&[usize]; 4] = [&[b, t, c], &[c, k], &[c], &[b, t, c]];
     let mut x = Vec::new();
     for (seed, dims) in shapes.iter().enumerate() {
