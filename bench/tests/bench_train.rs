@@ -99,12 +99,14 @@ fn fit_stops_at_the_first_batch_that_does_not_train() {
 }
 
 #[test]
-fn without_fit_a_batch_that_does_not_train_is_an_error() {
+fn without_fit_a_batch_that_does_not_train_is_an_error_and_keeps_the_lines_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let results = dir.path().join("out.jsonl");
     let out = bench_train(&[
         "--batch",
-        "1000000000",
+        "2,1000000000",
+        "--steps",
+        "1",
         "--windows",
         "64",
         "--results",
@@ -116,5 +118,8 @@ fn without_fit_a_batch_that_does_not_train_is_an_error() {
         stderr.contains("swax-tiny-w64-b1000000000: the run needs at least"),
         "{stderr}"
     );
-    assert!(!results.exists());
+    // The case measured before the failure was written when it finished.
+    let got = lines(&results);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["batch"], 2);
 }

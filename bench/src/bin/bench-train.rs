@@ -1,7 +1,7 @@
 //! The training benchmark: trains a config for a few steps through `swax train`'s own trainer
 //! (`swax_hybrid::train::train`, into a scratch run folder that is removed afterwards) at each
 //! fixed window and batch asked for, and reports tokens/s, MFU and peak GPU memory; one JSON line
-//! per case is appended to `bench/results/training.jsonl`.
+//! per case is appended to `bench/results/training.jsonl` as soon as the case is measured.
 //!
 //!   bench-train --config swax-small --windows 128,2048 --peer peer.jsonl
 //!   bench-train --config swax-1.4b --batch 4,8,12,16 --windows 2048 --fit
@@ -229,7 +229,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("| case | B | T | window | tokens/s | MFU | pool peak | pool reserve | nvidia-smi peak | peer tokens/s | peer peak |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let (date, commit) = (record::today(), record::commit());
-    let mut lines = Vec::new();
+    let mut appended = 0;
     let mut largest: Option<(usize, Option<usize>)> = None;
     'batches: for &b in &batches {
         for &w in &a.windows {
@@ -274,7 +274,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 println!("  (the peer's results have no line for case {case})");
             }
             largest = Some((b, r.peak_bytes));
-            lines.push(json!({
+            // Each case's line goes out as soon as it is measured: a later case that runs out
+            // of memory or out of the caller's time loses none of the earlier ones.
+            let line = json!({
                 "bench": "training", "case": case, "tokens_per_s": r.tokens_per_s, "mfu": mfu,
                 "peak_gib": r.peak_bytes.map(|p| p as f64 / GIB),
                 "peer": peer_field("peer").unwrap_or(Value::Null),
@@ -289,7 +291,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "reserved_gib": r.reserved_bytes.map(|p| p as f64 / GIB),
                 "nvidia_smi_peak_gib": smi_gib,
                 "nvidia_smi": r.nvidia_smi.as_ref().err(),
-            }));
+            });
+            record::append(&a.results, &[line])?;
+            appended += 1;
         }
     }
     if a.fit {
@@ -301,9 +305,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             None => println!("none of the batches {batches:?} trained"),
         }
     }
-    if !lines.is_empty() {
-        record::append(&a.results, &lines)?;
-        println!("appended {} lines to {}", lines.len(), a.results.display());
+    if appended > 0 {
+        println!("appended {appended} lines to {}", a.results.display());
     }
     Ok(())
 }
