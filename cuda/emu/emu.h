@@ -82,6 +82,11 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
     *p = o + v;
     return o;
 }
+inline unsigned atomicOr(unsigned* p, unsigned v) {
+    unsigned o = *p;
+    *p = o | v;
+    return o;
+}
 
 // ---- scheduling ----
 void emu_yield();

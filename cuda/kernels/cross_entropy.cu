@@ -1,5 +1,5 @@
-// cross_entropy.cu: mean cross-entropy of logits [rows, V] against u32 targets, with an
-// ignore_index, forward and backward.
+// cross_entropy.cu: cross-entropy of logits [rows, V] against u32 targets, with an
+// ignore_index: the mean forward and backward, and the sum with its gradient in one pass.
 //
 // Forward: per row lse = logsumexp(logits) and loss = lse - logits[target] (0 for ignored
 // rows), then `ce_mean` writes stats = [mean loss over non-ignored rows, their count]. A target
@@ -9,11 +9,19 @@
 // zero on ignored rows; dloss (the gradient of the mean) and count stay on the device, so
 // nothing waits for the host.
 //
-// Both passes split each row into gridDim.y chunks of at most one register tile (common.cuh's
-// Tile; `Launch::row_chunks`), so a vocabulary of 50k is many blocks of one tile each: every
-// logit is read once, in 16-byte vectors, with enough blocks in flight to fill the GPU however
+// The forward and backward split each row into gridDim.y chunks of at most one register tile
+// (common.cuh's Tile; `Launch::row_chunks`), so a vocabulary of 50k is many blocks of one tile
+// each: every logit is read once, in 16-byte vectors, with enough blocks in flight to fill the GPU however
 // few rows there are. The forward's chunks leave (max, sum of exp) states that `ce_finish`
 // combines per row in chunk order (deterministic).
+//
+// Summed, for a loss that needs its gradient at once (the fused linear cross-entropy): a block
+// per row reads the row to its log-sum-exp, then reads it again, last tile first, mostly from
+// L2 (a row is 100 KB at V = 50304 in bf16, a few hundred rows are in flight), and writes
+// dlogits = softmax - onehot of the summed loss (zero on ignored rows; none without dlogits).
+// `ce_sum_into` then adds [summed loss, counted rows] into the caller's f32 totals, one block in
+// a fixed order. That is one read of the logits from memory where the forward and backward
+// above read them twice, and two launches where they take four.
 #include "common.cuh"
 
 #define FLAG_TARGET_OUT_OF_RANGE 2u
@@ -94,6 +102,68 @@ __device__ void ce_bwd(const T* __restrict__ logits, const u32* __restrict__ tar
     tile.store(dlogits + base, len);
 }
 
+// A block (ROW_BLOCK threads, one row) per row; the row in tiles of row_tile<T>() columns.
+// loss[row] = lse - logits[target] (0 when ignored, NaN and the error flag when out of range).
+template <typename T, bool VEC>
+__device__ void ce_summed(const T* __restrict__ logits, const u32* __restrict__ targets, T* __restrict__ dlogits,
+                          float* __restrict__ loss, u32 vocab, u32 ignore, u32* err) {
+    using Row = Tile<T, VEC>;
+    const u32 row = blockIdx.x, tile = row_tile<T>(), t = targets[row];
+    const u64 base = (u64)row * vocab;
+    Lse own = LseOp().identity();
+    for (u32 start = 0; start < vocab; start += tile) {
+        Row r;
+        r.load(logits + base + start, tile_len(vocab, start, tile), neg_inf());
+        own = r.fold_lse(own, false);
+    }
+    const float lse = lse_value(row_lse(own));
+    const bool ignored = t == ignore, counted = !ignored && t < vocab;
+    if (threadIdx.x == 0) {
+        if (counted) {
+            loss[row] = lse - to_float(logits[base + t]);
+        } else if (ignored) {
+            loss[row] = 0.0f;
+        } else {
+            atomicOr(err, FLAG_TARGET_OUT_OF_RANGE);
+            loss[row] = quiet_nan();
+        }
+    }
+    if (dlogits == nullptr) return;
+    // Last tile first: the tiles this block read last are the likeliest to be still in L2.
+    for (u32 i = (vocab + tile - 1) / tile; i-- > 0;) {
+        const u32 start = i * tile, len = tile_len(vocab, start, tile), target = t - start;
+        Row r;
+        // An ignored row's gradient is zero: its logits need not be read again.
+        r.load(logits + base + start, counted ? len : 0, 0.0f);
+#pragma unroll
+        for (int k = 0; k < Row::K; ++k)
+#pragma unroll
+            for (int e = 0; e < Row::V; ++e) {
+                const float p = row_exp<T>(r.v[k][e], lse) - (Row::col(k, e) == target ? 1.0f : 0.0f);
+                r.v[k][e] = counted ? p : 0.0f;
+            }
+        r.store(dlogits + base + start, len);
+    }
+}
+
+// One block: totals[0] += the sum of the rows' losses, totals[1] += the rows counted (targets
+// not ignore_index), summed in a fixed order.
+extern "C" __global__ void ce_sum_into(const float* __restrict__ loss, const u32* __restrict__ targets,
+                                       float* totals, u32 rows, u32 ignore) {
+    float sum = 0.0f, count = 0.0f;
+    for (u32 i = threadIdx.x; i < rows; i += blockDim.x)
+        if (targets[i] != ignore) {
+            sum += loss[i];
+            count += 1.0f;
+        }
+    sum = row_reduce(sum, SumOp());
+    count = row_reduce(count, SumOp());
+    if (threadIdx.x == 0) {
+        totals[0] += sum;
+        totals[1] += count;
+    }
+}
+
 #define INSTANTIATE_ROWS(NAME, T, VEC)                                                                 \
     extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                           \
         ce_fwd_##NAME(const T* logits, Lse* part, u32 rows, u32 vocab, u32 chunk) {                   \
@@ -103,6 +173,10 @@ __device__ void ce_bwd(const T* __restrict__ logits, const u32* __restrict__ tar
         ce_bwd_##NAME(const T* logits, const u32* targets, const float* lse, const float* stats,      \
                       const float* dloss, T* dlogits, u32 rows, u32 vocab, u32 ignore, u32 chunk) {   \
         ce_bwd<T, VEC>(logits, targets, lse, stats, dloss, dlogits, rows, vocab, ignore, chunk);      \
+    }                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(ROW_BLOCK, 2) ce_summed_##NAME(                       \
+        const T* logits, const u32* targets, T* dlogits, float* loss, u32 vocab, u32 ignore, u32* err) { \
+        ce_summed<T, VEC>(logits, targets, dlogits, loss, vocab, ignore, err);                        \
     }
 #define INSTANTIATE(NAME, T)                                                                          \
     INSTANTIATE_ROWS(NAME, T, true)                                                                   \

@@ -4,7 +4,9 @@
 mod common;
 
 use common::{assert_close, download, poisoned, rounded, to_f64, tol, upload, Rng, FLOATS};
-use swax_cuda::kernels::cross_entropy::{cross_entropy, cross_entropy_backward};
+use swax_cuda::kernels::cross_entropy::{
+    cross_entropy, cross_entropy_backward, cross_entropy_summed,
+};
 use swax_cuda::kernels::embedding::{embedding, embedding_backward, index_select};
 use swax_cuda::kernels::norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
 use swax_cuda::kernels::optim::{adamw, add_into, global_norm, AdamWBuffers, AdamWStep};
@@ -65,6 +67,22 @@ fn out_of_range_ids_are_flagged_not_written() {
         dev.dtoh::<u32>(&go).unwrap(),
         vec![3, 4, 5, 0, 0, 0, 9, 10, 11]
     );
+    let err = dev.take_kernel_errors().unwrap_err().to_string();
+    assert!(err.contains("out of range"), "{err}");
+    dev.take_kernel_errors().unwrap();
+}
+
+#[test]
+fn a_target_outside_the_vocabulary_makes_the_summed_loss_nan_and_is_flagged() {
+    let dev = gpu!();
+    let (rows, vocab) = (3, 40);
+    let logits = vec![0.5f32; rows * vocab];
+    let gl = upload(&dev, DType::F32, &logits);
+    let gt = dev.htod(&[1u32, 40, u32::MAX]).unwrap();
+    let mut totals = dev.htod(&[0.0f32, 0.0]).unwrap();
+    let mut gd = poisoned(&dev, DType::F32, logits.len());
+    cross_entropy_summed(&dev, &gl, vocab, &gt, u32::MAX, &mut totals, Some(&mut gd)).unwrap();
+    assert!(dev.dtoh::<f32>(&totals).unwrap()[0].is_nan());
     let err = dev.take_kernel_errors().unwrap_err().to_string();
     assert!(err.contains("out of range"), "{err}");
     dev.take_kernel_errors().unwrap();
@@ -229,6 +247,23 @@ fn cross_entropy_forward_and_backward() {
                 (1e-5, 1e-5),
             );
 
+            // The gradient of the mean times `scale`: (softmax - onehot) * scale / count.
+            let grad = |scale: f64| {
+                let mut want = vec![];
+                for (r, row) in logits.chunks(vocab).enumerate() {
+                    let t = targets[r];
+                    want.extend(row.iter().enumerate().map(|(j, &v)| {
+                        if t == ignore {
+                            0.0
+                        } else {
+                            let p = (v as f64 - lses[r]).exp();
+                            (p - if j as u32 == t { 1.0 } else { 0.0 }) * scale / count
+                        }
+                    }));
+                }
+                want
+            };
+            let (rtol, _) = tol(dt);
             let dloss = dev.htod(&[0.5f32]).unwrap();
             let mut gd = poisoned(&dev, dt, logits.len());
             cross_entropy_backward(
@@ -243,25 +278,32 @@ fn cross_entropy_forward_and_backward() {
                 &mut gd,
             )
             .unwrap();
-            let mut want = vec![];
-            for (r, row) in logits.chunks(vocab).enumerate() {
-                let t = targets[r];
-                want.extend(row.iter().enumerate().map(|(j, &v)| {
-                    if t == ignore {
-                        0.0
-                    } else {
-                        let p = (v as f64 - lses[r]).exp();
-                        (p - if j as u32 == t { 1.0 } else { 0.0 }) * 0.5 / count
-                    }
-                }));
-            }
-            let (rtol, _) = tol(dt);
             assert_close(
                 &format!("{what} backward"),
                 &download(&dev, &gd),
-                &want,
+                &grad(0.5),
                 (rtol, 1e-6),
             );
+
+            // The summed loss added into totals that already hold something, with and without
+            // its gradient (the gradient of the sum: the mean's times count).
+            let sum = losses.iter().sum::<f64>();
+            for with_grad in [true, false] {
+                let mut totals = dev.htod(&[0.25f32, 3.0]).unwrap();
+                let mut gd = poisoned(&dev, dt, logits.len());
+                let d = with_grad.then_some(&mut gd);
+                cross_entropy_summed(&dev, &gl, vocab, &gt, ignore, &mut totals, d).unwrap();
+                let what = format!("{what} summed (gradient: {with_grad})");
+                assert_close(
+                    &what,
+                    &download(&dev, &totals),
+                    &[0.25 + sum, 3.0 + count],
+                    (1e-5, 1e-5),
+                );
+                if with_grad {
+                    assert_close(&what, &download(&dev, &gd), &grad(count), (rtol, 1e-6));
+                }
+            }
         }
     }
     dev.take_kernel_errors().unwrap();

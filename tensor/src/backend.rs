@@ -138,6 +138,19 @@ pub trait Backend: Sized {
         ignore_index: Option<u32>,
     ) -> Result<Self>;
 
+    /// The cross-entropy of logit rows of length `v` against U32 targets summed over the rows
+    /// whose target is not `ignore_index`, added with the number of those rows into `totals`
+    /// (`[summed loss, counted rows]` in the accumulator dtype); with `grad`, also that sum's
+    /// gradient: softmax - onehot on counted rows, zero on the others.
+    fn cross_entropy_summed(
+        &self,
+        targets: &Self,
+        v: usize,
+        ignore_index: Option<u32>,
+        totals: &mut Self,
+        grad: bool,
+    ) -> Result<Option<Self>>;
+
     /// Causal depthwise convolution, `self` as x `[B, T, C]`, weights `[C, K]`, bias `[C]`:
     /// `y[b, t, c] = bias[c] + sum_j w[c, j] x[b, t - K + 1 + j, c]` (zeros before t = 0).
     fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self>;

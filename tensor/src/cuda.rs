@@ -596,6 +596,30 @@ impl Backend for CudaStorage {
         })
     }
 
+    fn cross_entropy_summed(
+        &self,
+        targets: &Self,
+        v: usize,
+        ignore_index: Option<u32>,
+        totals: &mut Self,
+        grad: bool,
+    ) -> Result<Option<Self>> {
+        let mut dlogits = match grad {
+            true => Some(self.alloc(self.buf.dtype(), self.buf.len())?),
+            false => None,
+        };
+        k::cross_entropy::cross_entropy_summed(
+            self.dev(),
+            &self.buf,
+            v,
+            &targets.buf,
+            ignore_index.unwrap_or(u32::MAX),
+            &mut totals.buf,
+            dlogits.as_mut(),
+        )?;
+        Ok(dlogits.map(Self::wrap))
+    }
+
     fn swiglu(&self, f: usize) -> Result<Self> {
         self.output_like(self.buf.len() / 2, |h| {
             k::swiglu::swiglu(self.dev(), &self.buf, f, h)

@@ -436,6 +436,37 @@ impl Backend for Storage {
         )
     }
 
+    fn cross_entropy_summed(
+        &self,
+        targets: &Self,
+        v: usize,
+        ignore_index: Option<u32>,
+        totals: &mut Self,
+        grad: bool,
+    ) -> Result<Option<Self>> {
+        const OP: &str = "cross_entropy_summed";
+        Ok(match self {
+            Storage::Cpu(s) => s
+                .cross_entropy_summed(
+                    targets.cpu(OP, Device::Cpu)?,
+                    v,
+                    ignore_index,
+                    totals.cpu_mut(OP, Device::Cpu)?,
+                    grad,
+                )?
+                .map(Storage::Cpu),
+            Storage::Cuda(s) => s
+                .cross_entropy_summed(
+                    targets.cuda(OP, s.device())?,
+                    v,
+                    ignore_index,
+                    totals.cuda_mut(OP, s.device())?,
+                    grad,
+                )?
+                .map(Storage::Cuda),
+        })
+    }
+
     fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self> {
         forward!("short_conv", self, [w, bias], |s| s
             .short_conv(w, bias, dims))

@@ -307,6 +307,45 @@ fn cross_entropy_is_the_mean_negative_log_likelihood() {
 }
 
 #[test]
+fn cross_entropy_summed_adds_the_sum_and_returns_its_gradient() {
+    let logits = randn(&[4, 5], 9, DType::F64);
+    let targets = Tensor::from_vec(vec![1u32, 4, 7, 0], [4], Device::Cpu).unwrap();
+    let lv = logits.log_softmax().unwrap().to_f64_vec().unwrap();
+    let sum = -(lv[1] + lv[5 + 4] + lv[15]);
+    for grad in [true, false] {
+        let mut totals = Tensor::from_vec(vec![0.5f64, 2.0], [2], Device::Cpu).unwrap();
+        let d = logits
+            .cross_entropy_summed_into(&targets, Some(7), &mut totals, grad)
+            .unwrap();
+        close(&totals.to_f64_vec().unwrap(), &[0.5 + sum, 5.0], 1e-12);
+        assert_eq!(d.is_some(), grad);
+        if let Some(d) = d {
+            // softmax - onehot on counted rows; row 2 (ignored) is zero.
+            let want: Vec<f64> = (0..20)
+                .map(|i| match (i / 5, [1, 4, 7, 0][i / 5]) {
+                    (2, _) => 0.0,
+                    (_, t) => lv[i].exp() - f64::from(i % 5 == t),
+                })
+                .collect();
+            close(&d.to_f64_vec().unwrap(), &want, 1e-12);
+        }
+    }
+    // The totals of f64 logits are f64 [2]; a target outside the vocabulary is named.
+    let mut f32_totals = Tensor::zeros([2], DType::F32, Device::Cpu).unwrap();
+    let err = logits
+        .cross_entropy_summed_into(&targets, Some(7), &mut f32_totals, true)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("must be f64 [2]"), "{err}");
+    let mut totals = Tensor::zeros([2], DType::F64, Device::Cpu).unwrap();
+    let err = logits
+        .cross_entropy_summed_into(&targets, None, &mut totals, true)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("index 7"), "{err}");
+}
+
+#[test]
 fn rope_rotates_and_its_backward_undoes_it() {
     let x = randn(&[2, 5, 3, 8], 4, DType::F64);
     let y = x.rope(3, 10000.0).unwrap();

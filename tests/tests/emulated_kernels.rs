@@ -3,8 +3,9 @@
 //! NaNs before each block), against the CPU fused kernels on values, boundary states and every
 //! gradient: the gated delta rule's two families (gated_delta_parallel.cu and gated_delta.cu, in
 //! bf16) and the mLSTM's kernels (mlstm.cu, in bf16 and f32); and the fused SwiGLU (swiglu.cu,
-//! both instantiations, in bf16 and f32) and the short convolution (short_conv.cu, both
-//! variants, in bf16 and f32) against the CPU's. CI has no GPU:
+//! both instantiations, in bf16 and f32), the short convolution (short_conv.cu, both
+//! variants, in bf16 and f32) and the summed cross-entropy with its gradient (cross_entropy.cu's
+//! ce_summed and ce_sum_into, both instantiations, in bf16 and f32) against the CPU's. CI has no GPU:
 //! this is how it checks the kernels' logic (indexing, fragment layouts, barriers, waits), while
 //! gpu_recurrent.rs and gpu_parity.rs check them on the hardware. Skips, saying why, where there is no C++
 //! compiler (g++) or no kernel sources (the GPU machine gets test binaries only).
@@ -70,6 +71,11 @@ const SHORT_CONV: Driver = Driver {
     sources: &["cuda/kernels/short_conv.cu"],
 };
 
+const CROSS_ENTROPY: Driver = Driver {
+    name: "cross_entropy",
+    sources: &["cuda/kernels/cross_entropy.cu"],
+};
+
 /// The gated delta rule's harness, built once per test binary; None, with the reason printed,
 /// where it cannot be built here.
 fn gated_delta_harness() -> Option<&'static Path> {
@@ -93,6 +99,12 @@ fn swiglu_harness() -> Option<&'static Path> {
 fn short_conv_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| build(&SHORT_CONV)).as_deref()
+}
+
+/// The summed cross-entropy's harness, likewise.
+fn cross_entropy_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&CROSS_ENTROPY)).as_deref()
 }
 
 /// The functions of the kernel sources that wrap PTX; emu.h has their CPU versions.
@@ -849,4 +861,72 @@ fn short_conv_scalar() -> Result<()> {
     short_conv_case("conv_scalar_k4", [2, 37, 67, 4], false, 2, DType::BF16)?;
     short_conv_case("conv_scalar_short", [1, 3, 7, 5], false, 1, DType::F32)?;
     short_conv_case("conv_scalar_k1", [3, 9, 8, 1], false, 5, DType::BF16)
+}
+
+/// The summed cross-entropy's kernels in the emulator on `[rows, v]` logits in `dtype` (the
+/// vector instantiation where rows are whole 16-byte vectors, as the wrapper picks it for pool
+/// buffers), every third row ignored, against the CPU's `cross_entropy_summed_into`: the totals
+/// (which start at [0.25, 3]) with and without the gradient, and the gradient.
+fn cross_entropy_case(rows: usize, v: usize, dtype: DType) -> Result<()> {
+    let Some(exe) = cross_entropy_harness() else {
+        return Ok(());
+    };
+    let name = format!("cross_entropy_{rows}x{v}_{dtype:?}");
+    let dir = case_dir(&name)?;
+    let ignore = u32::MAX;
+    let logits = Tensor::randn([rows, v], 3.0, 50, DType::F32, Device::Cpu)?.to_dtype(dtype)?;
+    let ids: Vec<u32> = (0..rows)
+        .map(|r| match r % 3 {
+            1 => ignore,
+            _ => ((r * 7919 + 11) % v) as u32,
+        })
+        .collect();
+    write(&dir.join("logits.f32"), &logits)?;
+    let text: Vec<String> = ids.iter().map(u32::to_string).collect();
+    let (targets_file, launch) = (dir.join("targets"), dir.join("launch"));
+    std::fs::write(&targets_file, text.join(" ")).map_err(|e| io(&targets_file, e))?;
+    let vec = (v * dtype.size_bytes()).is_multiple_of(16);
+    let threads = swax_cuda::kernels::cross_entropy::SUMMED_THREADS;
+    let sizes = format!("{rows} {v} {} {ignore} {threads}\n", vec as u32);
+    std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
+    let dtype_arg = if dtype == DType::BF16 { "bf16" } else { "f32" };
+    let status = Command::new(exe)
+        .arg(&dir)
+        .arg(dtype_arg)
+        .status()
+        .map_err(|e| io(exe, e))?;
+    assert!(
+        status.success(),
+        "{name}: the emulated kernels failed ({status})"
+    );
+    let targets = Tensor::from_vec(ids, [rows], Device::Cpu)?;
+    let mut totals = Tensor::from_vec(vec![0.25f32, 3.0], [2], Device::Cpu)?;
+    let dlogits = logits
+        .cross_entropy_summed_into(&targets, Some(ignore), &mut totals, true)?
+        .expect("asked for");
+    // bf16: the same f32 arithmetic but the kernel's exp2 approximation against Rust's exp,
+    // which can round a gradient to the neighbouring bf16 value.
+    let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+    for (out, want) in [
+        ("totals", &totals),
+        ("totals_alone", &totals),
+        ("dlogits", &dlogits),
+    ] {
+        let got = read(&dir.join(format!("emu_{out}.f32")), want)?;
+        let err = relative_error(&got, want).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
+        assert!(err < tolerance, "{name} {out}: relative error {err:.3e}");
+    }
+    Ok(())
+}
+
+/// One tile a row, element by element (v odd) and in vectors; several tiles a row (more than
+/// 16384 bf16 or 8192 f32 columns), the last one partial.
+#[test]
+fn cross_entropy_summed_kernels() -> Result<()> {
+    for (rows, v) in [(7, 1001), (5, 1000), (3, 20000)] {
+        for dtype in [DType::F32, DType::BF16] {
+            cross_entropy_case(rows, v, dtype)?;
+        }
+    }
+    Ok(())
 }

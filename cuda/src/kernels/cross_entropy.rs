@@ -1,9 +1,10 @@
-//! Cross-entropy of logits against u32 targets with ignore_index, mean over counted rows,
-//! forward and backward (`kernels/cross_entropy.cu`).
+//! Cross-entropy of logits against u32 targets with ignore_index: the mean over counted rows,
+//! forward and backward, and the summed loss with its gradient in one pass
+//! (`kernels/cross_entropy.cu`).
 
 use super::{
-    check_device, check_dtype, check_len, check_like, float_kernel, launch, row_kernel, rows_of,
-    to_u32, vector_rows, Launch,
+    check_device, check_dtype, check_len, check_like, float_kernel, launch, ptr_or_null,
+    row_kernel, rows_of, to_u32, vector_rows, Launch, ROW_BLOCK,
 };
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
@@ -15,6 +16,8 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 
 /// Threads of the single block that averages the losses.
 const MEAN_BLOCK: u32 = 1024;
+/// Threads of `cross_entropy_summed`'s blocks, one row each (common.cuh's ROW_BLOCK).
+pub const SUMMED_THREADS: u32 = ROW_BLOCK;
 /// Bytes of the kernels' per-chunk log-sum-exp state (`Lse`: f32 max, f32 sum).
 const LSE_BYTES: usize = 8;
 
@@ -175,6 +178,92 @@ pub fn cross_entropy_backward(
                 &ignore_index,
                 &chunk,
             ],
+        )
+    }
+}
+
+/// The summed cross-entropy of `logits` ([rows, vocab], f32 or bf16) against `targets` (u32
+/// [rows]) and its gradient, reading the logits from memory once: `totals` (f32 [2], on the
+/// device) gets the rows' summed loss and the number of rows counted added to it, and `dlogits`
+/// (like `logits`), where given, is set to softmax - onehot(target) on counted rows and zero on
+/// rows whose target is `ignore_index`. A target not below vocab that is not `ignore_index`
+/// makes the sum NaN and raises the flag `Device::take_kernel_errors` reports.
+pub fn cross_entropy_summed(
+    dev: &Device,
+    logits: &Buffer,
+    vocab: usize,
+    targets: &Buffer,
+    ignore_index: u32,
+    totals: &mut Buffer,
+    dlogits: Option<&mut Buffer>,
+) -> Result<(), CudaError> {
+    const OP: &str = "cross_entropy_summed";
+    check_device(OP, dev, &[logits, targets, totals])?;
+    check_dtype(OP, "targets", targets, DType::U32)?;
+    check_dtype(OP, "totals", totals, DType::F32)?;
+    check_len(OP, "totals", totals, 2)?;
+    let rows = rows_of(OP, logits, vocab)?;
+    check_len(OP, "targets", targets, rows as usize)?;
+    if let Some(d) = &dlogits {
+        check_device(OP, dev, &[d])?;
+        check_like(OP, "dlogits", d, logits)?;
+    }
+    let dlogits = dlogits.map(|d| &*d);
+    let vocab = to_u32(OP, "vocab", vocab)?;
+    let vec = vector_rows(
+        vocab,
+        logits.dtype(),
+        &[logits.device_ptr(), ptr_or_null(dlogits)],
+    );
+    let name = row_kernel!(OP, "ce_summed", logits.dtype(), vec)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let loss = dev.alloc(DType::F32, rows as usize)?;
+    let err = dev.error_word()?;
+    let cfg = Launch {
+        grid: (rows, 1, 1),
+        block: (SUMMED_THREADS, 1, 1),
+        shared: 0,
+    };
+    // SAFETY: ce_summed_T(const T* logits, const u32* targets, T* dlogits, float* loss,
+    // u32 vocab, u32 ignore, u32* err), a block of ROW_BLOCK threads per row (its
+    // instantiations' launch bounds); logits and
+    // dlogits (or null, never written then) hold rows * vocab, targets and loss rows; targets
+    // >= vocab are never dereferenced; err is the device's error word; the vectorised
+    // instantiation only where vector_rows holds (tiles start at multiples of 8 columns).
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            cfg,
+            &[
+                logits,
+                targets,
+                &ptr_or_null(dlogits),
+                &loss,
+                &vocab,
+                &ignore_index,
+                &err,
+            ],
+        )?;
+    }
+    let cfg = Launch {
+        grid: (1, 1, 1),
+        block: (MEAN_BLOCK, 1, 1),
+        shared: 0,
+    };
+    // SAFETY: ce_sum_into(const float* loss, const u32* targets, float* totals, u32 rows,
+    // u32 ignore); loss and targets hold rows, totals 2. `loss` is dropped after queuing: later
+    // users of its memory are queued behind this kernel on the same stream.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            "ce_sum_into",
+            cfg,
+            &[&loss, targets, &*totals, &rows, &ignore_index],
         )
     }
 }

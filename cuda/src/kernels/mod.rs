@@ -48,7 +48,7 @@ const ELEMENTWISE_VEC: u64 = 8;
 /// 16-byte vectors of a row tile per thread, and the most threads a row gets (`ROW_VECS`,
 /// `ROW_BLOCK` in common.cuh).
 const ROW_VECS: u32 = 4;
-const ROW_BLOCK: u32 = 512;
+pub(crate) const ROW_BLOCK: u32 = 512;
 /// Threads in a block of shorter rows, which then holds several of them.
 const ROW_BLOCK_MIN: u32 = 256;
 

@@ -4,15 +4,15 @@
 //! `[rows, V]` logits and their gradient instead of `[N, V]` (at swax-small's N = 16 × 4096 and
 //! V = 50304, 6.6 GB in bf16 for the logits alone). Cut Cross-Entropy (arXiv 2411.09009) and
 //! Liger's fused linear cross-entropy do the same; this one is built from the primitives
-//! (matmul, the cross-entropy forward and backward), so it runs wherever they do.
+//! (matmul, and the cross-entropy summed with its gradient in one pass over the logits), so it
+//! runs wherever they do.
 //!
 //! A loss ends the graph, so its only upstream gradient is a scalar: when x or W is tracked,
 //! their gradients are computed during the forward, group by group while the group's logits are
 //! at hand, and the node's backward only scales them by that scalar.
 //!
 //! The mean divides by the rows counted over all groups, known only after the last one. So each
-//! group contributes the gradient of its summed loss (the cross-entropy backward told the count
-//! is 1), and the single division by max(count, 1) is folded into the scale the backward
+//! group contributes the gradient of its summed loss, and the single division by max(count, 1) is folded into the scale the backward
 //! applies; the count stays on the device, nothing is read back. The loss and dW are summed over
 //! the groups in f32 (f64 for f64 inputs): summing bf16 partial products would drop the later
 //! groups' small contributions. Each group's dW product is added into that sum by the GEMM
@@ -21,7 +21,7 @@
 //!
 //! [`Linear`]: super::basic::Linear
 use swax_autograd::Tape;
-use swax_tensor::{CrossEntropyStats, DType, Device, Error, Result, Shape, Tensor};
+use swax_tensor::{DType, Error, Result, Shape, Tensor};
 
 const OP: &str = "linear_cross_entropy";
 
@@ -133,42 +133,40 @@ impl Sums {
         need: Needs,
     ) -> Result<Sums> {
         let (n, device) = (x.dims()[0], x.device());
-        // The dtype of cross_entropy's statistics and of matmul_acc_into's sums.
+        // The dtype of the cross-entropy's totals and of matmul_acc_into's sums.
         let acc = x.dtype().accumulator();
-        let mut sums = Sums {
-            loss: Tensor::zeros(Shape::scalar(), acc, device)?,
-            count: Tensor::zeros(Shape::scalar(), acc, device)?,
-            dx: None,
-            dw: match need.dw {
-                true => Some(Tensor::zeros(w.shape().clone(), acc, device)?),
-                false => None,
-            },
+        // [summed loss, counted rows] over the groups so far.
+        let mut totals = Tensor::zeros([2], acc, device)?;
+        let mut dw = match need.dw {
+            true => Some(Tensor::zeros(w.shape().clone(), acc, device)?),
+            false => None,
         };
-        let unit = UnitScale::on(device)?;
         let mut dx_parts = Vec::new();
         for start in (0..n).step_by(rows) {
             let len = rows.min(n - start);
             let (xg, tg) = (x.narrow(0, start, len)?, targets.narrow(0, start, len)?);
-            let logits = xg.matmul(w)?;
-            let (mean, stats) = logits.cross_entropy(&tg, ignore_index)?;
-            let counted = stats
-                .totals
-                .narrow(0, 1, 1)?
-                .reshape(Shape::scalar())?
-                .to_dtype(acc)?;
-            sums.loss = sums.loss.add(&mean.to_dtype(acc)?.mul(&counted)?)?;
-            sums.count = sums.count.add(&counted)?;
-            if !(need.dx || need.dw) {
+            // The gradient of the group's summed loss, from the same pass over its logits.
+            let grad = need.dx || need.dw;
+            let Some(dlogits) =
+                xg.matmul(w)?
+                    .cross_entropy_summed_into(&tg, ignore_index, &mut totals, grad)?
+            else {
                 continue;
-            }
-            let dlogits = unit.summed_backward(logits, &tg, stats.lse, ignore_index)?;
+            };
             if need.dx {
                 dx_parts.push(dlogits.matmul_t(w, false, true)?);
             }
-            if let Some(dw) = &mut sums.dw {
+            if let Some(dw) = &mut dw {
                 xg.matmul_acc_into(&dlogits, true, false, dw)?;
             }
         }
+        let total = |i| totals.narrow(0, i, 1)?.reshape(Shape::scalar());
+        let mut sums = Sums {
+            loss: total(0)?,
+            count: total(1)?,
+            dx: None,
+            dw,
+        };
         if need.dx {
             sums.dx = Some(match dx_parts.as_slice() {
                 [] => x.zeros_like()?,
@@ -177,36 +175,5 @@ impl Sums {
             });
         }
         Ok(sums)
-    }
-}
-
-/// The count and upstream gradient under which the cross-entropy backward returns the gradient
-/// of a group's summed loss, not its mean: `(softmax - onehot) · 1 / 1` on counted rows.
-struct UnitScale {
-    totals: Tensor,
-    dloss: Tensor,
-}
-
-impl UnitScale {
-    fn on(device: Device) -> Result<UnitScale> {
-        Ok(UnitScale {
-            totals: Tensor::ones([2], DType::F32, device)?,
-            dloss: Tensor::ones(Shape::scalar(), DType::F32, device)?,
-        })
-    }
-
-    /// dlogits of the group's summed loss; takes the logits so they are freed on return.
-    fn summed_backward(
-        &self,
-        logits: Tensor,
-        targets: &Tensor,
-        lse: Tensor,
-        ignore_index: Option<u32>,
-    ) -> Result<Tensor> {
-        let stats = CrossEntropyStats {
-            lse,
-            totals: self.totals.clone(),
-        };
-        logits.cross_entropy_backward(targets, &stats, &self.dloss, ignore_index)
     }
 }

@@ -4,9 +4,9 @@
 use super::softmax::for_rows;
 use super::Real;
 
-/// Returns the mean loss (0 when every row is ignored: nothing to learn from, and no NaN), the
-/// per-row log-sum-exp, and the number of rows counted. Targets were checked to be `< v` (or the ignore index).
-pub(crate) fn cross_entropy<T: Real>(
+/// Returns the loss summed over the rows whose target is not ignored, the per-row log-sum-exp,
+/// and the number of rows counted. Targets were checked to be `< v` (or the ignore index).
+pub(crate) fn cross_entropy_sum<T: Real>(
     x: &[T],
     targets: &[u32],
     v: usize,
@@ -26,6 +26,18 @@ pub(crate) fn cross_entropy<T: Real>(
         .filter(|(_, &t)| Some(t) != ignore)
         .map(|(r, &t)| lse[r] - x[r * v + t as usize])
         .sum();
+    (total, lse, count)
+}
+
+/// The mean of [`cross_entropy_sum`]'s loss (0 when every row is ignored: nothing to learn
+/// from, and no NaN), the per-row log-sum-exp, and the number of rows counted.
+pub(crate) fn cross_entropy<T: Real>(
+    x: &[T],
+    targets: &[u32],
+    v: usize,
+    ignore: Option<u32>,
+) -> (T, Vec<T>, usize) {
+    let (total, lse, count) = cross_entropy_sum(x, targets, v, ignore);
     let loss = if count == 0 {
         T::zero()
     } else {

@@ -522,6 +522,56 @@ impl Backend for CpuStorage {
         }))
     }
 
+    fn cross_entropy_summed(
+        &self,
+        targets: &Self,
+        v: usize,
+        ignore_index: Option<u32>,
+        totals: &mut Self,
+        grad: bool,
+    ) -> Result<Option<Self>> {
+        const OP: &str = "cross_entropy_summed";
+        let targets = targets.ids(OP)?;
+        let (sum, count, dlogits) = with_floats!(OP, [self], |x, out, _s| {
+            let (sum, lse, count) = loss::cross_entropy_sum(&x[0], targets, v, ignore_index);
+            // The backward of a sum: unit upstream gradient over a count of 1.
+            let dlogits = grad.then(|| {
+                out(loss::cross_entropy_backward(
+                    &x[0],
+                    targets,
+                    &lse,
+                    1.0,
+                    1,
+                    v,
+                    ignore_index,
+                ))
+            });
+            (
+                num_traits::ToPrimitive::to_f64(&sum).unwrap_or(f64::NAN),
+                count,
+                dlogits,
+            )
+        });
+        match totals {
+            CpuStorage::F32(t) if self.dtype() != DType::F64 => {
+                t[0] += sum as f32;
+                t[1] += count as f32;
+            }
+            CpuStorage::F64(t) if self.dtype() == DType::F64 => {
+                t[0] += sum;
+                t[1] += count as f64;
+            }
+            t => {
+                return Err(Error::DTypeMismatch {
+                    op: OP,
+                    lhs: self.dtype(),
+                    rhs: t.dtype(),
+                })
+            }
+        }
+        Ok(dlogits)
+    }
+
     fn cross_entropy_backward(
         &self,
         targets: &Self,

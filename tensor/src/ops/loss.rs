@@ -86,4 +86,42 @@ impl Tensor {
         )?;
         Ok(self.with_storage(out, self.shape().clone()))
     }
+
+    /// The cross-entropy of `self` (`[.., V]` logits) against `targets` (U32 `[..]`) summed over
+    /// the rows whose target is not `ignore_index`, added with the number of those rows into
+    /// `totals` (`[summed loss, counted rows]` in the logits' accumulator dtype, f32 for bf16
+    /// and f32); with `grad`, also returns that sum's gradient: softmax - onehot on counted rows,
+    /// zero on the others. For a loss that wants its gradient at once (the fused linear
+    /// cross-entropy): on the GPU one kernel reads the logits from memory once for both, and
+    /// nothing is read back. `totals`' buffer must not be shared with another tensor.
+    pub fn cross_entropy_summed_into(
+        &self,
+        targets: &Tensor,
+        ignore_index: Option<u32>,
+        totals: &mut Tensor,
+        grad: bool,
+    ) -> Result<Option<Tensor>> {
+        const OP: &str = "cross_entropy_summed_into";
+        let v = self.ce_rows(OP, targets, ignore_index)?;
+        let want = self.dtype().accumulator();
+        if totals.dtype() != want || totals.dims() != [2] {
+            return Err(Error::Invalid {
+                op: OP,
+                msg: format!(
+                    "the totals of {} logits must be {want} [2], got {} {}",
+                    self.dtype(),
+                    totals.dtype(),
+                    totals.shape()
+                ),
+            });
+        }
+        let dlogits = self.storage().cross_entropy_summed(
+            targets.storage(),
+            v,
+            ignore_index,
+            totals.storage_mut(OP)?,
+            grad,
+        )?;
+        Ok(dlogits.map(|d| self.with_storage(d, self.shape().clone())))
+    }
 }
