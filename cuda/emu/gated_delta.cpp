@@ -51,7 +51,7 @@ static void walk(Data& x, RecDims d, const std::vector<size_t>& z) {
     });
 }
 
-// f(Const<D>, Const<X>) for the instantiated (D, X) pair (`instance!` in gated_delta_parallel.rs).
+// f(Const<D>, Const<X>) for the instantiated (D, X) pair (the macros at the end of gated_delta_parallel.cu).
 template <typename F> static void chunk_kernel(int D, int BE, F f) {
     if (D == 32 && BE == 32) f(Const<32>(), Const<32>());
     if (D == 32 && BE == 64) f(Const<32>(), Const<64>());
@@ -66,19 +66,19 @@ template <typename F> static void scan_kernel(int D, int BV, F f) {
     if (BV < 128) chunk_kernel(D, BV, f);
 }
 
-// gated_delta_parallel.rs's launches; launch: BE, BV, then threads and bytes of gdn_prep, of a
-// scan and of gdn_grads.
+// cuda_parallel.rs's launches; launch: BE of gdn_prep, BE of gdn_grads, BV, then threads and
+// bytes of gdn_prep, of a scan and of gdn_grads.
 static void parallel(Data& x, RecDims d, const std::vector<size_t>& z) {
     const int D = d.dk, V = d.dv, L = GDN_L, nc = (d.t + L - 1) / L, BH = d.b * d.h;
-    const int BE = (int)z[0], BV = (int)z[1];
+    const int BE = (int)z[0], GBE = (int)z[1], BV = (int)z[2];
     const size_t rows = (size_t)BH * nc * L;
     auto w = poisoned(rows * D), kh = poisoned(rows * D), qt = poisoned(rows * D), ut = poisoned(rows * V);
     auto pm = poisoned(rows * L), tm = poisoned(rows * L), dug = poisoned(rows * V);
     auto dsg = poisoned((size_t)BH * nc * D * V);
     std::vector<float> gl(BH * nc, NAN);
     const EmuDim chunks{(unsigned)nc, (unsigned)BH, 1}, tiles{(unsigned)(V / BV), (unsigned)BH, 1};
-    const EmuLaunch prep{chunks, {(unsigned)z[2], 1, 1}, z[3]}, scan{tiles, {(unsigned)z[4], 1, 1}, z[5]};
-    const EmuLaunch grads{chunks, {(unsigned)z[6], 1, 1}, z[7]};
+    const EmuLaunch prep{chunks, {(unsigned)z[3], 1, 1}, z[4]}, scan{tiles, {(unsigned)z[5], 1, 1}, z[6]};
+    const EmuLaunch grads{chunks, {(unsigned)z[7], 1, 1}, z[8]};
     const auto factors = [&](bf16* u, bf16* t) {
         emu_launch(prep, [&] {
             chunk_kernel(D, BE, [&](auto dd, auto ee) {
@@ -102,7 +102,7 @@ static void parallel(Data& x, RecDims d, const std::vector<size_t>& z) {
         });
     });
     emu_launch(grads, [&] {
-        chunk_kernel(D, BE, [&](auto dd, auto ee) {
+        chunk_kernel(D, GBE, [&](auto dd, auto ee) {
             gdn_grads<dd.value, ee.value>(x.q.data(), x.k.data(), x.v.data(), x.beta.data(), x.g.data(),
                                           x.dO.data(), x.states.data(), dsg.data(), dug.data(), tm.data(), pm.data(),
                                           x.dq.data(), x.dk.data(), x.dv.data(), x.db.data(), x.dg.data(), d);
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
     x.ds0 = poisoned(x.s0.size());
     x.states.assign((size_t)d.b * d.h * (nc + 1) * d.dk * d.dv, NAN);
     if (family == "parallel")
-        parallel(x, d, launch_sizes(dir, 8));
+        parallel(x, d, launch_sizes(dir, 9));
     else if (family == "walk")
         walk(x, d, launch_sizes(dir, 3));
     else {

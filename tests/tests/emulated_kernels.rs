@@ -293,8 +293,9 @@ fn case(
         let z = gated_delta::parallel_sizes(s, swax_cuda::DType::BF16, SHARED_LIMIT)
             .unwrap_or_else(|| panic!("{name}: the chunk-parallel kernels do not take {s:?}"));
         format!(
-            "{} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {} {}",
             z.be,
+            z.grads_be,
             z.bv,
             z.prep_threads,
             z.prep_bytes,
@@ -393,7 +394,8 @@ fn parallel_small_heads() -> Result<()> {
     )
 }
 
-/// Three value tiles of 64 columns in the chunk kernels, two scan blocks of 64 per head.
+/// Three value tiles of 64 columns in gdn_prep (six of 32 in gdn_grads), two scan blocks of 64
+/// per head.
 #[test]
 fn parallel_wide_values() -> Result<()> {
     case(

@@ -24,12 +24,14 @@ const PREP_THREADS: u32 = 256;
 /// The most blocks a grid's y dimension takes (the heads, in every kernel here).
 const MAX_GRID_Y: usize = 65535;
 
-/// What a call launches: the head dim, the value tiles of the chunk kernels (`be` columns) and
-/// of the scans (`bv`), and each kernel's threads and dynamic shared memory in bytes.
+/// What a call launches: the head dim, the value tiles of gdn_prep (`be` columns), of gdn_grads
+/// (`grads_be`) and of the scans (`bv`), and each kernel's threads and dynamic shared memory in
+/// bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub d: usize,
     pub be: usize,
+    pub grads_be: usize,
     pub bv: usize,
     pub prep_threads: u32,
     pub prep_bytes: usize,
@@ -44,6 +46,9 @@ pub struct Sizes {
 /// `shared_limit` (a block's opt-in limit). The scans take the widest value tile of 128, 64 or
 /// 32 columns (at most 2 Dk: wider ones spill at Dk 32) that divides Dv and fits: on the H200 at
 /// Dk = Dv = 128, 128 columns make one block per head, 128 blocks in one wave on its 132 SMs.
+/// gdn_grads takes value tiles of 32 columns, blocks of 8 warps that fit two an SM; the
+/// environment variable `SWAX_GDN_GRADS_TILE=64` (read once) picks the tiles of 64 instead (16
+/// warps, one block an SM, the tiling before 2026-12-02), to compare the two in one process.
 /// Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as
 /// the wrappers do.
 pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Sizes> {
@@ -56,21 +61,29 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Siz
         return None;
     }
     let be = if s.dv.is_multiple_of(64) { 64 } else { 32 };
+    let grads_be = if wide_grads_tiles() { be } else { 32 };
     let bv = [128, 64, 32].into_iter().find(|&bv| {
         bv <= 2 * s.dk && s.dv.is_multiple_of(bv) && scan_bytes(s.dk, bv) <= shared_limit
     })?;
     let z = Sizes {
         d: s.dk,
         be,
+        grads_be,
         bv,
         prep_threads: PREP_THREADS,
         prep_bytes: prep_bytes(s.dk),
         scan_threads: 2 * s.dk as u32,
         scan_bytes: scan_bytes(s.dk, bv),
-        grads_threads: grads_threads(s.dk, be),
-        grads_bytes: grads_bytes(s.dk, be),
+        grads_threads: grads_threads(s.dk, grads_be),
+        grads_bytes: grads_bytes(s.dk, grads_be),
     };
     (z.prep_bytes.max(z.grads_bytes) <= shared_limit).then_some(z)
+}
+
+/// Whether `SWAX_GDN_GRADS_TILE=64` asks gdn_grads for value tiles of 64 columns (see [`sizes`]).
+fn wide_grads_tiles() -> bool {
+    static WIDE: OnceLock<bool> = OnceLock::new();
+    *WIDE.get_or_init(|| std::env::var("SWAX_GDN_GRADS_TILE").is_ok_and(|v| v == "64"))
 }
 
 /// A call's sizes and kernel arguments.
@@ -105,12 +118,12 @@ fn scan_bytes(d: usize, bv: usize) -> usize {
 }
 
 /// Shared memory of gdn_grads: 14 per-row f32 vectors and 32 floats of block-sum scratch; bf16
-/// q and k [64, Dk], four [64, 64] tiles, three state tiles [Dk, BE] (S0, and dS in two that
-/// alternate between value tiles) and seven value tiles [64, BE]; the next S0 in f32 [Dk, BE + 4].
+/// q and k [64, Dk], T and P [64, 64], the state tiles S0 and dS [Dk, BE] and seven value tiles
+/// [64, BE] (where two more [64, 64] tiles go after the last value tile). At 8 warps (BE 32, or
+/// Dk 32) at most 113,280 bytes (Dk 128, BE 32): two blocks fit an SM's 228 KiB.
 fn grads_bytes(d: usize, be: usize) -> usize {
     4 * (14 * L + 32)
-        + 2 * (2 * L * tile(d) + 4 * L * tile(L) + 3 * d * tile(be) + 7 * L * tile(be))
-        + 4 * d * (be + 4)
+        + 2 * (2 * L * tile(d) + 2 * L * tile(L) + 2 * d * tile(be) + 7 * L * tile(be))
 }
 
 /// Threads of a gdn_grads block (`GDN_GRAD_THREADS`): 16 warps where the products' columns split
@@ -316,7 +329,7 @@ impl Plan {
                 ],
             )?;
         }
-        let name = kernel(OP, "gdn_grads", self.z.d, self.z.be)?;
+        let name = kernel(OP, "gdn_grads", self.z.d, self.z.grads_be)?;
         let cfg = Self::chunk_launch(OP, s, self.z.grads_threads, self.z.grads_bytes)?;
         // SAFETY: gdn_grads(q, k, v, beta, g, dout, states, dsg, dug, tm, pm, dq, dk, dv, dbeta,
         // dg, RecDims): inputs checked, states at [B, H, N + 1, Dk, Dv], the scan's and prep's
@@ -335,5 +348,27 @@ impl Plan {
             )?;
         }
         Ok(g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every gdn_grads block of 8 warps fits twice an SM of the H200 (228 KiB, less 1 KiB the
+    /// runtime keeps a block), as GDN_GRAD_BLOCKS tells the compiler.
+    #[test]
+    fn eight_warp_gradient_blocks_fit_two_an_sm() {
+        const SM_SHARED: usize = 228 * 1024;
+        const PER_BLOCK: usize = 1024;
+        for (d, be) in CHUNK_TILES {
+            if grads_threads(d, be) == 256 {
+                let bytes = grads_bytes(d, be);
+                assert!(
+                    2 * (bytes + PER_BLOCK) <= SM_SHARED,
+                    "Dk {d}, BE {be}: {bytes} bytes"
+                );
+            }
+        }
     }
 }

@@ -381,15 +381,17 @@ __device__ void gdn_scan_bwd(const bf16* __restrict__ dsT, const bf16* __restric
     });
 }
 
-// A value tile's S0 (f32, staged by cp.async) into its bf16 operand tile; returns this thread's
-// share of sum(S0 ⊙ dS) over the tile.
+// A value tile's S0 (f32 in global memory, rows `ld` apart, 16-byte aligned) into its bf16
+// operand tile; returns this thread's share of sum(S0 ⊙ dS) over the tile. Read straight from
+// global memory rather than staged by cp.async: an f32 staging tile would keep two blocks from
+// fitting an SM, and the other block hides the load.
 template <int D, int BE>
-__device__ __forceinline__ float stage_state(const STile<bf16>& s0s, const float* s0f, const STile<bf16>& dss) {
-    constexpr int LF = BE + 4;
+__device__ __forceinline__ float stage_state(const STile<bf16>& s0s, const float* __restrict__ s0f, u64 ld,
+                                             const STile<bf16>& dss) {
     float dot = 0.0f;
     for (int idx = threadIdx.x; idx < D * BE / 4; idx += nthreads()) {
         const int i = idx / (BE / 4), col = (idx % (BE / 4)) * 4;
-        const float4 x = *reinterpret_cast<const float4*>(s0f + i * LF + col);
+        const float4 x = *reinterpret_cast<const float4*>(s0f + i * ld + col);
         const float2 y0 = get_pair(dss, i, col), y1 = get_pair(dss, i, col + 2);
         set_pair(s0s, i, col, x.x, x.y);
         set_pair(s0s, i, col + 2, x.z, x.w);
@@ -398,21 +400,13 @@ __device__ __forceinline__ float stage_state(const STile<bf16>& s0s, const float
     return dot;
 }
 
-// f32 rows x COLS (row r at src + r * rs, 16-byte aligned) into shared memory (rows COLS + 4
-// floats apart) by cp.async; the caller commits and waits.
-template <int COLS>
-__device__ __forceinline__ void load_f32_rows_async(float* dst, const float* src, u64 rs, int rows) {
-    constexpr int CH = COLS / 4;
-    for (int i = threadIdx.x; i < rows * CH; i += nthreads()) {
-        const int r = i / CH, c = (i % CH) * 4;
-        cp_async16(dst + r * (COLS + 4) + c, src + (u64)r * rs + c, true);
-    }
-}
-
 // How gdn_grads splits its products: 4 row groups of 16 rows by CW column groups, CW = 4 (16
 // warps: half the registers a warp, twice the warps to hide latency with) where every product's
-// columns split into pairs of 8-column blocks that way, else 2.
+// columns split into pairs of 8-column blocks that way, else 2. Blocks of 8 warps are built for
+// two an SM (GDN_GRAD_BLOCKS; their shared memory fits twice, cuda_parallel.rs's grads_bytes), so
+// that one block's loads, barriers and serial tail overlap the other's products.
 #define GDN_GRAD_THREADS(D, BE) ((D) % 64 == 0 && (BE) % 64 == 0 ? 512 : 256)
+#define GDN_GRAD_BLOCKS(D, BE) (GDN_GRAD_THREADS(D, BE) == 256 ? 2 : 1)
 template <int D, int BE>
 struct GradSplit {
     static constexpr int THREADS = GDN_GRAD_THREADS(D, BE), CW = THREADS / 128;
@@ -452,17 +446,15 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     bf16* e = reinterpret_cast<bf16*>(f);
     const STile<bf16> Q = take_tile(e, L, tile_ld<bf16>(D)), K = take_tile(e, L, tile_ld<bf16>(D));
     const STile<bf16> Ts = take_tile(e, L, tile_ld<bf16>(L)), P = take_tile(e, L, tile_ld<bf16>(L));
-    const STile<bf16> X1 = take_tile(e, L, tile_ld<bf16>(L)), X2 = take_tile(e, L, tile_ld<bf16>(L));
     const STile<bf16> S0s = take_tile(e, D, tile_ld<bf16>(BE)), dSs = take_tile(e, D, tile_ld<bf16>(BE));
+    bf16* vals = e;
     const STile<bf16> Vs = take_tile(e, L, tile_ld<bf16>(BE)), dOs = take_tile(e, L, tile_ld<bf16>(BE));
     const STile<bf16> dUs = take_tile(e, L, tile_ld<bf16>(BE)), dXs = take_tile(e, L, tile_ld<bf16>(BE));
     const STile<bf16> dXb = take_tile(e, L, tile_ld<bf16>(BE)), Us = take_tile(e, L, tile_ld<bf16>(BE));
     const STile<bf16> Ut = take_tile(e, L, tile_ld<bf16>(BE));
-    // The next value tile's S0 arrives in f32 here while the current one is worked on, its dS in
-    // the other of two tiles (value tile i's is dS_in(i)).
-    const STile<bf16> dSn = take_tile(e, D, tile_ld<bf16>(BE));
-    float* S0n = reinterpret_cast<float*>(e);
-    const auto dS_in = [&](int i) { return i & 1 ? dSn : dSs; };
+    // X1 and X2 [64, 64], written after the last value tile, over the value tiles' memory.
+    static_assert(7 * (BE + 8) >= 2 * (GDN_L + 8), "X1 and X2 fit where the value tiles were");
+    const STile<bf16> X1 = take_tile(vals, L, tile_ld<bf16>(L)), X2 = take_tile(vals, L, tile_ld<bf16>(L));
     const Heads hd{d.t, d.h};
     const float* S0 = states + ((u64)bh * (nc + 1) + c) * ssz;
     const bf16* dS = dsg + cid * ssz;
@@ -470,17 +462,13 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     const u64 rows_at = hd.at(b, hh, t0, d.dv), row_stride = (u64)d.h * d.dv;
     // This lane's two rows of every [64, *] accumulator (each_pair's rows r0 + g, r0 + g + 8).
     const int jr[2] = {r0 + (lane_id() >> 2), r0 + (lane_id() >> 2) + 8};
-    const auto fetch_states = [&](int e0) {
-        load_f32_rows_async<BE>(S0n, S0 + e0, d.dv, D);
-        load_rows_async<BE>(dS_in(e0 / BE), dS + e0, d.dv, D, D);
-        cp_async_commit();
-    };
 
     for (int j = threadIdx.x; j < L; j += nthreads()) dgc[j] = dbt[j] = ke[j] = cq[j] = ck[j] = kd[j] = z[j] = 0.0f;
     load_rows_async<L>(Ts, tm + cid * L * L, L, L, L);
     load_rows_async<L>(P, pm + cid * L * L, L, L, L);
     load_rows_async<BE>(dUs, dU, d.dv, L, L);
-    fetch_states(0);
+    load_rows_async<BE>(dSs, dS, d.dv, D, D);
+    cp_async_commit();
     const ChunkInputs<bf16> in{q, k, v, beta, g, dout};
     load_chunk(Q, K, Vs, dOs, r, in, hd, b, hh, t0, len, L, d, VTile{0, BE});
     dec.fill(r);
@@ -492,12 +480,10 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     float carry = 0.0f;
     for (int e0 = 0; e0 < d.dv; e0 += BE) {
         const bool more = e0 + BE < d.dv;
-        const STile<bf16> dSc = dS_in(e0 / BE);
         cp_async_wait<0>();
         __syncthreads();
-        carry += stage_state<D, BE>(S0s, S0n, dSc);
+        carry += stage_state<D, BE>(S0s, S0 + e0, d.dv, dSs);
         __syncthreads();
-        if (more) fetch_states(e0 + BE);
         // Rb = V - diag(γ) K S0, kept as R = diag(beta) Rb in Vs (U's operand); dX = T^T dU, and
         // -diag(beta γ) dX for dk; dv = diag(beta) dX, dbeta's dX·Rb and z's dX·(K S0).
         {
@@ -555,12 +541,13 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
             cp_async_commit();
         }
         // dk += [diag(tend) U | -diag(beta γ) dX] [dS^T ; S0^T]; dO U^T, dX U^T.
-        warp_mm<1, ND, 2 * BE / 16>(dkc, cat_cols(Ut, dXb, BE), r0, cat_rows(dSc.t(), S0s.t(), BE), cd);
+        warp_mm<1, ND, 2 * BE / 16>(dkc, cat_cols(Ut, dXb, BE), r0, cat_rows(dSs.t(), S0s.t(), BE), cd);
         warp_mm<1, NL, BE / 16>(dp, dOs, r0, Us.t(), cl);
         warp_mm<1, NL, BE / 16>(da, dXs, r0, Us.t(), cl);
         __syncthreads();
         if (more) {
             load_rows_async<BE>(dOs, dout + rows_at + e0 + BE, row_stride, L, len);
+            load_rows_async<BE>(dSs, dS + e0 + BE, d.dv, D, D);
             cp_async_commit();
         }
     }
@@ -569,37 +556,46 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     // on the strictly lower part: e = dA ⊙ D ⊙ k k^T to beta_j and G_j (ke, times beta_j) and to
     // G_s (- beta_j e); X2 = beta_j D ⊙ dA (strictly lower), whose sum with its transpose is the
     // gradient of k k^T.
+    // In column halves where NL allows (8 warps), so that k k^T's block is not live beside all
+    // four accumulators at once (two blocks an SM leave 128 registers a thread).
     {
-        float kk[1][NL][4] = {}, rp[1][2] = {}, re[1][2] = {}, cs[NL][2] = {};
-        warp_mm<1, NL, D / 16>(kk, K, r0, K.t(), cl);
+        constexpr int NH = NL >= 4 ? 2 : 1, NP = NL / NH;
+        float rp[1][2] = {}, re[1][2] = {};
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int j = jr[h];
-            const float bet = r.beta[j];
+        for (int hf = 0; hf < NH; ++hf) {
+            const int ch = cl + 8 * NP * hf;
+            float kk[1][NP][4] = {}, cs[NP][2] = {};
+            warp_mm<1, NP, D / 16>(kk, K, r0, K.t(), ch);
 #pragma unroll
-            for (int n = 0; n < NL; ++n) {
-                const int s = cl + 8 * n + 2 * (lane_id() & 3);
-                const float2 pp = get_pair(P, j, s);
-                float x1[2], x2[2];
+            for (int h = 0; h < 2; ++h) {
+                const int j = jr[h];
+                const float bet = r.beta[j];
 #pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    const float dcy = dec.at(j, s + i), dpv = dp[0][n][2 * h + i];
-                    const float dlog = dpv * (i ? pp.y : pp.x);
-                    rp[0][h] += dlog;
-                    cs[n][i] -= dlog;
-                    x1[i] = dpv * dcy;
-                    const float dav = s + i < j ? -da[0][n][2 * h + i] * dcy : 0.0f, ev = dav * kk[0][n][2 * h + i];
-                    re[0][h] += ev;
-                    cs[n][i] -= bet * ev;
-                    x2[i] = dav * bet;
+                for (int n = 0; n < NP; ++n) {
+                    const int s = ch + 8 * n + 2 * (lane_id() & 3);
+                    const float2 pp = get_pair(P, j, s);
+                    float x1[2], x2[2];
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        const float dcy = dec.at(j, s + i), dpv = dp[0][NP * hf + n][2 * h + i];
+                        const float dlog = dpv * (i ? pp.y : pp.x);
+                        rp[0][h] += dlog;
+                        cs[n][i] -= dlog;
+                        x1[i] = dpv * dcy;
+                        const float dav = s + i < j ? -da[0][NP * hf + n][2 * h + i] * dcy : 0.0f;
+                        const float ev = dav * kk[0][n][2 * h + i];
+                        re[0][h] += ev;
+                        cs[n][i] -= bet * ev;
+                        x2[i] = dav * bet;
+                    }
+                    set_pair(X1, j, s, x1[0], x1[1]);
+                    set_pair(X2, j, s, x2[0], x2[1]);
                 }
-                set_pair(X1, j, s, x1[0], x1[1]);
-                set_pair(X2, j, s, x2[0], x2[1]);
             }
+            add_col_sums(cs, ch, dgc);
         }
         add_row_sums(rp, r0, dgc);
         add_row_sums(re, r0, ke);
-        add_col_sums(cs, cl, dgc);
     }
     // dq = diag(γ) dO S0^T, with γ_j dO_j·(S0^T q_j) to G_j; k_j·dk_j for the end state's share.
     {
@@ -687,7 +683,8 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
         bf16* qt, bf16* ut, bf16* pm, bf16* tm, float* gl, RecDims d) {                                             \
         gdn_prep<D, BE>(q, k, v, beta, g, w, kh, qt, ut, pm, tm, gl, d);                                            \
     }                                                                                                               \
-    extern "C" __global__ void __launch_bounds__(GDN_GRAD_THREADS(D, BE)) gdn_grads_##D##_##BE(                     \
+    extern "C" __global__ void __launch_bounds__(GDN_GRAD_THREADS(D, BE), GDN_GRAD_BLOCKS(D, BE))                   \
+        gdn_grads_##D##_##BE(                                                                                       \
         const bf16* q, const bf16* k, const bf16* v, const bf16* beta, const bf16* g, const bf16* dout,             \
         const float* states, const bf16* dsg, const bf16* dug, const bf16* tm, const bf16* pm, bf16* dq, bf16* dk,  \
         bf16* dv, bf16* dbeta, bf16* dg, RecDims d) {                                                               \
