@@ -295,12 +295,12 @@ fn case(
         format!(
             "{} {} {} {} {} {} {} {} {}",
             z.be,
-            z.grads_be,
             z.bv,
             z.prep_threads,
             z.prep_bytes,
             z.scan_threads,
-            z.scan_bytes,
+            z.scan_fwd_bytes,
+            z.scan_bwd_bytes,
             z.grads_threads,
             z.grads_bytes
         )
@@ -394,8 +394,8 @@ fn parallel_small_heads() -> Result<()> {
     )
 }
 
-/// Three value tiles of 64 columns in gdn_prep (six of 32 in gdn_grads), two scan blocks of 64
-/// per head.
+/// Six value tiles of 32 columns in gdn_grads (three of 64 under SWAX_GDN_GRADS_TILE=64), two
+/// scan blocks of 64 per head.
 #[test]
 fn parallel_wide_values() -> Result<()> {
     case(

@@ -24,19 +24,18 @@ const PREP_THREADS: u32 = 256;
 /// The most blocks a grid's y dimension takes (the heads, in every kernel here).
 const MAX_GRID_Y: usize = 65535;
 
-/// What a call launches: the head dim, the value tiles of gdn_prep (`be` columns), of gdn_grads
-/// (`grads_be`) and of the scans (`bv`), and each kernel's threads and dynamic shared memory in
-/// bytes.
+/// What a call launches: the head dim, the value tiles of gdn_grads (`be` columns) and of the
+/// scans (`bv`), and each kernel's threads and dynamic shared memory in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub d: usize,
     pub be: usize,
-    pub grads_be: usize,
     pub bv: usize,
     pub prep_threads: u32,
     pub prep_bytes: usize,
     pub scan_threads: u32,
-    pub scan_bytes: usize,
+    pub scan_fwd_bytes: usize,
+    pub scan_bwd_bytes: usize,
     pub grads_threads: u32,
     pub grads_bytes: usize,
 }
@@ -60,22 +59,25 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Siz
     if !fits {
         return None;
     }
-    let be = if s.dv.is_multiple_of(64) { 64 } else { 32 };
-    let grads_be = if wide_grads_tiles() { be } else { 32 };
+    let be = if wide_grads_tiles() && s.dv.is_multiple_of(64) {
+        64
+    } else {
+        32
+    };
     let bv = [128, 64, 32].into_iter().find(|&bv| {
-        bv <= 2 * s.dk && s.dv.is_multiple_of(bv) && scan_bytes(s.dk, bv) <= shared_limit
+        bv <= 2 * s.dk && s.dv.is_multiple_of(bv) && scan_bytes(s.dk, bv, true) <= shared_limit
     })?;
     let z = Sizes {
         d: s.dk,
         be,
-        grads_be,
         bv,
         prep_threads: PREP_THREADS,
         prep_bytes: prep_bytes(s.dk),
         scan_threads: 2 * s.dk as u32,
-        scan_bytes: scan_bytes(s.dk, bv),
-        grads_threads: grads_threads(s.dk, grads_be),
-        grads_bytes: grads_bytes(s.dk, grads_be),
+        scan_fwd_bytes: scan_bytes(s.dk, bv, true),
+        scan_bwd_bytes: scan_bytes(s.dk, bv, false),
+        grads_threads: grads_threads(s.dk, be),
+        grads_bytes: grads_bytes(s.dk, be),
     };
     (z.prep_bytes.max(z.grads_bytes) <= shared_limit).then_some(z)
 }
@@ -104,17 +106,19 @@ impl Plan {
     }
 }
 
-/// Shared memory of gdn_prep: f32 A [64, 64 + 4] (later the value tile [64, BE]) and seven
-/// per-row vectors; bf16 q and k [64, Dk], T diag(beta) and T diag(beta γ) [64, 64] (the latter
-/// first the inversion's scratch); bf16 rows padded by 8 elements.
+/// Shared memory of gdn_prep: f32 A [64, 64 + 4] and seven per-row vectors; bf16 q and k
+/// [64, Dk] and T diag(beta γ) [64, 64] (first the inversion's scratch); bf16 rows padded by 8
+/// elements.
 fn prep_bytes(d: usize) -> usize {
-    4 * (L * (L + 4) + 7 * L) + 2 * (2 * L * tile(d) + 2 * L * tile(L))
+    4 * (L * (L + 4) + 7 * L) + 2 * (2 * L * tile(d) + L * tile(L))
 }
 
 /// Shared memory of a scan: two sets of chunk tiles (three [64, Dk], P [64, 64], a value tile
-/// [64, BV]), the state tile [Dk, BV] and a delta tile [64, BV], all bf16.
-fn scan_bytes(d: usize, bv: usize) -> usize {
-    2 * (2 * (3 * L * tile(d) + L * tile(L) + L * tile(bv)) + d * tile(bv) + L * tile(bv))
+/// [64, BV] and in the forward T diag(beta) [64, 64]), the state tile [Dk, BV] and a delta tile
+/// [64, BV], all bf16.
+fn scan_bytes(d: usize, bv: usize, forward: bool) -> usize {
+    let tb = if forward { L * tile(L) } else { 0 };
+    2 * (2 * (3 * L * tile(d) + L * tile(L) + L * tile(bv) + tb) + d * tile(bv) + L * tile(bv))
 }
 
 /// Shared memory of gdn_grads: 14 per-row f32 vectors and 32 floats of block-sum scratch; bf16
@@ -137,7 +141,8 @@ fn grads_threads(d: usize, be: usize) -> u32 {
 }
 
 /// The (Dk, tile columns) each kernel is instantiated at (the macros at the end of the .cu file):
-/// value tiles BE for gdn_prep and gdn_grads, BV for the scans.
+/// gdn_prep at each Dk (no tiles), value tiles BE for gdn_grads, BV for the scans.
+const PREP_DIMS: [(usize, usize); 3] = [(32, 0), (64, 0), (128, 0)];
 const CHUNK_TILES: [(usize, usize); 6] =
     [(32, 32), (32, 64), (64, 32), (64, 64), (128, 32), (128, 64)];
 const SCAN_TILES: [(usize, usize); 8] = [
@@ -151,14 +156,14 @@ const SCAN_TILES: [(usize, usize); 8] = [
     (128, 128),
 ];
 
-/// The instantiation `<base>_<Dk>_<tile>` of a kernel, its name interned once (launches take
-/// static names).
+/// The instantiation `<base>_<Dk>_<tile>` of a kernel (`<base>_<Dk>` for gdn_prep, tile 0), its
+/// name interned once (launches take static names).
 fn kernel(op: &'static str, base: &str, d: usize, x: usize) -> Result<&'static str, CudaError> {
     type Name = (&'static str, usize, usize, &'static str);
     static NAMES: OnceLock<Vec<Name>> = OnceLock::new();
     let names = NAMES.get_or_init(|| {
         let kinds = [
-            ("gdn_prep", &CHUNK_TILES[..]),
+            ("gdn_prep", &PREP_DIMS[..]),
             ("gdn_grads", &CHUNK_TILES[..]),
             ("gdn_scan_fwd", &SCAN_TILES[..]),
             ("gdn_scan_bwd", &SCAN_TILES[..]),
@@ -167,7 +172,12 @@ fn kernel(op: &'static str, base: &str, d: usize, x: usize) -> Result<&'static s
             .iter()
             .flat_map(|&(kind, tiles)| {
                 tiles.iter().map(move |&(d, x)| {
-                    let name: &'static str = Box::leak(format!("{kind}_{d}_{x}").into_boxed_str());
+                    let name = if x == 0 {
+                        format!("{kind}_{d}")
+                    } else {
+                        format!("{kind}_{d}_{x}")
+                    };
+                    let name: &'static str = Box::leak(name.into_boxed_str());
                     (kind, d, x, name)
                 })
             })
@@ -189,8 +199,8 @@ struct Factors {
     qt: Buffer,
     p: Buffer,
     gl: Buffer,
-    /// Ũ in the forward, T in the backward.
-    extra: Buffer,
+    /// T diag(beta) in the forward, T in the backward.
+    t: Buffer,
 }
 
 impl Plan {
@@ -207,15 +217,20 @@ impl Plan {
         })
     }
 
-    fn scan_launch(&self, s: RecurrentShape) -> Launch {
+    fn scan_launch(&self, s: RecurrentShape, forward: bool) -> Launch {
+        let bytes = if forward {
+            self.z.scan_fwd_bytes
+        } else {
+            self.z.scan_bwd_bytes
+        };
         Launch {
             grid: ((s.dv / self.z.bv) as u32, s.heads() as u32, 1),
             block: (self.z.scan_threads, 1, 1),
-            shared: self.z.scan_bytes as u32,
+            shared: bytes as u32,
         }
     }
 
-    /// gdn_prep over every chunk: Ũ (forward) or T (backward) beside the shared factors.
+    /// gdn_prep over every chunk: T diag(beta) (forward) or T (backward) beside the shared factors.
     fn factors(
         &self,
         op: &'static str,
@@ -232,18 +247,18 @@ impl Plan {
             qt: bf(rows * s.dk)?,
             p: bf(rows * L)?,
             gl: dev.alloc(DType::F32, s.heads() * s.chunks())?,
-            extra: bf(rows * if forward { s.dv } else { L })?,
+            t: bf(rows * L)?,
         };
-        let (ut, tm) = if forward {
-            (f.extra.device_ptr(), 0u64)
+        let (tb, tm) = if forward {
+            (f.t.device_ptr(), 0u64)
         } else {
-            (0u64, f.extra.device_ptr())
+            (0u64, f.t.device_ptr())
         };
-        let name = kernel(op, "gdn_prep", self.z.d, self.z.be)?;
+        let name = kernel(op, "gdn_prep", self.z.d, 0)?;
         let cfg = Self::chunk_launch(op, s, self.z.prep_threads, self.z.prep_bytes)?;
-        // SAFETY: gdn_prep(q, k, v, beta, g, w, kh, qt, ut, pm, tm, gl, RecDims): the inputs were
-        // checked at the shape in `args`, the outputs allocated at [B·H, N, 64, cols] (ut or tm
-        // null where not wanted), and the shared memory is what the kernel carves at (Dk, BE).
+        // SAFETY: gdn_prep(q, k, beta, g, w, kh, qt, pm, tb, tm, gl, RecDims): the inputs were
+        // checked at the shape in `args`, the outputs allocated at [B·H, N, 64, cols] (tb or tm
+        // null where not wanted), and the shared memory is what the kernel carves at Dk.
         unsafe {
             launch(
                 dev,
@@ -251,8 +266,7 @@ impl Plan {
                 name,
                 cfg,
                 &[
-                    x.q, x.k, x.v, x.beta, x.g, &f.w, &f.kh, &f.qt, &ut, &f.p, &tm, &f.gl,
-                    &self.args,
+                    x.q, x.k, x.beta, x.g, &f.w, &f.kh, &f.qt, &f.p, &tb, &tm, &f.gl, &self.args,
                 ],
             )?;
         }
@@ -272,17 +286,17 @@ impl Plan {
         let out = dev.alloc(DType::BF16, s.rows(s.dv))?;
         let states = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
         let name = kernel(OP, "gdn_scan_fwd", self.z.d, self.z.bv)?;
-        // SAFETY: gdn_scan_fwd(s0, w, kh, qt, ut, pm, gl, out, states, RecDims) over the factors
-        // just made, s0 checked at [B, H, Dk, Dv], out and states allocated at their shapes, the
-        // shared memory what the kernel carves at (Dk, BV).
+        // SAFETY: gdn_scan_fwd(s0, w, kh, qt, tb, v, pm, gl, out, states, RecDims) over the
+        // factors just made, s0 and v checked at their shapes, out and states allocated at
+        // theirs, the shared memory what the kernel carves at (Dk, BV).
         unsafe {
             launch(
                 dev,
                 &SOURCE,
                 name,
-                self.scan_launch(s),
+                self.scan_launch(s, true),
                 &[
-                    s0, &f.w, &f.kh, &f.qt, &f.extra, &f.p, &f.gl, &out, &states, &self.args,
+                    s0, &f.w, &f.kh, &f.qt, &f.t, x.v, &f.p, &f.gl, &out, &states, &self.args,
                 ],
             )?;
         }
@@ -323,13 +337,13 @@ impl Plan {
                 dev,
                 &SOURCE,
                 scan,
-                self.scan_launch(s),
+                self.scan_launch(s, false),
                 &[
                     ds, dout, &f.w, &f.kh, &f.qt, &f.p, &f.gl, &dug, &dsg, &g.state, &self.args,
                 ],
             )?;
         }
-        let name = kernel(OP, "gdn_grads", self.z.d, self.z.grads_be)?;
+        let name = kernel(OP, "gdn_grads", self.z.d, self.z.be)?;
         let cfg = Self::chunk_launch(OP, s, self.z.grads_threads, self.z.grads_bytes)?;
         // SAFETY: gdn_grads(q, k, v, beta, g, dout, states, dsg, dug, tm, pm, dq, dk, dv, dbeta,
         // dg, RecDims): inputs checked, states at [B, H, N + 1, Dk, Dv], the scan's and prep's
@@ -342,8 +356,8 @@ impl Plan {
                 name,
                 cfg,
                 &[
-                    xi.q, xi.k, xi.v, xi.beta, xi.g, dout, states, &dsg, &dug, &f.extra, &f.p,
-                    &g.q, &g.k, &g.v, &g.beta, &g.g, &self.args,
+                    xi.q, xi.k, xi.v, xi.beta, xi.g, dout, states, &dsg, &dug, &f.t, &f.p, &g.q,
+                    &g.k, &g.v, &g.beta, &g.g, &self.args,
                 ],
             )?;
         }

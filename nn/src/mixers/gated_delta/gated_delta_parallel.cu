@@ -7,17 +7,19 @@
 // Per chunk of L = 64 rows, with q (times 1/sqrt(Dk)) and k L2-normalized, G the running sum of
 // the log decays, γ = exp(G), tend_j = exp(G_L - G_j), D_js = exp(G_j - G_s) for s <= j and
 // T = (I + A)^-1 with A_js = beta_j D_js k_j·k_s (s < j):
-//   W = T diag(beta γ) K,  Ũ = T diag(beta) V,  U = Ũ - W S0,
+//   W = T diag(beta γ) K,  U = T diag(beta) V - W S0,
 //   O = diag(γ) Q S0 + P U  (P = D ⊙ Q K^T),  S_L = γ_L S0 + K̂^T U  (K̂ = diag(tend) K).
 // The sequential dependence is only through the state S (forward) and its gradient dS
 // (backward), so everything else runs a block per chunk:
 //
 // - gdn_prep: a chunk's factors into chunk-major bf16 scratch [B·H, N, rows, cols]: W, K̂, Q̃ =
-//   diag(γ) Q and P, and the forward's Ũ or the backward's T; γ_L as f32 [B·H, N].
+//   diag(γ) Q and P, and the forward's T diag(beta) or the backward's T; γ_L as f32 [B·H, N].
 // - gdn_scan_fwd: a block per (head, value tile) walks the chunks with the state tile in
-//   registers (f32, over Dk / 16 warps): U = Ũ - W S, the output O = Q̃ S + P U, then
-//   S = γ_L S + K̂^T U; the boundary states go to the f32 `states`. The next chunk's tiles arrive
-//   by cp.async during the current.
+//   registers (f32, over Dk / 16 warps): U = T diag(beta) V - W S as one product, the output
+//   O = Q̃ S + P U, then S = γ_L S + K̂^T U; the boundary states go to the f32 `states`. The next
+//   chunk's tiles arrive by cp.async during the current. (Ũ = T diag(beta) V made by gdn_prep and
+//   read here cost the forward a [64, Dv] tile written and read a chunk, where T diag(beta) is
+//   [64, 64], and gdn_prep a product and a load of v.)
 // - gdn_scan_bwd: the same walk in reverse for dS: dU = P^T dO + K̂ dS, then
 //   dS = γ_L dS + Q̃^T dO - W^T dU; dU and each chunk's end-state gradient go to bf16 scratch.
 // - gdn_grads: a block per chunk, from its S0, dS and dU: U again (as T diag(beta) Rb, Rb = V -
@@ -94,14 +96,13 @@ __device__ void invert_merge_64(float* A, int ld, float* x) {
     }
 }
 
-// The forward's factors of a chunk; see the top. `ut` is null in the backward, `tm` in the
-// forward. Shared memory is reused as its contents die, so that three blocks fit an SM: the value
-// tile for Ũ goes where A was, the inversion's scratch where T diag(beta γ) goes.
-template <int D, int BE>
-__device__ void gdn_prep(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
-                         const bf16* __restrict__ beta, const bf16* __restrict__ g, bf16* __restrict__ w,
-                         bf16* __restrict__ kh, bf16* __restrict__ qt, bf16* __restrict__ ut, bf16* __restrict__ pm,
-                         bf16* __restrict__ tm, float* __restrict__ gl, RecDims d) {
+// A chunk's factors; see the top. T diag(beta) goes to `tb` (the forward's) or T to `tm` (the
+// backward's): one of them is null. The inversion's scratch goes where T diag(beta γ) goes later.
+template <int D>
+__device__ void gdn_prep(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ beta,
+                         const bf16* __restrict__ g, bf16* __restrict__ w, bf16* __restrict__ kh,
+                         bf16* __restrict__ qt, bf16* __restrict__ pm, bf16* __restrict__ tb, bf16* __restrict__ tm,
+                         float* __restrict__ gl, RecDims d) {
     constexpr int L = GDN_L;
     extern __shared__ __align__(16) unsigned char smem[];
     const int c = blockIdx.x, nc = gridDim.x, bh = blockIdx.y, b = bh / d.h, hh = bh % d.h;
@@ -113,12 +114,12 @@ __device__ void gdn_prep(const bf16* __restrict__ q, const bf16* __restrict__ k,
     const Decays dec{take(f, L), len};
     bf16* e = reinterpret_cast<bf16*>(f);
     const STile<bf16> Q = take_tile(e, L, tile_ld<bf16>(D)), K = take_tile(e, L, tile_ld<bf16>(D));
-    const STile<bf16> Tb = take_tile(e, L, tile_ld<bf16>(L)), Tg = take_tile(e, L, tile_ld<bf16>(L));
+    const STile<bf16> Tg = take_tile(e, L, tile_ld<bf16>(L));
     float* scratch = reinterpret_cast<float*>(Tg.p);
-    const STile<bf16> V{reinterpret_cast<bf16*>(A), tile_ld<bf16>(BE)};
     const Heads hd{d.t, d.h};
-    const ChunkInputs<bf16> in{q, k, v, beta, g, nullptr};
-    load_chunk(Q, K, V, V, r, in, hd, b, hh, t0, len, L, d, VTile{0, 0});
+    const ChunkInputs<bf16> in{q, k, nullptr, beta, g, nullptr};
+    // No value tile (VTile of no columns): Q stands in for its view.
+    load_chunk(Q, K, Q, Q, r, in, hd, b, hh, t0, len, L, d, VTile{0, 0});
     dec.fill(r);
     __syncthreads();
 
@@ -160,19 +161,16 @@ __device__ void gdn_prep(const bf16* __restrict__ q, const bf16* __restrict__ k,
     if (threadIdx.x == 0) gl[cid] = r.gam[len - 1];
     __syncthreads();
     invert_merge_64(A, lda, scratch);
-    // T diag(beta) and T diag(beta γ) as bf16 operands (and T itself for the backward), four
-    // columns at a time.
+    // T diag(beta γ) as a bf16 operand, and T diag(beta) or T out, four columns at a time.
+    bf16* tx = (tb ? tb : tm) + cid * L * L;
     for (int idx = threadIdx.x; idx < L * L / 4; idx += nthreads()) {
         const int j = idx / (L / 4), s = (idx % (L / 4)) * 4;
         const float4 t = *reinterpret_cast<const float4*>(A + j * lda + s);
         const float b0 = r.beta[s] * t.x, b1 = r.beta[s + 1] * t.y, b2 = r.beta[s + 2] * t.z, b3 = r.beta[s + 3] * t.w;
-        set_pair(Tb, j, s, b0, b1);
-        set_pair(Tb, j, s + 2, b2, b3);
         set_pair(Tg, j, s, b0 * r.gam[s], b1 * r.gam[s + 1]);
         set_pair(Tg, j, s + 2, b2 * r.gam[s + 2], b3 * r.gam[s + 3]);
-        if (tm)
-            *reinterpret_cast<uint2*>(tm + cid * L * L + j * L + s) =
-                make_uint2(bf16x2_bits(t.x, t.y), bf16x2_bits(t.z, t.w));
+        *reinterpret_cast<uint2*>(tx + j * L + s) = tb ? make_uint2(bf16x2_bits(b0, b1), bf16x2_bits(b2, b3))
+                                                       : make_uint2(bf16x2_bits(t.x, t.y), bf16x2_bits(t.z, t.w));
     }
     __syncthreads();
     {
@@ -181,18 +179,6 @@ __device__ void gdn_prep(const bf16* __restrict__ q, const bf16* __restrict__ k,
         bf16* wc_ = w + cid * L * D;
         each_pair(acc, r0, (D / 2) * wc, [&](int j, int col, float& x0, float& x1) {
             *reinterpret_cast<u32*>(wc_ + j * D + col) = bf16x2_bits(x0, x1);
-        });
-    }
-    if (!ut) return;
-    for (int e0 = 0; e0 < d.dv; e0 += BE) {
-        if (e0 > 0) __syncthreads();
-        load_cols(V.p, V.ld, v, hd, b, hh, t0, len, L, d.dv, e0, BE, 1.0f);
-        __syncthreads();
-        float acc[1][BE / 16][4] = {};
-        warp_mm<1, BE / 16, L / 16>(acc, Tb, r0, V, (BE / 2) * wc);
-        bf16* uc = ut + cid * L * d.dv + e0;
-        each_pair(acc, r0, (BE / 2) * wc, [&](int j, int col, float& x0, float& x1) {
-            *reinterpret_cast<u32*>(uc + (u64)j * d.dv + col) = bf16x2_bits(x0, x1);
         });
     }
 }
@@ -211,18 +197,20 @@ struct ScanSplit {
     static __device__ __forceinline__ int state_r0() { return 16 * warp_id(); }
 };
 
-// A scan's tiles of one chunk: three [64, Dk] factors, P and a [64, BV] value tile (Ũ forward,
-// dO backward); two such sets one after another, the next chunk's arriving in one while the
-// current one is read (`in(i)`: set i % 2, by offset, so the pick needs no local-memory array).
+// A scan's tiles of one chunk: three [64, Dk] factors, P, a [64, BV] value tile (V forward, dO
+// backward) and in the forward T diag(beta) [64, 64] (`tb`, of no rows in the backward); two such
+// sets one after another, the next chunk's arriving in one while the current one is read
+// (`in(i)`: set i % 2, by offset, so the pick needs no local-memory array).
 struct ScanTiles {
-    STile<bf16> w, qt, kh, p, x;
+    STile<bf16> w, qt, kh, p, x, tb;
     int step;
     __device__ __forceinline__ ScanTiles in(int i) const {
         const int o = (i & 1) * step;
-        return ScanTiles{{w.p + o, w.ld}, {qt.p + o, qt.ld}, {kh.p + o, kh.ld}, {p.p + o, p.ld}, {x.p + o, x.ld}, step};
+        return ScanTiles{{w.p + o, w.ld}, {qt.p + o, qt.ld}, {kh.p + o, kh.ld}, {p.p + o, p.ld},
+                         {x.p + o, x.ld}, {tb.p + o, tb.ld}, step};
     }
 };
-template <int D, int BV> __device__ __forceinline__ ScanTiles take_scan_tiles(bf16*& e) {
+template <int D, int BV> __device__ __forceinline__ ScanTiles take_scan_tiles(bf16*& e, bool forward) {
     bf16* start = e;
     ScanTiles t;
     t.w = take_tile(e, GDN_L, tile_ld<bf16>(D));
@@ -230,6 +218,7 @@ template <int D, int BV> __device__ __forceinline__ ScanTiles take_scan_tiles(bf
     t.kh = take_tile(e, GDN_L, tile_ld<bf16>(D));
     t.p = take_tile(e, GDN_L, tile_ld<bf16>(GDN_L));
     t.x = take_tile(e, GDN_L, tile_ld<bf16>(BV));
+    t.tb = take_tile(e, forward ? GDN_L : 0, tile_ld<bf16>(GDN_L));
     t.step = (int)(e - start);
     e += t.step;
     return t;
@@ -259,9 +248,9 @@ __device__ __forceinline__ void state_in(float (&st)[1][SN][4], const T* src, in
 
 template <int D, int BV>
 __device__ void gdn_scan_fwd(const bf16* __restrict__ s0, const bf16* __restrict__ w, const bf16* __restrict__ kh,
-                             const bf16* __restrict__ qt, const bf16* __restrict__ ut, const bf16* __restrict__ pm,
-                             const float* __restrict__ gl, bf16* __restrict__ out, float* __restrict__ states,
-                             RecDims d) {
+                             const bf16* __restrict__ qt, const bf16* __restrict__ tb, const bf16* __restrict__ v,
+                             const bf16* __restrict__ pm, const float* __restrict__ gl, bf16* __restrict__ out,
+                             float* __restrict__ states, RecDims d) {
     constexpr int L = GDN_L;
     using Split = ScanSplit<D, BV>;
     constexpr int MT = Split::MT, NT = Split::NT, SN = Split::SN;
@@ -270,12 +259,14 @@ __device__ void gdn_scan_fwd(const bf16* __restrict__ s0, const bf16* __restrict
     const int r0 = Split::r0(), c0 = Split::c0(), rs = Split::state_r0();
     const Heads hd{d.t, d.h};
     bf16* e = reinterpret_cast<bf16*>(smem);
-    const ScanTiles tiles = take_scan_tiles<D, BV>(e);
+    const ScanTiles tiles = take_scan_tiles<D, BV>(e, true);
     const STile<bf16> Sb = take_tile(e, D, tile_ld<bf16>(BV)), Ub = take_tile(e, L, tile_ld<bf16>(BV));
     const auto fetch = [&](int c, const ScanTiles& t) {
         const u64 cid = (u64)bh * nc + c;
+        const int t0 = c * L;
         fetch_factors<D>(t, w, qt, kh, pm, cid);
-        load_rows_async<BV>(t.x, ut + cid * L * d.dv + e0, d.dv, L, L);
+        load_rows_async<L>(t.tb, tb + cid * L * L, L, L, L);
+        load_rows_async<BV>(t.x, v + hd.at(b, hh, t0, d.dv) + e0, (u64)d.h * d.dv, L, min(L, d.t - t0));
         cp_async_commit();
     };
     const u64 ssz = (u64)D * d.dv;
@@ -295,13 +286,11 @@ __device__ void gdn_scan_fwd(const bf16* __restrict__ s0, const bf16* __restrict
         __syncthreads();
         if (c + 1 < nc) fetch(c + 1, tiles.in(c + 1));
         const ScanTiles t = tiles.in(c);
-        // U = Ũ - W S into Ub; O's first term Q̃ S stays in registers.
+        // U = [T diag(beta) | -W] [V ; S] into Ub; O's first term Q̃ S stays in registers.
         float u[MT][NT][4] = {}, o[MT][NT][4] = {};
-        warp_mm<MT, NT, D / 16>(u, t.w, r0, Sb, c0);
+        warp_mm<MT, NT, (L + D) / 16>(u, cat_cols(t.tb, neg(t.w), L), r0, cat_rows(t.x, Sb, L), c0);
         warp_mm<MT, NT, D / 16>(o, t.qt, r0, Sb, c0);
-        each_pair(u, r0, c0, [&](int j, int col, float& x0, float& x1) {
-            set_pair(Ub, j, col, t.x.at(j, col) - x0, t.x.at(j, col + 1) - x1);
-        });
+        each_pair(u, r0, c0, [&](int j, int col, float& x0, float& x1) { set_pair(Ub, j, col, x0, x1); });
         __syncthreads();
         each_pair(st, rs, 0, [&](int, int, float& x0, float& x1) {
             x0 *= g_end;
@@ -334,7 +323,7 @@ __device__ void gdn_scan_bwd(const bf16* __restrict__ dsT, const bf16* __restric
     const int r0 = Split::r0(), c0 = Split::c0(), rs = Split::state_r0();
     const Heads hd{d.t, d.h};
     bf16* e = reinterpret_cast<bf16*>(smem);
-    const ScanTiles tiles = take_scan_tiles<D, BV>(e);
+    const ScanTiles tiles = take_scan_tiles<D, BV>(e, false);
     const STile<bf16> Sb = take_tile(e, D, tile_ld<bf16>(BV)), Ub = take_tile(e, L, tile_ld<bf16>(BV));
     const auto fetch = [&](int c, const ScanTiles& t) {
         const u64 cid = (u64)bh * nc + c;
@@ -675,14 +664,15 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     }
 }
 
-// The kernels, for Dk in {32, 64, 128}, value tiles BE of 32 or 64 columns (prep, grads) and BV
-// of 32, 64 or (Dk 64 and 128) 128 for the scans (wider tiles at Dk 32 would spill).
+// The kernels, for Dk in {32, 64, 128}, value tiles BE of 32 or 64 columns (grads) and BV of 32,
+// 64 or (Dk 64 and 128) 128 for the scans (wider tiles at Dk 32 would spill).
+#define GDN_PREP_KERNEL(D)                                                                                          \
+    extern "C" __global__ void __launch_bounds__(GDN_THREADS, 3) gdn_prep_##D(                                      \
+        const bf16* q, const bf16* k, const bf16* beta, const bf16* g, bf16* w, bf16* kh, bf16* qt, bf16* pm,       \
+        bf16* tb, bf16* tm, float* gl, RecDims d) {                                                                 \
+        gdn_prep<D>(q, k, beta, g, w, kh, qt, pm, tb, tm, gl, d);                                                   \
+    }
 #define GDN_CHUNK_KERNELS(D, BE)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(GDN_THREADS, 3) gdn_prep_##D##_##BE(                               \
-        const bf16* q, const bf16* k, const bf16* v, const bf16* beta, const bf16* g, bf16* w, bf16* kh,            \
-        bf16* qt, bf16* ut, bf16* pm, bf16* tm, float* gl, RecDims d) {                                             \
-        gdn_prep<D, BE>(q, k, v, beta, g, w, kh, qt, ut, pm, tm, gl, d);                                            \
-    }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(GDN_GRAD_THREADS(D, BE), GDN_GRAD_BLOCKS(D, BE))                   \
         gdn_grads_##D##_##BE(                                                                                       \
         const bf16* q, const bf16* k, const bf16* v, const bf16* beta, const bf16* g, const bf16* dout,             \
@@ -692,9 +682,9 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     }
 #define GDN_SCAN_KERNELS(D, BV)                                                                                     \
     extern "C" __global__ void __launch_bounds__(2 * D) gdn_scan_fwd_##D##_##BV(                                    \
-        const bf16* s0, const bf16* w, const bf16* kh, const bf16* qt, const bf16* ut, const bf16* pm,              \
-        const float* gl, bf16* out, float* states, RecDims d) {                                                     \
-        gdn_scan_fwd<D, BV>(s0, w, kh, qt, ut, pm, gl, out, states, d);                                             \
+        const bf16* s0, const bf16* w, const bf16* kh, const bf16* qt, const bf16* tb, const bf16* v,               \
+        const bf16* pm, const float* gl, bf16* out, float* states, RecDims d) {                                     \
+        gdn_scan_fwd<D, BV>(s0, w, kh, qt, tb, v, pm, gl, out, states, d);                                          \
     }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(2 * D) gdn_scan_bwd_##D##_##BV(                                    \
         const bf16* ds, const bf16* dout, const bf16* w, const bf16* kh, const bf16* qt, const bf16* pm,            \
@@ -702,6 +692,7 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
         gdn_scan_bwd<D, BV>(ds, dout, w, kh, qt, pm, gl, dug, dsg, ds0, d);                                         \
     }
 #define GDN_HEAD_KERNELS(D)  \
+    GDN_PREP_KERNEL(D)       \
     GDN_CHUNK_KERNELS(D, 32) \
     GDN_CHUNK_KERNELS(D, 64) \
     GDN_SCAN_KERNELS(D, 32)  \
