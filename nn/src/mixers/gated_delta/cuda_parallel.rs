@@ -46,8 +46,9 @@ pub struct Sizes {
 /// 32 columns (at most 2 Dk: wider ones spill at Dk 32) that divides Dv and fits: on the H200 at
 /// Dk = Dv = 128, 128 columns make one block per head, 128 blocks in one wave on its 132 SMs.
 /// gdn_grads takes value tiles of 32 columns, blocks of 8 warps that fit two an SM; the
-/// environment variable `SWAX_GDN_GRADS_TILE=64` (read once) picks the tiles of 64 instead (16
-/// warps, one block an SM, the tiling before 2026-12-02), to compare the two in one process.
+/// environment variable `SWAX_GDN_GRADS_TILE=64` (read once) picks tiles of 64 where Dv allows
+/// (16 warps at Dk 64 and 128, one block an SM: the tiling before 2026-12-02), to compare the two
+/// in one process.
 /// Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as
 /// the wrappers do.
 pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Sizes> {
