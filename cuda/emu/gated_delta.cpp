@@ -51,7 +51,13 @@ static void walk(Data& x, RecDims d, const std::vector<size_t>& z) {
     });
 }
 
-// f(Const<D>, Const<X>) for the instantiated (D, X) pair (`instance!` in gated_delta_parallel.rs).
+// f(Const<D>) for an instantiated head dim (gdn_prep).
+template <typename F> static void head_kernel(int D, F f) {
+    if (D == 32) f(Const<32>());
+    if (D == 64) f(Const<64>());
+    if (D == 128) f(Const<128>());
+}
+// f(Const<D>, Const<X>) for the instantiated (D, X) pair (the macros at the end of gated_delta_parallel.cu).
 template <typename F> static void chunk_kernel(int D, int BE, F f) {
     if (D == 32 && BE == 32) f(Const<32>(), Const<32>());
     if (D == 32 && BE == 64) f(Const<32>(), Const<64>());
@@ -66,36 +72,38 @@ template <typename F> static void scan_kernel(int D, int BV, F f) {
     if (BV < 128) chunk_kernel(D, BV, f);
 }
 
-// gated_delta_parallel.rs's launches; launch: BE, BV, then threads and bytes of gdn_prep, of a
-// scan and of gdn_grads.
+// cuda_parallel.rs's launches; launch: BE (gdn_grads), BV (the scans), then gdn_prep's threads
+// and bytes, the scans' threads, the forward scan's bytes and the backward's, gdn_grads' threads
+// and bytes.
 static void parallel(Data& x, RecDims d, const std::vector<size_t>& z) {
     const int D = d.dk, V = d.dv, L = GDN_L, nc = (d.t + L - 1) / L, BH = d.b * d.h;
     const int BE = (int)z[0], BV = (int)z[1];
     const size_t rows = (size_t)BH * nc * L;
-    auto w = poisoned(rows * D), kh = poisoned(rows * D), qt = poisoned(rows * D), ut = poisoned(rows * V);
+    auto w = poisoned(rows * D), kh = poisoned(rows * D), qt = poisoned(rows * D), tb = poisoned(rows * L);
     auto pm = poisoned(rows * L), tm = poisoned(rows * L), dug = poisoned(rows * V);
     auto dsg = poisoned((size_t)BH * nc * D * V);
     std::vector<float> gl(BH * nc, NAN);
     const EmuDim chunks{(unsigned)nc, (unsigned)BH, 1}, tiles{(unsigned)(V / BV), (unsigned)BH, 1};
-    const EmuLaunch prep{chunks, {(unsigned)z[2], 1, 1}, z[3]}, scan{tiles, {(unsigned)z[4], 1, 1}, z[5]};
-    const EmuLaunch grads{chunks, {(unsigned)z[6], 1, 1}, z[7]};
-    const auto factors = [&](bf16* u, bf16* t) {
+    const EmuLaunch prep{chunks, {(unsigned)z[2], 1, 1}, z[3]};
+    const EmuLaunch scan_fwd{tiles, {(unsigned)z[4], 1, 1}, z[5]}, scan_bwd{tiles, {(unsigned)z[4], 1, 1}, z[6]};
+    const EmuLaunch grads{chunks, {(unsigned)z[7], 1, 1}, z[8]};
+    const auto factors = [&](bf16* t_beta, bf16* t) {
         emu_launch(prep, [&] {
-            chunk_kernel(D, BE, [&](auto dd, auto ee) {
-                gdn_prep<dd.value, ee.value>(x.q.data(), x.k.data(), x.v.data(), x.beta.data(), x.g.data(), w.data(),
-                                             kh.data(), qt.data(), u, pm.data(), t, gl.data(), d);
+            head_kernel(D, [&](auto dd) {
+                gdn_prep<dd.value>(x.q.data(), x.k.data(), x.beta.data(), x.g.data(), w.data(), kh.data(), qt.data(),
+                                   pm.data(), t_beta, t, gl.data(), d);
             });
         });
     };
-    factors(ut.data(), nullptr);
-    emu_launch(scan, [&] {
+    factors(tb.data(), nullptr);
+    emu_launch(scan_fwd, [&] {
         scan_kernel(D, BV, [&](auto dd, auto vv) {
-            gdn_scan_fwd<dd.value, vv.value>(x.s0.data(), w.data(), kh.data(), qt.data(), ut.data(), pm.data(),
-                                             gl.data(), x.o.data(), x.states.data(), d);
+            gdn_scan_fwd<dd.value, vv.value>(x.s0.data(), w.data(), kh.data(), qt.data(), tb.data(), x.v.data(),
+                                             pm.data(), gl.data(), x.o.data(), x.states.data(), d);
         });
     });
     factors(nullptr, tm.data());
-    emu_launch(scan, [&] {
+    emu_launch(scan_bwd, [&] {
         scan_kernel(D, BV, [&](auto dd, auto vv) {
             gdn_scan_bwd<dd.value, vv.value>(x.ds.data(), x.dO.data(), w.data(), kh.data(), qt.data(), pm.data(),
                                              gl.data(), dug.data(), dsg.data(), x.ds0.data(), d);
@@ -132,7 +140,7 @@ int main(int argc, char** argv) {
     x.ds0 = poisoned(x.s0.size());
     x.states.assign((size_t)d.b * d.h * (nc + 1) * d.dk * d.dv, NAN);
     if (family == "parallel")
-        parallel(x, d, launch_sizes(dir, 8));
+        parallel(x, d, launch_sizes(dir, 9));
     else if (family == "walk")
         walk(x, d, launch_sizes(dir, 3));
     else {

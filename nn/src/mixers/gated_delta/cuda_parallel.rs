@@ -24,8 +24,8 @@ const PREP_THREADS: u32 = 256;
 /// The most blocks a grid's y dimension takes (the heads, in every kernel here).
 const MAX_GRID_Y: usize = 65535;
 
-/// What a call launches: the head dim, the value tiles of the chunk kernels (`be` columns) and
-/// of the scans (`bv`), and each kernel's threads and dynamic shared memory in bytes.
+/// What a call launches: the head dim, the value tiles of gdn_grads (`be` columns) and of the
+/// scans (`bv`), and each kernel's threads and dynamic shared memory in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub d: usize,
@@ -34,7 +34,8 @@ pub struct Sizes {
     pub prep_threads: u32,
     pub prep_bytes: usize,
     pub scan_threads: u32,
-    pub scan_bytes: usize,
+    pub scan_fwd_bytes: usize,
+    pub scan_bwd_bytes: usize,
     pub grads_threads: u32,
     pub grads_bytes: usize,
 }
@@ -44,6 +45,10 @@ pub struct Sizes {
 /// `shared_limit` (a block's opt-in limit). The scans take the widest value tile of 128, 64 or
 /// 32 columns (at most 2 Dk: wider ones spill at Dk 32) that divides Dv and fits: on the H200 at
 /// Dk = Dv = 128, 128 columns make one block per head, 128 blocks in one wave on its 132 SMs.
+/// gdn_grads takes value tiles of 32 columns, blocks of 8 warps that fit two an SM; the
+/// environment variable `SWAX_GDN_GRADS_TILE=64` (read once) picks tiles of 64 where Dv allows
+/// (16 warps at Dk 64 and 128, one block an SM: the tiling before 2026-12-02), to compare the two
+/// in one process.
 /// Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as
 /// the wrappers do.
 pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Sizes> {
@@ -55,9 +60,13 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Siz
     if !fits {
         return None;
     }
-    let be = if s.dv.is_multiple_of(64) { 64 } else { 32 };
+    let be = if wide_grads_tiles() && s.dv.is_multiple_of(64) {
+        64
+    } else {
+        32
+    };
     let bv = [128, 64, 32].into_iter().find(|&bv| {
-        bv <= 2 * s.dk && s.dv.is_multiple_of(bv) && scan_bytes(s.dk, bv) <= shared_limit
+        bv <= 2 * s.dk && s.dv.is_multiple_of(bv) && scan_bytes(s.dk, bv, true) <= shared_limit
     })?;
     let z = Sizes {
         d: s.dk,
@@ -66,11 +75,18 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Siz
         prep_threads: PREP_THREADS,
         prep_bytes: prep_bytes(s.dk),
         scan_threads: 2 * s.dk as u32,
-        scan_bytes: scan_bytes(s.dk, bv),
+        scan_fwd_bytes: scan_bytes(s.dk, bv, true),
+        scan_bwd_bytes: scan_bytes(s.dk, bv, false),
         grads_threads: grads_threads(s.dk, be),
         grads_bytes: grads_bytes(s.dk, be),
     };
     (z.prep_bytes.max(z.grads_bytes) <= shared_limit).then_some(z)
+}
+
+/// Whether `SWAX_GDN_GRADS_TILE=64` asks gdn_grads for value tiles of 64 columns (see [`sizes`]).
+fn wide_grads_tiles() -> bool {
+    static WIDE: OnceLock<bool> = OnceLock::new();
+    *WIDE.get_or_init(|| std::env::var("SWAX_GDN_GRADS_TILE").is_ok_and(|v| v == "64"))
 }
 
 /// A call's sizes and kernel arguments.
@@ -91,26 +107,28 @@ impl Plan {
     }
 }
 
-/// Shared memory of gdn_prep: f32 A [64, 64 + 4] (later the value tile [64, BE]) and seven
-/// per-row vectors; bf16 q and k [64, Dk], T diag(beta) and T diag(beta γ) [64, 64] (the latter
-/// first the inversion's scratch); bf16 rows padded by 8 elements.
+/// Shared memory of gdn_prep: f32 A [64, 64 + 4] and seven per-row vectors; bf16 q and k
+/// [64, Dk] and T diag(beta γ) [64, 64] (first the inversion's scratch); bf16 rows padded by 8
+/// elements.
 fn prep_bytes(d: usize) -> usize {
-    4 * (L * (L + 4) + 7 * L) + 2 * (2 * L * tile(d) + 2 * L * tile(L))
+    4 * (L * (L + 4) + 7 * L) + 2 * (2 * L * tile(d) + L * tile(L))
 }
 
 /// Shared memory of a scan: two sets of chunk tiles (three [64, Dk], P [64, 64], a value tile
-/// [64, BV]), the state tile [Dk, BV] and a delta tile [64, BV], all bf16.
-fn scan_bytes(d: usize, bv: usize) -> usize {
-    2 * (2 * (3 * L * tile(d) + L * tile(L) + L * tile(bv)) + d * tile(bv) + L * tile(bv))
+/// [64, BV] and in the forward T diag(beta) [64, 64]), the state tile [Dk, BV] and a delta tile
+/// [64, BV], all bf16.
+fn scan_bytes(d: usize, bv: usize, forward: bool) -> usize {
+    let tb = if forward { L * tile(L) } else { 0 };
+    2 * (2 * (3 * L * tile(d) + L * tile(L) + L * tile(bv) + tb) + d * tile(bv) + L * tile(bv))
 }
 
 /// Shared memory of gdn_grads: 14 per-row f32 vectors and 32 floats of block-sum scratch; bf16
-/// q and k [64, Dk], four [64, 64] tiles, three state tiles [Dk, BE] (S0, and dS in two that
-/// alternate between value tiles) and seven value tiles [64, BE]; the next S0 in f32 [Dk, BE + 4].
+/// q and k [64, Dk], T and P [64, 64], the state tiles S0 and dS [Dk, BE] and seven value tiles
+/// [64, BE] (where two more [64, 64] tiles go after the last value tile). At 8 warps (BE 32, or
+/// Dk 32) at most 113,280 bytes (Dk 128, BE 32): two blocks fit an SM's 228 KiB.
 fn grads_bytes(d: usize, be: usize) -> usize {
     4 * (14 * L + 32)
-        + 2 * (2 * L * tile(d) + 4 * L * tile(L) + 3 * d * tile(be) + 7 * L * tile(be))
-        + 4 * d * (be + 4)
+        + 2 * (2 * L * tile(d) + 2 * L * tile(L) + 2 * d * tile(be) + 7 * L * tile(be))
 }
 
 /// Threads of a gdn_grads block (`GDN_GRAD_THREADS`): 16 warps where the products' columns split
@@ -124,7 +142,8 @@ fn grads_threads(d: usize, be: usize) -> u32 {
 }
 
 /// The (Dk, tile columns) each kernel is instantiated at (the macros at the end of the .cu file):
-/// value tiles BE for gdn_prep and gdn_grads, BV for the scans.
+/// gdn_prep at each Dk (no tiles), value tiles BE for gdn_grads, BV for the scans.
+const PREP_DIMS: [(usize, usize); 3] = [(32, 0), (64, 0), (128, 0)];
 const CHUNK_TILES: [(usize, usize); 6] =
     [(32, 32), (32, 64), (64, 32), (64, 64), (128, 32), (128, 64)];
 const SCAN_TILES: [(usize, usize); 8] = [
@@ -138,14 +157,14 @@ const SCAN_TILES: [(usize, usize); 8] = [
     (128, 128),
 ];
 
-/// The instantiation `<base>_<Dk>_<tile>` of a kernel, its name interned once (launches take
-/// static names).
+/// The instantiation `<base>_<Dk>_<tile>` of a kernel (`<base>_<Dk>` for gdn_prep, tile 0), its
+/// name interned once (launches take static names).
 fn kernel(op: &'static str, base: &str, d: usize, x: usize) -> Result<&'static str, CudaError> {
     type Name = (&'static str, usize, usize, &'static str);
     static NAMES: OnceLock<Vec<Name>> = OnceLock::new();
     let names = NAMES.get_or_init(|| {
         let kinds = [
-            ("gdn_prep", &CHUNK_TILES[..]),
+            ("gdn_prep", &PREP_DIMS[..]),
             ("gdn_grads", &CHUNK_TILES[..]),
             ("gdn_scan_fwd", &SCAN_TILES[..]),
             ("gdn_scan_bwd", &SCAN_TILES[..]),
@@ -154,7 +173,12 @@ fn kernel(op: &'static str, base: &str, d: usize, x: usize) -> Result<&'static s
             .iter()
             .flat_map(|&(kind, tiles)| {
                 tiles.iter().map(move |&(d, x)| {
-                    let name: &'static str = Box::leak(format!("{kind}_{d}_{x}").into_boxed_str());
+                    let name = if x == 0 {
+                        format!("{kind}_{d}")
+                    } else {
+                        format!("{kind}_{d}_{x}")
+                    };
+                    let name: &'static str = Box::leak(name.into_boxed_str());
                     (kind, d, x, name)
                 })
             })
@@ -176,8 +200,8 @@ struct Factors {
     qt: Buffer,
     p: Buffer,
     gl: Buffer,
-    /// Ũ in the forward, T in the backward.
-    extra: Buffer,
+    /// T diag(beta) in the forward, T in the backward.
+    t: Buffer,
 }
 
 impl Plan {
@@ -194,15 +218,20 @@ impl Plan {
         })
     }
 
-    fn scan_launch(&self, s: RecurrentShape) -> Launch {
+    fn scan_launch(&self, s: RecurrentShape, forward: bool) -> Launch {
+        let bytes = if forward {
+            self.z.scan_fwd_bytes
+        } else {
+            self.z.scan_bwd_bytes
+        };
         Launch {
             grid: ((s.dv / self.z.bv) as u32, s.heads() as u32, 1),
             block: (self.z.scan_threads, 1, 1),
-            shared: self.z.scan_bytes as u32,
+            shared: bytes as u32,
         }
     }
 
-    /// gdn_prep over every chunk: Ũ (forward) or T (backward) beside the shared factors.
+    /// gdn_prep over every chunk: T diag(beta) (forward) or T (backward) beside the shared factors.
     fn factors(
         &self,
         op: &'static str,
@@ -219,18 +248,18 @@ impl Plan {
             qt: bf(rows * s.dk)?,
             p: bf(rows * L)?,
             gl: dev.alloc(DType::F32, s.heads() * s.chunks())?,
-            extra: bf(rows * if forward { s.dv } else { L })?,
+            t: bf(rows * L)?,
         };
-        let (ut, tm) = if forward {
-            (f.extra.device_ptr(), 0u64)
+        let (tb, tm) = if forward {
+            (f.t.device_ptr(), 0u64)
         } else {
-            (0u64, f.extra.device_ptr())
+            (0u64, f.t.device_ptr())
         };
-        let name = kernel(op, "gdn_prep", self.z.d, self.z.be)?;
+        let name = kernel(op, "gdn_prep", self.z.d, 0)?;
         let cfg = Self::chunk_launch(op, s, self.z.prep_threads, self.z.prep_bytes)?;
-        // SAFETY: gdn_prep(q, k, v, beta, g, w, kh, qt, ut, pm, tm, gl, RecDims): the inputs were
-        // checked at the shape in `args`, the outputs allocated at [B·H, N, 64, cols] (ut or tm
-        // null where not wanted), and the shared memory is what the kernel carves at (Dk, BE).
+        // SAFETY: gdn_prep(q, k, beta, g, w, kh, qt, pm, tb, tm, gl, RecDims): the inputs were
+        // checked at the shape in `args`, the outputs allocated at [B·H, N, 64, cols] (tb or tm
+        // null where not wanted), and the shared memory is what the kernel carves at Dk.
         unsafe {
             launch(
                 dev,
@@ -238,8 +267,7 @@ impl Plan {
                 name,
                 cfg,
                 &[
-                    x.q, x.k, x.v, x.beta, x.g, &f.w, &f.kh, &f.qt, &ut, &f.p, &tm, &f.gl,
-                    &self.args,
+                    x.q, x.k, x.beta, x.g, &f.w, &f.kh, &f.qt, &f.p, &tb, &tm, &f.gl, &self.args,
                 ],
             )?;
         }
@@ -259,17 +287,17 @@ impl Plan {
         let out = dev.alloc(DType::BF16, s.rows(s.dv))?;
         let states = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
         let name = kernel(OP, "gdn_scan_fwd", self.z.d, self.z.bv)?;
-        // SAFETY: gdn_scan_fwd(s0, w, kh, qt, ut, pm, gl, out, states, RecDims) over the factors
-        // just made, s0 checked at [B, H, Dk, Dv], out and states allocated at their shapes, the
-        // shared memory what the kernel carves at (Dk, BV).
+        // SAFETY: gdn_scan_fwd(s0, w, kh, qt, tb, v, pm, gl, out, states, RecDims) over the
+        // factors just made, s0 and v checked at their shapes, out and states allocated at
+        // theirs, the shared memory what the kernel carves at (Dk, BV).
         unsafe {
             launch(
                 dev,
                 &SOURCE,
                 name,
-                self.scan_launch(s),
+                self.scan_launch(s, true),
                 &[
-                    s0, &f.w, &f.kh, &f.qt, &f.extra, &f.p, &f.gl, &out, &states, &self.args,
+                    s0, &f.w, &f.kh, &f.qt, &f.t, x.v, &f.p, &f.gl, &out, &states, &self.args,
                 ],
             )?;
         }
@@ -310,7 +338,7 @@ impl Plan {
                 dev,
                 &SOURCE,
                 scan,
-                self.scan_launch(s),
+                self.scan_launch(s, false),
                 &[
                     ds, dout, &f.w, &f.kh, &f.qt, &f.p, &f.gl, &dug, &dsg, &g.state, &self.args,
                 ],
@@ -329,11 +357,33 @@ impl Plan {
                 name,
                 cfg,
                 &[
-                    xi.q, xi.k, xi.v, xi.beta, xi.g, dout, states, &dsg, &dug, &f.extra, &f.p,
-                    &g.q, &g.k, &g.v, &g.beta, &g.g, &self.args,
+                    xi.q, xi.k, xi.v, xi.beta, xi.g, dout, states, &dsg, &dug, &f.t, &f.p, &g.q,
+                    &g.k, &g.v, &g.beta, &g.g, &self.args,
                 ],
             )?;
         }
         Ok(g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every gdn_grads block of 8 warps fits twice an SM of the H200 (228 KiB, less 1 KiB the
+    /// runtime keeps a block), as GDN_GRAD_BLOCKS tells the compiler.
+    #[test]
+    fn eight_warp_gradient_blocks_fit_two_an_sm() {
+        const SM_SHARED: usize = 228 * 1024;
+        const PER_BLOCK: usize = 1024;
+        for (d, be) in CHUNK_TILES {
+            if grads_threads(d, be) == 256 {
+                let bytes = grads_bytes(d, be);
+                assert!(
+                    2 * (bytes + PER_BLOCK) <= SM_SHARED,
+                    "Dk {d}, BE {be}: {bytes} bytes"
+                );
+            }
+        }
     }
 }

@@ -7,17 +7,19 @@
 // Per chunk of L = 64 rows, with q (times 1/sqrt(Dk)) and k L2-normalized, G the running sum of
 // the log decays, γ = exp(G), tend_j = exp(G_L - G_j), D_js = exp(G_j - G_s) for s <= j and
 // T = (I + A)^-1 with A_js = beta_j D_js k_j·k_s (s < j):
-//   W = T diag(beta γ) K,  Ũ = T diag(beta) V,  U = Ũ - W S0,
+//   W = T diag(beta γ) K,  U = T diag(beta) V - W S0,
 //   O = diag(γ) Q S0 + P U  (P = D ⊙ Q K^T),  S_L = γ_L S0 + K̂^T U  (K̂ = diag(tend) K).
 // The sequential dependence is only through the state S (forward) and its gradient dS
 // (backward), so everything else runs a block per chunk:
 //
 // - gdn_prep: a chunk's factors into chunk-major bf16 scratch [B·H, N, rows, cols]: W, K̂, Q̃ =
-//   diag(γ) Q and P, and the forward's Ũ or the backward's T; γ_L as f32 [B·H, N].
+//   diag(γ) Q and P, and the forward's T diag(beta) or the backward's T; γ_L as f32 [B·H, N].
 // - gdn_scan_fwd: a block per (head, value tile) walks the chunks with the state tile in
-//   registers (f32, over Dk / 16 warps): U = Ũ - W S, the output O = Q̃ S + P U, then
-//   S = γ_L S + K̂^T U; the boundary states go to the f32 `states`. The next chunk's tiles arrive
-//   by cp.async during the current.
+//   registers (f32, over Dk / 16 warps): U = T diag(beta) V - W S as one product, the output
+//   O = Q̃ S + P U, then S = γ_L S + K̂^T U; the boundary states go to the f32 `states`. The next
+//   chunk's tiles arrive by cp.async during the current. (Ũ = T diag(beta) V made by gdn_prep and
+//   read here cost the forward a [64, Dv] tile written and read a chunk, where T diag(beta) is
+//   [64, 64], and gdn_prep a product and a load of v.)
 // - gdn_scan_bwd: the same walk in reverse for dS: dU = P^T dO + K̂ dS, then
 //   dS = γ_L dS + Q̃^T dO - W^T dU; dU and each chunk's end-state gradient go to bf16 scratch.
 // - gdn_grads: a block per chunk, from its S0, dS and dU: U again (as T diag(beta) Rb, Rb = V -
@@ -94,14 +96,13 @@ __device__ void invert_merge_64(float* A, int ld, float* x) {
     }
 }
 
-// The forward's factors of a chunk; see the top. `ut` is null in the backward, `tm` in the
-// forward. Shared memory is reused as its contents die, so that three blocks fit an SM: the value
-// tile for Ũ goes where A was, the inversion's scratch where T diag(beta γ) goes.
-template <int D, int BE>
-__device__ void gdn_prep(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
-                         const bf16* __restrict__ beta, const bf16* __restrict__ g, bf16* __restrict__ w,
-                         bf16* __restrict__ kh, bf16* __restrict__ qt, bf16* __restrict__ ut, bf16* __restrict__ pm,
-                         bf16* __restrict__ tm, float* __restrict__ gl, RecDims d) {
+// A chunk's factors; see the top. T diag(beta) goes to `tb` (the forward's) or T to `tm` (the
+// backward's): one of them is null. The inversion's scratch goes where T diag(beta γ) goes later.
+template <int D>
+__device__ void gdn_prep(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ beta,
+                         const bf16* __restrict__ g, bf16* __restrict__ w, bf16* __restrict__ kh,
+                         bf16* __restrict__ qt, bf16* __restrict__ pm, bf16* __restrict__ tb, bf16* __restrict__ tm,
+                         float* __restrict__ gl, RecDims d) {
     constexpr int L = GDN_L;
     extern __shared__ __align__(16) unsigned char smem[];
     const int c = blockIdx.x, nc = gridDim.x, bh = blockIdx.y, b = bh / d.h, hh = bh % d.h;
@@ -113,12 +114,12 @@ __device__ void gdn_prep(const bf16* __restrict__ q, const bf16* __restrict__ k,
     const Decays dec{take(f, L), len};
     bf16* e = reinterpret_cast<bf16*>(f);
     const STile<bf16> Q = take_tile(e, L, tile_ld<bf16>(D)), K = take_tile(e, L, tile_ld<bf16>(D));
-    const STile<bf16> Tb = take_tile(e, L, tile_ld<bf16>(L)), Tg = take_tile(e, L, tile_ld<bf16>(L));
+    const STile<bf16> Tg = take_tile(e, L, tile_ld<bf16>(L));
     float* scratch = reinterpret_cast<float*>(Tg.p);
-    const STile<bf16> V{reinterpret_cast<bf16*>(A), tile_ld<bf16>(BE)};
     const Heads hd{d.t, d.h};
-    const ChunkInputs<bf16> in{q, k, v, beta, g, nullptr};
-    load_chunk(Q, K, V, V, r, in, hd, b, hh, t0, len, L, d, VTile{0, 0});
+    const ChunkInputs<bf16> in{q, k, nullptr, beta, g, nullptr};
+    // No value tile (VTile of no columns): Q stands in for its view.
+    load_chunk(Q, K, Q, Q, r, in, hd, b, hh, t0, len, L, d, VTile{0, 0});
     dec.fill(r);
     __syncthreads();
 
@@ -160,19 +161,16 @@ __device__ void gdn_prep(const bf16* __restrict__ q, const bf16* __restrict__ k,
     if (threadIdx.x == 0) gl[cid] = r.gam[len - 1];
     __syncthreads();
     invert_merge_64(A, lda, scratch);
-    // T diag(beta) and T diag(beta γ) as bf16 operands (and T itself for the backward), four
-    // columns at a time.
+    // T diag(beta γ) as a bf16 operand, and T diag(beta) or T out, four columns at a time.
+    bf16* tx = (tb ? tb : tm) + cid * L * L;
     for (int idx = threadIdx.x; idx < L * L / 4; idx += nthreads()) {
         const int j = idx / (L / 4), s = (idx % (L / 4)) * 4;
         const float4 t = *reinterpret_cast<const float4*>(A + j * lda + s);
         const float b0 = r.beta[s] * t.x, b1 = r.beta[s + 1] * t.y, b2 = r.beta[s + 2] * t.z, b3 = r.beta[s + 3] * t.w;
-        set_pair(Tb, j, s, b0, b1);
-        set_pair(Tb, j, s + 2, b2, b3);
         set_pair(Tg, j, s, b0 * r.gam[s], b1 * r.gam[s + 1]);
         set_pair(Tg, j, s + 2, b2 * r.gam[s + 2], b3 * r.gam[s + 3]);
-        if (tm)
-            *reinterpret_cast<uint2*>(tm + cid * L * L + j * L + s) =
-                make_uint2(bf16x2_bits(t.x, t.y), bf16x2_bits(t.z, t.w));
+        *reinterpret_cast<uint2*>(tx + j * L + s) = tb ? make_uint2(bf16x2_bits(b0, b1), bf16x2_bits(b2, b3))
+                                                       : make_uint2(bf16x2_bits(t.x, t.y), bf16x2_bits(t.z, t.w));
     }
     __syncthreads();
     {
@@ -181,18 +179,6 @@ __device__ void gdn_prep(const bf16* __restrict__ q, const bf16* __restrict__ k,
         bf16* wc_ = w + cid * L * D;
         each_pair(acc, r0, (D / 2) * wc, [&](int j, int col, float& x0, float& x1) {
             *reinterpret_cast<u32*>(wc_ + j * D + col) = bf16x2_bits(x0, x1);
-        });
-    }
-    if (!ut) return;
-    for (int e0 = 0; e0 < d.dv; e0 += BE) {
-        if (e0 > 0) __syncthreads();
-        load_cols(V.p, V.ld, v, hd, b, hh, t0, len, L, d.dv, e0, BE, 1.0f);
-        __syncthreads();
-        float acc[1][BE / 16][4] = {};
-        warp_mm<1, BE / 16, L / 16>(acc, Tb, r0, V, (BE / 2) * wc);
-        bf16* uc = ut + cid * L * d.dv + e0;
-        each_pair(acc, r0, (BE / 2) * wc, [&](int j, int col, float& x0, float& x1) {
-            *reinterpret_cast<u32*>(uc + (u64)j * d.dv + col) = bf16x2_bits(x0, x1);
         });
     }
 }
@@ -211,18 +197,20 @@ struct ScanSplit {
     static __device__ __forceinline__ int state_r0() { return 16 * warp_id(); }
 };
 
-// A scan's tiles of one chunk: three [64, Dk] factors, P and a [64, BV] value tile (Ũ forward,
-// dO backward); two such sets one after another, the next chunk's arriving in one while the
-// current one is read (`in(i)`: set i % 2, by offset, so the pick needs no local-memory array).
+// A scan's tiles of one chunk: three [64, Dk] factors, P, a [64, BV] value tile (V forward, dO
+// backward) and in the forward T diag(beta) [64, 64] (`tb`, of no rows in the backward); two such
+// sets one after another, the next chunk's arriving in one while the current one is read
+// (`in(i)`: set i % 2, by offset, so the pick needs no local-memory array).
 struct ScanTiles {
-    STile<bf16> w, qt, kh, p, x;
+    STile<bf16> w, qt, kh, p, x, tb;
     int step;
     __device__ __forceinline__ ScanTiles in(int i) const {
         const int o = (i & 1) * step;
-        return ScanTiles{{w.p + o, w.ld}, {qt.p + o, qt.ld}, {kh.p + o, kh.ld}, {p.p + o, p.ld}, {x.p + o, x.ld}, step};
+        return ScanTiles{{w.p + o, w.ld}, {qt.p + o, qt.ld}, {kh.p + o, kh.ld}, {p.p + o, p.ld},
+                         {x.p + o, x.ld}, {tb.p + o, tb.ld}, step};
     }
 };
-template <int D, int BV> __device__ __forceinline__ ScanTiles take_scan_tiles(bf16*& e) {
+template <int D, int BV> __device__ __forceinline__ ScanTiles take_scan_tiles(bf16*& e, bool forward) {
     bf16* start = e;
     ScanTiles t;
     t.w = take_tile(e, GDN_L, tile_ld<bf16>(D));
@@ -230,6 +218,7 @@ template <int D, int BV> __device__ __forceinline__ ScanTiles take_scan_tiles(bf
     t.kh = take_tile(e, GDN_L, tile_ld<bf16>(D));
     t.p = take_tile(e, GDN_L, tile_ld<bf16>(GDN_L));
     t.x = take_tile(e, GDN_L, tile_ld<bf16>(BV));
+    t.tb = take_tile(e, forward ? GDN_L : 0, tile_ld<bf16>(GDN_L));
     t.step = (int)(e - start);
     e += t.step;
     return t;
@@ -259,9 +248,9 @@ __device__ __forceinline__ void state_in(float (&st)[1][SN][4], const T* src, in
 
 template <int D, int BV>
 __device__ void gdn_scan_fwd(const bf16* __restrict__ s0, const bf16* __restrict__ w, const bf16* __restrict__ kh,
-                             const bf16* __restrict__ qt, const bf16* __restrict__ ut, const bf16* __restrict__ pm,
-                             const float* __restrict__ gl, bf16* __restrict__ out, float* __restrict__ states,
-                             RecDims d) {
+                             const bf16* __restrict__ qt, const bf16* __restrict__ tb, const bf16* __restrict__ v,
+                             const bf16* __restrict__ pm, const float* __restrict__ gl, bf16* __restrict__ out,
+                             float* __restrict__ states, RecDims d) {
     constexpr int L = GDN_L;
     using Split = ScanSplit<D, BV>;
     constexpr int MT = Split::MT, NT = Split::NT, SN = Split::SN;
@@ -270,12 +259,14 @@ __device__ void gdn_scan_fwd(const bf16* __restrict__ s0, const bf16* __restrict
     const int r0 = Split::r0(), c0 = Split::c0(), rs = Split::state_r0();
     const Heads hd{d.t, d.h};
     bf16* e = reinterpret_cast<bf16*>(smem);
-    const ScanTiles tiles = take_scan_tiles<D, BV>(e);
+    const ScanTiles tiles = take_scan_tiles<D, BV>(e, true);
     const STile<bf16> Sb = take_tile(e, D, tile_ld<bf16>(BV)), Ub = take_tile(e, L, tile_ld<bf16>(BV));
     const auto fetch = [&](int c, const ScanTiles& t) {
         const u64 cid = (u64)bh * nc + c;
+        const int t0 = c * L;
         fetch_factors<D>(t, w, qt, kh, pm, cid);
-        load_rows_async<BV>(t.x, ut + cid * L * d.dv + e0, d.dv, L, L);
+        load_rows_async<L>(t.tb, tb + cid * L * L, L, L, L);
+        load_rows_async<BV>(t.x, v + hd.at(b, hh, t0, d.dv) + e0, (u64)d.h * d.dv, L, min(L, d.t - t0));
         cp_async_commit();
     };
     const u64 ssz = (u64)D * d.dv;
@@ -295,13 +286,11 @@ __device__ void gdn_scan_fwd(const bf16* __restrict__ s0, const bf16* __restrict
         __syncthreads();
         if (c + 1 < nc) fetch(c + 1, tiles.in(c + 1));
         const ScanTiles t = tiles.in(c);
-        // U = Ũ - W S into Ub; O's first term Q̃ S stays in registers.
+        // U = [T diag(beta) | -W] [V ; S] into Ub; O's first term Q̃ S stays in registers.
         float u[MT][NT][4] = {}, o[MT][NT][4] = {};
-        warp_mm<MT, NT, D / 16>(u, t.w, r0, Sb, c0);
+        warp_mm<MT, NT, (L + D) / 16>(u, cat_cols(t.tb, neg(t.w), L), r0, cat_rows(t.x, Sb, L), c0);
         warp_mm<MT, NT, D / 16>(o, t.qt, r0, Sb, c0);
-        each_pair(u, r0, c0, [&](int j, int col, float& x0, float& x1) {
-            set_pair(Ub, j, col, t.x.at(j, col) - x0, t.x.at(j, col + 1) - x1);
-        });
+        each_pair(u, r0, c0, [&](int j, int col, float& x0, float& x1) { set_pair(Ub, j, col, x0, x1); });
         __syncthreads();
         each_pair(st, rs, 0, [&](int, int, float& x0, float& x1) {
             x0 *= g_end;
@@ -334,7 +323,7 @@ __device__ void gdn_scan_bwd(const bf16* __restrict__ dsT, const bf16* __restric
     const int r0 = Split::r0(), c0 = Split::c0(), rs = Split::state_r0();
     const Heads hd{d.t, d.h};
     bf16* e = reinterpret_cast<bf16*>(smem);
-    const ScanTiles tiles = take_scan_tiles<D, BV>(e);
+    const ScanTiles tiles = take_scan_tiles<D, BV>(e, false);
     const STile<bf16> Sb = take_tile(e, D, tile_ld<bf16>(BV)), Ub = take_tile(e, L, tile_ld<bf16>(BV));
     const auto fetch = [&](int c, const ScanTiles& t) {
         const u64 cid = (u64)bh * nc + c;
@@ -381,15 +370,17 @@ __device__ void gdn_scan_bwd(const bf16* __restrict__ dsT, const bf16* __restric
     });
 }
 
-// A value tile's S0 (f32, staged by cp.async) into its bf16 operand tile; returns this thread's
-// share of sum(S0 ⊙ dS) over the tile.
+// A value tile's S0 (f32 in global memory, rows `ld` apart, 16-byte aligned) into its bf16
+// operand tile; returns this thread's share of sum(S0 ⊙ dS) over the tile. Read straight from
+// global memory rather than staged by cp.async: an f32 staging tile would keep two blocks from
+// fitting an SM, and the other block hides the load.
 template <int D, int BE>
-__device__ __forceinline__ float stage_state(const STile<bf16>& s0s, const float* s0f, const STile<bf16>& dss) {
-    constexpr int LF = BE + 4;
+__device__ __forceinline__ float stage_state(const STile<bf16>& s0s, const float* __restrict__ s0f, u64 ld,
+                                             const STile<bf16>& dss) {
     float dot = 0.0f;
     for (int idx = threadIdx.x; idx < D * BE / 4; idx += nthreads()) {
         const int i = idx / (BE / 4), col = (idx % (BE / 4)) * 4;
-        const float4 x = *reinterpret_cast<const float4*>(s0f + i * LF + col);
+        const float4 x = *reinterpret_cast<const float4*>(s0f + i * ld + col);
         const float2 y0 = get_pair(dss, i, col), y1 = get_pair(dss, i, col + 2);
         set_pair(s0s, i, col, x.x, x.y);
         set_pair(s0s, i, col + 2, x.z, x.w);
@@ -398,21 +389,13 @@ __device__ __forceinline__ float stage_state(const STile<bf16>& s0s, const float
     return dot;
 }
 
-// f32 rows x COLS (row r at src + r * rs, 16-byte aligned) into shared memory (rows COLS + 4
-// floats apart) by cp.async; the caller commits and waits.
-template <int COLS>
-__device__ __forceinline__ void load_f32_rows_async(float* dst, const float* src, u64 rs, int rows) {
-    constexpr int CH = COLS / 4;
-    for (int i = threadIdx.x; i < rows * CH; i += nthreads()) {
-        const int r = i / CH, c = (i % CH) * 4;
-        cp_async16(dst + r * (COLS + 4) + c, src + (u64)r * rs + c, true);
-    }
-}
-
 // How gdn_grads splits its products: 4 row groups of 16 rows by CW column groups, CW = 4 (16
 // warps: half the registers a warp, twice the warps to hide latency with) where every product's
-// columns split into pairs of 8-column blocks that way, else 2.
+// columns split into pairs of 8-column blocks that way, else 2. Blocks of 8 warps are built for
+// two an SM (GDN_GRAD_BLOCKS; their shared memory fits twice, cuda_parallel.rs's grads_bytes), so
+// that one block's loads, barriers and serial tail overlap the other's products.
 #define GDN_GRAD_THREADS(D, BE) ((D) % 64 == 0 && (BE) % 64 == 0 ? 512 : 256)
+#define GDN_GRAD_BLOCKS(D, BE) (GDN_GRAD_THREADS(D, BE) == 256 ? 2 : 1)
 template <int D, int BE>
 struct GradSplit {
     static constexpr int THREADS = GDN_GRAD_THREADS(D, BE), CW = THREADS / 128;
@@ -452,17 +435,15 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     bf16* e = reinterpret_cast<bf16*>(f);
     const STile<bf16> Q = take_tile(e, L, tile_ld<bf16>(D)), K = take_tile(e, L, tile_ld<bf16>(D));
     const STile<bf16> Ts = take_tile(e, L, tile_ld<bf16>(L)), P = take_tile(e, L, tile_ld<bf16>(L));
-    const STile<bf16> X1 = take_tile(e, L, tile_ld<bf16>(L)), X2 = take_tile(e, L, tile_ld<bf16>(L));
     const STile<bf16> S0s = take_tile(e, D, tile_ld<bf16>(BE)), dSs = take_tile(e, D, tile_ld<bf16>(BE));
+    bf16* vals = e;
     const STile<bf16> Vs = take_tile(e, L, tile_ld<bf16>(BE)), dOs = take_tile(e, L, tile_ld<bf16>(BE));
     const STile<bf16> dUs = take_tile(e, L, tile_ld<bf16>(BE)), dXs = take_tile(e, L, tile_ld<bf16>(BE));
     const STile<bf16> dXb = take_tile(e, L, tile_ld<bf16>(BE)), Us = take_tile(e, L, tile_ld<bf16>(BE));
     const STile<bf16> Ut = take_tile(e, L, tile_ld<bf16>(BE));
-    // The next value tile's S0 arrives in f32 here while the current one is worked on, its dS in
-    // the other of two tiles (value tile i's is dS_in(i)).
-    const STile<bf16> dSn = take_tile(e, D, tile_ld<bf16>(BE));
-    float* S0n = reinterpret_cast<float*>(e);
-    const auto dS_in = [&](int i) { return i & 1 ? dSn : dSs; };
+    // X1 and X2 [64, 64], written after the last value tile, over the value tiles' memory.
+    static_assert(7 * (BE + 8) >= 2 * (GDN_L + 8), "X1 and X2 fit where the value tiles were");
+    const STile<bf16> X1 = take_tile(vals, L, tile_ld<bf16>(L)), X2 = take_tile(vals, L, tile_ld<bf16>(L));
     const Heads hd{d.t, d.h};
     const float* S0 = states + ((u64)bh * (nc + 1) + c) * ssz;
     const bf16* dS = dsg + cid * ssz;
@@ -470,17 +451,13 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     const u64 rows_at = hd.at(b, hh, t0, d.dv), row_stride = (u64)d.h * d.dv;
     // This lane's two rows of every [64, *] accumulator (each_pair's rows r0 + g, r0 + g + 8).
     const int jr[2] = {r0 + (lane_id() >> 2), r0 + (lane_id() >> 2) + 8};
-    const auto fetch_states = [&](int e0) {
-        load_f32_rows_async<BE>(S0n, S0 + e0, d.dv, D);
-        load_rows_async<BE>(dS_in(e0 / BE), dS + e0, d.dv, D, D);
-        cp_async_commit();
-    };
 
     for (int j = threadIdx.x; j < L; j += nthreads()) dgc[j] = dbt[j] = ke[j] = cq[j] = ck[j] = kd[j] = z[j] = 0.0f;
     load_rows_async<L>(Ts, tm + cid * L * L, L, L, L);
     load_rows_async<L>(P, pm + cid * L * L, L, L, L);
     load_rows_async<BE>(dUs, dU, d.dv, L, L);
-    fetch_states(0);
+    load_rows_async<BE>(dSs, dS, d.dv, D, D);
+    cp_async_commit();
     const ChunkInputs<bf16> in{q, k, v, beta, g, dout};
     load_chunk(Q, K, Vs, dOs, r, in, hd, b, hh, t0, len, L, d, VTile{0, BE});
     dec.fill(r);
@@ -492,12 +469,10 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     float carry = 0.0f;
     for (int e0 = 0; e0 < d.dv; e0 += BE) {
         const bool more = e0 + BE < d.dv;
-        const STile<bf16> dSc = dS_in(e0 / BE);
         cp_async_wait<0>();
         __syncthreads();
-        carry += stage_state<D, BE>(S0s, S0n, dSc);
+        carry += stage_state<D, BE>(S0s, S0 + e0, d.dv, dSs);
         __syncthreads();
-        if (more) fetch_states(e0 + BE);
         // Rb = V - diag(γ) K S0, kept as R = diag(beta) Rb in Vs (U's operand); dX = T^T dU, and
         // -diag(beta γ) dX for dk; dv = diag(beta) dX, dbeta's dX·Rb and z's dX·(K S0).
         {
@@ -555,12 +530,13 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
             cp_async_commit();
         }
         // dk += [diag(tend) U | -diag(beta γ) dX] [dS^T ; S0^T]; dO U^T, dX U^T.
-        warp_mm<1, ND, 2 * BE / 16>(dkc, cat_cols(Ut, dXb, BE), r0, cat_rows(dSc.t(), S0s.t(), BE), cd);
+        warp_mm<1, ND, 2 * BE / 16>(dkc, cat_cols(Ut, dXb, BE), r0, cat_rows(dSs.t(), S0s.t(), BE), cd);
         warp_mm<1, NL, BE / 16>(dp, dOs, r0, Us.t(), cl);
         warp_mm<1, NL, BE / 16>(da, dXs, r0, Us.t(), cl);
         __syncthreads();
         if (more) {
             load_rows_async<BE>(dOs, dout + rows_at + e0 + BE, row_stride, L, len);
+            load_rows_async<BE>(dSs, dS + e0 + BE, d.dv, D, D);
             cp_async_commit();
         }
     }
@@ -569,37 +545,46 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     // on the strictly lower part: e = dA ⊙ D ⊙ k k^T to beta_j and G_j (ke, times beta_j) and to
     // G_s (- beta_j e); X2 = beta_j D ⊙ dA (strictly lower), whose sum with its transpose is the
     // gradient of k k^T.
+    // In column halves where NL allows (8 warps), so that k k^T's block is not live beside all
+    // four accumulators at once (two blocks an SM leave 128 registers a thread).
     {
-        float kk[1][NL][4] = {}, rp[1][2] = {}, re[1][2] = {}, cs[NL][2] = {};
-        warp_mm<1, NL, D / 16>(kk, K, r0, K.t(), cl);
+        constexpr int NH = NL >= 4 ? 2 : 1, NP = NL / NH;
+        float rp[1][2] = {}, re[1][2] = {};
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int j = jr[h];
-            const float bet = r.beta[j];
+        for (int hf = 0; hf < NH; ++hf) {
+            const int ch = cl + 8 * NP * hf;
+            float kk[1][NP][4] = {}, cs[NP][2] = {};
+            warp_mm<1, NP, D / 16>(kk, K, r0, K.t(), ch);
 #pragma unroll
-            for (int n = 0; n < NL; ++n) {
-                const int s = cl + 8 * n + 2 * (lane_id() & 3);
-                const float2 pp = get_pair(P, j, s);
-                float x1[2], x2[2];
+            for (int h = 0; h < 2; ++h) {
+                const int j = jr[h];
+                const float bet = r.beta[j];
 #pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    const float dcy = dec.at(j, s + i), dpv = dp[0][n][2 * h + i];
-                    const float dlog = dpv * (i ? pp.y : pp.x);
-                    rp[0][h] += dlog;
-                    cs[n][i] -= dlog;
-                    x1[i] = dpv * dcy;
-                    const float dav = s + i < j ? -da[0][n][2 * h + i] * dcy : 0.0f, ev = dav * kk[0][n][2 * h + i];
-                    re[0][h] += ev;
-                    cs[n][i] -= bet * ev;
-                    x2[i] = dav * bet;
+                for (int n = 0; n < NP; ++n) {
+                    const int s = ch + 8 * n + 2 * (lane_id() & 3);
+                    const float2 pp = get_pair(P, j, s);
+                    float x1[2], x2[2];
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        const float dcy = dec.at(j, s + i), dpv = dp[0][NP * hf + n][2 * h + i];
+                        const float dlog = dpv * (i ? pp.y : pp.x);
+                        rp[0][h] += dlog;
+                        cs[n][i] -= dlog;
+                        x1[i] = dpv * dcy;
+                        const float dav = s + i < j ? -da[0][NP * hf + n][2 * h + i] * dcy : 0.0f;
+                        const float ev = dav * kk[0][n][2 * h + i];
+                        re[0][h] += ev;
+                        cs[n][i] -= bet * ev;
+                        x2[i] = dav * bet;
+                    }
+                    set_pair(X1, j, s, x1[0], x1[1]);
+                    set_pair(X2, j, s, x2[0], x2[1]);
                 }
-                set_pair(X1, j, s, x1[0], x1[1]);
-                set_pair(X2, j, s, x2[0], x2[1]);
             }
+            add_col_sums(cs, ch, dgc);
         }
         add_row_sums(rp, r0, dgc);
         add_row_sums(re, r0, ke);
-        add_col_sums(cs, cl, dgc);
     }
     // dq = diag(γ) dO S0^T, with γ_j dO_j·(S0^T q_j) to G_j; k_j·dk_j for the end state's share.
     {
@@ -679,15 +664,17 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     }
 }
 
-// The kernels, for Dk in {32, 64, 128}, value tiles BE of 32 or 64 columns (prep, grads) and BV
-// of 32, 64 or (Dk 64 and 128) 128 for the scans (wider tiles at Dk 32 would spill).
+// The kernels, for Dk in {32, 64, 128}, value tiles BE of 32 or 64 columns (grads) and BV of 32,
+// 64 or (Dk 64 and 128) 128 for the scans (wider tiles at Dk 32 would spill).
+#define GDN_PREP_KERNEL(D)                                                                                          \
+    extern "C" __global__ void __launch_bounds__(GDN_THREADS, 3) gdn_prep_##D(                                      \
+        const bf16* q, const bf16* k, const bf16* beta, const bf16* g, bf16* w, bf16* kh, bf16* qt, bf16* pm,       \
+        bf16* tb, bf16* tm, float* gl, RecDims d) {                                                                 \
+        gdn_prep<D>(q, k, beta, g, w, kh, qt, pm, tb, tm, gl, d);                                                   \
+    }
 #define GDN_CHUNK_KERNELS(D, BE)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(GDN_THREADS, 3) gdn_prep_##D##_##BE(                               \
-        const bf16* q, const bf16* k, const bf16* v, const bf16* beta, const bf16* g, bf16* w, bf16* kh,            \
-        bf16* qt, bf16* ut, bf16* pm, bf16* tm, float* gl, RecDims d) {                                             \
-        gdn_prep<D, BE>(q, k, v, beta, g, w, kh, qt, ut, pm, tm, gl, d);                                            \
-    }                                                                                                               \
-    extern "C" __global__ void __launch_bounds__(GDN_GRAD_THREADS(D, BE)) gdn_grads_##D##_##BE(                     \
+    extern "C" __global__ void __launch_bounds__(GDN_GRAD_THREADS(D, BE), GDN_GRAD_BLOCKS(D, BE))                   \
+        gdn_grads_##D##_##BE(                                                                                       \
         const bf16* q, const bf16* k, const bf16* v, const bf16* beta, const bf16* g, const bf16* dout,             \
         const float* states, const bf16* dsg, const bf16* dug, const bf16* tm, const bf16* pm, bf16* dq, bf16* dk,  \
         bf16* dv, bf16* dbeta, bf16* dg, RecDims d) {                                                               \
@@ -695,9 +682,9 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     }
 #define GDN_SCAN_KERNELS(D, BV)                                                                                     \
     extern "C" __global__ void __launch_bounds__(2 * D) gdn_scan_fwd_##D##_##BV(                                    \
-        const bf16* s0, const bf16* w, const bf16* kh, const bf16* qt, const bf16* ut, const bf16* pm,              \
-        const float* gl, bf16* out, float* states, RecDims d) {                                                     \
-        gdn_scan_fwd<D, BV>(s0, w, kh, qt, ut, pm, gl, out, states, d);                                             \
+        const bf16* s0, const bf16* w, const bf16* kh, const bf16* qt, const bf16* tb, const bf16* v,               \
+        const bf16* pm, const float* gl, bf16* out, float* states, RecDims d) {                                     \
+        gdn_scan_fwd<D, BV>(s0, w, kh, qt, tb, v, pm, gl, out, states, d);                                          \
     }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(2 * D) gdn_scan_bwd_##D##_##BV(                                    \
         const bf16* ds, const bf16* dout, const bf16* w, const bf16* kh, const bf16* qt, const bf16* pm,            \
@@ -705,6 +692,7 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
         gdn_scan_bwd<D, BV>(ds, dout, w, kh, qt, pm, gl, dug, dsg, ds0, d);                                         \
     }
 #define GDN_HEAD_KERNELS(D)  \
+    GDN_PREP_KERNEL(D)       \
     GDN_CHUNK_KERNELS(D, 32) \
     GDN_CHUNK_KERNELS(D, 64) \
     GDN_SCAN_KERNELS(D, 32)  \
