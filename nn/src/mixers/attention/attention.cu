@@ -29,9 +29,13 @@
 // group and every query tile that sees it, and keeps dK and dV of its keys in registers (warp w
 // owns keys 16w..16w+15, so the grouped heads' sum is free). Per query tile it recomputes
 // S^T = K Q^T and dP^T = V dO^T, forms P^T and dS^T in registers, adds P^T dO to dV and dS^T Q
-// to dK, stages dS^T in shared memory and adds its share of dQ = dS K to an f32 accumulator with
-// vector atomic reductions (dQ of a query tile comes from every key tile in its band; the
-// atomics spare a second pass that would recompute S and dP).
+// to dK, stages dS^T in shared memory and adds its share of dQ = dS K to an f32 accumulator (dQ
+// of a query tile comes from every key tile in its band; adding in place spares a second pass
+// that would recompute S and dP). With wgmma, by bulk reductions: the block stages its share, 64
+// columns at a time, as f32 rows in shared memory and one thread a row hands each row to
+// cp.reduce.async.bulk, which reads it while the next step's products run (the launch turns
+// this off with bulk_dq = 0, SWAX_ATTN_DQ_ATOMICS=1, to measure the alternative); otherwise,
+// and with mma.sync, by vector atomic reductions from the registers.
 //
 // swax-cuda's mma.cuh and wgmma.cuh (cuda/kernels/) are prepended by cuda.rs beside this file.
 // Equations and layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is the
@@ -40,6 +44,10 @@
 #define FWD_ROWS 128
 #define FWD_THREADS 128
 #define BWD_THREADS 128
+// A row of the backward's dQ staging, f32: 64 columns and 16 bytes of padding, so that the rows
+// of a warp's stores start in different banks (each row stays contiguous and 16-byte aligned,
+// as the bulk reduction reads it).
+#define DQ_ROW 68
 
 // Whether the products run on wgmma (NVRTC targets sm_90a on Hopper) or on mma.sync.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -272,9 +280,11 @@ template <int D>
 __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                         const bf16* __restrict__ dout, const float* __restrict__ lse,
                         const float* __restrict__ delta, float* __restrict__ dq_acc, bf16* __restrict__ dk,
-                        bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale) {
+                        bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale,
+                        u32 bulk_dq) {
     constexpr int KT = D / 16, NT = TILE / 8, DT = D / 8;
     constexpr bool WG = USE_WGMMA;
+    const bool bulk = WG && bulk_dq != 0;  // uniform over the grid
     bf16* sk = aligned_smem();
     bf16* sv = sk + TILE * D;
     bf16* sq = sv + TILE * D;        // [2][TILE][D]
@@ -282,6 +292,7 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
     bf16* sds = sdo + 2 * TILE * D;  // dS^T [key][query]
     float* slse = reinterpret_cast<float*>(sds + TILE * TILE);  // [2][TILE], log2 units
     float* sdelta = slse + 2 * TILE;                           // [2][TILE]
+    float* sdq = sdelta + 2 * TILE;                            // [TILE][DQ_ROW], only when bulk
 
     const int T = (int)t_len;
     const int s0 = blockIdx.x * TILE, hk = blockIdx.y, b = blockIdx.z;
@@ -397,11 +408,14 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
             *reinterpret_cast<u32*>(sds + at) = bf16x2_bits(dpt[n][0], dpt[n][1]);
             *reinterpret_cast<u32*>(sds + at + 8 * TILE) = bf16x2_bits(dpt[n][2], dpt[n][3]);
         }
+        // The last step's bulk reductions have read the dQ staging by the barrier below (they
+        // had this step's products to do it in).
+        if (bulk) bulk_wait_read<0>();
         if constexpr (WG) fence_proxy_async();
         __syncthreads();
 
         // dQ rows t0 + 16 warp .. +15 = dS K, 64 columns of D at a time to bound registers.
-        float* dq_row = dq_acc + ((u64)b * T * heads + hq) * D + 2 * tq;
+        float* dq_head = dq_acc + ((u64)b * T * heads + hq) * D;
 #pragma unroll
         for (int c0 = 0; c0 < D; c0 += 64) {
             float dq[8][4];
@@ -430,13 +444,36 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
                     }
                 }
             }
+            if (bulk) {
+                if (c0 > 0) {  // the last chunk's reductions have read the staging
+                    bulk_wait_read<0>();
+                    __syncthreads();
+                }
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int t = t0 + warp * 16 + g + r * 8;
-                if (t >= T) continue;
-                float* dst = dq_row + (u64)t * qrs + c0;
+                for (int r = 0; r < 2; ++r) {
+                    float* row = sdq + (warp * 16 + g + r * 8) * DQ_ROW + 2 * tq;
 #pragma unroll
-                for (int n = 0; n < 8; ++n) red_add2(dst + n * 8, dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+                    for (int n = 0; n < 8; ++n)
+                        *reinterpret_cast<float2*>(row + n * 8) =
+                            make_float2(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+                }
+                fence_proxy_async();
+                __syncthreads();
+                const int t = t0 + threadIdx.x;
+                if (threadIdx.x < TILE && t < T) {
+                    bulk_reduce_add(dq_head + (u64)t * qrs + c0, sdq + threadIdx.x * DQ_ROW, 64 * 4);
+                    bulk_commit();
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int t = t0 + warp * 16 + g + r * 8;
+                    if (t >= T) continue;
+                    float* dst = dq_head + (u64)t * qrs + c0 + 2 * tq;
+#pragma unroll
+                    for (int n = 0; n < 8; ++n)
+                        red_add2(dst + n * 8, dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+                }
             }
         }
         if constexpr (WG) {
@@ -445,6 +482,7 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
         }
         __syncthreads();  // the next prefetch and dS^T overwrite what this step read
     }
+    if (bulk) bulk_wait<0>();  // the staging stays the block's until the reductions are done
     if constexpr (WG) {
         wg_wait<0>();
         wg_hold(reinterpret_cast<float(&)[D / 2]>(dk_acc));
@@ -474,8 +512,9 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(BWD_THREADS) swa_bwd_d##D(                                   \
         const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,   \
-        float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale) {     \
-        swa_bwd<D>(q, k, v, dout, lse, delta, dq_acc, dk, dv, t_len, heads, kv_heads, window, scale);         \
+        float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale,       \
+        u32 bulk_dq) {                                                                                         \
+        swa_bwd<D>(q, k, v, dout, lse, delta, dq_acc, dk, dv, t_len, heads, kv_heads, window, scale, bulk_dq); \
     }
 
 INSTANTIATE(64)
