@@ -75,6 +75,24 @@ __device__ __forceinline__ bool leaves_band(int r0, int nr, int s0, int ns, u32 
     return s0 + ns - 1 > r0 || r0 + nr - 1 - s0 >= (int)window;
 }
 
+// An m16 tile's scores over a 64-key tile at s0 in log2 units (minus infinity outside the band
+// when MASKED) and each row's max, mx (rows row0, row0 + 8). A template, so that the tiles inside
+// the band (most of them) carry no mask arithmetic at all.
+template <bool MASKED>
+__device__ __forceinline__ void scores_log2(float (&s)[TILE / 8][4], float (&mx)[2], int row0, int s0, u32 window,
+                                            float scale_log2) {
+    const int tq = threadIdx.x & 3;
+#pragma unroll
+    for (int nt = 0; nt < TILE / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float x = s[nt][e] * scale_log2;
+            if (MASKED && !visible(row0 + (e >> 1) * 8, s0 + nt * 8 + 2 * tq + (e & 1), window)) x = neg_inf();
+            s[nt][e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+}
+
 // One m16 tile's online-softmax step over a 64-key tile at s0: the scores s become
 // probabilities exp2(scale_log2 s - shift) (zero outside the band when masked), and the running
 // max m (log2 units), sum l and output accumulator acc of rows row0, row0 + 8 are rescaled.
@@ -82,17 +100,11 @@ template <int DT>
 __device__ __forceinline__ void softmax_step(float (&s)[TILE / 8][4], float (&acc)[DT][4], float (&m)[2],
                                              float (&l)[2], int row0, int s0, bool masked, u32 window,
                                              float scale_log2) {
-    const int tq = threadIdx.x & 3;
     float mx[2] = {neg_inf(), neg_inf()};
-#pragma unroll
-    for (int nt = 0; nt < TILE / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            float x = s[nt][e] * scale_log2;
-            if (masked && !visible(row0 + (e >> 1) * 8, s0 + nt * 8 + 2 * tq + (e & 1), window)) x = neg_inf();
-            s[nt][e] = x;
-            mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
+    if (masked)
+        scores_log2<true>(s, mx, row0, s0, window, scale_log2);
+    else
+        scores_log2<false>(s, mx, row0, s0, window, scale_log2);
     float shift[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -276,6 +288,26 @@ extern "C" __global__ void swa_bwd_delta(const bf16* __restrict__ o, const bf16*
     if (lane == 0) delta[((u64)(bt / t_len) * heads + h) * t_len + bt % t_len] = s;
 }
 
+// The backward's P^T and dS^T of a warp's 16 keys (key0, key0 + 8 in this thread) by a query
+// tile at t0, in place of S^T and dP^T: p = exp2(scale_log2 s - lse) (zero outside the band when
+// MASKED, a template as in scores_log2) and ds = p (dp - delta), lse and delta per query.
+template <bool MASKED>
+__device__ __forceinline__ void probs_and_ds(float (&st)[TILE / 8][4], float (&dpt)[TILE / 8][4],
+                                             const float* l_s, const float* d_s, int t0, int key0, u32 window,
+                                             float scale_log2) {
+    const int tq = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < TILE / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int col = n * 8 + 2 * tq + (e & 1);
+            float p = fast_exp2(st[n][e] * scale_log2 - l_s[col]);
+            if (MASKED && !visible(t0 + col, key0 + (e >> 1) * 8, window)) p = 0.0f;
+            st[n][e] = p;
+            dpt[n][e] = p * (dpt[n][e] - d_s[col]);
+        }
+}
+
 template <int D>
 __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                         const bf16* __restrict__ dout, const float* __restrict__ lse,
@@ -371,17 +403,10 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
             mma_smem_a<KT, NT, D, D>(dpt, sv, warp * 16, do_s);
         }
 
-        const bool masked = t0 < s0 + TILE - 1 || t0 + TILE - 1 - s0 >= (int)window;
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = n * 8 + 2 * tq + (e & 1);
-                float p = fast_exp2(st[n][e] * scale_log2 - l_s[col]);
-                if (masked && !visible(t0 + col, key0 + (e >> 1) * 8, window)) p = 0.0f;
-                st[n][e] = p;
-                dpt[n][e] = p * (dpt[n][e] - d_s[col]);
-            }
+        if (t0 < s0 + TILE - 1 || t0 + TILE - 1 - s0 >= (int)window)
+            probs_and_ds<true>(st, dpt, l_s, d_s, t0, key0, window, scale_log2);
+        else
+            probs_and_ds<false>(st, dpt, l_s, d_s, t0, key0, window, scale_log2);
         // dV += P^T dO, dK += dS^T Q (the scale is applied at the end).
         u32 ap[NT / 2][4], ad[NT / 2][4];
 #pragma unroll
