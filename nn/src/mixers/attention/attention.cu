@@ -33,9 +33,9 @@
 // of a query tile comes from every key tile in its band; adding in place spares a second pass
 // that would recompute S and dP). With wgmma, by bulk reductions: the block stages its share, 64
 // columns at a time, as f32 rows in shared memory and one thread a row hands each row to
-// cp.reduce.async.bulk, which reads it while the next step's products run (the launch turns
-// this off with bulk_dq = 0, SWAX_ATTN_DQ_ATOMICS=1, to measure the alternative); otherwise,
-// and with mma.sync, by vector atomic reductions from the registers.
+// cp.reduce.async.bulk, which reads it while the next step's products run (where the launch
+// sets bulk_dq: cuda.rs says when, and SWAX_ATTN_DQ=bulk or atomics overrides it to measure);
+// otherwise, and with mma.sync, by vector atomic reductions from the registers.
 //
 // swax-cuda's mma.cuh and wgmma.cuh (cuda/kernels/) are prepended by cuda.rs beside this file.
 // Equations and layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is the

@@ -27,14 +27,27 @@ const DELTA_ROWS: u32 = 8;
 /// f32 per row of the backward's dQ staging (`DQ_ROW`: 64 columns and 16 bytes of padding).
 const DQ_ROW: usize = 68;
 
-/// Whether the backward adds its dQ shares by bulk reductions from a shared staging tile (on
-/// Hopper, where the kernels use wgmma), or by atomics from registers: Hopper chooses bulk unless
-/// `SWAX_ATTN_DQ_ATOMICS=1` (a knob for measuring the two side by side, read once).
-fn bulk_dq(dev: &swax_cuda::Device) -> bool {
-    static ATOMICS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let atomics =
-        *ATOMICS.get_or_init(|| std::env::var_os("SWAX_ATTN_DQ_ATOMICS").is_some_and(|v| v == "1"));
-    dev.compute_capability() == (9, 0) && !atomics
+/// Whether the backward adds its dQ shares by bulk reductions from a shared staging tile (only
+/// on Hopper, where the kernels use wgmma) or by atomics from registers. `SWAX_ATTN_DQ=bulk` or
+/// `=atomics` chooses (a knob for measuring the two side by side, read once); by default bulk at
+/// D = 64, where its 17 KiB of staging leaves three backward blocks an SM, and atomics at
+/// D = 128, where it would leave one instead of two (by shared memory: 106 KiB a block without
+/// it, 123 with, of the H200's 228).
+fn bulk_dq(dev: &swax_cuda::Device, d: usize) -> bool {
+    static ASKED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let asked = *ASKED.get_or_init(|| {
+        let v = std::env::var("SWAX_ATTN_DQ").ok()?;
+        match v.as_str() {
+            "bulk" => Some(true),
+            "atomics" => Some(false),
+            _ => {
+                // A measuring knob, not a setting: a typo is said once and the default stands.
+                eprintln!("SWAX_ATTN_DQ={v:?} ignored: expected bulk or atomics");
+                None
+            }
+        }
+    });
+    dev.compute_capability() == (9, 0) && asked.unwrap_or(d == 64)
 }
 
 /// An operand as the kernels read it, bf16: the buffer itself, or a bf16 copy of an f32 one.
@@ -220,7 +233,7 @@ pub(super) fn backward(
             )?;
         }
         let scale = scale as f32;
-        let bulk = bulk_dq(dev);
+        let bulk = bulk_dq(dev, s.d);
         // K and V tiles, double-buffered Q and dO tiles, a dS tile (bf16); lse and delta of two
         // query tiles (f32); the dQ staging where bulk; 1024 bytes to align the tiles as wgmma
         // reads them.
