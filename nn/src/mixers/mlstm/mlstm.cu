@@ -272,17 +272,19 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) nv[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
     for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
-    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
-    // Per row: the denominator's inverse.
+    // q·n by row (in rden until the scores' row sums make it the denominator's inverse), beside
+    // the scores: both only read Q.
     for (int j = warp_id(); j < lc; j += nwarps()) {
         const float x = warp_dot(Q.p + j * Q.ld, nv, d.dk) * d.scale;
-        if (lane_id() == 0) {
-            const float nq = psum[j] + g.a[j] * x;
-            rden[j] = j < len ? 1.0f / (fmaxf(fabsf(nq), expf(-g.m[j])) + d.eps) : 0.0f;
-        }
+        if (lane_id() == 0) rden[j] = x;
     }
-    __syncthreads();
-    // Q becomes diag(a) Q / sqrt(Dk), and h = [P | Q] [V ; C] / den, one product.
+    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+    // Per row the denominator's inverse, and Q becomes diag(a) Q / sqrt(Dk) (neither reads what
+    // the other writes); then h = [P | Q] [V ; C] / den, one product.
+    for (int j = threadIdx.x; j < lc; j += nthreads()) {
+        const float nq = psum[j] + g.a[j] * rden[j];
+        rden[j] = j < len ? 1.0f / (fmaxf(fabsf(nq), expf(-g.m[j])) + d.eps) : 0.0f;
+    }
     for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
         const int j = idx / d.dk, c = idx % d.dk;
         Q.set(j, c, Q.at(j, c) * g.a[j] * d.scale);
@@ -552,18 +554,17 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     part += stage_states(Cpb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, dCb, dcs + at_chunk(bh, nc, ci, csz) + vt.e0,
                          d, vt);
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
-    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+    // What needs only the operands and the gates, between the same two barriers (none reads
+    // what another writes): q·n by row, dnum = dh / (den + eps) in place, dv's second term
+    // diag(w_last) K dC into ACC (its dot with v by row into dlend) and the scores.
     for (int j = warp_id(); j < lc; j += nwarps()) {
         const float x = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
         if (lane_id() == 0) qn[j] = x;
     }
-    // dnum = dh / (den + eps).
     for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
         const int j = idx / vt.w, c = idx % vt.w;
         DN.set(j, c, DN.at(j, c) * rr[j]);
     }
-    __syncthreads();
-    // dv = P^T dnum + diag(w_last) K dC (its second term into ACC first).
     block_mm_sums<TC>(
         K, dCb, lc, d.dk, vt.w,
         [&](int s, int c, float x) {
@@ -572,7 +573,8 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
             return make_float2(w * V.at(s, c), 0.0f);
         },
         dlend, nullptr);
-    __syncthreads();
+    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+    // dv = P^T dnum + diag(w_last) K dC.
     block_mm_onto<TC>(P.t(), DN, lc, lc, vt.w, ACC, [&](int s, int c, float x, float o) {
         if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + c] = from_float<T>(o + x);
     });
