@@ -47,20 +47,20 @@ fn check(
 }
 
 /// The chunk's padded rows, a tile row of `n` elements of `e` bytes, and the f32 words of the
-/// five per-row gate vectors (`Gates` in mlstm.cu).
+/// six per-row gate vectors (`Gates` in mlstm.cu).
 fn lp(s: RecurrentShape) -> usize {
     s.chunk.next_multiple_of(16)
 }
 fn gates(s: RecurrentShape) -> usize {
-    5 * lp(s)
+    6 * lp(s)
 }
 
-/// Shared-memory bytes of `mlstm_scan_fwd`: f32 C `[Dk, bv]`, n, the last row's weights and the
-/// gates; two pairs of k `[lp, Dk]` and v `[lp, bv]` of the data's type (the next chunk's
-/// arriving while the current one's are used).
+/// Shared-memory bytes of `mlstm_scan_fwd`: f32 C `[Dk, bv]`, n and the gates; two pairs of k
+/// `[lp, Dk]` and v `[lp, bv]` of the data's type (the next chunk's arriving while the current
+/// one's are used).
 fn scan_fwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
     let (lp, bv) = (lp(s), a.bv());
-    let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + lp + gates(s);
+    let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + gates(s);
     4 * f32s + 2 * e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
 }
 

@@ -34,17 +34,35 @@
 #include "common.cuh"
 
 // The chunk's gates: i, log forget gate, its running sum F from the chunk's start, the
-// stabilizer m, and the carried state's weight a_j = exp(m_prev + F_j - m_j) (0 on padding rows).
+// stabilizer m, the carried state's weight a_j = exp(m_prev + F_j - m_j) and each step's weight
+// in the chunk's last row (in its end state), wl_s = w_{L-1,s} (both 0 on padding rows): the
+// scans and mlstm_grads use wl for every element of a [lp, D] tile, so it is one exp a row.
 struct Gates {
     float* i;
     float* lf;
     float* F;
     float* m;
     float* a;
+    float* wl;
 };
 
 __device__ __forceinline__ Gates carve_gates(float*& p, int lp) {
-    return Gates{take(p, lp), take(p, lp), take(p, lp), take(p, lp), take(p, lp)};
+    return Gates{take(p, lp), take(p, lp), take(p, lp), take(p, lp), take(p, lp), take(p, lp)};
+}
+
+// The intra-chunk weight of step s in row j, exp(i_s + F_j - F_s - m_j), for s <= j < len.
+__device__ __forceinline__ float weight(const Gates& g, int j, int s, int len) {
+    return (s <= j && j < len) ? expf(g.i[s] + g.F[j] - g.F[s] - g.m[j]) : 0.0f;
+}
+
+// X(j, c) *= f(j) for rows j < rows and columns c < cols of a tile: a warp a row, its lanes
+// along the columns (no index division per element, as one flat loop over rows · cols needs).
+template <typename E, typename F>
+__device__ __forceinline__ void scale_rows(STile<E> X, int rows, int cols, F f) {
+    for (int j = warp_id(); j < rows; j += nwarps()) {
+        const float x = f(j);
+        for (int c = lane_id(); c < cols; c += 32) X.set(j, c, X.at(j, c) * x);
+    }
 }
 
 // Fills g for chunk rows t0..t0+len (m_prev the stabilizer before the chunk). Synchronizes, after
@@ -85,13 +103,11 @@ __device__ void chunk_gates(Gates g, const T* gi, const T* gf, Heads hd, int b, 
         }
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < lp; j += nthreads()) g.a[j] = j < len ? expf(m_prev + g.F[j] - g.m[j]) : 0.0f;
+    for (int j = threadIdx.x; j < lp; j += nthreads()) {
+        g.a[j] = j < len ? expf(m_prev + g.F[j] - g.m[j]) : 0.0f;
+        g.wl[j] = weight(g, len - 1, j, len);
+    }
     __syncthreads();
-}
-
-// The intra-chunk weight of step s in row j, exp(i_s + F_j - F_s - m_j), for s <= j < len.
-__device__ __forceinline__ float weight(const Gates& g, int j, int s, int len) {
-    return (s <= j && j < len) ? expf(g.i[s] + g.F[j] - g.F[s] - g.m[j]) : 0.0f;
 }
 
 // P = w ⊙ (Q K^T) · scale into a [lp, lp] tile, each row's sum (in f32, before P is rounded to
@@ -150,8 +166,7 @@ struct RowStats {
     }
 };
 
-// Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk], the last row's
-// weights w_L [lp] and the gates; then tiles of T: k [lp, Dk], v [lp, bv], twice: the next
+// Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk] and the gates; then tiles of T: k [lp, Dk], v [lp, bv], twice: the next
 // chunk's arrive in one pair (cp.async for bf16) while the current chunk's are used.
 template <typename T, bool TC>
 __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ gi,
@@ -167,7 +182,6 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
     float* f = reinterpret_cast<float*>(smem);
     const STile<float> C = take_tile(f, d.dk, tile_ld<float>(d.bv));
     float* nv = take(f, round16(d.dk));
-    float* wl = take(f, lp);
     const Gates g = carve_gates(f, lp);
     T* e = reinterpret_cast<T*>(f);
     const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv);
@@ -208,22 +222,17 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
         const STile<T> K = ci & 1 ? K1 : K0, V = ci & 1 ? V1 : V0;
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
         if (ci + 1 < nc) stage(ci + 1);
-        for (int j = threadIdx.x; j < len; j += nthreads()) wl[j] = weight(g, len - 1, j, len);
-        __syncthreads();
         // n = a_end n + sum_s w_last,s k_s, from k before its scaling below.
         const float a_end = g.a[len - 1];
         for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
             float s = 0.0f;
-            for (int j = 0; j < len; ++j) s = fmaf(K.at(j, c), wl[j], s);
+            for (int j = 0; j < len; ++j) s = fmaf(K.at(j, c), g.wl[j], s);
             nv[c] = a_end * nv[c] + s;
             if (lead) n_out[(u64)(ci + 1) * d.dk + c] = nv[c];
         }
         __syncthreads();
         // K becomes diag(w_last) K: each step's weight in the state at the chunk's end.
-        for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
-            const int s = idx / d.dk, c = idx % d.dk;
-            K.set(s, c, K.at(s, c) * wl[s]);
-        }
+        scale_rows(K, len, d.dk, [&](int s) { return g.wl[s]; });
         __syncthreads();
         float* c_next = c_out + (u64)(ci + 1) * csz;
         block_mm_onto<TC>(K.t(), V, d.dk, lc, vt.w, C, [&](int r, int c, float x, float o) {
@@ -285,10 +294,7 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
         const float nq = psum[j] + g.a[j] * rden[j];
         rden[j] = j < len ? 1.0f / (fmaxf(fabsf(nq), expf(-g.m[j])) + d.eps) : 0.0f;
     }
-    for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
-        const int j = idx / d.dk, c = idx % d.dk;
-        Q.set(j, c, Q.at(j, c) * g.a[j] * d.scale);
-    }
+    scale_rows(Q, lc, d.dk, [&](int j) { return g.a[j] * d.scale; });
     __syncthreads();
     block_mm<TC>(cat_cols(P, Q, lc), cat_rows(V, Cb, lc), lc, lc + d.dk, vt.w, [&](int j, int c, float x) {
         if (j < len) hout[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + c] = from_float<T>(x * rden[j]);
@@ -450,14 +456,8 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
             dn[c] = a_end * dn[c] + s * d.scale;
         }
         __syncthreads();
-        for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
-            const int j = idx / d.dk, c = idx % d.dk;
-            Q.set(j, c, Q.at(j, c) * g.a[j] * d.scale);
-        }
-        for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
-            const int j = idx / vt.w, c = idx % vt.w;
-            DN.set(j, c, DN.at(j, c) * rr[j]);
-        }
+        scale_rows(Q, lc, d.dk, [&](int j) { return g.a[j] * d.scale; });
+        scale_rows(DN, lc, vt.w, [&](int j) { return rr[j]; });
         __syncthreads();
         // dC = a_end dC + (diag(a) Q)^T dnum / sqrt(Dk).
         block_mm_onto<TC>(Q.t(), DN, d.dk, lc, vt.w, dC,
@@ -561,14 +561,11 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
         const float x = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
         if (lane_id() == 0) qn[j] = x;
     }
-    for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
-        const int j = idx / vt.w, c = idx % vt.w;
-        DN.set(j, c, DN.at(j, c) * rr[j]);
-    }
+    scale_rows(DN, lc, vt.w, [&](int j) { return rr[j]; });
     block_mm_sums<TC>(
         K, dCb, lc, d.dk, vt.w,
         [&](int s, int c, float x) {
-            const float w = weight(g, len - 1, s, len) * x;
+            const float w = g.wl[s] * x;
             ACC.set(s, c, w);
             return make_float2(w * V.at(s, c), 0.0f);
         },
@@ -592,7 +589,7 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     __syncthreads();
     // dk = dS^T Q / sqrt(Dk) + diag(w_last) (V dC^T + dn).
     block_mm<TC>(V, dCb.t(), lc, vt.w, d.dk, [&](int s, int c, float x) {
-        ACC.set(s, c, weight(g, len - 1, s, len) * (x + dnv[c]));
+        ACC.set(s, c, g.wl[s] * (x + dnv[c]));
     });
     __syncthreads();
     block_mm_onto<TC>(DP.t(), Q, lc, lc, d.dk, ACC, [&](int s, int c, float x, float o) {
@@ -607,7 +604,7 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
         const float kn = warp_dot(K.p + j * K.ld, dnv, d.dk);
         if (lane_id() == 0) {
             dloga[j] = g.a[j] * (qx + dnq[j] * qn[j]);
-            dlend[j] += weight(g, len - 1, j, len) * kn;
+            dlend[j] += g.wl[j] * kn;
         }
     }
     block_mm<TC>(DP, K, lc, lc, d.dk, [&](int j, int c, float x) {
