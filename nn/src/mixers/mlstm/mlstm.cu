@@ -20,6 +20,9 @@
 //   (f32 [B·H, N, ..]); dC0, dn0 and the final and initial states' dots for m's gradient.
 // - mlstm_grads: a block per (head, value tile, chunk): dq, dk, dv and each row's share of the
 //   gate gradients with m held fixed (cpu.rs's algebra), from the chunk's state and dC, dn.
+//   mlstm_grads_lean, for blocks of up to GRADS_LEAN_THREADS: the same, its registers bounded
+//   for GRADS_LEAN_BLOCKS blocks an SM and C_prev in dC's tile once dk is done (less shared
+//   memory, C_prev read twice: for dC·C_prev at the start, as an operand for dq at the end).
 // - mlstm_gates: a block per head sends the stabilizers' own gradient back along the recurrence
 //   of m (a reverse scan of affine maps over the block's threads, GATE_STEPS steps a thread),
 //   adds the rows' shares and writes di, df and dm0.
@@ -481,11 +484,17 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
     if (threadIdx.x == 0) dot_out[1] = part;
 }
 
+// mlstm_grads_lean's bound (GRADS_LEAN_THREADS and _BLOCKS in cuda.rs): at 256 threads and three
+// blocks an SM, ptxas fits it in 80 registers without spilling (NVRTC 13.5, sm_90a), against
+// about 120 under REC_THREADS' bound, which leaves room for two such blocks only.
+#define GRADS_LEAN_THREADS 256
+#define GRADS_LEAN_BLOCKS 3
+
 // Shared memory (`grads_bytes` in cuda.rs matches): f32 an accumulator tile [lp, max(Dk, bv)],
 // dn and n_prev [Dk], the per-row vectors, the gates, 32 floats of block-sum scratch; then tiles
-// of T: q, k [lp, Dk], v and dnum [lp, bv], the scores and their gradient [lp, lp], dC and C_prev
-// [Dk, bv]. gates: each tile's shares of dlf and di with m held fixed, f32 [nv, 2, B·H, T].
-template <typename T, bool TC>
+// of T: q, k [lp, Dk], v and dnum [lp, bv], the scores and their gradient [lp, lp], dC and
+// (unless LEAN) C_prev [Dk, bv]. gates: each tile's shares of dlf and di with m held fixed, f32 [nv, 2, B·H, T].
+template <typename T, bool TC, bool LEAN>
 __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                             const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ cs,
                             const float* __restrict__ ns, const float* __restrict__ ms,
@@ -518,7 +527,7 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv), ldp = tile_ld<T>(lp);
     const STile<T> Q = take_tile(e, lp, ldk), K = take_tile(e, lp, ldk), V = take_tile(e, lp, ldv);
     const STile<T> DN = take_tile(e, lp, ldv), P = take_tile(e, lp, ldp), DP = take_tile(e, lp, ldp);
-    const STile<T> dCb = take_tile(e, d.dk, ldv), Cpb = take_tile(e, d.dk, ldv);
+    const STile<T> dCb = take_tile(e, d.dk, ldv), Cpb = LEAN ? dCb : take_tile(e, d.dk, ldv);
     const RowStats st = RowStats::of(const_cast<float*>(rows), d);
 
     const u64 rk = (u64)d.b * d.t * d.h * d.dk, stride = 2 * rk, csz = (u64)d.dk * d.dv;
@@ -551,7 +560,8 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     }
     // The carried dC and the state before the chunk, as operands; their dot (with dn·n) is the
     // share of the chunk's log decay in the carried gradient.
-    part += stage_states(Cpb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, dCb, dcs + at_chunk(bh, nc, ci, csz) + vt.e0,
+    const float* c_prev = cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0;
+    part += stage_states(LEAN ? STile<T>{nullptr, 0} : Cpb, c_prev, dCb, dcs + at_chunk(bh, nc, ci, csz) + vt.e0,
                          d, vt);
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
     // What needs only the operands and the gates, between the same two barriers (none reads
@@ -595,6 +605,8 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     block_mm_onto<TC>(DP.t(), Q, lc, lc, d.dk, ACC, [&](int s, int c, float x, float o) {
         if (s < len) s_dk.put(hd.at(b, hh, t0 + s, d.dk) + c, o + x * d.scale);
     });
+    // dC's last use was the product before the barrier above: C_prev takes its tile.
+    if constexpr (LEAN) load_state(Cpb, c_prev, d, vt);
     __syncthreads();
     // dq = (dS K + diag(a) (dnum C_prev^T + dnq n_prev^T)) / sqrt(Dk).
     block_mm<TC>(DN, Cpb.t(), lc, vt.w, d.dk, [&](int j, int c, float x) { ACC.set(j, c, x); });
@@ -754,7 +766,13 @@ __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ 
         const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
         const float* ms, const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk,         \
         T* dv, float* gates, float* part, RecDims d) {                                                             \
-        mlstm_grads<T, TC>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);          \
+        mlstm_grads<T, TC, false>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);   \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(GRADS_LEAN_THREADS, GRADS_LEAN_BLOCKS) mlstm_grads_lean_##SUFFIX( \
+        const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
+        const float* ms, const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk,         \
+        T* dv, float* gates, float* part, RecDims d) {                                                             \
+        mlstm_grads<T, TC, true>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);    \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(GATE_THREADS) mlstm_gates_##SUFFIX(                               \
         const T* gf, const float* rows, const float* gates, const float* dots, const T* dmT, T* di, T* df,        \
