@@ -132,11 +132,38 @@ __device__ __forceinline__ void chunk_scores(STile<E> P, float* psum, STile<E> Q
 
 
 // The value tile of a head's f32 [Dk, Dv] state at `src` (its first column) into a tile of E,
-// each thread loading 2 LOAD_BATCH elements before storing any (the compiler would not hoist the
-// loads above stores to shared memory that could alias them), so that swax-small's [32, 64]
-// state waits out one memory latency, not eight.
+// each thread loading a batch before storing any (the compiler would not hoist the loads above
+// stores to shared memory that could alias them), so that swax-small's [32, 64] state waits out
+// one memory latency, not eight. Where the columns are whole 16-byte vectors and their count
+// divides the block, each thread keeps one vector column and walks the rows (LOAD_BATCH vectors
+// a batch): no index division per element, which as the flat loop below costs more integer
+// instructions than the load itself.
 template <typename E>
 __device__ __forceinline__ void load_state(STile<E> dst, const float* src, const RecDims& d, VTile vt) {
+    const int per = vt.w / 4;
+    if (vt.w % 4 == 0 && d.dv % 4 == 0 && vt.e0 % 4 == 0 && nthreads() % per == 0) {
+        constexpr int U = LOAD_BATCH;
+        const int c = threadIdx.x % per * 4, step = nthreads() / per;
+        for (int r0 = threadIdx.x / per; r0 < d.dk; r0 += U * step) {
+            float4 x[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int r = r0 + u * step;
+                x[u] = r < d.dk ? *reinterpret_cast<const float4*>(src + (u64)r * d.dv + c)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int r = r0 + u * step;
+                if (r >= d.dk) continue;
+                dst.set(r, c, x[u].x);
+                dst.set(r, c + 1, x[u].y);
+                dst.set(r, c + 2, x[u].z);
+                dst.set(r, c + 3, x[u].w);
+            }
+        }
+        return;
+    }
     constexpr int U = 2 * LOAD_BATCH;
     const int n = d.dk * vt.w;
     for (int base = threadIdx.x; base < n; base += U * nthreads()) {
