@@ -451,6 +451,7 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
         const int r = idx / vt.w, c = idx % vt.w;
         const float x = to_float(dcT[bh * csz + vt.e0 + r * d.dv + c]);
         dC.set(r, c, x);
+        dcs[at_chunk(bh, nc, nc - 1, csz) + vt.e0 + r * d.dv + c] = x;
         part = fmaf(x, c_all[nc * csz + r * d.dv + c], part);
     }
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
@@ -463,11 +464,6 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
 
     for (int ci = nc - 1; ci >= 0; --ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
-        float* dc_end = dcs + at_chunk(bh, nc, ci, csz) + vt.e0;
-        for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-            const int r = idx / vt.w, c = idx % vt.w;
-            dc_end[(u64)r * d.dv + c] = dC.at(r, c);
-        }
         for (int c = threadIdx.x; c < d.dk; c += nthreads())
             if (lead) dns[at_chunk(bh, nc, ci, d.dk) + c] = dn[c];
         const STile<T> Q = ci & 1 ? Q1 : Q0, DN = ci & 1 ? DN1 : DN0;
@@ -489,9 +485,14 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
         scale_rows(Q, lc, d.dk, [&](int j) { return g.a[j] * d.scale; });
         scale_rows(DN, lc, vt.w, [&](int j) { return rr[j]; });
         __syncthreads();
-        // dC = a_end dC + (diag(a) Q)^T dnum / sqrt(Dk).
-        block_mm_onto<TC>(Q.t(), DN, d.dk, lc, vt.w, dC,
-                          [&](int r, int c, float x, float o) { dC.set(r, c, a_end * o + x); });
+        // dC = a_end dC + (diag(a) Q)^T dnum / sqrt(Dk): the gradient at the previous chunk's
+        // end, stored as it is made (the last chunk's came with dcT).
+        float* dc_end = dcs + at_chunk(bh, nc, ci > 0 ? ci - 1 : 0, csz) + vt.e0;
+        block_mm_onto<TC>(Q.t(), DN, d.dk, lc, vt.w, dC, [&](int r, int c, float x, float o) {
+            const float y = a_end * o + x;
+            dC.set(r, c, y);
+            if (ci > 0) dc_end[r * d.dv + c] = y;
+        });
         __syncthreads();
     }
     part = 0.0f;
