@@ -50,7 +50,7 @@ static RecDims tiled(RecDims d, int bv) {
 
 // launch (cuda.rs's Sizes): the tiled kernels' threads, mlstm_gates', the forward's tile width
 // and the shared bytes of its scan and chunk kernels, the backward's tile width and those of
-// prep, scan and grads.
+// prep, scan and grads, and 1 where the gradients run mlstm_grads_lean (else 0).
 template <typename E, typename Kernels>
 static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn) {
     const unsigned heads = d0.b * d0.h, nc = (d0.t + d0.chunk - 1) / d0.chunk, threads = (unsigned)z[0];
@@ -78,9 +78,9 @@ static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn)
                     dots.data(), bd);
     });
     emu_launch({{heads, (unsigned)bd.nv, nc}, block, (size_t)z[8]}, [&] {
-        kn.grads(x.q.data(), x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.cs.data(), x.ns.data(),
-                 x.ms.data(), stats.data(), x.dh.data(), dcs.data(), dns.data(), x.dq.data(), x.dk.data(),
-                 x.dv.data(), gates.data(), part.data(), bd);
+        kn.grads(z[9] != 0.0f, x.q.data(), x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.cs.data(),
+                 x.ns.data(), x.ms.data(), stats.data(), x.dh.data(), dcs.data(), dns.data(), x.dq.data(),
+                 x.dk.data(), x.dv.data(), gates.data(), part.data(), bd);
     });
     emu_launch({{heads, 1, 1}, {(unsigned)z[1], 1, 1}, 0}, [&] {
         kn.gates(x.f.data(), stats.data(), gates.data(), dots.data(), x.dmT.data(), x.di.data(), x.df.data(),
@@ -100,7 +100,9 @@ static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn)
         template <typename... A> void chunk_fwd(A... a) { mlstm_chunk_fwd_##SUFFIX(a...); }         \
         template <typename... A> void prep(A... a) { mlstm_prep_bwd_##SUFFIX(a...); }               \
         template <typename... A> void scan_bwd(A... a) { mlstm_scan_bwd_##SUFFIX(a...); }           \
-        template <typename... A> void grads(A... a) { mlstm_grads_##SUFFIX(a...); }                 \
+        template <typename... A> void grads(bool lean, A... a) {                                    \
+            lean ? mlstm_grads_lean_##SUFFIX(a...) : mlstm_grads_##SUFFIX(a...);                    \
+        }                                                                                           \
         template <typename... A> void gates(A... a) { mlstm_gates_##SUFFIX(a...); }                 \
         template <typename... A> void reduce(A... a) { rec_reduce_##SUFFIX(a...); }                 \
     };
@@ -125,7 +127,7 @@ static void main_of(const std::string& dir, RecDims d, Kernels kn) {
     x.cs.assign(nb * d.dk * d.dv, NAN);
     x.ns.assign(nb * d.dk, NAN);
     x.ms.assign(nb, NAN);
-    run(x, d, launch_sizes(dir, 9), kn);
+    run(x, d, launch_sizes(dir, 10), kn);
     const auto out = [&](const char* n, const auto& v) { write_f32(dir + "/emu_" + n + ".f32", back(v)); };
     out("h", x.h);
     out("c", x.cs);

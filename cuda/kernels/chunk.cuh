@@ -543,7 +543,7 @@ __device__ __forceinline__ VTile value_tile(const RecDims& d) {
 // into [Dk, w] tiles, 16-byte loads where the columns allow, LOAD_BATCH of each issued before any
 // is stored (the stores to shared memory could alias the loads for all the compiler knows, so it
 // would not hoist them itself). Returns this thread's share of the sum of x ⊙ y over the tile.
-// Does not synchronize.
+// xs may be a null tile (p null): x is then read for the sum only. Does not synchronize.
 template <typename E>
 __device__ float stage_states(STile<E> xs, const float* x, STile<E> ys, const float* y, const RecDims& d, VTile vt) {
     float s = 0.0f;
@@ -566,7 +566,7 @@ __device__ float stage_states(STile<E> xs, const float* x, STile<E> ys, const fl
                 const float av[4] = {a[u].x, a[u].y, a[u].z, a[u].w}, cv[4] = {c[u].x, c[u].y, c[u].z, c[u].w};
 #pragma unroll
                 for (int k = 0; k < 4; ++k) {
-                    xs.set(i, e + k, av[k]);
+                    if (xs.p) xs.set(i, e + k, av[k]);
                     ys.set(i, e + k, cv[k]);
                 }
             }
@@ -574,7 +574,7 @@ __device__ float stage_states(STile<E> xs, const float* x, STile<E> ys, const fl
     } else {
         for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
             const int i = idx / vt.w, e = idx % vt.w, at = i * d.dv + e;
-            xs.set(i, e, x[at]);
+            if (xs.p) xs.set(i, e, x[at]);
             ys.set(i, e, y[at]);
             s = fmaf(x[at], y[at], s);
         }

@@ -563,7 +563,7 @@ impl MlstmCase {
         adjust(&mut z);
         let launch = dir.join("launch");
         let sizes = format!(
-            "{} {} {} {} {} {} {} {} {}\n",
+            "{} {} {} {} {} {} {} {} {} {}\n",
             z.threads,
             z.gate_threads,
             z.forward_bv,
@@ -572,7 +572,8 @@ impl MlstmCase {
             z.backward_bv,
             z.prep,
             z.scan_bwd,
-            z.grads
+            z.grads,
+            u8::from(z.lean_grads)
         );
         std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
         let want = cases::run(&x, &g, chunk)?;

@@ -47,20 +47,20 @@ fn check(
 }
 
 /// The chunk's padded rows, a tile row of `n` elements of `e` bytes, and the f32 words of the
-/// five per-row gate vectors (`Gates` in mlstm.cu).
+/// six per-row gate vectors (`Gates` in mlstm.cu).
 fn lp(s: RecurrentShape) -> usize {
     s.chunk.next_multiple_of(16)
 }
 fn gates(s: RecurrentShape) -> usize {
-    5 * lp(s)
+    6 * lp(s)
 }
 
-/// Shared-memory bytes of `mlstm_scan_fwd`: f32 C `[Dk, bv]`, n, the last row's weights and the
-/// gates; two pairs of k `[lp, Dk]` and v `[lp, bv]` of the data's type (the next chunk's
-/// arriving while the current one's are used).
+/// Shared-memory bytes of `mlstm_scan_fwd`: f32 C `[Dk, bv]`, n and the gates; two pairs of k
+/// `[lp, Dk]` and v `[lp, bv]` of the data's type (the next chunk's arriving while the current
+/// one's are used).
 fn scan_fwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
     let (lp, bv) = (lp(s), a.bv());
-    let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + lp + gates(s);
+    let f32s = s.dk * tile_ld(bv, 4) + s.dk.next_multiple_of(16) + gates(s);
     4 * f32s + 2 * e * (lp * tile_ld(s.dk, e) + lp * tile_ld(bv, e))
 }
 
@@ -93,13 +93,15 @@ fn scan_bwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
 /// Shared-memory bytes of `mlstm_grads`: f32 an accumulator tile `[lp, max(Dk, bv)]`, dn and
 /// n, eight per-row vectors, the gates and 32 floats of scratch; q, k `[lp, Dk]`, v, dnum
 /// `[lp, bv]`, the scores and their gradient `[lp, lp]`, dC and C_prev `[Dk, bv]` of the data's
-/// type.
-fn grads_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
+/// type, C_prev in dC's tile when `lean` (`mlstm_grads_lean`).
+fn grads_bytes(s: RecurrentShape, a: &RecArgs, e: usize, lean: bool) -> usize {
     let (lp, bv) = (lp(s), a.bv());
+    let states = if lean { 1 } else { 2 };
     let f32s =
         lp * tile_ld(s.dk.max(bv), 4) + 2 * s.dk.next_multiple_of(16) + 8 * lp + gates(s) + 32;
-    let elems =
-        2 * lp * tile_ld(s.dk, e) + 2 * (lp + s.dk) * tile_ld(bv, e) + 2 * lp * tile_ld(lp, e);
+    let elems = 2 * lp * tile_ld(s.dk, e)
+        + (2 * lp + states * s.dk) * tile_ld(bv, e)
+        + 2 * lp * tile_ld(lp, e);
     4 * f32s + e * elems
 }
 
@@ -108,7 +110,8 @@ fn forward_bytes(s: RecurrentShape, e: usize) -> impl Fn(&RecArgs) -> usize {
     move |a| scan_fwd_bytes(s, a, e).max(chunk_fwd_bytes(s, a, e))
 }
 fn backward_bytes(s: RecurrentShape, e: usize) -> impl Fn(&RecArgs) -> usize {
-    move |a| scan_bwd_bytes(s, a, e).max(grads_bytes(s, a, e))
+    let lean = lean_grads(s);
+    move |a| scan_bwd_bytes(s, a, e).max(grads_bytes(s, a, e, lean))
 }
 
 /// Threads of a block of the tiled kernels (all but `mlstm_gates`), `SWAX_MLSTM_THREADS` (a
@@ -145,10 +148,23 @@ fn block_threads(s: RecurrentShape) -> u32 {
 /// Threads of an `mlstm_gates` block (`GATE_THREADS` in mlstm.cu), one block per head.
 const GATE_THREADS: u32 = 256;
 
+/// The most threads of an `mlstm_grads_lean` block (`GRADS_LEAN_THREADS` in mlstm.cu).
+const GRADS_LEAN_THREADS: u32 = 256;
+
+/// Whether the backward runs `mlstm_grads_lean` (registers bounded for three blocks an SM, C_prev
+/// sharing dC's tile) rather than `mlstm_grads`: wherever its bound allows the blocks
+/// (`block_threads`), unless `SWAX_MLSTM_LEAN_GRADS=0` (read once; for measuring the two
+/// against each other).
+fn lean_grads(s: RecurrentShape) -> bool {
+    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let wide = *WIDE.get_or_init(|| std::env::var("SWAX_MLSTM_LEAN_GRADS").is_ok_and(|v| v == "0"));
+    !wide && block_threads(s) <= GRADS_LEAN_THREADS
+}
+
 /// What the kernels launch with under a block's shared-memory limit: the threads of a block of
 /// the tiled kernels and of `mlstm_gates`, each pass's value tile width (`bv` columns, Dv in
-/// `Dv.div_ceil(bv)` tiles, the same for all the pass's kernels) and each kernel's shared memory
-/// in bytes. Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs)
+/// `Dv.div_ceil(bv)` tiles, the same for all the pass's kernels), each kernel's shared memory
+/// in bytes and whether the gradients run `mlstm_grads_lean`. Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs)
 /// launches them as the wrappers do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
@@ -161,6 +177,7 @@ pub struct Sizes {
     pub prep: usize,
     pub scan_bwd: usize,
     pub grads: usize,
+    pub lean_grads: bool,
 }
 
 /// The sizes for a shape of `dtype` under `shared_limit` bytes a block.
@@ -178,7 +195,8 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Result<Siz
         backward_bv: bwd.bv(),
         prep: prep_bytes(s, e),
         scan_bwd: scan_bwd_bytes(s, &bwd, e),
-        grads: grads_bytes(s, &bwd, e),
+        grads: grads_bytes(s, &bwd, e, lean_grads(s)),
+        lean_grads: lean_grads(s),
     })
 }
 
@@ -340,7 +358,8 @@ pub(super) fn backward(
     let mut prep = chunk_launch(OP, dev, s, &args, prep_bytes(s, e))?;
     prep.grid.1 = 1;
     let scan = scan_launch(OP, dev, s, &args, scan_bwd_bytes(s, &args, e))?;
-    let chunks = chunk_launch(OP, dev, s, &args, grads_bytes(s, &args, e))?;
+    let lean = lean_grads(s);
+    let chunks = chunk_launch(OP, dev, s, &args, grads_bytes(s, &args, e, lean))?;
     let heads = Launch {
         grid: (to_u32(OP, "B*H", nh)?, 1, 1),
         block: (GATE_THREADS, 1, 1),
@@ -373,7 +392,11 @@ pub(super) fn backward(
                 &dns, &g.state.c, &g.state.n, &dots, &args,
             ],
         )?;
-        let name = float_kernel!(OP, "mlstm_grads", dt)?;
+        let name = if lean {
+            float_kernel!(OP, "mlstm_grads_lean", dt)?
+        } else {
+            float_kernel!(OP, "mlstm_grads", dt)?
+        };
         launch(
             dev,
             &SOURCE,

@@ -20,6 +20,9 @@
 //   (f32 [B·H, N, ..]); dC0, dn0 and the final and initial states' dots for m's gradient.
 // - mlstm_grads: a block per (head, value tile, chunk): dq, dk, dv and each row's share of the
 //   gate gradients with m held fixed (cpu.rs's algebra), from the chunk's state and dC, dn.
+//   mlstm_grads_lean, for blocks of up to GRADS_LEAN_THREADS: the same, its registers bounded
+//   for GRADS_LEAN_BLOCKS blocks an SM and C_prev in dC's tile once dk is done (less shared
+//   memory, C_prev read twice: for dC·C_prev at the start, as an operand for dq at the end).
 // - mlstm_gates: a block per head sends the stabilizers' own gradient back along the recurrence
 //   of m (a reverse scan of affine maps over the block's threads, GATE_STEPS steps a thread),
 //   adds the rows' shares and writes di, df and dm0.
@@ -34,17 +37,35 @@
 #include "common.cuh"
 
 // The chunk's gates: i, log forget gate, its running sum F from the chunk's start, the
-// stabilizer m, and the carried state's weight a_j = exp(m_prev + F_j - m_j) (0 on padding rows).
+// stabilizer m, the carried state's weight a_j = exp(m_prev + F_j - m_j) and each step's weight
+// in the chunk's last row (in its end state), wl_s = w_{L-1,s} (both 0 on padding rows): the
+// scans and mlstm_grads use wl for every element of a [lp, D] tile, so it is one exp a row.
 struct Gates {
     float* i;
     float* lf;
     float* F;
     float* m;
     float* a;
+    float* wl;
 };
 
 __device__ __forceinline__ Gates carve_gates(float*& p, int lp) {
-    return Gates{take(p, lp), take(p, lp), take(p, lp), take(p, lp), take(p, lp)};
+    return Gates{take(p, lp), take(p, lp), take(p, lp), take(p, lp), take(p, lp), take(p, lp)};
+}
+
+// The intra-chunk weight of step s in row j, exp(i_s + F_j - F_s - m_j), for s <= j < len.
+__device__ __forceinline__ float weight(const Gates& g, int j, int s, int len) {
+    return (s <= j && j < len) ? expf(g.i[s] + g.F[j] - g.F[s] - g.m[j]) : 0.0f;
+}
+
+// X(j, c) *= f(j) for rows j < rows and columns c < cols of a tile: a warp a row, its lanes
+// along the columns (no index division per element, as one flat loop over rows · cols needs).
+template <typename E, typename F>
+__device__ __forceinline__ void scale_rows(STile<E> X, int rows, int cols, F f) {
+    for (int j = warp_id(); j < rows; j += nwarps()) {
+        const float x = f(j);
+        for (int c = lane_id(); c < cols; c += 32) X.set(j, c, X.at(j, c) * x);
+    }
 }
 
 // Fills g for chunk rows t0..t0+len (m_prev the stabilizer before the chunk). Synchronizes, after
@@ -85,13 +106,11 @@ __device__ void chunk_gates(Gates g, const T* gi, const T* gf, Heads hd, int b, 
         }
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < lp; j += nthreads()) g.a[j] = j < len ? expf(m_prev + g.F[j] - g.m[j]) : 0.0f;
+    for (int j = threadIdx.x; j < lp; j += nthreads()) {
+        g.a[j] = j < len ? expf(m_prev + g.F[j] - g.m[j]) : 0.0f;
+        g.wl[j] = weight(g, len - 1, j, len);
+    }
     __syncthreads();
-}
-
-// The intra-chunk weight of step s in row j, exp(i_s + F_j - F_s - m_j), for s <= j < len.
-__device__ __forceinline__ float weight(const Gates& g, int j, int s, int len) {
-    return (s <= j && j < len) ? expf(g.i[s] + g.F[j] - g.F[s] - g.m[j]) : 0.0f;
 }
 
 // P = w ⊙ (Q K^T) · scale into a [lp, lp] tile, each row's sum (in f32, before P is rounded to
@@ -113,11 +132,38 @@ __device__ __forceinline__ void chunk_scores(STile<E> P, float* psum, STile<E> Q
 
 
 // The value tile of a head's f32 [Dk, Dv] state at `src` (its first column) into a tile of E,
-// each thread loading 2 LOAD_BATCH elements before storing any (the compiler would not hoist the
-// loads above stores to shared memory that could alias them), so that swax-small's [32, 64]
-// state waits out one memory latency, not eight.
+// each thread loading a batch before storing any (the compiler would not hoist the loads above
+// stores to shared memory that could alias them), so that swax-small's [32, 64] state waits out
+// one memory latency, not eight. Where the columns are whole 16-byte vectors and their count
+// divides the block, each thread keeps one vector column and walks the rows (LOAD_BATCH vectors
+// a batch): no index division per element, which as the flat loop below costs more integer
+// instructions than the load itself.
 template <typename E>
 __device__ __forceinline__ void load_state(STile<E> dst, const float* src, const RecDims& d, VTile vt) {
+    const int per = vt.w / 4;
+    if (vt.w % 4 == 0 && d.dv % 4 == 0 && vt.e0 % 4 == 0 && nthreads() % per == 0) {
+        constexpr int U = LOAD_BATCH;
+        const int c = threadIdx.x % per * 4, step = nthreads() / per;
+        for (int r0 = threadIdx.x / per; r0 < d.dk; r0 += U * step) {
+            float4 x[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int r = r0 + u * step;
+                x[u] = r < d.dk ? *reinterpret_cast<const float4*>(src + (u64)r * d.dv + c)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int r = r0 + u * step;
+                if (r >= d.dk) continue;
+                dst.set(r, c, x[u].x);
+                dst.set(r, c + 1, x[u].y);
+                dst.set(r, c + 2, x[u].z);
+                dst.set(r, c + 3, x[u].w);
+            }
+        }
+        return;
+    }
     constexpr int U = 2 * LOAD_BATCH;
     const int n = d.dk * vt.w;
     for (int base = threadIdx.x; base < n; base += U * nthreads()) {
@@ -150,8 +196,7 @@ struct RowStats {
     }
 };
 
-// Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk], the last row's
-// weights w_L [lp] and the gates; then tiles of T: k [lp, Dk], v [lp, bv], twice: the next
+// Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk] and the gates; then tiles of T: k [lp, Dk], v [lp, bv], twice: the next
 // chunk's arrive in one pair (cp.async for bf16) while the current chunk's are used.
 template <typename T, bool TC>
 __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ gi,
@@ -167,7 +212,6 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
     float* f = reinterpret_cast<float*>(smem);
     const STile<float> C = take_tile(f, d.dk, tile_ld<float>(d.bv));
     float* nv = take(f, round16(d.dk));
-    float* wl = take(f, lp);
     const Gates g = carve_gates(f, lp);
     T* e = reinterpret_cast<T*>(f);
     const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv);
@@ -208,22 +252,17 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
         const STile<T> K = ci & 1 ? K1 : K0, V = ci & 1 ? V1 : V0;
         chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
         if (ci + 1 < nc) stage(ci + 1);
-        for (int j = threadIdx.x; j < len; j += nthreads()) wl[j] = weight(g, len - 1, j, len);
-        __syncthreads();
         // n = a_end n + sum_s w_last,s k_s, from k before its scaling below.
         const float a_end = g.a[len - 1];
         for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
             float s = 0.0f;
-            for (int j = 0; j < len; ++j) s = fmaf(K.at(j, c), wl[j], s);
+            for (int j = 0; j < len; ++j) s = fmaf(K.at(j, c), g.wl[j], s);
             nv[c] = a_end * nv[c] + s;
             if (lead) n_out[(u64)(ci + 1) * d.dk + c] = nv[c];
         }
         __syncthreads();
         // K becomes diag(w_last) K: each step's weight in the state at the chunk's end.
-        for (int idx = threadIdx.x; idx < len * d.dk; idx += nthreads()) {
-            const int s = idx / d.dk, c = idx % d.dk;
-            K.set(s, c, K.at(s, c) * wl[s]);
-        }
+        scale_rows(K, len, d.dk, [&](int s) { return g.wl[s]; });
         __syncthreads();
         float* c_next = c_out + (u64)(ci + 1) * csz;
         block_mm_onto<TC>(K.t(), V, d.dk, lc, vt.w, C, [&](int r, int c, float x, float o) {
@@ -272,21 +311,20 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) nv[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
     for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
-    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
-    // Per row: the denominator's inverse.
+    // q·n by row (in rden until the scores' row sums make it the denominator's inverse), beside
+    // the scores: both only read Q.
     for (int j = warp_id(); j < lc; j += nwarps()) {
         const float x = warp_dot(Q.p + j * Q.ld, nv, d.dk) * d.scale;
-        if (lane_id() == 0) {
-            const float nq = psum[j] + g.a[j] * x;
-            rden[j] = j < len ? 1.0f / (fmaxf(fabsf(nq), expf(-g.m[j])) + d.eps) : 0.0f;
-        }
+        if (lane_id() == 0) rden[j] = x;
     }
-    __syncthreads();
-    // Q becomes diag(a) Q / sqrt(Dk), and h = [P | Q] [V ; C] / den, one product.
-    for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
-        const int j = idx / d.dk, c = idx % d.dk;
-        Q.set(j, c, Q.at(j, c) * g.a[j] * d.scale);
+    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+    // Per row the denominator's inverse, and Q becomes diag(a) Q / sqrt(Dk) (neither reads what
+    // the other writes); then h = [P | Q] [V ; C] / den, one product.
+    for (int j = threadIdx.x; j < lc; j += nthreads()) {
+        const float nq = psum[j] + g.a[j] * rden[j];
+        rden[j] = j < len ? 1.0f / (fmaxf(fabsf(nq), expf(-g.m[j])) + d.eps) : 0.0f;
     }
+    scale_rows(Q, lc, d.dk, [&](int j) { return g.a[j] * d.scale; });
     __syncthreads();
     block_mm<TC>(cat_cols(P, Q, lc), cat_rows(V, Cb, lc), lc, lc + d.dk, vt.w, [&](int j, int c, float x) {
         if (j < len) hout[hd.at(b, hh, t0 + j, d.dv) + vt.e0 + c] = from_float<T>(x * rden[j]);
@@ -413,6 +451,7 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
         const int r = idx / vt.w, c = idx % vt.w;
         const float x = to_float(dcT[bh * csz + vt.e0 + r * d.dv + c]);
         dC.set(r, c, x);
+        dcs[at_chunk(bh, nc, nc - 1, csz) + vt.e0 + r * d.dv + c] = x;
         part = fmaf(x, c_all[nc * csz + r * d.dv + c], part);
     }
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) {
@@ -425,11 +464,6 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
 
     for (int ci = nc - 1; ci >= 0; --ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
-        float* dc_end = dcs + at_chunk(bh, nc, ci, csz) + vt.e0;
-        for (int idx = threadIdx.x; idx < d.dk * vt.w; idx += nthreads()) {
-            const int r = idx / vt.w, c = idx % vt.w;
-            dc_end[(u64)r * d.dv + c] = dC.at(r, c);
-        }
         for (int c = threadIdx.x; c < d.dk; c += nthreads())
             if (lead) dns[at_chunk(bh, nc, ci, d.dk) + c] = dn[c];
         const STile<T> Q = ci & 1 ? Q1 : Q0, DN = ci & 1 ? DN1 : DN0;
@@ -448,18 +482,17 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
             dn[c] = a_end * dn[c] + s * d.scale;
         }
         __syncthreads();
-        for (int idx = threadIdx.x; idx < lc * d.dk; idx += nthreads()) {
-            const int j = idx / d.dk, c = idx % d.dk;
-            Q.set(j, c, Q.at(j, c) * g.a[j] * d.scale);
-        }
-        for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
-            const int j = idx / vt.w, c = idx % vt.w;
-            DN.set(j, c, DN.at(j, c) * rr[j]);
-        }
+        scale_rows(Q, lc, d.dk, [&](int j) { return g.a[j] * d.scale; });
+        scale_rows(DN, lc, vt.w, [&](int j) { return rr[j]; });
         __syncthreads();
-        // dC = a_end dC + (diag(a) Q)^T dnum / sqrt(Dk).
-        block_mm_onto<TC>(Q.t(), DN, d.dk, lc, vt.w, dC,
-                          [&](int r, int c, float x, float o) { dC.set(r, c, a_end * o + x); });
+        // dC = a_end dC + (diag(a) Q)^T dnum / sqrt(Dk): the gradient at the previous chunk's
+        // end, stored as it is made (the last chunk's came with dcT).
+        float* dc_end = dcs + at_chunk(bh, nc, ci > 0 ? ci - 1 : 0, csz) + vt.e0;
+        block_mm_onto<TC>(Q.t(), DN, d.dk, lc, vt.w, dC, [&](int r, int c, float x, float o) {
+            const float y = a_end * o + x;
+            dC.set(r, c, y);
+            if (ci > 0) dc_end[r * d.dv + c] = y;
+        });
         __syncthreads();
     }
     part = 0.0f;
@@ -479,11 +512,17 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
     if (threadIdx.x == 0) dot_out[1] = part;
 }
 
+// mlstm_grads_lean's bound (GRADS_LEAN_THREADS and _BLOCKS in cuda.rs): at 256 threads and three
+// blocks an SM, ptxas fits it in 80 registers without spilling (NVRTC 13.5, sm_90a), against
+// about 120 under REC_THREADS' bound, which leaves room for two such blocks only.
+#define GRADS_LEAN_THREADS 256
+#define GRADS_LEAN_BLOCKS 3
+
 // Shared memory (`grads_bytes` in cuda.rs matches): f32 an accumulator tile [lp, max(Dk, bv)],
 // dn and n_prev [Dk], the per-row vectors, the gates, 32 floats of block-sum scratch; then tiles
-// of T: q, k [lp, Dk], v and dnum [lp, bv], the scores and their gradient [lp, lp], dC and C_prev
-// [Dk, bv]. gates: each tile's shares of dlf and di with m held fixed, f32 [nv, 2, B·H, T].
-template <typename T, bool TC>
+// of T: q, k [lp, Dk], v and dnum [lp, bv], the scores and their gradient [lp, lp], dC and
+// (unless LEAN) C_prev [Dk, bv]. gates: each tile's shares of dlf and di with m held fixed, f32 [nv, 2, B·H, T].
+template <typename T, bool TC, bool LEAN>
 __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                             const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ cs,
                             const float* __restrict__ ns, const float* __restrict__ ms,
@@ -516,7 +555,7 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv), ldp = tile_ld<T>(lp);
     const STile<T> Q = take_tile(e, lp, ldk), K = take_tile(e, lp, ldk), V = take_tile(e, lp, ldv);
     const STile<T> DN = take_tile(e, lp, ldv), P = take_tile(e, lp, ldp), DP = take_tile(e, lp, ldp);
-    const STile<T> dCb = take_tile(e, d.dk, ldv), Cpb = take_tile(e, d.dk, ldv);
+    const STile<T> dCb = take_tile(e, d.dk, ldv), Cpb = LEAN ? dCb : take_tile(e, d.dk, ldv);
     const RowStats st = RowStats::of(const_cast<float*>(rows), d);
 
     const u64 rk = (u64)d.b * d.t * d.h * d.dk, stride = 2 * rk, csz = (u64)d.dk * d.dv;
@@ -549,30 +588,28 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     }
     // The carried dC and the state before the chunk, as operands; their dot (with dn·n) is the
     // share of the chunk's log decay in the carried gradient.
-    part += stage_states(Cpb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, dCb, dcs + at_chunk(bh, nc, ci, csz) + vt.e0,
+    const float* c_prev = cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0;
+    part += stage_states(LEAN ? STile<T>{nullptr, 0} : Cpb, c_prev, dCb, dcs + at_chunk(bh, nc, ci, csz) + vt.e0,
                          d, vt);
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
-    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+    // What needs only the operands and the gates, between the same two barriers (none reads
+    // what another writes): q·n by row, dnum = dh / (den + eps) in place, dv's second term
+    // diag(w_last) K dC into ACC (its dot with v by row into dlend) and the scores.
     for (int j = warp_id(); j < lc; j += nwarps()) {
         const float x = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
         if (lane_id() == 0) qn[j] = x;
     }
-    // dnum = dh / (den + eps).
-    for (int idx = threadIdx.x; idx < lc * vt.w; idx += nthreads()) {
-        const int j = idx / vt.w, c = idx % vt.w;
-        DN.set(j, c, DN.at(j, c) * rr[j]);
-    }
-    __syncthreads();
-    // dv = P^T dnum + diag(w_last) K dC (its second term into ACC first).
+    scale_rows(DN, lc, vt.w, [&](int j) { return rr[j]; });
     block_mm_sums<TC>(
         K, dCb, lc, d.dk, vt.w,
         [&](int s, int c, float x) {
-            const float w = weight(g, len - 1, s, len) * x;
+            const float w = g.wl[s] * x;
             ACC.set(s, c, w);
             return make_float2(w * V.at(s, c), 0.0f);
         },
         dlend, nullptr);
-    __syncthreads();
+    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+    // dv = P^T dnum + diag(w_last) K dC.
     block_mm_onto<TC>(P.t(), DN, lc, lc, vt.w, ACC, [&](int s, int c, float x, float o) {
         if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + c] = from_float<T>(o + x);
     });
@@ -590,12 +627,14 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     __syncthreads();
     // dk = dS^T Q / sqrt(Dk) + diag(w_last) (V dC^T + dn).
     block_mm<TC>(V, dCb.t(), lc, vt.w, d.dk, [&](int s, int c, float x) {
-        ACC.set(s, c, weight(g, len - 1, s, len) * (x + dnv[c]));
+        ACC.set(s, c, g.wl[s] * (x + dnv[c]));
     });
     __syncthreads();
     block_mm_onto<TC>(DP.t(), Q, lc, lc, d.dk, ACC, [&](int s, int c, float x, float o) {
         if (s < len) s_dk.put(hd.at(b, hh, t0 + s, d.dk) + c, o + x * d.scale);
     });
+    // dC's last use was the product before the barrier above: C_prev takes its tile.
+    if constexpr (LEAN) load_state(Cpb, c_prev, d, vt);
     __syncthreads();
     // dq = (dS K + diag(a) (dnum C_prev^T + dnq n_prev^T)) / sqrt(Dk).
     block_mm<TC>(DN, Cpb.t(), lc, vt.w, d.dk, [&](int j, int c, float x) { ACC.set(j, c, x); });
@@ -605,7 +644,7 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
         const float kn = warp_dot(K.p + j * K.ld, dnv, d.dk);
         if (lane_id() == 0) {
             dloga[j] = g.a[j] * (qx + dnq[j] * qn[j]);
-            dlend[j] += weight(g, len - 1, j, len) * kn;
+            dlend[j] += g.wl[j] * kn;
         }
     }
     block_mm<TC>(DP, K, lc, lc, d.dk, [&](int j, int c, float x) {
@@ -755,7 +794,13 @@ __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ 
         const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
         const float* ms, const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk,         \
         T* dv, float* gates, float* part, RecDims d) {                                                             \
-        mlstm_grads<T, TC>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);          \
+        mlstm_grads<T, TC, false>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);   \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(GRADS_LEAN_THREADS, GRADS_LEAN_BLOCKS) mlstm_grads_lean_##SUFFIX( \
+        const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
+        const float* ms, const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk,         \
+        T* dv, float* gates, float* part, RecDims d) {                                                             \
+        mlstm_grads<T, TC, true>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);    \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(GATE_THREADS) mlstm_gates_##SUFFIX(                               \
         const T* gf, const float* rows, const float* gates, const float* dots, const T* dmT, T* di, T* df,        \
