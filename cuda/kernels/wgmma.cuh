@@ -1,10 +1,8 @@
-// wgmma.cuh: Hopper's warpgroup matrix products (wgmma.mma_async, sm_90a) and bulk f32
-// reductions to global memory (cp.reduce.async.bulk) for attention.cu (swax-nn's
-// mixers/attention), prepended after mma.cuh by its Rust wrapper. A warpgroup (four warps)
-// computes a 64 x N tile together, its operands read straight from shared memory through 64-bit
-// descriptors (A may come from registers instead), so a tile that mma.sync would make each warp
-// read for itself is read once. Compiled only where NVRTC targets sm_90a
-// (`__CUDA_ARCH_FEAT_SM90_ALL`).
+// wgmma.cuh: Hopper's warpgroup matrix products (wgmma.mma_async, sm_90a) for attention.cu
+// (swax-nn's mixers/attention), prepended after mma.cuh by its Rust wrapper. A warpgroup (four warps) computes a 64 x N tile
+// together, its operands read straight from shared memory through 64-bit descriptors (A may
+// come from registers instead), so a tile that mma.sync would make each warp read for itself is
+// read once. Compiled only where NVRTC targets sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`).
 //
 // Layouts: the accumulator of an m64nN product gives thread (warp w, lane g * 4 + tq) the
 // elements d[4 j + e] at row 16 w + g + 8 (e / 2), column 8 j + 2 tq + e % 2, which is the
@@ -44,24 +42,6 @@ template <int ROWS> __device__ __forceinline__ u64 desc_mn(const bf16* tile, int
 // after this fence and a barrier.
 __device__ __forceinline__ void fence_proxy_async() {
     SM90A_ONLY(asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"));
-}
-// dst[0 .. bytes/4] += src[0 .. bytes/4], f32, by the async proxy (a bulk reduction: one
-// instruction for a whole row instead of a red per element pair): src in shared memory, dst in
-// global, both 16-byte aligned, bytes a multiple of 16. The shared writes it reads must be
-// fenced by fence_proxy_async and a barrier before it; the issuing thread's bulk_commit closes
-// a group of them, bulk_wait_read<N> waits until at most N of its groups still read their
-// sources (the staging may then be rewritten), bulk_wait<N> until they are complete.
-__device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, u32 bytes) {
-    SM90A_ONLY(asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-                            "r"(smem_addr(src)), "r"(bytes)
-                            : "memory"));
-}
-__device__ __forceinline__ void bulk_commit() { SM90A_ONLY(asm volatile("cp.async.bulk.commit_group;\n" ::: "memory")); }
-template <int N> __device__ __forceinline__ void bulk_wait_read() {
-    SM90A_ONLY(asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"));
-}
-template <int N> __device__ __forceinline__ void bulk_wait() {
-    SM90A_ONLY(asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"));
 }
 // Orders the registers' earlier writes before the wgmmas that follow.
 __device__ __forceinline__ void wg_arrive() { SM90A_ONLY(asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory")); }

@@ -29,13 +29,9 @@
 // group and every query tile that sees it, and keeps dK and dV of its keys in registers (warp w
 // owns keys 16w..16w+15, so the grouped heads' sum is free). Per query tile it recomputes
 // S^T = K Q^T and dP^T = V dO^T, forms P^T and dS^T in registers, adds P^T dO to dV and dS^T Q
-// to dK, stages dS^T in shared memory and adds its share of dQ = dS K to an f32 accumulator (dQ
-// of a query tile comes from every key tile in its band; adding in place spares a second pass
-// that would recompute S and dP). With wgmma, by bulk reductions: the block stages its share, 64
-// columns at a time, as f32 rows in shared memory and one thread a row hands each row to
-// cp.reduce.async.bulk, which reads it while the next step's products run (where the launch
-// sets bulk_dq: cuda.rs says when, and SWAX_ATTN_DQ=bulk or atomics overrides it to measure);
-// otherwise, and with mma.sync, by vector atomic reductions from the registers.
+// to dK, stages dS^T in shared memory and adds its share of dQ = dS K to an f32 accumulator with
+// vector atomic reductions (dQ of a query tile comes from every key tile in its band; the
+// atomics spare a second pass that would recompute S and dP).
 //
 // swax-cuda's mma.cuh and wgmma.cuh (cuda/kernels/) are prepended by cuda.rs beside this file.
 // Equations and layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is the
@@ -44,10 +40,6 @@
 #define FWD_ROWS 128
 #define FWD_THREADS 128
 #define BWD_THREADS 128
-// A row of the backward's dQ staging, f32: 64 columns and 16 bytes of padding, so that the rows
-// of a warp's stores start in different banks (each row stays contiguous and 16-byte aligned,
-// as the bulk reduction reads it).
-#define DQ_ROW 68
 
 // Whether the products run on wgmma (NVRTC targets sm_90a on Hopper) or on mma.sync.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -75,24 +67,6 @@ __device__ __forceinline__ bool leaves_band(int r0, int nr, int s0, int ns, u32 
     return s0 + ns - 1 > r0 || r0 + nr - 1 - s0 >= (int)window;
 }
 
-// An m16 tile's scores over a 64-key tile at s0 in log2 units (minus infinity outside the band
-// when MASKED) and each row's max, mx (rows row0, row0 + 8). A template, so that the tiles inside
-// the band (most of them) carry no mask arithmetic at all.
-template <bool MASKED>
-__device__ __forceinline__ void scores_log2(float (&s)[TILE / 8][4], float (&mx)[2], int row0, int s0, u32 window,
-                                            float scale_log2) {
-    const int tq = threadIdx.x & 3;
-#pragma unroll
-    for (int nt = 0; nt < TILE / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            float x = s[nt][e] * scale_log2;
-            if (MASKED && !visible(row0 + (e >> 1) * 8, s0 + nt * 8 + 2 * tq + (e & 1), window)) x = neg_inf();
-            s[nt][e] = x;
-            mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
-}
-
 // One m16 tile's online-softmax step over a 64-key tile at s0: the scores s become
 // probabilities exp2(scale_log2 s - shift) (zero outside the band when masked), and the running
 // max m (log2 units), sum l and output accumulator acc of rows row0, row0 + 8 are rescaled.
@@ -100,11 +74,17 @@ template <int DT>
 __device__ __forceinline__ void softmax_step(float (&s)[TILE / 8][4], float (&acc)[DT][4], float (&m)[2],
                                              float (&l)[2], int row0, int s0, bool masked, u32 window,
                                              float scale_log2) {
+    const int tq = threadIdx.x & 3;
     float mx[2] = {neg_inf(), neg_inf()};
-    if (masked)
-        scores_log2<true>(s, mx, row0, s0, window, scale_log2);
-    else
-        scores_log2<false>(s, mx, row0, s0, window, scale_log2);
+#pragma unroll
+    for (int nt = 0; nt < TILE / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float x = s[nt][e] * scale_log2;
+            if (masked && !visible(row0 + (e >> 1) * 8, s0 + nt * 8 + 2 * tq + (e & 1), window)) x = neg_inf();
+            s[nt][e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
     float shift[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -288,35 +268,13 @@ extern "C" __global__ void swa_bwd_delta(const bf16* __restrict__ o, const bf16*
     if (lane == 0) delta[((u64)(bt / t_len) * heads + h) * t_len + bt % t_len] = s;
 }
 
-// The backward's P^T and dS^T of a warp's 16 keys (key0, key0 + 8 in this thread) by a query
-// tile at t0, in place of S^T and dP^T: p = exp2(scale_log2 s - lse) (zero outside the band when
-// MASKED, a template as in scores_log2) and ds = p (dp - delta), lse and delta per query.
-template <bool MASKED>
-__device__ __forceinline__ void probs_and_ds(float (&st)[TILE / 8][4], float (&dpt)[TILE / 8][4],
-                                             const float* l_s, const float* d_s, int t0, int key0, u32 window,
-                                             float scale_log2) {
-    const int tq = threadIdx.x & 3;
-#pragma unroll
-    for (int n = 0; n < TILE / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int col = n * 8 + 2 * tq + (e & 1);
-            float p = fast_exp2(st[n][e] * scale_log2 - l_s[col]);
-            if (MASKED && !visible(t0 + col, key0 + (e >> 1) * 8, window)) p = 0.0f;
-            st[n][e] = p;
-            dpt[n][e] = p * (dpt[n][e] - d_s[col]);
-        }
-}
-
 template <int D>
 __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                         const bf16* __restrict__ dout, const float* __restrict__ lse,
                         const float* __restrict__ delta, float* __restrict__ dq_acc, bf16* __restrict__ dk,
-                        bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale,
-                        u32 bulk_dq) {
+                        bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale) {
     constexpr int KT = D / 16, NT = TILE / 8, DT = D / 8;
     constexpr bool WG = USE_WGMMA;
-    const bool bulk = WG && bulk_dq != 0;  // uniform over the grid
     bf16* sk = aligned_smem();
     bf16* sv = sk + TILE * D;
     bf16* sq = sv + TILE * D;        // [2][TILE][D]
@@ -324,7 +282,6 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
     bf16* sds = sdo + 2 * TILE * D;  // dS^T [key][query]
     float* slse = reinterpret_cast<float*>(sds + TILE * TILE);  // [2][TILE], log2 units
     float* sdelta = slse + 2 * TILE;                           // [2][TILE]
-    float* sdq = sdelta + 2 * TILE;                            // [TILE][DQ_ROW], only when bulk
 
     const int T = (int)t_len;
     const int s0 = blockIdx.x * TILE, hk = blockIdx.y, b = blockIdx.z;
@@ -403,10 +360,17 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
             mma_smem_a<KT, NT, D, D>(dpt, sv, warp * 16, do_s);
         }
 
-        if (t0 < s0 + TILE - 1 || t0 + TILE - 1 - s0 >= (int)window)
-            probs_and_ds<true>(st, dpt, l_s, d_s, t0, key0, window, scale_log2);
-        else
-            probs_and_ds<false>(st, dpt, l_s, d_s, t0, key0, window, scale_log2);
+        const bool masked = t0 < s0 + TILE - 1 || t0 + TILE - 1 - s0 >= (int)window;
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = n * 8 + 2 * tq + (e & 1);
+                float p = fast_exp2(st[n][e] * scale_log2 - l_s[col]);
+                if (masked && !visible(t0 + col, key0 + (e >> 1) * 8, window)) p = 0.0f;
+                st[n][e] = p;
+                dpt[n][e] = p * (dpt[n][e] - d_s[col]);
+            }
         // dV += P^T dO, dK += dS^T Q (the scale is applied at the end).
         u32 ap[NT / 2][4], ad[NT / 2][4];
 #pragma unroll
@@ -433,14 +397,11 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
             *reinterpret_cast<u32*>(sds + at) = bf16x2_bits(dpt[n][0], dpt[n][1]);
             *reinterpret_cast<u32*>(sds + at + 8 * TILE) = bf16x2_bits(dpt[n][2], dpt[n][3]);
         }
-        // The last step's bulk reductions have read the dQ staging by the barrier below (they
-        // had this step's products to do it in).
-        if (bulk) bulk_wait_read<0>();
         if constexpr (WG) fence_proxy_async();
         __syncthreads();
 
         // dQ rows t0 + 16 warp .. +15 = dS K, 64 columns of D at a time to bound registers.
-        float* dq_head = dq_acc + ((u64)b * T * heads + hq) * D;
+        float* dq_row = dq_acc + ((u64)b * T * heads + hq) * D + 2 * tq;
 #pragma unroll
         for (int c0 = 0; c0 < D; c0 += 64) {
             float dq[8][4];
@@ -469,36 +430,13 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
                     }
                 }
             }
-            if (bulk) {
-                if (c0 > 0) {  // the last chunk's reductions have read the staging
-                    bulk_wait_read<0>();
-                    __syncthreads();
-                }
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    float* row = sdq + (warp * 16 + g + r * 8) * DQ_ROW + 2 * tq;
+            for (int r = 0; r < 2; ++r) {
+                const int t = t0 + warp * 16 + g + r * 8;
+                if (t >= T) continue;
+                float* dst = dq_row + (u64)t * qrs + c0;
 #pragma unroll
-                    for (int n = 0; n < 8; ++n)
-                        *reinterpret_cast<float2*>(row + n * 8) =
-                            make_float2(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
-                }
-                fence_proxy_async();
-                __syncthreads();
-                const int t = t0 + threadIdx.x;
-                if (threadIdx.x < TILE && t < T) {
-                    bulk_reduce_add(dq_head + (u64)t * qrs + c0, sdq + threadIdx.x * DQ_ROW, 64 * 4);
-                    bulk_commit();
-                }
-            } else {
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int t = t0 + warp * 16 + g + r * 8;
-                    if (t >= T) continue;
-                    float* dst = dq_head + (u64)t * qrs + c0 + 2 * tq;
-#pragma unroll
-                    for (int n = 0; n < 8; ++n)
-                        red_add2(dst + n * 8, dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
-                }
+                for (int n = 0; n < 8; ++n) red_add2(dst + n * 8, dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
             }
         }
         if constexpr (WG) {
@@ -507,7 +445,6 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
         }
         __syncthreads();  // the next prefetch and dS^T overwrite what this step read
     }
-    if (bulk) bulk_wait<0>();  // the staging stays the block's until the reductions are done
     if constexpr (WG) {
         wg_wait<0>();
         wg_hold(reinterpret_cast<float(&)[D / 2]>(dk_acc));
@@ -537,9 +474,8 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(BWD_THREADS) swa_bwd_d##D(                                   \
         const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,   \
-        float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale,       \
-        u32 bulk_dq) {                                                                                         \
-        swa_bwd<D>(q, k, v, dout, lse, delta, dq_acc, dk, dv, t_len, heads, kv_heads, window, scale, bulk_dq); \
+        float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale) {     \
+        swa_bwd<D>(q, k, v, dout, lse, delta, dq_acc, dk, dv, t_len, heads, kv_heads, window, scale);         \
     }
 
 INSTANTIATE(64)

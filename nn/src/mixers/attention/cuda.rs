@@ -24,31 +24,6 @@ const FWD_THREADS: u32 = 128;
 const BWD_THREADS: u32 = 128;
 /// Rows of `swa_bwd_delta` per block, a warp each.
 const DELTA_ROWS: u32 = 8;
-/// f32 per row of the backward's dQ staging (`DQ_ROW`: 64 columns and 16 bytes of padding).
-const DQ_ROW: usize = 68;
-
-/// Whether the backward adds its dQ shares by bulk reductions from a shared staging tile (only
-/// on Hopper, where the kernels use wgmma) or by atomics from registers. `SWAX_ATTN_DQ=bulk` or
-/// `=atomics` chooses (a knob for measuring the two side by side, read once); by default bulk at
-/// D = 64, where its 17 KiB of staging leaves three backward blocks an SM, and atomics at
-/// D = 128, where it would leave one instead of two (by shared memory: 106 KiB a block without
-/// it, 123 with, of the H200's 228).
-fn bulk_dq(dev: &swax_cuda::Device, d: usize) -> bool {
-    static ASKED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let asked = *ASKED.get_or_init(|| {
-        let v = std::env::var("SWAX_ATTN_DQ").ok()?;
-        match v.as_str() {
-            "bulk" => Some(true),
-            "atomics" => Some(false),
-            _ => {
-                // A measuring knob, not a setting: a typo is said once and the default stands.
-                eprintln!("SWAX_ATTN_DQ={v:?} ignored: expected bulk or atomics");
-                None
-            }
-        }
-    });
-    dev.compute_capability() == (9, 0) && asked.unwrap_or(d == 64)
-}
 
 /// An operand as the kernels read it, bf16: the buffer itself, or a bf16 copy of an f32 one.
 pub(crate) enum Bf16<'a> {
@@ -233,19 +208,14 @@ pub(super) fn backward(
             )?;
         }
         let scale = scale as f32;
-        let bulk = bulk_dq(dev, s.d);
         // K and V tiles, double-buffered Q and dO tiles, a dS tile (bf16); lse and delta of two
-        // query tiles (f32); the dQ staging where bulk; 1024 bytes to align the tiles as wgmma
-        // reads them.
-        let staging = if bulk { TILE * DQ_ROW * 4 } else { 0 };
-        let shared = (6 * TILE * s.d + TILE * TILE) * 2 + 4 * TILE * 4 + staging + 1024;
-        let bulk = u32::from(bulk);
+        // query tiles (f32); 1024 bytes to align the tiles as wgmma reads them.
+        let shared = (6 * TILE * s.d + TILE * TILE) * 2 + 4 * TILE * 4 + 1024;
         let cfg = c.grid(s, TILE, c.hkv, BWD_THREADS, shared)?;
         // SAFETY: swa_bwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
         // const float* lse, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len,
-        // u32 heads, u32 kv_heads, u32 window, float scale, u32 bulk_dq); sizes checked above,
-        // dq holds b*t*h*d f32 zeros, delta b*h*t; the shared memory holds the dQ staging where
-        // bulk_dq is set.
+        // u32 heads, u32 kv_heads, u32 window, float scale); sizes checked above, dq holds
+        // b*t*h*d f32 zeros, delta b*h*t.
         unsafe {
             launch(
                 dev,
@@ -254,7 +224,7 @@ pub(super) fn backward(
                 cfg,
                 &[
                     q, k, v, dout, lse, &delta, &dq, &dk, &dv, &c.t, &c.h, &c.hkv, &c.window,
-                    &scale, &bulk,
+                    &scale,
                 ],
             )?;
         }
