@@ -216,7 +216,15 @@ proptest! {
         let n = *d.last().unwrap();
         let (x, w, b) = (randn(&d, seed), randn(&[n], seed ^ 1), randn(&[n], seed ^ 2));
         grad(|t, v| t.rms_norm(&v[0], &v[1], 1e-5), &[x.clone(), w.clone()], seed);
-        grad(|t, v| t.layer_norm(&v[0], &v[1], &v[2], 1e-5), &[x, w, b], seed);
+        grad(|t, v| t.layer_norm(&v[0], &v[1], &v[2], 1e-5), &[x.clone(), w.clone(), b], seed);
+        // Both outputs of the residual norm reach the result, the skip weighted by r, so that
+        // x's gradient is the skip's plus the norm's, summed in the norm's backward.
+        let r = randn(&d, seed ^ 3);
+        let residual = |t: &Tape, v: &[Tensor]| {
+            let (skip, y) = t.residual_rms_norm(&v[0], &v[1], 1e-5)?;
+            t.add(&t.mul(&skip, &v[2])?, &y)
+        };
+        grad(residual, &[x, w, r], seed);
     }
 
     #[test]

@@ -387,10 +387,15 @@ impl Backend for Storage {
         weight: &Self,
         rstd: &Self,
         dy: &Self,
+        dres: Option<&Self>,
         n: usize,
     ) -> Result<(Self, Self)> {
-        forward!("rms_norm_backward", self, [weight, rstd, dy], |s| s
-            .rms_norm_backward(weight, rstd, dy, n))
+        match dres {
+            None => forward!("rms_norm_backward", self, [weight, rstd, dy], |s| s
+                .rms_norm_backward(weight, rstd, dy, None, n)),
+            Some(r) => forward!("rms_norm_backward", self, [weight, rstd, dy, r], |s| s
+                .rms_norm_backward(weight, rstd, dy, Some(r), n)),
+        }
     }
 
     fn layer_norm(

@@ -207,6 +207,15 @@ fn cases() -> Vec<Case> {
     all.push(case("rms_norm", vec![a.clone(), w.clone()], |t, x| {
         t.rms_norm(&x[0], &x[1], 1e-6)
     }));
+    // The skip weighted apart from the norm, so x's gradient is the sum of two different ones.
+    all.push(case(
+        "residual_rms_norm",
+        vec![a.clone(), w.clone(), randn(&s, 19)],
+        |t, x| {
+            let (skip, y) = t.residual_rms_norm(&x[0], &x[1], 1e-6)?;
+            t.add(&t.mul(&skip, &x[2])?, &y)
+        },
+    ));
     all.push(case(
         "layer_norm",
         vec![a.clone(), w, randn(&[129], 18)],
