@@ -180,6 +180,17 @@ proptest! {
         grad(|t, v| t.narrow(&v[0], axis as isize, start, len), std::slice::from_ref(&x), seed);
         grad(|t, v| t.pad(&v[0], axis as isize, start, 2), std::slice::from_ref(&x), seed);
         grad(|t, v| t.shift(&v[0], axis as isize, k), std::slice::from_ref(&x), seed);
+        if n >= 2 {
+            // Both parts reordered (each part's gradient in its place), and one part alone (the
+            // other's gradient zeros).
+            let sizes = [1 + start % (n - 1), n - 1 - start % (n - 1)];
+            let ax = axis as isize;
+            grad(|t, v| {
+                let p = t.split(&v[0], ax, &sizes)?;
+                t.concat(&[&p[1], &p[0]], ax)
+            }, std::slice::from_ref(&x), seed);
+            grad(|t, v| Ok(t.split(&v[0], ax, &sizes)?.remove(1)), std::slice::from_ref(&x), seed);
+        }
         let y = randn(&d, seed ^ 5);
         grad(|t, v| t.concat(&[&v[0], &v[1], &v[0]], axis as isize), &[x.clone(), y], seed);
         let mut wide = vec![3];

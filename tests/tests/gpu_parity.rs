@@ -174,6 +174,11 @@ fn cases() -> Vec<Case> {
     }));
     all.push(case("pad", vec![a.clone()], |t, x| t.pad(&x[0], 1, 3, 4)));
     all.push(case("shift", vec![a.clone()], |t, x| t.shift(&x[0], 1, 7)));
+    // The parts in another order, so that each part's gradient must land in its own place.
+    all.push(case("split", vec![a.clone()], |t, x| {
+        let p = t.split(&x[0], -1, &[64, 1, 64])?;
+        t.concat(&[&p[2], &p[0], &p[1]], -1)
+    }));
     all.push(case(
         "concat",
         vec![a.clone(), randn(&[3, 5, 129], 13)],
