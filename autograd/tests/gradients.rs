@@ -180,6 +180,17 @@ proptest! {
         grad(|t, v| t.narrow(&v[0], axis as isize, start, len), std::slice::from_ref(&x), seed);
         grad(|t, v| t.pad(&v[0], axis as isize, start, 2), std::slice::from_ref(&x), seed);
         grad(|t, v| t.shift(&v[0], axis as isize, k), std::slice::from_ref(&x), seed);
+        if n >= 2 {
+            // Both parts reordered (each part's gradient in its place), and one part alone (the
+            // other's gradient zeros).
+            let sizes = [1 + start % (n - 1), n - 1 - start % (n - 1)];
+            let ax = axis as isize;
+            grad(|t, v| {
+                let p = t.split(&v[0], ax, &sizes)?;
+                t.concat(&[&p[1], &p[0]], ax)
+            }, std::slice::from_ref(&x), seed);
+            grad(|t, v| Ok(t.split(&v[0], ax, &sizes)?.remove(1)), std::slice::from_ref(&x), seed);
+        }
         let y = randn(&d, seed ^ 5);
         grad(|t, v| t.concat(&[&v[0], &v[1], &v[0]], axis as isize), &[x.clone(), y], seed);
         let mut wide = vec![3];
@@ -216,7 +227,15 @@ proptest! {
         let n = *d.last().unwrap();
         let (x, w, b) = (randn(&d, seed), randn(&[n], seed ^ 1), randn(&[n], seed ^ 2));
         grad(|t, v| t.rms_norm(&v[0], &v[1], 1e-5), &[x.clone(), w.clone()], seed);
-        grad(|t, v| t.layer_norm(&v[0], &v[1], &v[2], 1e-5), &[x, w, b], seed);
+        grad(|t, v| t.layer_norm(&v[0], &v[1], &v[2], 1e-5), &[x.clone(), w.clone(), b], seed);
+        // Both outputs of the residual norm reach the result, the skip weighted by r, so that
+        // x's gradient is the skip's plus the norm's, summed in the norm's backward.
+        let r = randn(&d, seed ^ 3);
+        let residual = |t: &Tape, v: &[Tensor]| {
+            let (skip, y) = t.residual_rms_norm(&v[0], &v[1], 1e-5)?;
+            t.add(&t.mul(&skip, &v[2])?, &y)
+        };
+        grad(residual, &[x, w, r], seed);
     }
 
     #[test]

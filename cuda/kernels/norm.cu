@@ -85,11 +85,13 @@ __device__ void norm_fwd(const T* __restrict__ x, const float* __restrict__ w, c
 // blockDim.y rows. Each block-row (threadIdx.y) sums its dw (then db) per column in its own
 // slice of dynamic shared memory, blockDim.y * width floats with width = n (2n with center);
 // at the end the block adds its slices in order into partial[blockIdx.x][.] and the host sums
-// the partial rows (reduce.cu): deterministic, no atomics.
+// the partial rows (reduce.cu): deterministic, no atomics. A non-null dres (the gradient that
+// reaches x by another path: the residual stream's) is added into dx before its one rounding,
+// which saves the backward a separate pass adding the two.
 template <typename T, bool VEC>
 __device__ void norm_bwd(const T* __restrict__ x, const float* __restrict__ w, const float* __restrict__ mean,
-                         const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
-                         float* __restrict__ partial, u32 rows, u32 n, int center) {
+                         const float* __restrict__ rstd, const T* __restrict__ dy, const T* __restrict__ dres,
+                         T* __restrict__ dx, float* __restrict__ partial, u32 rows, u32 n, int center) {
     using Row = Tile<T, VEC>;
     extern __shared__ float acc[];
     const u32 width = center ? 2 * n : n, threads = blockDim.x * blockDim.y;
@@ -99,7 +101,7 @@ __device__ void norm_bwd(const T* __restrict__ x, const float* __restrict__ w, c
     float* const dw_acc = acc + threadIdx.y * width;
     float* const db_acc = dw_acc + n;
     const u32 tile = row_tile<T>(), tiles = (n + tile - 1) / tile;
-    Row tx, tg;
+    Row tx, tg, tr;
     // Every thread of the block makes the same trips: row_reduce synchronizes.
     for (u32 group = blockIdx.x * blockDim.y; group < rows; group += gridDim.x * blockDim.y) {
         const u32 row = group + threadIdx.y;
@@ -131,6 +133,7 @@ __device__ void norm_bwd(const T* __restrict__ x, const float* __restrict__ w, c
                 tx.load(x + base + start, tl, 0.0f);
                 tg.load(dy + base + start, tl, 0.0f);
             }
+            if (dres) tr.load(dres + base + start, tl, 0.0f);
 #pragma unroll
             for (int k = 0; k < Row::K; ++k) {
                 float wu[Row::V], dwu[Row::V];
@@ -139,7 +142,7 @@ __device__ void norm_bwd(const T* __restrict__ x, const float* __restrict__ w, c
                 for (int e = 0; e < Row::V; ++e) {
                     const float xh = (tx.v[k][e] - mu) * r, d = tg.v[k][e];
                     dwu[e] = d * xh;
-                    tx.v[k][e] = r * (d * wu[e] - mg - xh * mgx);
+                    tx.v[k][e] = r * (d * wu[e] - mg - xh * mgx) + (dres ? tr.v[k][e] : 0.0f);
                 }
                 Row::add_unit(dw_acc + start, tl, k, dwu);
                 if (center) Row::add_unit(db_acc + start, tl, k, tg.v[k]);
@@ -164,8 +167,9 @@ __device__ void norm_bwd(const T* __restrict__ x, const float* __restrict__ w, c
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
         norm_bwd_##NAME(const T* x, const float* w, const float* mean, const float* rstd,          \
-                        const T* dy, T* dx, float* partial, u32 rows, u32 n, int center) {         \
-        norm_bwd<T, VEC>(x, w, mean, rstd, dy, dx, partial, rows, n, center);                      \
+                        const T* dy, const T* dres, T* dx, float* partial, u32 rows, u32 n,        \
+                        int center) {                                                              \
+        norm_bwd<T, VEC>(x, w, mean, rstd, dy, dres, dx, partial, rows, n, center);                \
     }
 
 INSTANTIATE(f32, float, true)

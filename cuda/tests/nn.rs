@@ -123,6 +123,11 @@ fn norms_forward_and_backward() {
             for center in [false, true] {
                 let x = rounded(dt, &rng.vec(rows * n, -2.0, 2.0));
                 let dy = rounded(dt, &rng.vec(rows * n, -1.0, 1.0));
+                // RMSNorm's backward adds a residual's gradient into dx; LayerNorm's has none.
+                let dres = match center {
+                    true => vec![0.0; rows * n],
+                    false => rounded(dt, &rng.vec(rows * n, -1.0, 1.0)),
+                };
                 let w = rng.vec(n, 0.5, 1.5);
                 let b = rng.vec(n, -0.5, 0.5);
                 let (gx, gdy) = (upload(&dev, dt, &x), upload(&dev, dt, &dy));
@@ -139,7 +144,7 @@ fn norms_forward_and_backward() {
                 let (mut want_y, mut want_mean, mut want_rstd) = (vec![], vec![], vec![]);
                 let (mut want_dx, mut want_dw, mut want_db) =
                     (vec![], vec![0.0f64; n], vec![0.0f64; n]);
-                for (xr, gr) in x.chunks(n).zip(dy.chunks(n)) {
+                for ((xr, gr), rr) in x.chunks(n).zip(dy.chunks(n)).zip(dres.chunks(n)) {
                     let (y, mean, rstd) = norm_row(xr, &w, center.then_some(&b[..]), eps as f64);
                     want_y.extend(y);
                     want_mean.push(mean);
@@ -152,7 +157,7 @@ fn norms_forward_and_backward() {
                         0.0
                     };
                     let mgx = g.iter().zip(&xh).map(|(a, b)| a * b).sum::<f64>() / n as f64;
-                    want_dx.extend((0..n).map(|j| rstd * (g[j] - mg - xh[j] * mgx)));
+                    want_dx.extend((0..n).map(|j| rstd * (g[j] - mg - xh[j] * mgx) + rr[j] as f64));
                     for j in 0..n {
                         want_dw[j] += gr[j] as f64 * xh[j];
                         want_db[j] += gr[j] as f64;
@@ -181,7 +186,19 @@ fn norms_forward_and_backward() {
                         tol_db,
                     );
                 } else {
-                    rms_norm_backward(&dev, &gx, n, &gw, &grstd, &gdy, &mut gdx, &mut gdw).unwrap();
+                    let gres = upload(&dev, dt, &dres);
+                    rms_norm_backward(
+                        &dev,
+                        &gx,
+                        n,
+                        &gw,
+                        &grstd,
+                        &gdy,
+                        Some(&gres),
+                        &mut gdx,
+                        &mut gdw,
+                    )
+                    .unwrap();
                 }
                 let (rtol, atol) = tol(dt);
                 assert_close(

@@ -34,13 +34,11 @@ impl Block {
     }
 
     pub fn forward(&self, w: &Weights, x: &Tensor, window: usize) -> Result<Tensor> {
-        let tape = w.tape();
-        let mixed = self
-            .mixer
-            .forward(w, &self.mixer_norm.forward(w, x)?, window)?;
-        let x = tape.add(x, &mixed)?;
-        let y = self.mlp.forward(w, &self.mlp_norm, &x)?;
-        tape.add(&x, &y)
+        let (skip, normed) = self.mixer_norm.forward_residual(w, x)?;
+        let x = w
+            .tape()
+            .add(&skip, &self.mixer.forward(w, &normed, window)?)?;
+        self.mlp.forward(w, &self.mlp_norm, &x)
     }
 
     /// `forward` as one node that keeps only `x` (and the weights, kept anyway): the block runs
@@ -64,11 +62,9 @@ impl Block {
         pos: usize,
         state: &mut MixerState,
     ) -> Result<Tensor> {
-        let tape = w.tape();
-        let normed = self.mixer_norm.forward(w, x)?;
+        let (skip, normed) = self.mixer_norm.forward_residual(w, x)?;
         let mixed = self.mixer.forward_piece(w, &normed, window, pos, state)?;
-        let x = tape.add(x, &mixed)?;
-        let y = self.mlp.forward(w, &self.mlp_norm, &x)?;
-        tape.add(&x, &y)
+        let x = w.tape().add(&skip, &mixed)?;
+        self.mlp.forward(w, &self.mlp_norm, &x)
     }
 }

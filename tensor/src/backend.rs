@@ -92,12 +92,14 @@ pub trait Backend: Sized {
 
     /// RMSNorm over rows of length `n`: returns `(y, rstd)`, rstd per row.
     fn rms_norm(&self, weight: &Self, n: usize, eps: f64) -> Result<(Self, Self)>;
-    /// Returns `(dx, dweight)` given x (`self`), the weight, the saved rstd and dy.
+    /// Returns `(dx, dweight)` given x (`self`), the weight, the saved rstd and dy; with `dres`
+    /// (like x), dx is `dres` plus the norm's, in the same pass.
     fn rms_norm_backward(
         &self,
         weight: &Self,
         rstd: &Self,
         dy: &Self,
+        dres: Option<&Self>,
         n: usize,
     ) -> Result<(Self, Self)>;
     /// LayerNorm over rows of length `n`: returns `(y, mean, rstd)`.

@@ -460,6 +460,7 @@ impl Backend for CudaStorage {
         weight: &Self,
         rstd: &Self,
         dy: &Self,
+        dres: Option<&Self>,
         n: usize,
     ) -> Result<(Self, Self)> {
         let w = self.read_as(&weight.buf, DType::F32)?;
@@ -472,6 +473,7 @@ impl Backend for CudaStorage {
             &w,
             &rstd.buf,
             &dy.buf,
+            dres.map(|r| &r.buf),
             &mut dx,
             &mut dw,
         )?;

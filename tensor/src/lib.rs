@@ -5,6 +5,7 @@
 //! Reading order: `tensor.rs` (the type), `ops/` (what each op checks and computes),
 //! `backend.rs` (the seam), `cpu/` (the CPU kernels), `device_op.rs`.
 pub mod backend;
+pub mod calls;
 pub mod cpu;
 pub mod cuda;
 mod device;

@@ -135,6 +135,11 @@ impl Storage {
         }
     }
 
+    /// The bytes its elements take.
+    fn bytes(&self) -> usize {
+        self.len() * self.dtype().size_bytes()
+    }
+
     /// A copy on `device` (host to device, device to host, or between GPUs through the host).
     pub fn to_device(&self, device: Device) -> Result<Storage> {
         let cpu = match self {
@@ -217,14 +222,17 @@ impl<A: Lift> Lift for Vec<A> {
 /// same device (a `DeviceMismatch` error otherwise).
 macro_rules! forward {
     ($op:literal, $this:ident, [$($o:ident),*], |$s:ident| $call:expr) => {
-        match $this {
-            Storage::Cpu($s) => {
-                $(let $o = $o.cpu($op, Device::Cpu)?;)*
-                $call.map(Lift::lift)
-            }
-            Storage::Cuda($s) => {
-                $(let $o = $o.cuda($op, $s.device())?;)*
-                $call.map(Lift::lift)
+        {
+            crate::calls::count($op, $this.bytes() $(+ $o.bytes())*);
+            match $this {
+                Storage::Cpu($s) => {
+                    $(let $o = $o.cpu($op, Device::Cpu)?;)*
+                    $call.map(Lift::lift)
+                }
+                Storage::Cuda($s) => {
+                    $(let $o = $o.cuda($op, $s.device())?;)*
+                    $call.map(Lift::lift)
+                }
             }
         }
     };
@@ -312,6 +320,7 @@ impl Backend for Storage {
 
     fn matmul_acc(&self, rhs: &Self, layout: &MatmulLayout, acc: &mut Self) -> Result<()> {
         const OP: &str = "matmul_acc";
+        crate::calls::count(OP, self.bytes() + rhs.bytes() + acc.bytes());
         match self {
             Storage::Cpu(s) => s.matmul_acc(
                 rhs.cpu(OP, Device::Cpu)?,
@@ -336,6 +345,7 @@ impl Backend for Storage {
         dst: &mut Self,
         dst_layout: &StridedLayout,
     ) -> Result<()> {
+        crate::calls::count("copy_into", self.bytes());
         match (self, dst) {
             (Storage::Cpu(s), Storage::Cpu(d)) => s.copy_into(src, d, dst_layout),
             (Storage::Cuda(s), Storage::Cuda(d)) if s.device() == d.device() => {
@@ -377,10 +387,15 @@ impl Backend for Storage {
         weight: &Self,
         rstd: &Self,
         dy: &Self,
+        dres: Option<&Self>,
         n: usize,
     ) -> Result<(Self, Self)> {
-        forward!("rms_norm_backward", self, [weight, rstd, dy], |s| s
-            .rms_norm_backward(weight, rstd, dy, n))
+        match dres {
+            None => forward!("rms_norm_backward", self, [weight, rstd, dy], |s| s
+                .rms_norm_backward(weight, rstd, dy, None, n)),
+            Some(r) => forward!("rms_norm_backward", self, [weight, rstd, dy, r], |s| s
+                .rms_norm_backward(weight, rstd, dy, Some(r), n)),
+        }
     }
 
     fn layer_norm(

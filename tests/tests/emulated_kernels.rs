@@ -4,8 +4,10 @@
 //! gradient: the gated delta rule's two families (gated_delta_parallel.cu and gated_delta.cu, in
 //! bf16) and the mLSTM's kernels (mlstm.cu, in bf16 and f32); and the fused SwiGLU (swiglu.cu,
 //! both instantiations, in bf16 and f32), the short convolution (short_conv.cu, both
-//! variants, in bf16 and f32) and the summed cross-entropy with its gradient (cross_entropy.cu's
-//! ce_summed and ce_sum_into, both instantiations, in bf16 and f32) against the CPU's. CI has no GPU:
+//! variants, in bf16 and f32), RMSNorm's backward (norm.cu, with and without a residual's
+//! gradient added into dx) and the summed cross-entropy with its gradient (cross_entropy.cu's
+//! ce_summed and ce_sum_into, both instantiations, in bf16 and f32) against the CPU's. CI has no
+//! GPU:
 //! this is how it checks the kernels' logic (indexing, fragment layouts, barriers, waits), while
 //! gpu_recurrent.rs and gpu_parity.rs check them on the hardware. Skips, saying why, where there is no C++
 //! compiler (g++) or no kernel sources (the GPU machine gets test binaries only).
@@ -66,6 +68,11 @@ const SWIGLU: Driver = Driver {
     sources: &["cuda/kernels/swiglu.cu"],
 };
 
+const NORM: Driver = Driver {
+    name: "norm",
+    sources: &["cuda/kernels/norm.cu"],
+};
+
 const SHORT_CONV: Driver = Driver {
     name: "short_conv",
     sources: &["cuda/kernels/short_conv.cu"],
@@ -93,6 +100,12 @@ fn mlstm_harness() -> Option<&'static Path> {
 fn swiglu_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| build(&SWIGLU)).as_deref()
+}
+
+/// The norms' harness, likewise.
+fn norm_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&NORM)).as_deref()
 }
 
 /// The short convolution's harness, likewise.
@@ -161,13 +174,15 @@ fn emulated(src: &str) -> String {
             pos = definition_end(src, pos);
             continue;
         }
-        if line.trim_start().starts_with("extern __shared__") {
-            let var = line
-                .split("unsigned char")
-                .nth(1)
-                .and_then(|v| v.split('[').next())
+        if let Some(decl) = line.trim_start().strip_prefix("extern __shared__") {
+            // `extern __shared__ [__align__(16)] TYPE NAME[];`
+            let decl = decl.trim().trim_start_matches("__align__(16)");
+            let (ty, var) = decl
+                .split('[')
+                .next()
+                .and_then(|d| d.trim().rsplit_once(' '))
                 .expect("extern smem");
-            out.push_str(&format!("    unsigned char* {} = emu_smem;\n", var.trim()));
+            out.push_str(&format!("    {ty}* {var} = ({ty}*)emu_smem;\n"));
         } else if !line.starts_with("#include \"common.cuh\"") && !line.starts_with("#pragma once")
         {
             out.push_str(&line.replace("__shared__", "static"));
@@ -791,6 +806,81 @@ fn swiglu_kernels() -> Result<()> {
     for (n, f) in [(40, 7), (3, 1), (17, 36), (20, 24), (3, 2048)] {
         for dtype in [DType::F32, DType::BF16] {
             swiglu_case(n, f, dtype)?;
+        }
+    }
+    Ok(())
+}
+
+/// RMSNorm's backward kernel in the emulator on `rows` rows of `n`, over `blocks` blocks (each
+/// then walks several row groups, as on the GPU), with a residual's gradient added into dx and
+/// without, against the CPU's: dx both ways, and dw from the per-block partial sums.
+fn rms_norm_backward_case(rows: usize, n: usize, blocks: u32, dtype: DType) -> Result<()> {
+    let Some(exe) = norm_harness() else {
+        return Ok(());
+    };
+    let name = format!("rms_norm_backward_{rows}x{n}_{dtype:?}");
+    let dir = case_dir(&name)?;
+    let randn = |dims: Vec<usize>, std, seed| {
+        Tensor::randn(dims, std, seed, DType::F32, Device::Cpu)?.to_dtype(dtype)
+    };
+    let (x, dy, dres) = (
+        randn(vec![rows, n], 1.0, 50)?,
+        randn(vec![rows, n], 1.0, 51)?,
+        randn(vec![rows, n], 1.0, 52)?,
+    );
+    let w = randn(vec![n], 0.3, 53)?.add_scalar(1.0)?;
+    let (_, stats) = x.rms_norm(&w, 1e-6)?;
+    for (file, t) in [("x", &x), ("dy", &dy), ("dres", &dres), ("w", &w)] {
+        write(&dir.join(format!("{file}.f32")), t)?;
+    }
+    write(&dir.join("rstd.f32"), &stats.rstd)?;
+    // The wrapper's choice where the buffers are aligned (pool blocks are).
+    let vec = (n * dtype.size_bytes()).is_multiple_of(16);
+    let l = swax_cuda::kernels::Launch::rows(rows as u32, n as u32, dtype);
+    let blocks = blocks.min(l.grid.0);
+    let launch = dir.join("launch");
+    let sizes = format!(
+        "{rows} {n} {blocks} {} {} {}\n",
+        l.block.0, l.block.1, vec as u32
+    );
+    std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
+    let dtype_arg = if dtype == DType::BF16 { "bf16" } else { "f32" };
+    let status = Command::new(exe)
+        .arg(&dir)
+        .arg(dtype_arg)
+        .status()
+        .map_err(|e| io(exe, e))?;
+    assert!(
+        status.success(),
+        "{name}: the emulated kernel failed ({status})"
+    );
+    let (dx, dw) = x.rms_norm_backward(&w, &stats, &dy, Some(&dres))?;
+    let (dx_plain, _) = x.rms_norm_backward(&w, &stats, &dy, None)?;
+    let partial = read(
+        &dir.join("emu_partial.f32"),
+        &Tensor::zeros(vec![blocks as usize, n], DType::F32, Device::Cpu)?,
+    )?;
+    let dw_emu = partial.sum(0, false)?;
+    // bf16: the same f32 arithmetic but for the order of the row sums, outputs rounded alike.
+    let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+    for (got, want) in [
+        (read(&dir.join("emu_dx.f32"), &dx)?, &dx),
+        (read(&dir.join("emu_dx_plain.f32"), &dx_plain)?, &dx_plain),
+        (dw_emu, &dw),
+    ] {
+        let err = relative_error(&got, want).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(err < tolerance, "{name}: relative error {err:.3e}");
+    }
+    Ok(())
+}
+
+/// One tile a row (vector and scalar: 64 and 63 wide, as the mLSTM's heads), several tiles a
+/// row, and more row groups than blocks.
+#[test]
+fn rms_norm_backward_kernel() -> Result<()> {
+    for (rows, n, blocks) in [(37, 64, 2), (5, 63, 8), (3, 20000, 2), (70, 768, 3)] {
+        for dtype in [DType::F32, DType::BF16] {
+            rms_norm_backward_case(rows, n, blocks, dtype)?;
         }
     }
     Ok(())

@@ -174,6 +174,11 @@ fn cases() -> Vec<Case> {
     }));
     all.push(case("pad", vec![a.clone()], |t, x| t.pad(&x[0], 1, 3, 4)));
     all.push(case("shift", vec![a.clone()], |t, x| t.shift(&x[0], 1, 7)));
+    // The parts in another order, so that each part's gradient must land in its own place.
+    all.push(case("split", vec![a.clone()], |t, x| {
+        let p = t.split(&x[0], -1, &[64, 1, 64])?;
+        t.concat(&[&p[2], &p[0], &p[1]], -1)
+    }));
     all.push(case(
         "concat",
         vec![a.clone(), randn(&[3, 5, 129], 13)],
@@ -207,6 +212,15 @@ fn cases() -> Vec<Case> {
     all.push(case("rms_norm", vec![a.clone(), w.clone()], |t, x| {
         t.rms_norm(&x[0], &x[1], 1e-6)
     }));
+    // The skip weighted apart from the norm, so x's gradient is the sum of two different ones.
+    all.push(case(
+        "residual_rms_norm",
+        vec![a.clone(), w.clone(), randn(&s, 19)],
+        |t, x| {
+            let (skip, y) = t.residual_rms_norm(&x[0], &x[1], 1e-6)?;
+            t.add(&t.mul(&skip, &x[2])?, &y)
+        },
+    ));
     all.push(case(
         "layer_norm",
         vec![a.clone(), w, randn(&[129], 18)],

@@ -1,7 +1,7 @@
 //! Shape and memory-order ops. Each backward moves the gradient back the way the forward moved
-//! the values: narrow ↔ pad, permute ↔ inverse permute, broadcast ↔ sum.
+//! the values: narrow ↔ pad, split ↔ concat, permute ↔ inverse permute, broadcast ↔ sum.
 use crate::Tape;
-use swax_tensor::{Result, Shape, Tensor};
+use swax_tensor::{Error, Result, Shape, Tensor};
 
 impl Tape {
     pub fn reshape(&self, x: &Tensor, shape: impl Into<Shape>) -> Result<Tensor> {
@@ -60,6 +60,32 @@ impl Tape {
             let kept = self.narrow(x, axis, m, n - m)?;
             self.pad(&kept, axis, 0, m)
         }
+    }
+
+    /// `x` cut along `axis` into consecutive parts of `sizes` (which must cover the axis), as
+    /// one node: its backward writes the parts' gradients side by side into one tensor (a
+    /// concat), where a narrow per part would each pad its gradient to x's full size and the
+    /// tape would then add those up, a pass over x's size per part.
+    pub fn split(&self, x: &Tensor, axis: isize, sizes: &[usize]) -> Result<Vec<Tensor>> {
+        let n = x.shape().dim("split", axis)?;
+        if sizes.iter().sum::<usize>() != n {
+            return Err(Error::Invalid {
+                op: "split",
+                msg: format!("parts of {sizes:?} do not cover an axis of {n}"),
+            });
+        }
+        let mut start = 0;
+        let mut parts = Vec::with_capacity(sizes.len());
+        for &len in sizes {
+            parts.push(x.narrow(axis, start, len)?);
+            start += len;
+        }
+        Ok(self.record_many("split", &[x], parts, move |dys, _| {
+            Ok(vec![Some(Tensor::concat(
+                &dys.iter().collect::<Vec<_>>(),
+                axis,
+            )?)])
+        }))
     }
 
     pub fn concat(&self, parts: &[&Tensor], axis: isize) -> Result<Tensor> {

@@ -109,11 +109,16 @@ fn backward(
     mean: Option<&Buffer>,
     rstd: &Buffer,
     dy: &Buffer,
+    dres: Option<&Buffer>,
     dx: &mut Buffer,
 ) -> Result<(Buffer, AxisDims), CudaError> {
     check_device(op, dev, &[x, dy, dx])?;
     check_like(op, "dy", dy, x)?;
     check_like(op, "dx", dx, x)?;
+    if let Some(r) = dres {
+        check_device(op, dev, &[r])?;
+        check_like(op, "dres", r, x)?;
+    }
     check_params(op, dev, &p, n)?;
     let rows = rows_of(op, x, n)?;
     check_stat(op, dev, "rstd", rstd, rows)?;
@@ -129,6 +134,7 @@ fn backward(
             dy.device_ptr(),
             dx.device_ptr(),
             p.w.device_ptr(),
+            ptr_or_null(dres),
         ],
     );
     let name = row_kernel!(op, "norm_bwd", x.dtype(), vec)?;
@@ -161,15 +167,15 @@ fn backward(
     if rows == 0 {
         return Ok((partial, axis));
     }
-    let (mean_ptr, center) = (ptr_or_null(mean), i32::from(p.center));
+    let (mean_ptr, dres_ptr, center) = (ptr_or_null(mean), ptr_or_null(dres), i32::from(p.center));
     let cfg = Launch {
         grid: (blocks, 1, 1),
         shared: shared as u32,
         ..shape
     };
     // SAFETY: norm_bwd_T(const T* x, const float* w, const float* mean, const float* rstd,
-    // const T* dy, T* dx, float* partial, u32 rows, u32 n, int center); x, dy, dx hold
-    // rows * n, w n, mean (or null, only read with center) and rstd rows, partial
+    // const T* dy, const T* dres, T* dx, float* partial, u32 rows, u32 n, int center); x, dy,
+    // dx (and dres, or null) hold rows * n, w n, mean (or null, only read with center) and rstd rows, partial
     // blocks * width; dynamic shared memory is blockDim.y * width floats; the vectorised
     // instantiation only where vector_rows holds.
     unsafe {
@@ -179,7 +185,7 @@ fn backward(
             name,
             cfg,
             &[
-                x, p.w, &mean_ptr, rstd, dy, dx, &partial, &rows, &n, &center,
+                x, p.w, &mean_ptr, rstd, dy, &dres_ptr, dx, &partial, &rows, &n, &center,
             ],
         )?;
     }
@@ -207,7 +213,8 @@ pub fn rms_norm(
 }
 
 /// Backward of [`rms_norm`]: `dx` (like `x`) and `dw` (f32, length n, overwritten: the sum
-/// over rows of `dy * x * rstd`, reduced deterministically in f32).
+/// over rows of `dy * x * rstd`, reduced deterministically in f32). With `dres` (like `x`: the
+/// gradient reaching x by another path, a residual stream's), dx is that plus the norm's.
 pub fn rms_norm_backward(
     dev: &Device,
     x: &Buffer,
@@ -215,6 +222,7 @@ pub fn rms_norm_backward(
     w: &Buffer,
     rstd: &Buffer,
     dy: &Buffer,
+    dres: Option<&Buffer>,
     dx: &mut Buffer,
     dw: &mut Buffer,
 ) -> Result<(), CudaError> {
@@ -227,7 +235,7 @@ pub fn rms_norm_backward(
         eps: 0.0,
         center: false,
     };
-    let (partial, axis) = backward(OP, dev, x, n, p, None, rstd, dy, dx)?;
+    let (partial, axis) = backward(OP, dev, x, n, p, None, rstd, dy, dres, dx)?;
     reduce(dev, ReduceOp::Sum, &partial, axis, dw, None)
 }
 
@@ -278,7 +286,7 @@ pub fn layer_norm_backward(
         eps: 0.0,
         center: true,
     };
-    let (partial, axis) = backward(OP, dev, x, n, p, Some(mean), rstd, dy, dx)?;
+    let (partial, axis) = backward(OP, dev, x, n, p, Some(mean), rstd, dy, None, dx)?;
     let mut sums = dev.alloc(DType::F32, 2 * n)?;
     reduce(dev, ReduceOp::Sum, &partial, axis, &mut sums, None)?;
     let bytes = n * 4;

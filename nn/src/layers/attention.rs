@@ -2,7 +2,7 @@
 //! grouped-query heads, the SWA mixer, the output projection.
 use super::basic::{Linear, INIT_STD};
 use super::pieces::join_tail;
-use super::{in_f32, reference_forced, MixerDims};
+use super::{in_f32, reference_forced, split_heads, MixerDims};
 use crate::mixers::attention::{has_kernel, node as swa_node, reference};
 use crate::params::{Params, Weights};
 use swax_tensor::{Error, Result, Tensor};
@@ -63,15 +63,9 @@ impl Attention {
         let (h, hkv, d) = (self.h, self.hkv, self.d);
         let (qkv, start) = join_tail(tape, &self.qkv.forward(w, x)?, tail, pos)?;
         let t = qkv.dims()[1];
-        let part = |first: usize, heads: usize| {
-            tape.reshape(
-                &tape.narrow(&qkv, -1, first * d, heads * d)?,
-                vec![b, t, heads, d],
-            )
-        };
-        let q = tape.rope(&part(0, h)?, start, self.rope_theta)?;
-        let k = tape.rope(&part(h, hkv)?, start, self.rope_theta)?;
-        let v = part(h + hkv, hkv)?;
+        let [q, k, v] = split_heads(tape, &qkv, [(h, d), (hkv, d), (hkv, d)])?;
+        let q = tape.rope(&q, start, self.rope_theta)?;
+        let k = tape.rope(&k, start, self.rope_theta)?;
         let window = window.min(t);
         let o = if has_kernel(q.device(), q.dtype(), d) && !reference_forced() {
             swa_node::swa(tape, &q, &k, &v, window, None)?

@@ -72,10 +72,15 @@ impl RmsNorm {
     pub fn forward(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
         w.tape().rms_norm(x, w.get(self.weight), self.eps)
     }
+
+    /// `(skip, norm(x))` for a residual branch, `skip` being x: see `Tape::residual_rms_norm`.
+    pub fn forward_residual(&self, w: &Weights, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        w.tape().residual_rms_norm(x, w.get(self.weight), self.eps)
+    }
 }
 
 /// `down(silu(x W_gate) * x W_up)`, gate and up as one `[C, 2F]` matmul, of x normalized by the
-/// block's RMSNorm.
+/// block's RMSNorm, added to the residual stream x.
 #[derive(Clone, Copy, Debug)]
 pub struct SwiGlu {
     pub gate_up: Linear,
@@ -93,7 +98,7 @@ impl SwiGlu {
         })
     }
 
-    /// The MLP of `norm(x)`, x `[.., C]`.
+    /// `x + ` the MLP of `norm(x)`, x `[.., C]`.
     pub fn forward(&self, w: &Weights, norm: &RmsNorm, x: &Tensor) -> Result<Tensor> {
         let tape = w.tape();
         let c = self.gate_up.d_in;
@@ -103,15 +108,16 @@ impl SwiGlu {
     }
 }
 
-/// `swiglu(rms_norm(x, g) · w_gate_up) · w_down` over x `[N, C]`, as one node that keeps x (the
-/// residual stream, kept anyway), the norm's per-row statistics and the pre-activation `gu`; its
-/// backward recomputes the norm and `silu(gate) · up` (elementwise work, the latter in the same
-/// pass as `gu`'s gradient) rather than memory holding them, as large as x and as half of `gu`,
-/// from the forward to the backward.
+/// `x + swiglu(rms_norm(x, g) · w_gate_up) · w_down` over x `[N, C]`, as one node that keeps x
+/// (the residual stream, kept anyway), the norm's per-row statistics and the pre-activation
+/// `gu`; its backward recomputes the norm and `silu(gate) · up` (elementwise work, the latter in
+/// the same pass as `gu`'s gradient) rather than memory holding them, as large as x and as half
+/// of `gu`, from the forward to the backward. The residual is inside the node so that x's
+/// gradient (`dy` plus the norm's) is summed in the norm's backward pass.
 fn mlp(tape: &Tape, x: &Tensor, [g, w_gu, w_down]: [&Tensor; 3], eps: f64) -> Result<Tensor> {
     let (n, stats) = x.rms_norm(g, eps)?;
     let gu = n.matmul(w_gu)?;
-    let y = gu.swiglu()?.matmul(w_down)?;
+    let y = x.add(&gu.swiglu()?.matmul(w_down)?)?;
     let saved = [x, g, w_gu, w_down].map(|t| t.clone());
     Ok(tape.record("mlp", &[x, g, w_gu, w_down], y, move |dy, _| {
         let [x, g, w_gu, w_down] = &saved;
@@ -119,7 +125,8 @@ fn mlp(tape: &Tape, x: &Tensor, [g, w_gu, w_down]: [&Tensor; 3], eps: f64) -> Re
         let dw_down = h.matmul_t(dy, true, false)?;
         let n = x.rms_norm(g, eps)?.0;
         let dw_gu = n.matmul_t(&dgu, true, false)?;
-        let (dx, dg) = x.rms_norm_backward(g, &stats, &dgu.matmul_t(w_gu, false, true)?)?;
+        let dn = dgu.matmul_t(w_gu, false, true)?;
+        let (dx, dg) = x.rms_norm_backward(g, &stats, &dn, Some(dy))?;
         Ok(vec![Some(dx), Some(dg), Some(dw_gu), Some(dw_down)])
     }))
 }

@@ -6,7 +6,7 @@ use super::basic::{Linear, INIT_STD};
 use super::gates::log_decay;
 use super::output_norm::gated_rms_norm;
 use super::short_conv::ShortConv;
-use super::{cast, reference_forced, MixerDims};
+use super::{cast, reference_forced, split_heads, MixerDims};
 use crate::mixers::gated_delta;
 use crate::params::{Init, ParamId, Params, Weights};
 use swax_tensor::{DType, Result, Tensor};
@@ -85,9 +85,7 @@ impl GatedDelta {
         let (b, t) = (x.dims()[0], x.dims()[1]);
         let (h, d) = (self.h, self.d);
         let (qkv, tail) = self.conv.forward(w, &self.qkv.forward(w, x)?, conv_tail)?;
-        let part =
-            |i: usize| tape.reshape(&tape.narrow(&qkv, -1, i * h * d, h * d)?, vec![b, t, h, d]);
-        let (q, k, v) = (part(0)?, part(1)?, part(2)?);
+        let [q, k, v] = split_heads(tape, &qkv, [(h, d); 3])?;
         let beta = tape.sigmoid(&self.beta.forward(w, x)?)?;
         let g = log_decay(
             tape,

@@ -13,7 +13,7 @@ use super::basic::{Linear, INIT_STD};
 use super::gates::soft_cap;
 use super::output_norm::gated_head_layer_norm;
 use super::short_conv::ShortConv;
-use super::{cast, reference_forced, MixerDims};
+use super::{cast, reference_forced, split_heads, MixerDims};
 use crate::mixers::mlstm;
 use crate::params::{ParamId, Params, Weights};
 use swax_tensor::{DType, Error, Result, Tensor};
@@ -101,16 +101,13 @@ impl Mlstm {
         let (b, t) = (x.dims()[0], x.dims()[1]);
         let (h, dk, dv) = (self.h, self.dk, self.dv);
         let (qkv, tail) = self.conv.forward(w, &self.qkv.forward(w, x)?, conv_tail)?;
-        let part = |start: usize, d: usize| {
-            tape.reshape(&tape.narrow(&qkv, -1, start, h * d)?, vec![b, t, h, d])
-        };
-        let (q, k, v) = (part(0, dk)?, part(h * dk, dk)?, part(2 * h * dk, dv)?);
+        let [q, k, v] = split_heads(tape, &qkv, [(h, dk), (h, dk), (h, dv)])?;
         let gates = tape.add(&self.gates.forward(w, x)?, w.get(self.gate_bias))?;
         let gates = soft_cap(tape, &gates, GATE_CAP)?;
-        let (i, f) = (
-            tape.narrow(&gates, -1, 0, h)?,
-            tape.narrow(&gates, -1, h, h)?,
-        );
+        let [i, f]: [Tensor; 2] = tape
+            .split(&gates, -1, &[h, h])?
+            .try_into()
+            .expect("two parts");
         let kernel = mlstm::has_kernel(q.device(), q.dtype(), dk, dv);
         let (hs, state) = if kernel && !reference_forced() {
             mlstm::chunkwise(tape, &q, &k, &v, &i, &f, state, self.chunk, mlstm::EPS)?

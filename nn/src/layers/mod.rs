@@ -20,6 +20,7 @@ pub mod rattention;
 pub mod short_conv;
 
 use crate::params::{Params, Weights};
+use swax_autograd::Tape;
 use swax_tensor::{DType, Result, Tensor};
 
 /// The sizes every mixer layer is built from.
@@ -65,6 +66,23 @@ pub(crate) fn in_f32<const N: usize>(
         .try_into()
         .expect("N tensors");
     cast(w, &f(up)?, dtype)
+}
+
+/// A fused projection `[B, T, Σ heads·d]` cut into `[B, T, heads, d]` per `(heads, d)` of
+/// `parts` (q, k, v), by one split whose backward writes the parts' gradients into one tensor.
+fn split_heads<const N: usize>(
+    tape: &Tape,
+    fused: &Tensor,
+    parts: [(usize, usize); N],
+) -> Result<[Tensor; N]> {
+    let (b, t) = (fused.dims()[0], fused.dims()[1]);
+    let widths = parts.map(|(heads, d)| heads * d);
+    let cut = tape.split(fused, -1, &widths)?;
+    let mut out = Vec::with_capacity(N);
+    for (x, (heads, d)) in cut.iter().zip(parts) {
+        out.push(tape.reshape(x, vec![b, t, heads, d])?);
+    }
+    Ok(out.try_into().expect("N parts"))
 }
 
 fn cast(w: &Weights, x: &Tensor, dtype: DType) -> Result<Tensor> {

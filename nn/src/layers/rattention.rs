@@ -4,7 +4,7 @@
 //! a longer sequence, for evaluation in pieces.
 use super::basic::{Linear, INIT_STD};
 use super::pieces::{join_tail, tail_len, MixerState};
-use super::{in_f32, reference_forced, MixerDims};
+use super::{in_f32, reference_forced, split_heads, MixerDims};
 use crate::mixers::attention::{self as swa, node as swa_node, reference as swa_reference};
 use crate::mixers::rattention::{
     self as ra, carry, node as rattention_node, reference, Config, Rope,
@@ -54,15 +54,8 @@ impl RAttention {
 
     /// q `[B, T, H, D]`, k and v `[B, T, Hkv, D]` from a qkv projection `[B, T, (H + 2 Hkv) D]`.
     fn heads(&self, tape: &Tape, qkv: &Tensor) -> Result<[Tensor; 3]> {
-        let (b, t) = (qkv.dims()[0], qkv.dims()[1]);
         let (h, hkv, d) = (self.h, self.hkv, self.d);
-        let part = |start: usize, heads: usize| {
-            tape.reshape(
-                &tape.narrow(qkv, -1, start * d, heads * d)?,
-                vec![b, t, heads, d],
-            )
-        };
-        Ok([part(0, h)?, part(h, hkv)?, part(h + hkv, hkv)?])
+        split_heads(tape, qkv, [(h, d), (hkv, d), (hkv, d)])
     }
 
     /// The mixer's settings for a span whose first token is at `offset`.

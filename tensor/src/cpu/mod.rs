@@ -458,16 +458,21 @@ impl Backend for CpuStorage {
         weight: &Self,
         rstd: &Self,
         dy: &Self,
+        dres: Option<&Self>,
         n: usize,
     ) -> Result<(Self, Self)> {
-        Ok(with_floats!(
-            "rms_norm_backward",
-            [self, weight, rstd, dy],
-            |x, out, _s| {
-                let (dx, dw) = norm::rms_norm_backward(&x[0], &x[1], &x[2], &x[3], n);
+        const OP: &str = "rms_norm_backward";
+        // x, w, rstd, dy and, where given, dres: the reference adds it before the one rounding.
+        Ok(match dres {
+            None => with_floats!(OP, [self, weight, rstd, dy], |x, out, _s| {
+                let (dx, dw) = norm::rms_norm_backward(&x[0], &x[1], &x[2], &x[3], None, n);
                 (out(dx), out(dw))
-            }
-        ))
+            }),
+            Some(r) => with_floats!(OP, [self, weight, rstd, dy, r], |x, out, _s| {
+                let (dx, dw) = norm::rms_norm_backward(&x[0], &x[1], &x[2], &x[3], Some(&x[4]), n);
+                (out(dx), out(dw))
+            }),
+        })
     }
 
     fn layer_norm(

@@ -31,12 +31,14 @@ pub(crate) fn rms_norm<T: Real>(x: &[T], w: &[T], n: usize, eps: f64) -> (Vec<T>
     (y, rstd)
 }
 
-/// With xhat = x·rstd: dx = rstd·(g − xhat·mean(g·xhat)) where g = dy·w; dw = Σ_rows dy·xhat.
+/// With xhat = x·rstd: dx = rstd·(g − xhat·mean(g·xhat)) where g = dy·w, plus `dres` where
+/// given (a residual's gradient reaching x by another path); dw = Σ_rows dy·xhat.
 pub(crate) fn rms_norm_backward<T: Real>(
     x: &[T],
     w: &[T],
     rstd: &[T],
     dy: &[T],
+    dres: Option<&[T]>,
     n: usize,
 ) -> (Vec<T>, Vec<T>) {
     let nf = T::of(n as f64);
@@ -44,7 +46,8 @@ pub(crate) fn rms_norm_backward<T: Real>(
         let (xr, gr) = (&x[r * n..(r + 1) * n], &dy[r * n..(r + 1) * n]);
         let dot: T = (0..n).map(|k| gr[k] * w[k] * xr[k] * rstd[r]).sum::<T>() / nf;
         for k in 0..n {
-            out[k] = rstd[r] * (gr[k] * w[k] - xr[k] * rstd[r] * dot);
+            let res = dres.map_or(T::zero(), |d| d[r * n + k]);
+            out[k] = rstd[r] * (gr[k] * w[k] - xr[k] * rstd[r] * dot) + res;
         }
     });
     let rows = rstd.len();

@@ -35,19 +35,26 @@ impl Tensor {
         Ok((y, NormStats { mean: None, rstd }))
     }
 
-    /// Returns `(dx, dweight)`.
+    /// Returns `(dx, dweight)`. With `dres` (like x: the gradient that reaches x by another
+    /// path, as a residual stream's does), dx is `dres` plus the norm's, in one pass.
     pub fn rms_norm_backward(
         &self,
         weight: &Tensor,
         stats: &NormStats,
         dy: &Tensor,
+        dres: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
         let (n, _) = self.norm_rows("rms_norm_backward", weight)?;
         self.same_shape("rms_norm_backward", dy)?;
+        if let Some(r) = dres {
+            self.same_shape("rms_norm_backward", r)?;
+            self.same_dtype("rms_norm_backward", r)?;
+        }
         let (dx, dw) = self.storage().rms_norm_backward(
             weight.storage(),
             stats.rstd.storage(),
             dy.storage(),
+            dres.map(Tensor::storage),
             n,
         )?;
         Ok((

@@ -46,8 +46,8 @@ pub fn rattention(
     let (w_swa, w_rla) = (norm_swa.clone(), norm_rla.clone());
     let inputs = [q, k, v, norm_swa, norm_rla];
     Ok(tape.record("rattention", &inputs, y, move |dy, _| {
-        let (do_swa, dw_swa) = o_swa.rms_norm_backward(&w_swa, &stats_swa, dy)?;
-        let (do_rla, dw_rla) = o_rla.rms_norm_backward(&w_rla, &stats_rla, dy)?;
+        let (do_swa, dw_swa) = o_swa.rms_norm_backward(&w_swa, &stats_swa, dy, None)?;
+        let (do_rla, dw_rla) = o_rla.rms_norm_backward(&w_rla, &stats_rla, dy, None)?;
         let g_swa = swa::backward(
             &SwaBackward {
                 input: saved_swa.try_map(Ok)?,
