@@ -305,8 +305,7 @@ fn case(
         let z = gated_delta::parallel_sizes(s, swax_cuda::DType::BF16, SHARED_LIMIT)
             .unwrap_or_else(|| panic!("{name}: the chunk-parallel kernels do not take {s:?}"));
         format!(
-            "{} {} {} {} {} {} {} {} {}",
-            z.be,
+            "{} {} {} {} {} {} {} {}",
             z.bv,
             z.prep_threads,
             z.prep_bytes,
@@ -406,8 +405,7 @@ fn parallel_small_heads() -> Result<()> {
     )
 }
 
-/// Six value tiles of 32 columns in gdn_grads (three of 64 under SWAX_GDN_GRADS_TILE=64), two
-/// scan blocks of 64 per head.
+/// Six value tiles of 32 columns in gdn_grads, two scan blocks of 64 per head.
 #[test]
 fn parallel_wide_values() -> Result<()> {
     case(
