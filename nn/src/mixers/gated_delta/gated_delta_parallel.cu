@@ -550,7 +550,9 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
         }
     }
 
-    // dP ⊙ P to the log decays (+ G_j, - G_s); X1 = dP ⊙ D, the gradient of q_j·k_s. dA = -dX U^T
+    // dP ⊙ P to the log decays (+ G_j, - G_s; on the diagonal the two cancel, and are left out:
+    // the diagonal's terms dwarf the others' under strong decay, and f32 sums of them would leave
+    // their rounding in dg); X1 = dP ⊙ D, the gradient of q_j·k_s. dA = -dX U^T
     // on the strictly lower part: e = dA ⊙ D ⊙ k k^T to beta_j and G_j (ke, times beta_j) and to
     // G_s (- beta_j e); X2 = beta_j D ⊙ dA (strictly lower), whose sum with its transpose is the
     // gradient of k k^T.
@@ -576,7 +578,7 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
 #pragma unroll
                     for (int i = 0; i < 2; ++i) {
                         const float dcy = dec.at(j, s + i), dpv = dp[0][NP * hf + n][2 * h + i];
-                        const float dlog = dpv * (i ? pp.y : pp.x);
+                        const float dlog = s + i == j ? 0.0f : dpv * (i ? pp.y : pp.x);
                         rp[0][h] += dlog;
                         cs[n][i] -= dlog;
                         x1[i] = dpv * dcy;
@@ -654,11 +656,12 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     }
     // The end state's share of the decays, dl_j = tend_j k_j·(U dS^T)_j = kd_j + beta_j γ_j z_j;
     // dg_j = γ_L (S0·dS) + sum_s dl_s + sum_{i >= j} (dgc_i - beta_i γ_i z_i + beta_i ke_i - dl_i),
-    // by warp 0; dbeta_j = dX_j·Rb_j + ke_j.
+    // by warp 0, where dl_{len-1} (tend 1, the largest under strong decay) enters both sums for
+    // every j and cancels: left out, as the diagonal of dP ⊙ P; dbeta_j = dX_j·Rb_j + ke_j.
     if (warp_id() == 0) {
         float end = 0.0f;
         for (int j = lane_id(); j < len; j += 32) {
-            const float bgz = r.beta[j] * r.gam[j] * z[j], dl = kd[j] + bgz;
+            const float bgz = r.beta[j] * r.gam[j] * z[j], dl = j < len - 1 ? kd[j] + bgz : 0.0f;
             end += dl;
             kd[j] = dgc[j] - bgz + r.beta[j] * ke[j] - dl;
         }
