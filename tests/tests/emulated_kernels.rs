@@ -437,7 +437,7 @@ fn parallel_prefetch_wide_values() -> Result<()> {
     )
 }
 
-/// gdn_grads_pf at Dk 32 (three value tiles) and Dk 64 (two, strong decays).
+/// gdn_grads_pf at Dk 32 (three value tiles) and Dk 64 (two, extreme gates).
 #[test]
 fn parallel_prefetch_small_heads() -> Result<()> {
     case(
