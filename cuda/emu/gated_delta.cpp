@@ -58,35 +58,32 @@ template <typename F> static void head_kernel(int D, F f) {
     if (D == 128) f(Const<128>());
 }
 // f(Const<D>, Const<X>) for the instantiated (D, X) pair (the macros at the end of gated_delta_parallel.cu).
-template <typename F> static void chunk_kernel(int D, int BE, F f) {
-    if (D == 32 && BE == 32) f(Const<32>(), Const<32>());
-    if (D == 32 && BE == 64) f(Const<32>(), Const<64>());
-    if (D == 64 && BE == 32) f(Const<64>(), Const<32>());
-    if (D == 64 && BE == 64) f(Const<64>(), Const<64>());
-    if (D == 128 && BE == 32) f(Const<128>(), Const<32>());
-    if (D == 128 && BE == 64) f(Const<128>(), Const<64>());
-}
 template <typename F> static void scan_kernel(int D, int BV, F f) {
-    if (BV == 128 && D == 64) f(Const<64>(), Const<128>());
-    if (BV == 128 && D == 128) f(Const<128>(), Const<128>());
-    if (BV < 128) chunk_kernel(D, BV, f);
+    if (D == 32 && BV == 32) f(Const<32>(), Const<32>());
+    if (D == 32 && BV == 64) f(Const<32>(), Const<64>());
+    if (D == 64 && BV == 32) f(Const<64>(), Const<32>());
+    if (D == 64 && BV == 64) f(Const<64>(), Const<64>());
+    if (D == 64 && BV == 128) f(Const<64>(), Const<128>());
+    if (D == 128 && BV == 32) f(Const<128>(), Const<32>());
+    if (D == 128 && BV == 64) f(Const<128>(), Const<64>());
+    if (D == 128 && BV == 128) f(Const<128>(), Const<128>());
 }
 
-// cuda_parallel.rs's launches; launch: BE (gdn_grads), BV (the scans), then gdn_prep's threads
-// and bytes, the scans' threads, the forward scan's bytes and the backward's, gdn_grads' threads
-// and bytes.
+// cuda_parallel.rs's launches; launch: BV (the scans), then gdn_prep's threads and bytes, the
+// scans' threads, the forward scan's bytes and the backward's, gdn_grads' threads and bytes, and
+// 1 where gdn_grads prefetches S0 a tile ahead (gdn_grads_pf).
 static void parallel(Data& x, RecDims d, const std::vector<size_t>& z) {
     const int D = d.dk, V = d.dv, L = GDN_L, nc = (d.t + L - 1) / L, BH = d.b * d.h;
-    const int BE = (int)z[0], BV = (int)z[1];
+    const int BV = (int)z[0];
     const size_t rows = (size_t)BH * nc * L;
     auto w = poisoned(rows * D), kh = poisoned(rows * D), qt = poisoned(rows * D), tb = poisoned(rows * L);
     auto pm = poisoned(rows * L), tm = poisoned(rows * L), dug = poisoned(rows * V);
     auto dsg = poisoned((size_t)BH * nc * D * V);
     std::vector<float> gl(BH * nc, NAN);
     const EmuDim chunks{(unsigned)nc, (unsigned)BH, 1}, tiles{(unsigned)(V / BV), (unsigned)BH, 1};
-    const EmuLaunch prep{chunks, {(unsigned)z[2], 1, 1}, z[3]};
-    const EmuLaunch scan_fwd{tiles, {(unsigned)z[4], 1, 1}, z[5]}, scan_bwd{tiles, {(unsigned)z[4], 1, 1}, z[6]};
-    const EmuLaunch grads{chunks, {(unsigned)z[7], 1, 1}, z[8]};
+    const EmuLaunch prep{chunks, {(unsigned)z[1], 1, 1}, z[2]};
+    const EmuLaunch scan_fwd{tiles, {(unsigned)z[3], 1, 1}, z[4]}, scan_bwd{tiles, {(unsigned)z[3], 1, 1}, z[5]};
+    const EmuLaunch grads{chunks, {(unsigned)z[6], 1, 1}, z[7]};
     const auto factors = [&](bf16* t_beta, bf16* t) {
         emu_launch(prep, [&] {
             head_kernel(D, [&](auto dd) {
@@ -110,10 +107,11 @@ static void parallel(Data& x, RecDims d, const std::vector<size_t>& z) {
         });
     });
     emu_launch(grads, [&] {
-        chunk_kernel(D, BE, [&](auto dd, auto ee) {
-            gdn_grads<dd.value, ee.value>(x.q.data(), x.k.data(), x.v.data(), x.beta.data(), x.g.data(),
-                                          x.dO.data(), x.states.data(), dsg.data(), dug.data(), tm.data(), pm.data(),
-                                          x.dq.data(), x.dk.data(), x.dv.data(), x.db.data(), x.dg.data(), d);
+        head_kernel(D, [&](auto dd) {
+            const auto grads = z[8] ? gdn_grads<dd.value, true> : gdn_grads<dd.value, false>;
+            grads(x.q.data(), x.k.data(), x.v.data(), x.beta.data(), x.g.data(), x.dO.data(), x.states.data(),
+                  dsg.data(), dug.data(), tm.data(), pm.data(), x.dq.data(), x.dk.data(), x.dv.data(), x.db.data(),
+                  x.dg.data(), d);
         });
     });
 }

@@ -121,7 +121,7 @@ fn cross_entropy_harness() -> Option<&'static Path> {
 }
 
 /// The functions of the kernel sources that wrap PTX; emu.h has their CPU versions.
-const PTX_WRAPPERS: [&str; 13] = [
+const PTX_WRAPPERS: [&str; 14] = [
     "bf16_bits",
     "bf16x2_bits",
     "row_exp",
@@ -135,6 +135,7 @@ const PTX_WRAPPERS: [&str; 13] = [
     "fast_exp2",
     "tf32_bits",
     "mma_tf32",
+    "prefetch_l2",
 ];
 
 /// The byte range of the definition starting at line offset `at`, through its closing brace.
@@ -275,8 +276,9 @@ fn io(path: &Path, e: std::io::Error) -> swax_tensor::Error {
     }
 }
 
-/// One forward and backward of kernel `family` ("parallel" or "walk") in the emulator at
-/// `dims` = [B, T, H, Dk, Dv], against the CPU fused kernels on the same bf16-rounded inputs.
+/// One forward and backward of kernel `family` ("parallel", "parallel_prefetch": the same with
+/// gdn_grads_pf, or "walk") in the emulator at `dims` = [B, T, H, Dk, Dv], against the CPU fused
+/// kernels on the same bf16-rounded inputs.
 fn case(
     name: &str,
     family: &str,
@@ -316,12 +318,13 @@ fn case(
         dv,
         chunk,
     };
+    let prefetch = family == "parallel_prefetch";
+    let family = if prefetch { "parallel" } else { family };
     let sizes = if family == "parallel" {
         let z = gated_delta::parallel_sizes(s, swax_cuda::DType::BF16, SHARED_LIMIT)
             .unwrap_or_else(|| panic!("{name}: the chunk-parallel kernels do not take {s:?}"));
         format!(
             "{} {} {} {} {} {} {} {} {}",
-            z.be,
             z.bv,
             z.prep_threads,
             z.prep_bytes,
@@ -329,7 +332,8 @@ fn case(
             z.scan_fwd_bytes,
             z.scan_bwd_bytes,
             z.grads_threads,
-            z.grads_bytes
+            z.grads_bytes,
+            u8::from(z.s0_prefetch || prefetch)
         )
     } else {
         let (threads, fwd, bwd) =
@@ -421,8 +425,7 @@ fn parallel_small_heads() -> Result<()> {
     )
 }
 
-/// Six value tiles of 32 columns in gdn_grads (three of 64 under SWAX_GDN_GRADS_TILE=64), two
-/// scan blocks of 64 per head.
+/// Six value tiles of 32 columns in gdn_grads, two scan blocks of 64 per head.
 #[test]
 fn parallel_wide_values() -> Result<()> {
     case(
@@ -432,6 +435,41 @@ fn parallel_wide_values() -> Result<()> {
         64,
         GATES,
         13,
+    )
+}
+
+/// gdn_grads_pf (SWAX_GDN_S0_PREFETCH=1): S0 prefetched a value tile ahead, over six tiles at
+/// Dk 128.
+#[test]
+fn parallel_prefetch_wide_values() -> Result<()> {
+    case(
+        "parallel_pf_dv192",
+        "parallel_prefetch",
+        [1, 100, 2, 128, 192],
+        64,
+        GATES,
+        15,
+    )
+}
+
+/// gdn_grads_pf at Dk 32 (three value tiles) and Dk 64 (two, extreme gates).
+#[test]
+fn parallel_prefetch_small_heads() -> Result<()> {
+    case(
+        "parallel_pf_d32",
+        "parallel_prefetch",
+        [2, 150, 3, 32, 96],
+        64,
+        GATES,
+        185,
+    )?;
+    case(
+        "parallel_pf_d64",
+        "parallel_prefetch",
+        [1, 130, 2, 64, 64],
+        64,
+        EXTREME,
+        186,
     )
 }
 

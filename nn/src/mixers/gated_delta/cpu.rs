@@ -320,11 +320,17 @@ fn head_backward<T: Real>(
         // Outputs: O = diag(γ) Q S0 + P U, and the end state S_L = γ_L S0 + K^T diag(to_end) U.
         let mut du = mm(&ch.p, true, &dout, false, len, len, dv);
         let kds = mm(&ch.k, false, &ds, false, len, dk, dv);
+        // Each log decay's gradient goes to dgcum twice, + at the later step and - at the
+        // earlier: terms whose two steps coincide (the last step's here, the diagonal of dP ⊙ P
+        // below) cancel and are left out, as under strong decay they dwarf the rest and their
+        // rounding would stay in dg.
         for s in 0..len {
             let (kd, ur) = (&kds[s * dv..(s + 1) * dv], &ch.u[s * dv..(s + 1) * dv]);
-            let dlog = to_end[s] * dot(kd, ur);
-            dgcum[len - 1] = dgcum[len - 1] + dlog;
-            dgcum[s] = dgcum[s] - dlog;
+            if s + 1 < len {
+                let dlog = to_end[s] * dot(kd, ur);
+                dgcum[len - 1] = dgcum[len - 1] + dlog;
+                dgcum[s] = dgcum[s] - dlog;
+            }
             axpy(&mut du[s * dv..(s + 1) * dv], to_end[s], kd);
         }
         dgcum[len - 1] = dgcum[len - 1] + g_end * dot(&ds, s0);
@@ -332,9 +338,11 @@ fn head_backward<T: Real>(
         for j in 0..len {
             for s in 0..len {
                 let (e, p) = (&mut dp[j * len + s], ch.p[j * len + s]);
-                let dlog = *e * p;
-                dgcum[j] = dgcum[j] + dlog;
-                dgcum[s] = dgcum[s] - dlog;
+                if s != j {
+                    let dlog = *e * p;
+                    dgcum[j] = dgcum[j] + dlog;
+                    dgcum[s] = dgcum[s] - dlog;
+                }
                 *e = if s <= j {
                     *e * (ch.gcum[j] - ch.gcum[s]).exp()
                 } else {

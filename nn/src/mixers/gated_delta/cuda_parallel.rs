@@ -18,18 +18,20 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
     ],
 };
 
-/// Rows of a chunk (`GDN_L`) and threads of a gdn_prep block (`GDN_THREADS`).
+/// Rows of a chunk (`GDN_L`), threads of a gdn_prep or gdn_grads block (`GDN_THREADS`) and the
+/// value tile of gdn_grads (`GDN_BE`).
 const L: usize = 64;
-const PREP_THREADS: u32 = 256;
+const THREADS: u32 = 256;
+const BE: usize = 32;
 /// The most blocks a grid's y dimension takes (the heads, in every kernel here).
 const MAX_GRID_Y: usize = 65535;
 
-/// What a call launches: the head dim, the value tiles of gdn_grads (`be` columns) and of the
-/// scans (`bv`), and each kernel's threads and dynamic shared memory in bytes.
+/// What a call launches: the head dim, the value tile of the scans (`bv` columns), each kernel's
+/// threads and dynamic shared memory in bytes, and whether gdn_grads prefetches S0 into L2 a value
+/// tile ahead (`s0_prefetch`, gdn_grads_pf).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub d: usize,
-    pub be: usize,
     pub bv: usize,
     pub prep_threads: u32,
     pub prep_bytes: usize,
@@ -38,6 +40,7 @@ pub struct Sizes {
     pub scan_bwd_bytes: usize,
     pub grads_threads: u32,
     pub grads_bytes: usize,
+    pub s0_prefetch: bool,
 }
 
 /// The sizes for a shape, if these kernels take it: bf16, chunk 64, Dk 32, 64 or 128, Dv a
@@ -46,9 +49,9 @@ pub struct Sizes {
 /// 32 columns (at most 2 Dk: wider ones spill at Dk 32) that divides Dv and fits: on the H200 at
 /// Dk = Dv = 128, 128 columns make one block per head, 128 blocks in one wave on its 132 SMs.
 /// gdn_grads takes value tiles of 32 columns, blocks of 8 warps that fit two an SM; the
-/// environment variable `SWAX_GDN_GRADS_TILE=64` (read once) picks tiles of 64 where Dv allows
-/// (16 warps at Dk 64 and 128, one block an SM: the tiling before 2026-12-02), to compare the two
-/// in one process.
+/// environment variable `SWAX_GDN_S0_PREFETCH=1` (read once) picks its instantiation that
+/// prefetches each value tile's f32 S0 into L2 a tile ahead of its load (by default each tile's
+/// S0 is read from DRAM as the tile starts), to compare the two in one process.
 /// Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as
 /// the wrappers do.
 pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Sizes> {
@@ -60,33 +63,28 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Siz
     if !fits {
         return None;
     }
-    let be = if wide_grads_tiles() && s.dv.is_multiple_of(64) {
-        64
-    } else {
-        32
-    };
     let bv = [128, 64, 32].into_iter().find(|&bv| {
         bv <= 2 * s.dk && s.dv.is_multiple_of(bv) && scan_bytes(s.dk, bv, true) <= shared_limit
     })?;
     let z = Sizes {
         d: s.dk,
-        be,
         bv,
-        prep_threads: PREP_THREADS,
+        prep_threads: THREADS,
         prep_bytes: prep_bytes(s.dk),
         scan_threads: 2 * s.dk as u32,
         scan_fwd_bytes: scan_bytes(s.dk, bv, true),
         scan_bwd_bytes: scan_bytes(s.dk, bv, false),
-        grads_threads: grads_threads(s.dk, be),
-        grads_bytes: grads_bytes(s.dk, be),
+        grads_threads: THREADS,
+        grads_bytes: grads_bytes(s.dk),
+        s0_prefetch: s0_prefetch(),
     };
     (z.prep_bytes.max(z.grads_bytes) <= shared_limit).then_some(z)
 }
 
-/// Whether `SWAX_GDN_GRADS_TILE=64` asks gdn_grads for value tiles of 64 columns (see [`sizes`]).
-fn wide_grads_tiles() -> bool {
-    static WIDE: OnceLock<bool> = OnceLock::new();
-    *WIDE.get_or_init(|| std::env::var("SWAX_GDN_GRADS_TILE").is_ok_and(|v| v == "64"))
+/// Whether `SWAX_GDN_S0_PREFETCH=1` asks for gdn_grads_pf (see [`sizes`]).
+fn s0_prefetch() -> bool {
+    static PF: OnceLock<bool> = OnceLock::new();
+    *PF.get_or_init(|| std::env::var("SWAX_GDN_S0_PREFETCH").is_ok_and(|v| v == "1"))
 }
 
 /// A call's sizes and kernel arguments.
@@ -124,28 +122,16 @@ fn scan_bytes(d: usize, bv: usize, forward: bool) -> usize {
 
 /// Shared memory of gdn_grads: 14 per-row f32 vectors and 32 floats of block-sum scratch; bf16
 /// q and k [64, Dk], T and P [64, 64], the state tiles S0 and dS [Dk, BE] and seven value tiles
-/// [64, BE] (where two more [64, 64] tiles go after the last value tile). At 8 warps (BE 32, or
-/// Dk 32) at most 113,280 bytes (Dk 128, BE 32): two blocks fit an SM's 228 KiB.
-fn grads_bytes(d: usize, be: usize) -> usize {
+/// [64, BE] (where two more [64, 64] tiles go after the last value tile). At most 113,280 bytes
+/// (Dk 128): two blocks fit an SM's 228 KiB.
+fn grads_bytes(d: usize) -> usize {
     4 * (14 * L + 32)
-        + 2 * (2 * L * tile(d) + 2 * L * tile(L) + 2 * d * tile(be) + 7 * L * tile(be))
-}
-
-/// Threads of a gdn_grads block (`GDN_GRAD_THREADS`): 16 warps where the products' columns split
-/// four ways into pairs of 8-column blocks, else 8.
-fn grads_threads(d: usize, be: usize) -> u32 {
-    if d.is_multiple_of(64) && be.is_multiple_of(64) {
-        512
-    } else {
-        256
-    }
+        + 2 * (2 * L * tile(d) + 2 * L * tile(L) + 2 * d * tile(BE) + 7 * L * tile(BE))
 }
 
 /// The (Dk, tile columns) each kernel is instantiated at (the macros at the end of the .cu file):
-/// gdn_prep at each Dk (no tiles), value tiles BE for gdn_grads, BV for the scans.
-const PREP_DIMS: [(usize, usize); 3] = [(32, 0), (64, 0), (128, 0)];
-const CHUNK_TILES: [(usize, usize); 6] =
-    [(32, 32), (32, 64), (64, 32), (64, 64), (128, 32), (128, 64)];
+/// gdn_prep and gdn_grads (and gdn_grads_pf) at each Dk (no tiles), the scans at value tiles BV.
+const HEAD_DIMS: [(usize, usize); 3] = [(32, 0), (64, 0), (128, 0)];
 const SCAN_TILES: [(usize, usize); 8] = [
     (32, 32),
     (32, 64),
@@ -157,15 +143,16 @@ const SCAN_TILES: [(usize, usize); 8] = [
     (128, 128),
 ];
 
-/// The instantiation `<base>_<Dk>_<tile>` of a kernel (`<base>_<Dk>` for gdn_prep, tile 0), its
+/// The instantiation `<base>_<Dk>_<tile>` of a kernel (`<base>_<Dk>` for tile 0), its
 /// name interned once (launches take static names).
 fn kernel(op: &'static str, base: &str, d: usize, x: usize) -> Result<&'static str, CudaError> {
     type Name = (&'static str, usize, usize, &'static str);
     static NAMES: OnceLock<Vec<Name>> = OnceLock::new();
     let names = NAMES.get_or_init(|| {
         let kinds = [
-            ("gdn_prep", &PREP_DIMS[..]),
-            ("gdn_grads", &CHUNK_TILES[..]),
+            ("gdn_prep", &HEAD_DIMS[..]),
+            ("gdn_grads", &HEAD_DIMS[..]),
+            ("gdn_grads_pf", &HEAD_DIMS[..]),
             ("gdn_scan_fwd", &SCAN_TILES[..]),
             ("gdn_scan_bwd", &SCAN_TILES[..]),
         ];
@@ -344,12 +331,17 @@ impl Plan {
                 ],
             )?;
         }
-        let name = kernel(OP, "gdn_grads", self.z.d, self.z.be)?;
+        let base = if self.z.s0_prefetch {
+            "gdn_grads_pf"
+        } else {
+            "gdn_grads"
+        };
+        let name = kernel(OP, base, self.z.d, 0)?;
         let cfg = Self::chunk_launch(OP, s, self.z.grads_threads, self.z.grads_bytes)?;
         // SAFETY: gdn_grads(q, k, v, beta, g, dout, states, dsg, dug, tm, pm, dq, dk, dv, dbeta,
         // dg, RecDims): inputs checked, states at [B, H, N + 1, Dk, Dv], the scan's and prep's
         // outputs just made, the gradients allocated at their inputs' sizes; shared memory as
-        // carved at (Dk, BE).
+        // carved at Dk.
         unsafe {
             launch(
                 dev,
@@ -370,20 +362,18 @@ impl Plan {
 mod tests {
     use super::*;
 
-    /// Every gdn_grads block of 8 warps fits twice an SM of the H200 (228 KiB, less 1 KiB the
-    /// runtime keeps a block), as GDN_GRAD_BLOCKS tells the compiler.
+    /// Every gdn_grads block fits twice an SM of the H200 (228 KiB, less 1 KiB the runtime
+    /// keeps a block), as its launch bounds tell the compiler.
     #[test]
-    fn eight_warp_gradient_blocks_fit_two_an_sm() {
+    fn gradient_blocks_fit_two_an_sm() {
         const SM_SHARED: usize = 228 * 1024;
         const PER_BLOCK: usize = 1024;
-        for (d, be) in CHUNK_TILES {
-            if grads_threads(d, be) == 256 {
-                let bytes = grads_bytes(d, be);
-                assert!(
-                    2 * (bytes + PER_BLOCK) <= SM_SHARED,
-                    "Dk {d}, BE {be}: {bytes} bytes"
-                );
-            }
+        for (d, _) in HEAD_DIMS {
+            let bytes = grads_bytes(d);
+            assert!(
+                2 * (bytes + PER_BLOCK) <= SM_SHARED,
+                "Dk {d}: {bytes} bytes"
+            );
         }
     }
 }

@@ -235,12 +235,13 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
         block_mm<TC>(tl.U, tl.dSs.t(), lc, vt.w, d.dk,
                      [&](int j, int e, float x) { DK[j * d.dk + e] = r.tend[j] * x; });
         __syncthreads();
-        // dP = dO U^T: dP ⊙ P is the gradient of the log decays (+ to G_j, - to G_s); PP becomes
-        // dP ⊙ decay, the gradient of q_j·k_s.
+        // dP = dO U^T: dP ⊙ P is the gradient of the log decays (+ to G_j, - to G_s, so the
+        // diagonal's cancels and is left out: see gdn_grads); PP becomes dP ⊙ decay, the
+        // gradient of q_j·k_s.
         block_mm_sums<TC>(
             DO, tl.U.t(), lc, vt.w, lc,
             [&](int j, int s, float x) {
-                const float dlog = x * tl.PP.at(j, s);
+                const float dlog = j == s ? 0.0f : x * tl.PP.at(j, s);
                 tl.PP.set(j, s, x * decay(r, j, s, len));
                 return make_float2(dlog, -dlog);
             },
@@ -322,8 +323,11 @@ __device__ void gdn_backward(const T* __restrict__ q, const T* __restrict__ k, c
             s_dk.put(hd.at(b, hh, t0 + j, d.dk) + e, r.rk[j] * (y - tl.K.at(j, e) * ck[j]));
         });
         // dg_j = dlog_carry + sum_s dl_s + sum_{i >= j} (dgc_i + beta_i ke_i - dl_i), by warp 0
-        // (dgc first takes z's share, -beta_j γ_j z_j).
+        // (dgc first takes z's share, -beta_j γ_j z_j), with dl_{len-1} left out of both sums,
+        // where it cancels (see gdn_grads).
         if (warp_id() == 0) {
+            if (lane_id() == 0) dl[len - 1] = 0.0f;
+            __syncwarp();
             float end = 0.0f;
             for (int j = lane_id(); j < len; j += 32) end += dl[j];
             end = dlog_carry + warp_sum(end);

@@ -24,10 +24,10 @@
 //   dS = γ_L dS + Q̃^T dO - W^T dU; dU and each chunk's end-state gradient go to bf16 scratch.
 // - gdn_grads: a block per chunk, from its S0, dS and dU: U again (as T diag(beta) Rb, Rb = V -
 //   diag(γ) K S0), then dq, dk, dv, dbeta and dg in gated_delta.cu's algebra (dX = T^T dU, dA =
-//   -dX U^T, dW never formed), over the value dimension in tiles of BE columns.
+//   -dX U^T, dW never formed), over the value dimension in tiles of GDN_BE columns.
 //
-// The chunk kernels run 8 or 16 warps: warp w takes rows 16 (w % 4) and a half or a quarter
-// (w / 4) of a product's columns (GradSplit). A scan runs Dk / 16 warps over its state tile and
+// The chunk kernels run 8 warps: warp w takes rows 16 (w % 4) and a half (w / 4) of a product's
+// columns (GradSplit). A scan runs Dk / 16 warps over its state tile and
 // its [64, BV] products (ScanSplit).
 
 #define GDN_L 64
@@ -373,7 +373,8 @@ __device__ void gdn_scan_bwd(const bf16* __restrict__ dsT, const bf16* __restric
 // A value tile's S0 (f32 in global memory, rows `ld` apart, 16-byte aligned) into its bf16
 // operand tile; returns this thread's share of sum(S0 ⊙ dS) over the tile. Read straight from
 // global memory rather than staged by cp.async: an f32 staging tile would keep two blocks from
-// fitting an SM, and the other block hides the load.
+// fitting an SM, and the other block hides the load (under GDN_S0_PREFETCH, the tile was also
+// prefetched into L2 a tile ahead: prefetch_rows_l2).
 template <int D, int BE>
 __device__ __forceinline__ float stage_state(const STile<bf16>& s0s, const float* __restrict__ s0f, u64 ld,
                                              const STile<bf16>& dss) {
@@ -389,30 +390,36 @@ __device__ __forceinline__ float stage_state(const STile<bf16>& s0s, const float
     return dot;
 }
 
-// How gdn_grads splits its products: 4 row groups of 16 rows by CW column groups, CW = 4 (16
-// warps: half the registers a warp, twice the warps to hide latency with) where every product's
-// columns split into pairs of 8-column blocks that way, else 2. Blocks of 8 warps are built for
-// two an SM (GDN_GRAD_BLOCKS; their shared memory fits twice, cuda_parallel.rs's grads_bytes), so
-// that one block's loads, barriers and serial tail overlap the other's products.
-#define GDN_GRAD_THREADS(D, BE) ((D) % 64 == 0 && (BE) % 64 == 0 ? 512 : 256)
-#define GDN_GRAD_BLOCKS(D, BE) (GDN_GRAD_THREADS(D, BE) == 256 ? 2 : 1)
-template <int D, int BE>
+// prefetch.global.L2 of `rows` rows of 128 bytes, `ld` floats apart: no registers held, no wait.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+__device__ __forceinline__ void prefetch_rows_l2(const float* p, u64 ld, int rows) {
+    for (int i = threadIdx.x; i < rows; i += nthreads()) prefetch_l2(p + i * ld);
+}
+
+// How gdn_grads splits its products: 4 row groups of 16 rows by CW = 2 column groups, 8 warps
+// over value tiles of GDN_BE = 32 columns, built for two blocks an SM (their shared memory fits
+// twice, cuda_parallel.rs's grads_bytes), so that one block's loads, barriers and serial tail
+// overlap the other's products. (Tiles of 64 columns in blocks of 16 warps, one an SM, measured
+// slower on the H200: paper shape backward 5.36 ms against 4.92, swax-small 2.21 against 1.82.)
+#define GDN_BE 32
+template <int D>
 struct GradSplit {
-    static constexpr int THREADS = GDN_GRAD_THREADS(D, BE), CW = THREADS / 128;
-    static constexpr int ND = D / CW / 8, NE = BE / CW / 8, NL = GDN_L / CW / 8;
+    static constexpr int CW = 2, ND = D / CW / 8, NE = GDN_BE / CW / 8, NL = GDN_L / CW / 8;
 };
 
 // The gradients of a chunk; see the top. states: the forward's f32 boundary states; dsg, dug:
-// gdn_scan_bwd's; tm, pm: gdn_prep's T and P.
-template <int D, int BE>
+// gdn_scan_bwd's; tm, pm: gdn_prep's T and P. PF (GDN_S0_PREFETCH): S0's value tiles prefetched
+// into L2 ahead of their loads (the first before the chunk's other loads, each next one as the
+// current one is staged), so that stage_state waits on L2 rather than on DRAM.
+template <int D, bool PF>
 __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                           const bf16* __restrict__ beta, const bf16* __restrict__ g, const bf16* __restrict__ dout,
                           const float* __restrict__ states, const bf16* __restrict__ dsg,
                           const bf16* __restrict__ dug, const bf16* __restrict__ tm, const bf16* __restrict__ pm,
                           bf16* __restrict__ dq, bf16* __restrict__ dk, bf16* __restrict__ dv,
                           bf16* __restrict__ dbeta, bf16* __restrict__ dg, RecDims d) {
-    using Split = GradSplit<D, BE>;
-    constexpr int L = GDN_L, CW = Split::CW, ND = Split::ND, NE = Split::NE, NL = Split::NL;
+    using Split = GradSplit<D>;
+    constexpr int L = GDN_L, BE = GDN_BE, CW = Split::CW, ND = Split::ND, NE = Split::NE, NL = Split::NL;
     extern __shared__ __align__(16) unsigned char smem[];
     const int c = blockIdx.x, nc = gridDim.x, bh = blockIdx.y, b = bh / d.h, hh = bh % d.h;
     const int t0 = c * L, len = min(L, d.t - t0), wc = warp_id() >> 2, r0 = 16 * (warp_id() & 3);
@@ -453,6 +460,7 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     const int jr[2] = {r0 + (lane_id() >> 2), r0 + (lane_id() >> 2) + 8};
 
     for (int j = threadIdx.x; j < L; j += nthreads()) dgc[j] = dbt[j] = ke[j] = cq[j] = ck[j] = kd[j] = z[j] = 0.0f;
+    if (PF) prefetch_rows_l2(S0, d.dv, D);
     load_rows_async<L>(Ts, tm + cid * L * L, L, L, L);
     load_rows_async<L>(P, pm + cid * L * L, L, L, L);
     load_rows_async<BE>(dUs, dU, d.dv, L, L);
@@ -472,6 +480,7 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
         cp_async_wait<0>();
         __syncthreads();
         carry += stage_state<D, BE>(S0s, S0 + e0, d.dv, dSs);
+        if (PF && more) prefetch_rows_l2(S0 + e0 + BE, d.dv, D);
         __syncthreads();
         // Rb = V - diag(γ) K S0, kept as R = diag(beta) Rb in Vs (U's operand); dX = T^T dU, and
         // -diag(beta γ) dX for dk; dv = diag(beta) dX, dbeta's dX·Rb and z's dX·(K S0).
@@ -541,14 +550,16 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
         }
     }
 
-    // dP ⊙ P to the log decays (+ G_j, - G_s); X1 = dP ⊙ D, the gradient of q_j·k_s. dA = -dX U^T
+    // dP ⊙ P to the log decays (+ G_j, - G_s; on the diagonal the two cancel, and are left out:
+    // the diagonal's terms dwarf the others' under strong decay, and f32 sums of them would leave
+    // their rounding in dg); X1 = dP ⊙ D, the gradient of q_j·k_s. dA = -dX U^T
     // on the strictly lower part: e = dA ⊙ D ⊙ k k^T to beta_j and G_j (ke, times beta_j) and to
     // G_s (- beta_j e); X2 = beta_j D ⊙ dA (strictly lower), whose sum with its transpose is the
     // gradient of k k^T.
-    // In column halves where NL allows (8 warps), so that k k^T's block is not live beside all
-    // four accumulators at once (two blocks an SM leave 128 registers a thread).
+    // In column halves, so that k k^T's block is not live beside all four accumulators at once
+    // (two blocks an SM leave 128 registers a thread).
     {
-        constexpr int NH = NL >= 4 ? 2 : 1, NP = NL / NH;
+        constexpr int NH = 2, NP = NL / NH;
         float rp[1][2] = {}, re[1][2] = {};
 #pragma unroll
         for (int hf = 0; hf < NH; ++hf) {
@@ -567,7 +578,7 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
 #pragma unroll
                     for (int i = 0; i < 2; ++i) {
                         const float dcy = dec.at(j, s + i), dpv = dp[0][NP * hf + n][2 * h + i];
-                        const float dlog = dpv * (i ? pp.y : pp.x);
+                        const float dlog = s + i == j ? 0.0f : dpv * (i ? pp.y : pp.x);
                         rp[0][h] += dlog;
                         cs[n][i] -= dlog;
                         x1[i] = dpv * dcy;
@@ -645,11 +656,12 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     }
     // The end state's share of the decays, dl_j = tend_j k_j·(U dS^T)_j = kd_j + beta_j γ_j z_j;
     // dg_j = γ_L (S0·dS) + sum_s dl_s + sum_{i >= j} (dgc_i - beta_i γ_i z_i + beta_i ke_i - dl_i),
-    // by warp 0; dbeta_j = dX_j·Rb_j + ke_j.
+    // by warp 0, where dl_{len-1} (tend 1, the largest under strong decay) enters both sums for
+    // every j and cancels: left out, as the diagonal of dP ⊙ P; dbeta_j = dX_j·Rb_j + ke_j.
     if (warp_id() == 0) {
         float end = 0.0f;
         for (int j = lane_id(); j < len; j += 32) {
-            const float bgz = r.beta[j] * r.gam[j] * z[j], dl = kd[j] + bgz;
+            const float bgz = r.beta[j] * r.gam[j] * z[j], dl = j < len - 1 ? kd[j] + bgz : 0.0f;
             end += dl;
             kd[j] = dgc[j] - bgz + r.beta[j] * ke[j] - dl;
         }
@@ -664,21 +676,20 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     }
 }
 
-// The kernels, for Dk in {32, 64, 128}, value tiles BE of 32 or 64 columns (grads) and BV of 32,
-// 64 or (Dk 64 and 128) 128 for the scans (wider tiles at Dk 32 would spill).
+// The kernels, for Dk in {32, 64, 128}, and value tiles BV of 32, 64 or (Dk 64 and 128) 128 for
+// the scans (wider tiles at Dk 32 would spill).
 #define GDN_PREP_KERNEL(D)                                                                                          \
     extern "C" __global__ void __launch_bounds__(GDN_THREADS, 3) gdn_prep_##D(                                      \
         const bf16* q, const bf16* k, const bf16* beta, const bf16* g, bf16* w, bf16* kh, bf16* qt, bf16* pm,       \
         bf16* tb, bf16* tm, float* gl, RecDims d) {                                                                 \
         gdn_prep<D>(q, k, beta, g, w, kh, qt, pm, tb, tm, gl, d);                                                   \
     }
-#define GDN_CHUNK_KERNELS(D, BE)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(GDN_GRAD_THREADS(D, BE), GDN_GRAD_BLOCKS(D, BE))                   \
-        gdn_grads_##D##_##BE(                                                                                       \
+#define GDN_GRADS_KERNEL(D, PF, NAME)                                                                                \
+    extern "C" __global__ void __launch_bounds__(GDN_THREADS, 2) NAME(                                              \
         const bf16* q, const bf16* k, const bf16* v, const bf16* beta, const bf16* g, const bf16* dout,             \
         const float* states, const bf16* dsg, const bf16* dug, const bf16* tm, const bf16* pm, bf16* dq, bf16* dk,  \
         bf16* dv, bf16* dbeta, bf16* dg, RecDims d) {                                                               \
-        gdn_grads<D, BE>(q, k, v, beta, g, dout, states, dsg, dug, tm, pm, dq, dk, dv, dbeta, dg, d);               \
+        gdn_grads<D, PF>(q, k, v, beta, g, dout, states, dsg, dug, tm, pm, dq, dk, dv, dbeta, dg, d);               \
     }
 #define GDN_SCAN_KERNELS(D, BV)                                                                                     \
     extern "C" __global__ void __launch_bounds__(2 * D) gdn_scan_fwd_##D##_##BV(                                    \
@@ -693,8 +704,8 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     }
 #define GDN_HEAD_KERNELS(D)  \
     GDN_PREP_KERNEL(D)       \
-    GDN_CHUNK_KERNELS(D, 32) \
-    GDN_CHUNK_KERNELS(D, 64) \
+    GDN_GRADS_KERNEL(D, false, gdn_grads_##D) \
+    GDN_GRADS_KERNEL(D, true, gdn_grads_pf_##D) \
     GDN_SCAN_KERNELS(D, 32)  \
     GDN_SCAN_KERNELS(D, 64)
 
