@@ -25,8 +25,10 @@
 //   memory, C_prev read twice: for dC·C_prev at the start, as an operand for dq at the end).
 //   mlstm_grads_regs: the same without the f32 accumulator tile: each output (dv, dk, dq) is
 //   the sum of two products, both kept in a warp's registers (block_mm_pair) and combined as
-//   they are written, so that no product's result makes a round trip through shared memory and
-//   three barriers go (chosen by SWAX_MLSTM_GRADS_REGS=1 in cuda.rs, for measuring).
+//   they are written, so that no product's result makes a round trip through shared memory;
+//   the scores and their gradient in one pass (one exp a weight, not two), dnum never formed
+//   (its row scale folded into P and dq), one barrier between the gates and the gate sums where
+//   mlstm_grads has five (chosen by SWAX_MLSTM_GRADS_REGS=1 in cuda.rs, for measuring).
 // - mlstm_gates: a block per head sends the stabilizers' own gradient back along the recurrence
 //   of m (a reverse scan of affine maps over the block's threads, GATE_STEPS steps a thread),
 //   adds the rows' shares and writes di, df and dm0.
@@ -637,27 +639,34 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     part += stage_states(LEAN ? STile<T>{nullptr, 0} : Cpb, c_prev, dCb, dcs + at_chunk(bh, nc, ci, csz) + vt.e0,
                          d, vt);
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
-    // What needs only the operands and the gates, between the same two barriers (none reads
-    // what another writes): q·n by row, dnum = dh / (den + eps) in place, dv's second term
-    // diag(w_last) K dC into ACC (its dot with v by row into dlend; REGS: in dv's product) and
-    // the scores.
-    for (int j = warp_id(); j < lc; j += nwarps()) {
-        const float x = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
-        if (lane_id() == 0) qn[j] = x;
-    }
-    scale_rows(DN, lc, vt.w, [&](int j) { return rr[j]; });
-    if constexpr (!REGS)
-        block_mm_sums<TC>(
-            K, dCb, lc, d.dk, vt.w,
-            [&](int s, int c, float x) {
-                const float w = g.wl[s] * x;
-                ACC.set(s, c, w);
-                return make_float2(w * V.at(s, c), 0.0f);
+    if constexpr (REGS) {
+        // q·n and dn's share of the end state's weights (w_last k·dn) by row, beside the scores
+        // and dP = dnum V^T (+ dnq on the causal part) in one pass that computes each weight w_js
+        // once: dP ⊙ P, the log-weight gradients, by rows (to F_j) and columns (to i_s and -F_s),
+        // and DP becomes dS = dP ⊙ w. DN keeps dh: P holds diag(1 / (den + eps)) P, so that
+        // P^T dh is dv's P^T dnum, and dq's dnum C_prev^T is dh C_prev^T scaled by row.
+        for (int j = warp_id(); j < lc; j += nwarps()) {
+            const float x = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
+            const float kn = warp_dot(K.p + j * K.ld, dnv, d.dk);
+            if (lane_id() == 0) {
+                qn[j] = x;
+                dlend[j] = g.wl[j] * kn;
+            }
+        }
+        block_mm_pair<TC>(
+            Q, K.t(), d.dk, DN, V.t(), vt.w, lc, lc,
+            [&](int j, int s, float x, float y) {
+                const float w = weight(g, j, s, len), pj = x * d.scale * w;
+                const float dp = s <= j && j < len ? rr[j] * y + dnq[j] : 0.0f, dl = dp * pj;
+                P.set(j, s, rr[j] * pj);
+                DP.set(j, s, dp * w);
+                return make_float2(dl, dl);
             },
-            dlend, nullptr);
-    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
-    // dv = P^T dnum + diag(w_last) K dC.
-    if constexpr (REGS)
+            drow, dcol);
+        __syncthreads();
+        // dv = P^T dnum + diag(w_last) K dC (its dot with v by row into dlend); dk = dS^T Q /
+        // sqrt(Dk) + diag(w_last) (V dC^T + dn); dq = (dS K + diag(a) (dnum C_prev^T + dnq
+        // n_prev^T)) / sqrt(Dk), and q·(C_prev dnum) by row into qdc.
         block_mm_pair<TC>(
             P.t(), DN, lc, K, dCb, d.dk, lc, vt.w,
             [&](int s, int c, float x, float y) {
@@ -666,25 +675,6 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
                 return make_float2(w * V.at(s, c), 0.0f);
             },
             dlend, nullptr);
-    else
-        block_mm_onto<TC>(P.t(), DN, lc, lc, vt.w, ACC, [&](int s, int c, float x, float o) {
-            if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + c] = from_float<T>(o + x);
-        });
-    // dP = dnum V^T (+ dnq on the causal part): dP ⊙ P, the log-weight gradients, by rows (to
-    // F_j) and columns (to i_s and -F_s); DP becomes dS = dP ⊙ w.
-    block_mm_sums<TC>(
-        DN, V.t(), lc, vt.w, lc,
-        [&](int j, int s, float x) {
-            const bool in = s <= j && j < len;
-            const float dp = in ? x + dnq[j] : 0.0f, dl = dp * P.at(j, s);
-            DP.set(j, s, dp * weight(g, j, s, len));
-            return make_float2(dl, dl);
-        },
-        drow, dcol);
-    __syncthreads();
-    // dk = dS^T Q / sqrt(Dk) + diag(w_last) (V dC^T + dn); dq = (dS K + diag(a) (dnum C_prev^T +
-    // dnq n_prev^T)) / sqrt(Dk), and q·(C_prev dnum) by row into qdc.
-    if constexpr (REGS) {
         block_mm_pair<TC>(
             DP.t(), Q, lc, V, dCb.t(), vt.w, lc, d.dk,
             [&](int s, int c, float x, float y) {
@@ -695,16 +685,46 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
         block_mm_pair<TC>(
             DP, K, lc, DN, Cpb.t(), vt.w, lc, d.dk,
             [&](int j, int c, float x, float y) {
-                if (j < len) s_dq.put(hd.at(b, hh, t0 + j, d.dk) + c, (x + g.a[j] * (y + dnq[j] * np[c])) * d.scale);
-                return make_float2(Q.at(j, c) * y, 0.0f);
+                const float cd = rr[j] * y;
+                if (j < len) s_dq.put(hd.at(b, hh, t0 + j, d.dk) + c, (x + g.a[j] * (cd + dnq[j] * np[c])) * d.scale);
+                return make_float2(Q.at(j, c) * cd, 0.0f);
             },
             qdc, nullptr);
-        // dn's share of the end state's weights (dlend's product sums were before the barrier).
-        for (int j = warp_id(); j < lc; j += nwarps()) {
-            const float kn = warp_dot(K.p + j * K.ld, dnv, d.dk);
-            if (lane_id() == 0) dlend[j] += g.wl[j] * kn;
-        }
     } else {
+        // What needs only the operands and the gates, between the same two barriers (none reads
+        // what another writes): q·n by row, dnum = dh / (den + eps) in place, dv's second term
+        // diag(w_last) K dC into ACC (its dot with v by row into dlend) and the scores.
+        for (int j = warp_id(); j < lc; j += nwarps()) {
+            const float x = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
+            if (lane_id() == 0) qn[j] = x;
+        }
+        scale_rows(DN, lc, vt.w, [&](int j) { return rr[j]; });
+        block_mm_sums<TC>(
+            K, dCb, lc, d.dk, vt.w,
+            [&](int s, int c, float x) {
+                const float w = g.wl[s] * x;
+                ACC.set(s, c, w);
+                return make_float2(w * V.at(s, c), 0.0f);
+            },
+            dlend, nullptr);
+        chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+        // dv = P^T dnum + diag(w_last) K dC.
+        block_mm_onto<TC>(P.t(), DN, lc, lc, vt.w, ACC, [&](int s, int c, float x, float o) {
+            if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + c] = from_float<T>(o + x);
+        });
+        // dP = dnum V^T (+ dnq on the causal part): dP ⊙ P, the log-weight gradients, by rows (to
+        // F_j) and columns (to i_s and -F_s); DP becomes dS = dP ⊙ w.
+        block_mm_sums<TC>(
+            DN, V.t(), lc, vt.w, lc,
+            [&](int j, int s, float x) {
+                const bool in = s <= j && j < len;
+                const float dp = in ? x + dnq[j] : 0.0f, dl = dp * P.at(j, s);
+                DP.set(j, s, dp * weight(g, j, s, len));
+                return make_float2(dl, dl);
+            },
+            drow, dcol);
+        __syncthreads();
+        // dk = dS^T Q / sqrt(Dk) + diag(w_last) (V dC^T + dn).
         block_mm<TC>(V, dCb.t(), lc, vt.w, d.dk, [&](int s, int c, float x) {
             ACC.set(s, c, g.wl[s] * (x + dnv[c]));
         });
@@ -715,6 +735,7 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
         // dC's last use was the product before the barrier above: C_prev takes its tile.
         if constexpr (LEAN) load_state(Cpb, c_prev, d, vt);
         __syncthreads();
+        // dq = (dS K + diag(a) (dnum C_prev^T + dnq n_prev^T)) / sqrt(Dk).
         block_mm<TC>(DN, Cpb.t(), lc, vt.w, d.dk, [&](int j, int c, float x) { ACC.set(j, c, x); });
         __syncthreads();
         for (int j = warp_id(); j < lc; j += nwarps()) {
