@@ -929,7 +929,9 @@ fn gated_head_norm_case(
     // The wrapper's choice where the buffers are aligned (pool blocks are).
     let vec = (n * dtype.size_bytes()).is_multiple_of(16);
     let l = swax_cuda::kernels::Launch::rows(rows as u32, n as u32, dtype);
-    let blocks = blocks.min(((rows / heads) as u32).div_ceil(l.block.1)).max(1);
+    let blocks = blocks
+        .min(((rows / heads) as u32).div_ceil(l.block.1))
+        .max(1);
     let launch = dir.join("launch");
     let sizes = format!(
         "{rows} {heads} {n} {blocks} {} {} {}\n",
@@ -971,7 +973,12 @@ fn gated_head_norm_case(
 /// row, one head and several, and more row groups than blocks.
 #[test]
 fn gated_head_norm_kernels() -> Result<()> {
-    for (rows, heads, n, blocks) in [(96, 3, 64, 1), (20, 4, 63, 8), (2, 1, 20000, 2), (36, 12, 64, 2)] {
+    for (rows, heads, n, blocks) in [
+        (96, 3, 64, 1),
+        (20, 4, 63, 8),
+        (2, 1, 20000, 2),
+        (36, 12, 64, 2),
+    ] {
         for dtype in [DType::F32, DType::BF16] {
             gated_head_norm_case(rows, heads, n, blocks, dtype)?;
         }
