@@ -1,4 +1,5 @@
-// norm.cu: RMSNorm and LayerNorm over the last axis (rows of n), forward and backward.
+// norm.cu: RMSNorm and LayerNorm over the last axis (rows of n), forward and backward; and
+// xLSTM's gated head norm (LayerNorm, a weight per head, a sigmoid gate) on the same row tiles.
 //
 // One kernel pair serves both: LayerNorm is RMSNorm of the centred row plus a bias, so
 // `center` switches the mean (and the bias) on. Weights, biases and the saved statistics are
@@ -12,23 +13,21 @@
 // read once for the statistics and once more for the output (the backward: x and dy twice).
 #include "common.cuh"
 
+// A row's statistics: for LayerNorm (center) its mean and rstd = 1 / sqrt(var + eps), for
+// RMSNorm rstd = 1 / sqrt(mean(x^2) + eps) and mean 0. This thread's elements give their count,
+// mean and sum of squared deviations, merged tile by tile and then across threads by Chan et
+// al.'s pairwise update (exact, and stable where E[x^2] - mean^2 would cancel); for RMSNorm
+// their sum of squares. The row's last tile is left in t. Every thread of the row calls it
+// (row_reduce synchronizes), an inactive row with len 0.
 template <typename T, bool VEC>
-__device__ void norm_fwd(const T* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-                         T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
-                         u32 rows, u32 n, float eps, int center) {
+__device__ __forceinline__ void row_stats(Tile<T, VEC>& t, const T* __restrict__ xr, u32 len, u32 n, float eps,
+                                          int center, float& mean, float& rstd) {
     using Row = Tile<T, VEC>;
-    const u32 row = row_index();
-    const u32 len = row < rows ? n : 0;  // an inactive row reads and writes nothing, but reduces
-    const u64 base = (u64)row * n;
     const u32 tile = row_tile<T>(), tiles = (n + tile - 1) / tile;
-    Row t;
-    // This thread's elements: for LayerNorm their count, mean and sum of squared deviations,
-    // merged tile by tile and then across threads by Chan et al.'s pairwise update (exact, and
-    // stable where E[x^2] - mean^2 would cancel); for RMSNorm their sum of squares.
     float cnt = 0.0f, mu = 0.0f, m2 = 0.0f;
     for (u32 i = 0; i < tiles; ++i) {
         const u32 tl = tile_len(len, i * tile, tile);
-        t.load(x + base + i * tile, tl, 0.0f);
+        t.load(xr + i * tile, tl, 0.0f);
         if (center) {
             float c = 0.0f, s = 0.0f, q = 0.0f;
 #pragma unroll
@@ -57,9 +56,23 @@ __device__ void norm_fwd(const T* __restrict__ x, const float* __restrict__ w, c
                 for (int e = 0; e < Row::V; ++e) m2 += t.v[k][e] * t.v[k][e];
         }
     }
-    const float mean = center ? row_reduce(cnt * mu, SumOp()) / (float)n : 0.0f;
+    mean = center ? row_reduce(cnt * mu, SumOp()) / (float)n : 0.0f;
     const float dev = center ? m2 + cnt * (mu - mean) * (mu - mean) : m2;
-    const float rstd = rsqrtf(row_reduce(dev, SumOp()) / (float)n + eps);
+    rstd = rsqrtf(row_reduce(dev, SumOp()) / (float)n + eps);
+}
+
+template <typename T, bool VEC>
+__device__ void norm_fwd(const T* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+                         T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                         u32 rows, u32 n, float eps, int center) {
+    using Row = Tile<T, VEC>;
+    const u32 row = row_index();
+    const u32 len = row < rows ? n : 0;  // an inactive row reads and writes nothing, but reduces
+    const u64 base = (u64)row * n;
+    const u32 tile = row_tile<T>(), tiles = (n + tile - 1) / tile;
+    Row t;
+    float mean, rstd;
+    row_stats(t, x + base, len, n, eps, center, mean, rstd);
     if (len == 0) return;
     for (u32 i = 0; i < tiles; ++i) {
         const u32 start = i * tile, tl = tile_len(len, start, tile);
@@ -159,6 +172,120 @@ __device__ void norm_bwd(const T* __restrict__ x, const float* __restrict__ w, c
     }
 }
 
+// xLSTM's gated head norm: rows of n in heads, row r in head r % heads, w [heads, n] f32;
+// x, o, y, dy, dx, do f32 or bf16. With xh the row's LayerNorm (no affine map of its own),
+//   forward:  y = xh * w[h] * sigmoid(o)
+//   backward: s = sigmoid(o), g = dy * s * w[h],  dx = rstd * (g - mean(g) - xh * mean(g * xh)),
+//             do = dy * xh * w[h] * s * (1 - s),  dw[h] = sum over the head's rows of dy * s * xh
+// The backward recomputes the row statistics (nothing is saved between the passes).
+template <typename T, bool VEC>
+__device__ void gated_head_norm_fwd(const T* __restrict__ x, const T* __restrict__ o, const float* __restrict__ w,
+                                    T* __restrict__ y, u32 rows, u32 heads, u32 n, float eps) {
+    using Row = Tile<T, VEC>;
+    const u32 row = row_index();
+    const u32 len = row < rows ? n : 0;
+    const u64 base = (u64)row * n;
+    const u32 tile = row_tile<T>(), tiles = (n + tile - 1) / tile;
+    Row t, tg;
+    float mean, rstd;
+    row_stats(t, x + base, len, n, eps, 1, mean, rstd);
+    if (len == 0) return;
+    const float* wh = w + (u64)(row % heads) * n;
+    for (u32 i = 0; i < tiles; ++i) {
+        const u32 start = i * tile, tl = tile_len(len, start, tile);
+        if (tiles > 1) t.load(x + base + start, tl, 0.0f);
+        tg.load(o + base + start, tl, 0.0f);
+#pragma unroll
+        for (int k = 0; k < Row::K; ++k) {
+            float wu[Row::V];
+            Row::load_unit(wh + start, tl, k, wu, 0.0f);
+#pragma unroll
+            for (int e = 0; e < Row::V; ++e) t.v[k][e] = (t.v[k][e] - mean) * rstd * wu[e] * sigmoid(tg.v[k][e]);
+            Row::store_unit(y + base + start, tl, k, t.v[k]);
+        }
+    }
+}
+
+// Grid (blocks, heads): block (b, h) walks the rows of head h, j * heads + h for j = b *
+// blockDim.y + threadIdx.y, b + gridDim.x, ... (in row groups of blockDim.y), so that each
+// block-row sums dw for one head only, in its own slice of dynamic shared memory (blockDim.y * n
+// floats); at the end the block adds its slices in order into partial[b][h][.] and the host sums
+// the partial rows (reduce.cu): deterministic, no atomics.
+template <typename T, bool VEC>
+__device__ void gated_head_norm_bwd(const T* __restrict__ x, const T* __restrict__ o, const float* __restrict__ w,
+                                    const T* __restrict__ dy, T* __restrict__ dx, T* __restrict__ d_o,
+                                    float* __restrict__ partial, u32 rows, u32 heads, u32 n, float eps) {
+    using Row = Tile<T, VEC>;
+    extern __shared__ float acc[];
+    const u32 threads = blockDim.x * blockDim.y, me = threadIdx.y * blockDim.x + threadIdx.x;
+    for (u32 j = me; j < blockDim.y * n; j += threads) acc[j] = 0.0f;
+    __syncthreads();  // zeroed by one thread, summed into by another
+    float* const dw_acc = acc + threadIdx.y * n;
+    const u32 head = blockIdx.y, per_head = rows / heads;
+    const float* wh = w + (u64)head * n;
+    const u32 tile = row_tile<T>(), tiles = (n + tile - 1) / tile;
+    Row tx, to, tg;
+    // Every thread of the block makes the same trips: row_reduce synchronizes.
+    for (u32 group = blockIdx.x * blockDim.y; group < per_head; group += gridDim.x * blockDim.y) {
+        const u32 j = group + threadIdx.y;
+        const u32 len = j < per_head ? n : 0;
+        const u64 base = ((u64)j * heads + head) * n;
+        float mean, r;
+        row_stats(tx, x + base, len, n, eps, 1, mean, r);
+        float sg = 0.0f, sgx = 0.0f;
+        for (u32 i = 0; i < tiles; ++i) {
+            const u32 start = i * tile, tl = tile_len(len, start, tile);
+            if (tiles > 1) tx.load(x + base + start, tl, 0.0f);
+            to.load(o + base + start, tl, 0.0f);
+            tg.load(dy + base + start, tl, 0.0f);
+#pragma unroll
+            for (int k = 0; k < Row::K; ++k) {
+                float wu[Row::V];
+                Row::load_unit(wh + start, tl, k, wu, 0.0f);
+#pragma unroll
+                for (int e = 0; e < Row::V; ++e) {
+                    const float g = tg.v[k][e] * sigmoid(to.v[k][e]) * wu[e];
+                    sg += g;
+                    sgx += g * (tx.v[k][e] - mean) * r;
+                }
+            }
+        }
+        const float mg = row_reduce(sg, SumOp()) / (float)n;
+        const float mgx = row_reduce(sgx, SumOp()) / (float)n;
+        for (u32 i = 0; i < tiles; ++i) {
+            const u32 start = i * tile, tl = tile_len(len, start, tile);
+            if (tiles > 1) {
+                tx.load(x + base + start, tl, 0.0f);
+                to.load(o + base + start, tl, 0.0f);
+                tg.load(dy + base + start, tl, 0.0f);
+            }
+#pragma unroll
+            for (int k = 0; k < Row::K; ++k) {
+                float wu[Row::V], dwu[Row::V];
+                Row::load_unit(wh + start, tl, k, wu, 0.0f);
+#pragma unroll
+                for (int e = 0; e < Row::V; ++e) {
+                    const float xh = (tx.v[k][e] - mean) * r, d = tg.v[k][e], s = sigmoid(to.v[k][e]);
+                    const float g = d * s * wu[e];
+                    dwu[e] = d * s * xh;
+                    to.v[k][e] = d * xh * wu[e] * s * (1.0f - s);
+                    tx.v[k][e] = r * (g - mg - xh * mgx);
+                }
+                Row::add_unit(dw_acc + start, tl, k, dwu);
+            }
+            tx.store(dx + base + start, tl);
+            to.store(d_o + base + start, tl);
+        }
+    }
+    __syncthreads();
+    float* out = partial + ((u64)blockIdx.x * heads + head) * n;
+    for (u32 c = me; c < n; c += threads) {
+        float s = 0.0f;
+        for (u32 q = 0; q < blockDim.y; ++q) s += acc[q * n + c];
+        out[c] = s;
+    }
+}
+
 #define INSTANTIATE(NAME, T, VEC)                                                                  \
     extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
         norm_fwd_##NAME(const T* x, const float* w, const float* b, T* y, float* mean_out,         \
@@ -170,6 +297,16 @@ __device__ void norm_bwd(const T* __restrict__ x, const float* __restrict__ w, c
                         const T* dy, const T* dres, T* dx, float* partial, u32 rows, u32 n,        \
                         int center) {                                                              \
         norm_bwd<T, VEC>(x, w, mean, rstd, dy, dres, dx, partial, rows, n, center);                \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
+        gated_head_norm_fwd_##NAME(const T* x, const T* o, const float* w, T* y, u32 rows,         \
+                                   u32 heads, u32 n, float eps) {                                  \
+        gated_head_norm_fwd<T, VEC>(x, o, w, y, rows, heads, n, eps);                              \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
+        gated_head_norm_bwd_##NAME(const T* x, const T* o, const float* w, const T* dy, T* dx,     \
+                                   T* d_o, float* partial, u32 rows, u32 heads, u32 n, float eps) { \
+        gated_head_norm_bwd<T, VEC>(x, o, w, dy, dx, d_o, partial, rows, heads, n, eps);           \
     }
 
 INSTANTIATE(f32, float, true)

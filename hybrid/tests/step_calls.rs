@@ -44,6 +44,6 @@ fn a_swax_small_step_makes_the_counted_binary_passes() {
     // Counted at this commit: a change that adds or removes elementwise passes changes it,
     // and says so here.
     let calls = |op| step.get(op).copied().unwrap_or_default().calls;
-    assert_eq!(calls("binary"), 92, "binary calls per step");
+    assert_eq!(calls("binary"), 44, "binary calls per step");
     assert_eq!(calls("zeros"), 19, "zero fills per step");
 }

@@ -1,6 +1,7 @@
 //! The recurrent mixer layers' own ops, the gates and the output norms: every op's gradient
 //! against central differences in f64 on random shapes; the soft cap stays within its cap, the
-//! log-decay is never positive, the head norm normalizes each head; bad shapes are errors.
+//! log-decay is never positive, the head norm normalizes each head, the fused gated head norm
+//! matches the ops it replaces; bad shapes are errors.
 use proptest::prelude::*;
 use swax_autograd::gradcheck::{check, Tolerance};
 use swax_autograd::Tape;
@@ -55,6 +56,36 @@ proptest! {
         let x = [randn(&[b, 3, h, d], seed), randn(&[b, 3, h, d], seed + 1), randn(&[h, d], seed + 2)];
         grad(|tape, x| gated_head_layer_norm(tape, &x[0], &x[1], &x[2], 1e-5), &x, seed);
     }
+}
+
+/// The fused node against the ops it replaces, LayerNorm · weight · sigmoid(o) from the tape's
+/// own ops, in f64.
+#[test]
+fn gated_head_layer_norm_matches_the_composed_ops() {
+    let (x, o, w) = (
+        randn(&[2, 5, 3, 7], 1)
+            .scale(3.0)
+            .unwrap()
+            .add_scalar(2.0)
+            .unwrap(),
+        randn(&[2, 5, 3, 7], 2).scale(4.0).unwrap(),
+        randn(&[3, 7], 3),
+    );
+    let tape = Tape::new();
+    let fused = gated_head_layer_norm(&tape, &x, &o, &w, 1e-5).unwrap();
+    let composed = tape
+        .mul(
+            &head_layer_norm(&tape, &x, &w, None, 1e-5).unwrap(),
+            &tape.sigmoid(&o).unwrap(),
+        )
+        .unwrap();
+    let (f, c) = (fused.to_f64_vec().unwrap(), composed.to_f64_vec().unwrap());
+    let worst = f
+        .iter()
+        .zip(&c)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(worst < 1e-12, "fused and composed differ by {worst}");
 }
 
 #[test]
@@ -113,6 +144,9 @@ fn bad_shapes_are_errors() {
     assert!(head_layer_norm(&tape, &x, &randn(&[3, 5], 2), None, 1e-5).is_err());
     assert!(
         gated_head_layer_norm(&tape, &x, &randn(&[2, 4, 3], 2), &randn(&[3], 3), 1e-5).is_err()
+    );
+    assert!(
+        gated_head_layer_norm(&tape, &x, &randn(&[2, 5, 3], 2), &randn(&[3], 3), 1e-5).is_err()
     );
     assert!(head_layer_norm(&tape, &x, &randn(&[5, 3], 2), Some(&randn(&[3], 3)), 1e-5).is_err());
 }

@@ -5,7 +5,8 @@
 //! bf16) and the mLSTM's kernels (mlstm.cu, in bf16 and f32); and the fused SwiGLU (swiglu.cu,
 //! both instantiations, in bf16 and f32), the short convolution (short_conv.cu, both
 //! variants, in bf16 and f32), RMSNorm's backward (norm.cu, with and without a residual's
-//! gradient added into dx) and the summed cross-entropy with its gradient (cross_entropy.cu's
+//! gradient added into dx), xLSTM's gated head norm (norm.cu, forward and backward, in bf16 and
+//! f32) and the summed cross-entropy with its gradient (cross_entropy.cu's
 //! ce_summed and ce_sum_into, both instantiations, in bf16 and f32) against the CPU's. CI has no
 //! GPU:
 //! this is how it checks the kernels' logic (indexing, fragment layouts, barriers, waits), while
@@ -73,6 +74,11 @@ const NORM: Driver = Driver {
     sources: &["cuda/kernels/norm.cu"],
 };
 
+const GATED_HEAD_NORM: Driver = Driver {
+    name: "gated_head_norm",
+    sources: &["cuda/kernels/norm.cu"],
+};
+
 const SHORT_CONV: Driver = Driver {
     name: "short_conv",
     sources: &["cuda/kernels/short_conv.cu"],
@@ -106,6 +112,12 @@ fn swiglu_harness() -> Option<&'static Path> {
 fn norm_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| build(&NORM)).as_deref()
+}
+
+/// The gated head norm's harness, likewise.
+fn gated_head_norm_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&GATED_HEAD_NORM)).as_deref()
 }
 
 /// The short convolution's harness, likewise.
@@ -986,6 +998,94 @@ fn rms_norm_backward_kernel() -> Result<()> {
     for (rows, n, blocks) in [(37, 64, 2), (5, 63, 8), (3, 20000, 2), (70, 768, 3)] {
         for dtype in [DType::F32, DType::BF16] {
             rms_norm_backward_case(rows, n, blocks, dtype)?;
+        }
+    }
+    Ok(())
+}
+
+/// xLSTM's gated head norm's kernels in the emulator on `rows` rows of `n` in `heads` heads, the
+/// backward over `blocks` blocks a head (each then walks several row groups, as on the GPU),
+/// against the CPU's: y, dx, do, and dw from the per-block partial sums.
+fn gated_head_norm_case(
+    rows: usize,
+    heads: usize,
+    n: usize,
+    blocks: u32,
+    dtype: DType,
+) -> Result<()> {
+    let Some(exe) = gated_head_norm_harness() else {
+        return Ok(());
+    };
+    let name = format!("gated_head_norm_{rows}x{heads}x{n}_{dtype:?}");
+    let dir = case_dir(&name)?;
+    let randn = |dims: Vec<usize>, std, seed| {
+        Tensor::randn(dims, std, seed, DType::F32, Device::Cpu)?.to_dtype(dtype)
+    };
+    let dims = vec![rows / heads, heads, n];
+    let (x, o, dy) = (
+        randn(dims.clone(), 2.0, 60)?.add_scalar(1.0)?,
+        randn(dims.clone(), 2.0, 61)?,
+        randn(dims, 1.0, 62)?,
+    );
+    let w = randn(vec![heads, n], 0.3, 63)?.add_scalar(1.0)?;
+    for (file, t) in [("x", &x), ("o", &o), ("dy", &dy), ("w", &w)] {
+        write(&dir.join(format!("{file}.f32")), t)?;
+    }
+    // The wrapper's choice where the buffers are aligned (pool blocks are).
+    let vec = (n * dtype.size_bytes()).is_multiple_of(16);
+    let l = swax_cuda::kernels::Launch::rows(rows as u32, n as u32, dtype);
+    let blocks = blocks
+        .min(((rows / heads) as u32).div_ceil(l.block.1))
+        .max(1);
+    let launch = dir.join("launch");
+    let sizes = format!(
+        "{rows} {heads} {n} {blocks} {} {} {}\n",
+        l.block.0, l.block.1, vec as u32
+    );
+    std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
+    let dtype_arg = if dtype == DType::BF16 { "bf16" } else { "f32" };
+    let status = Command::new(exe)
+        .arg(&dir)
+        .arg(dtype_arg)
+        .status()
+        .map_err(|e| io(exe, e))?;
+    assert!(
+        status.success(),
+        "{name}: the emulated kernels failed ({status})"
+    );
+    let y = x.gated_head_norm(&o, &w, 1e-5)?;
+    let (dx, d_o, dw) = x.gated_head_norm_backward(&o, &w, &dy, 1e-5)?;
+    let partial = read(
+        &dir.join("emu_partial.f32"),
+        &Tensor::zeros(vec![blocks as usize, heads, n], DType::F32, Device::Cpu)?,
+    )?;
+    let dw_emu = partial.sum(0, false)?;
+    // bf16: the same f32 arithmetic but for the order of the sums, outputs rounded alike.
+    let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+    for (what, got, want) in [
+        ("y", read(&dir.join("emu_y.f32"), &y)?, &y),
+        ("dx", read(&dir.join("emu_dx.f32"), &dx)?, &dx),
+        ("do", read(&dir.join("emu_do.f32"), &d_o)?, &d_o),
+        ("dw", dw_emu, &dw),
+    ] {
+        let err = relative_error(&got, want).unwrap_or_else(|e| panic!("{name} {what}: {e}"));
+        assert!(err < tolerance, "{name} {what}: relative error {err:.3e}");
+    }
+    Ok(())
+}
+
+/// One tile a row (vector and scalar: 64 and 63 wide, as the mLSTM's heads), several tiles a
+/// row, one head and several, and more row groups than blocks.
+#[test]
+fn gated_head_norm_kernels() -> Result<()> {
+    for (rows, heads, n, blocks) in [
+        (96, 3, 64, 1),
+        (20, 4, 63, 8),
+        (2, 1, 20000, 2),
+        (36, 12, 64, 2),
+    ] {
+        for dtype in [DType::F32, DType::BF16] {
+            gated_head_norm_case(rows, heads, n, blocks, dtype)?;
         }
     }
     Ok(())

@@ -221,6 +221,19 @@ fn cases() -> Vec<Case> {
             t.add(&t.mul(&skip, &x[2])?, &y)
         },
     ));
+    // xLSTM's gated head norm at the mLSTM's head width (the vector kernels) and one narrower
+    // (the scalar ones), several heads, so that each row must take its own head's weight.
+    for (name, d) in [("gated_head_norm", 64), ("gated_head_norm_scalar", 63)] {
+        all.push(case(
+            name,
+            vec![
+                mapped(&[2, 37, 3, d], 20, |v| 1.0 + 2.0 * v),
+                mapped(&[2, 37, 3, d], 21, |v| 2.0 * v),
+                mapped(&[3, d], 22, |v| 1.0 + 0.3 * v),
+            ],
+            |t, x| t.gated_head_norm(&x[0], &x[1], &x[2], 1e-5),
+        ));
+    }
     all.push(case(
         "layer_norm",
         vec![a.clone(), w, randn(&[129], 18)],

@@ -1,4 +1,5 @@
-//! RMSNorm and LayerNorm over the last axis, forward and backward (`kernels/norm.cu`).
+//! RMSNorm and LayerNorm over the last axis, forward and backward, and xLSTM's gated head norm
+//! (`kernels/norm.cu`).
 
 use super::reduce::{reduce, AxisDims, ReduceOp};
 use super::{
@@ -292,4 +293,156 @@ pub fn layer_norm_backward(
     let bytes = n * 4;
     dev.copy_bytes(sums.device_ptr(), dw.device_ptr(), bytes)?;
     dev.copy_bytes(sums.device_ptr() + bytes as u64, db.device_ptr(), bytes)
+}
+
+/// Checks the gated head norm's buffers: x, o (and the others in `like`) alike, rows of n in
+/// `heads` heads, w f32 `[heads, n]`. Returns (rows, n, heads) as u32.
+fn check_gated(
+    op: &'static str,
+    dev: &Device,
+    x: &Buffer,
+    o: &Buffer,
+    w: &Buffer,
+    like: &[(&str, &Buffer)],
+    heads: usize,
+    n: usize,
+) -> Result<(u32, u32, u32), CudaError> {
+    check_device(op, dev, &[x, o, w])?;
+    check_like(op, "o", o, x)?;
+    for (name, b) in like {
+        check_device(op, dev, &[b])?;
+        check_like(op, name, b, x)?;
+    }
+    check_dtype(op, "weight", w, DType::F32)?;
+    check_len(op, "weight", w, heads * n)?;
+    let rows = rows_of(op, x, n)?;
+    if heads == 0 || !(rows as usize).is_multiple_of(heads) {
+        return Err(CudaError::invalid(
+            op,
+            format!("{rows} rows do not split into {heads} heads"),
+        ));
+    }
+    Ok((rows, to_u32(op, "n", n)?, to_u32(op, "heads", heads)?))
+}
+
+/// xLSTM's gated head norm over rows of `n`, row r in head `r % heads`: `y = (x - mean) * rstd
+/// * w[head] * sigmoid(o)`, LayerNorm without an affine map of its own (biased variance, eps).
+/// `x`, `o`, `y` f32 or bf16 alike; `w` f32 `[heads, n]`.
+pub fn gated_head_norm(
+    dev: &Device,
+    x: &Buffer,
+    o: &Buffer,
+    w: &Buffer,
+    heads: usize,
+    n: usize,
+    eps: f32,
+    y: &mut Buffer,
+) -> Result<(), CudaError> {
+    const OP: &str = "gated_head_norm";
+    let (rows, n, heads) = check_gated(OP, dev, x, o, w, &[("y", y)], heads, n)?;
+    let ptrs = [x, o, y, w].map(Buffer::device_ptr);
+    let name = row_kernel!(
+        OP,
+        "gated_head_norm_fwd",
+        x.dtype(),
+        vector_rows(n, x.dtype(), &ptrs)
+    )?;
+    if rows == 0 {
+        return Ok(());
+    }
+    // SAFETY: gated_head_norm_fwd_T(const T* x, const T* o, const float* w, T* y, u32 rows,
+    // u32 heads, u32 n, float eps); x, o and y hold rows * n, w heads * n, rows a multiple of
+    // heads; the vectorised instantiation only where vector_rows holds.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            Launch::rows(rows, n, x.dtype()),
+            &[x, o, w, y, &rows, &heads, &n, &eps],
+        )
+    }
+}
+
+/// Backward of [`gated_head_norm`], the row statistics recomputed from x: `dx`, `do` (like
+/// x) and `dw` (f32 `[heads, n]`, overwritten: the sum over each head's rows of
+/// `dy * sigmoid(o) * xhat`, reduced deterministically in f32).
+pub fn gated_head_norm_backward(
+    dev: &Device,
+    x: &Buffer,
+    o: &Buffer,
+    w: &Buffer,
+    dy: &Buffer,
+    heads: usize,
+    n: usize,
+    eps: f32,
+    dx: &mut Buffer,
+    d_o: &mut Buffer,
+    dw: &mut Buffer,
+) -> Result<(), CudaError> {
+    const OP: &str = "gated_head_norm_backward";
+    let like = [("dy", dy), ("dx", &*dx), ("do", &*d_o)];
+    let (rows, n, heads) = check_gated(OP, dev, x, o, w, &like, heads, n)?;
+    check_device(OP, dev, &[dw])?;
+    check_like(OP, "dw", dw, w)?;
+    let ptrs = [x, o, w, dy, &*dx, &*d_o].map(Buffer::device_ptr);
+    let name = row_kernel!(
+        OP,
+        "gated_head_norm_bwd",
+        x.dtype(),
+        vector_rows(n, x.dtype(), &ptrs)
+    )?;
+    let shape = Launch::rows(rows, n, x.dtype());
+    let rows_per_block = shape.block.1;
+    // Each of a block's rows sums into its own slice of n floats.
+    let shared = rows_per_block as usize * n as usize * 4;
+    if shared > dev.max_shared_optin() as usize {
+        return Err(CudaError::invalid(
+            OP,
+            format!(
+                "rows of {n} need {shared} bytes of shared memory, the device allows {}",
+                dev.max_shared_optin()
+            ),
+        ));
+    }
+    // Blocks per head: as many as the head's rows fill, the whole grid a few waves.
+    let per_head = rows / heads;
+    let blocks = per_head
+        .div_ceil(rows_per_block)
+        .min((dev.sm_count().max(1) * BWD_BLOCKS_PER_SM).div_ceil(heads))
+        .max(1);
+    let width = (heads * n) as usize;
+    let axis = AxisDims {
+        outer: 1,
+        n: blocks as usize,
+        inner: width,
+    };
+    // With no rows the kernel does not run and the sums must come out zero.
+    let partial = if rows == 0 {
+        dev.alloc_zeros(DType::F32, blocks as usize * width)?
+    } else {
+        dev.alloc(DType::F32, blocks as usize * width)?
+    };
+    if rows > 0 {
+        let cfg = Launch {
+            grid: (blocks, heads, 1),
+            shared: shared as u32,
+            ..shape
+        };
+        // SAFETY: gated_head_norm_bwd_T(const T* x, const T* o, const float* w, const T* dy,
+        // T* dx, T* d_o, float* partial, u32 rows, u32 heads, u32 n, float eps); x, o, dy, dx
+        // and d_o hold rows * n (rows a multiple of heads, gridDim.y = heads), w heads * n,
+        // partial blocks * heads * n; dynamic shared memory is blockDim.y * n floats; the
+        // vectorised instantiation only where vector_rows holds.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                name,
+                cfg,
+                &[x, o, w, dy, dx, d_o, &partial, &rows, &heads, &n, &eps],
+            )?;
+        }
+    }
+    reduce(dev, ReduceOp::Sum, &partial, axis, dw, None)
 }

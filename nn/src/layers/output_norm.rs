@@ -1,6 +1,6 @@
-//! The output norms of the recurrent mixer layers, composed from the tape's fused norms: Gated
-//! DeltaNet's RMSNorm gated by swish(g), and xLSTM's per-head LayerNorm and its sigmoid output
-//! gate. The gated forms are recomputed in the backward (`Tape::recompute`): they keep their
+//! The output norms of the recurrent mixer layers: Gated DeltaNet's RMSNorm gated by swish(g),
+//! composed from the tape's fused norm and recomputed in the backward (`Tape::recompute`), and
+//! xLSTM's per-head LayerNorm and its sigmoid output gate, one fused node. Both keep their
 //! inputs, not the norm's and the gate's outputs, each as large as the input.
 use swax_autograd::Tape;
 use swax_tensor::{Error, Result, Tensor};
@@ -26,7 +26,9 @@ pub fn gated_rms_norm(
     })
 }
 
-/// `head_layer_norm(x, weight) · sigmoid(o)`: the mLSTM layer's normed, gated read-out.
+/// `head_layer_norm(x, weight) · sigmoid(o)`: the mLSTM layer's normed, gated read-out, x and
+/// o `[.., H, D]`, weight `[H, D]`: one fused node, whose backward recomputes the row
+/// statistics from the inputs it keeps.
 pub fn gated_head_layer_norm(
     tape: &Tape,
     x: &Tensor,
@@ -34,17 +36,7 @@ pub fn gated_head_layer_norm(
     weight: &Tensor,
     eps: f64,
 ) -> Result<Tensor> {
-    if x.shape() != o.shape() {
-        return Err(Error::ShapeMismatch {
-            op: "gated_head_layer_norm",
-            lhs: x.shape().clone(),
-            rhs: o.shape().clone(),
-        });
-    }
-    tape.recompute("gated_head_layer_norm", &[x, o, weight], move |tape, x| {
-        let normed = head_layer_norm(tape, &x[0], &x[2], None, eps)?;
-        tape.mul(&normed, &tape.sigmoid(&x[1])?)
-    })
+    tape.gated_head_norm(x, o, weight, eps)
 }
 
 /// LayerNorm over D within each head of x `[.., H, D]`, then a weight (and bias) `[H, D]` per

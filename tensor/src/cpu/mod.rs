@@ -510,6 +510,41 @@ impl Backend for CpuStorage {
         ))
     }
 
+    fn gated_head_norm(
+        &self,
+        o: &Self,
+        weight: &Self,
+        heads: usize,
+        n: usize,
+        eps: f64,
+    ) -> Result<Self> {
+        Ok(with_floats!(
+            "gated_head_norm",
+            [self, o, weight],
+            |x, out, _s| out(norm::gated_head_norm(&x[0], &x[1], &x[2], heads, n, eps))
+        ))
+    }
+
+    fn gated_head_norm_backward(
+        &self,
+        o: &Self,
+        weight: &Self,
+        dy: &Self,
+        heads: usize,
+        n: usize,
+        eps: f64,
+    ) -> Result<(Self, Self, Self)> {
+        Ok(with_floats!(
+            "gated_head_norm_backward",
+            [self, o, weight, dy],
+            |x, out, _s| {
+                let (dx, d_o, dw) =
+                    norm::gated_head_norm_backward(&x[0], &x[1], &x[2], &x[3], heads, n, eps);
+                (out(dx), out(d_o), out(dw))
+            }
+        ))
+    }
+
     fn cross_entropy(
         &self,
         targets: &Self,
