@@ -146,9 +146,6 @@ inline unsigned tf32_bits(float x) {
     return (u + 0x1000u) & 0xffffe000u;
 }
 
-// prefetch.global.L2: a hint with no effect on values; checks that the address is readable.
-inline void prefetch_l2(const void* p) { (void)*(const volatile unsigned char*)p; }
-
 inline void red_add2(float* p, float a, float b) {
     p[0] += a;
     p[1] += b;

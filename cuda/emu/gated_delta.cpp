@@ -70,8 +70,7 @@ template <typename F> static void scan_kernel(int D, int BV, F f) {
 }
 
 // cuda_parallel.rs's launches; launch: BV (the scans), then gdn_prep's threads and bytes, the
-// scans' threads, the forward scan's bytes and the backward's, gdn_grads' threads and bytes, and
-// 1 where gdn_grads prefetches S0 a tile ahead (gdn_grads_pf).
+// scans' threads, the forward scan's bytes and the backward's, gdn_grads' threads and bytes.
 static void parallel(Data& x, RecDims d, const std::vector<size_t>& z) {
     const int D = d.dk, V = d.dv, L = GDN_L, nc = (d.t + L - 1) / L, BH = d.b * d.h;
     const int BV = (int)z[0];
@@ -108,10 +107,9 @@ static void parallel(Data& x, RecDims d, const std::vector<size_t>& z) {
     });
     emu_launch(grads, [&] {
         head_kernel(D, [&](auto dd) {
-            const auto grads = z[8] ? gdn_grads<dd.value, true> : gdn_grads<dd.value, false>;
-            grads(x.q.data(), x.k.data(), x.v.data(), x.beta.data(), x.g.data(), x.dO.data(), x.states.data(),
-                  dsg.data(), dug.data(), tm.data(), pm.data(), x.dq.data(), x.dk.data(), x.dv.data(), x.db.data(),
-                  x.dg.data(), d);
+            gdn_grads<dd.value>(x.q.data(), x.k.data(), x.v.data(), x.beta.data(), x.g.data(),
+                                          x.dO.data(), x.states.data(), dsg.data(), dug.data(), tm.data(), pm.data(),
+                                          x.dq.data(), x.dk.data(), x.dv.data(), x.db.data(), x.dg.data(), d);
         });
     });
 }
@@ -138,7 +136,7 @@ int main(int argc, char** argv) {
     x.ds0 = poisoned(x.s0.size());
     x.states.assign((size_t)d.b * d.h * (nc + 1) * d.dk * d.dv, NAN);
     if (family == "parallel")
-        parallel(x, d, launch_sizes(dir, 9));
+        parallel(x, d, launch_sizes(dir, 8));
     else if (family == "walk")
         walk(x, d, launch_sizes(dir, 3));
     else {

@@ -133,7 +133,7 @@ fn cross_entropy_harness() -> Option<&'static Path> {
 }
 
 /// The functions of the kernel sources that wrap PTX; emu.h has their CPU versions.
-const PTX_WRAPPERS: [&str; 14] = [
+const PTX_WRAPPERS: [&str; 13] = [
     "bf16_bits",
     "bf16x2_bits",
     "row_exp",
@@ -147,7 +147,6 @@ const PTX_WRAPPERS: [&str; 14] = [
     "fast_exp2",
     "tf32_bits",
     "mma_tf32",
-    "prefetch_l2",
 ];
 
 /// The byte range of the definition starting at line offset `at`, through its closing brace.
@@ -288,9 +287,8 @@ fn io(path: &Path, e: std::io::Error) -> swax_tensor::Error {
     }
 }
 
-/// One forward and backward of kernel `family` ("parallel", "parallel_prefetch": the same with
-/// gdn_grads_pf, or "walk") in the emulator at `dims` = [B, T, H, Dk, Dv], against the CPU fused
-/// kernels on the same bf16-rounded inputs.
+/// One forward and backward of kernel `family` ("parallel" or "walk") in the emulator at
+/// `dims` = [B, T, H, Dk, Dv], against the CPU fused kernels on the same bf16-rounded inputs.
 fn case(
     name: &str,
     family: &str,
@@ -330,13 +328,11 @@ fn case(
         dv,
         chunk,
     };
-    let prefetch = family == "parallel_prefetch";
-    let family = if prefetch { "parallel" } else { family };
     let sizes = if family == "parallel" {
         let z = gated_delta::parallel_sizes(s, swax_cuda::DType::BF16, SHARED_LIMIT)
             .unwrap_or_else(|| panic!("{name}: the chunk-parallel kernels do not take {s:?}"));
         format!(
-            "{} {} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {}",
             z.bv,
             z.prep_threads,
             z.prep_bytes,
@@ -344,8 +340,7 @@ fn case(
             z.scan_fwd_bytes,
             z.scan_bwd_bytes,
             z.grads_threads,
-            z.grads_bytes,
-            u8::from(z.s0_prefetch || prefetch)
+            z.grads_bytes
         )
     } else {
         let (threads, fwd, bwd) =
@@ -447,41 +442,6 @@ fn parallel_wide_values() -> Result<()> {
         64,
         GATES,
         13,
-    )
-}
-
-/// gdn_grads_pf (SWAX_GDN_S0_PREFETCH=1): S0 prefetched a value tile ahead, over six tiles at
-/// Dk 128.
-#[test]
-fn parallel_prefetch_wide_values() -> Result<()> {
-    case(
-        "parallel_pf_dv192",
-        "parallel_prefetch",
-        [1, 100, 2, 128, 192],
-        64,
-        GATES,
-        15,
-    )
-}
-
-/// gdn_grads_pf at Dk 32 (three value tiles) and Dk 64 (two, extreme gates).
-#[test]
-fn parallel_prefetch_small_heads() -> Result<()> {
-    case(
-        "parallel_pf_d32",
-        "parallel_prefetch",
-        [2, 150, 3, 32, 96],
-        64,
-        GATES,
-        185,
-    )?;
-    case(
-        "parallel_pf_d64",
-        "parallel_prefetch",
-        [1, 130, 2, 64, 64],
-        64,
-        EXTREME,
-        186,
     )
 }
 

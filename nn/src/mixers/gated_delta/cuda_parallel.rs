@@ -26,9 +26,8 @@ const BE: usize = 32;
 /// The most blocks a grid's y dimension takes (the heads, in every kernel here).
 const MAX_GRID_Y: usize = 65535;
 
-/// What a call launches: the head dim, the value tile of the scans (`bv` columns), each kernel's
-/// threads and dynamic shared memory in bytes, and whether gdn_grads prefetches S0 into L2 a value
-/// tile ahead (`s0_prefetch`, gdn_grads_pf).
+/// What a call launches: the head dim, the value tile of the scans (`bv` columns), and each
+/// kernel's threads and dynamic shared memory in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub d: usize,
@@ -40,7 +39,6 @@ pub struct Sizes {
     pub scan_bwd_bytes: usize,
     pub grads_threads: u32,
     pub grads_bytes: usize,
-    pub s0_prefetch: bool,
 }
 
 /// The sizes for a shape, if these kernels take it: bf16, chunk 64, Dk 32, 64 or 128, Dv a
@@ -48,10 +46,7 @@ pub struct Sizes {
 /// `shared_limit` (a block's opt-in limit). The scans take the widest value tile of 128, 64 or
 /// 32 columns (at most 2 Dk: wider ones spill at Dk 32) that divides Dv and fits: on the H200 at
 /// Dk = Dv = 128, 128 columns make one block per head, 128 blocks in one wave on its 132 SMs.
-/// gdn_grads takes value tiles of 32 columns, blocks of 8 warps that fit two an SM; the
-/// environment variable `SWAX_GDN_S0_PREFETCH=1` (read once) picks its instantiation that
-/// prefetches each value tile's f32 S0 into L2 a tile ahead of its load (by default each tile's
-/// S0 is read from DRAM as the tile starts), to compare the two in one process.
+/// gdn_grads takes value tiles of 32 columns, blocks of 8 warps that fit two an SM.
 /// Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as
 /// the wrappers do.
 pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Sizes> {
@@ -76,15 +71,8 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Option<Siz
         scan_bwd_bytes: scan_bytes(s.dk, bv, false),
         grads_threads: THREADS,
         grads_bytes: grads_bytes(s.dk),
-        s0_prefetch: s0_prefetch(),
     };
     (z.prep_bytes.max(z.grads_bytes) <= shared_limit).then_some(z)
-}
-
-/// Whether `SWAX_GDN_S0_PREFETCH=1` asks for gdn_grads_pf (see [`sizes`]).
-fn s0_prefetch() -> bool {
-    static PF: OnceLock<bool> = OnceLock::new();
-    *PF.get_or_init(|| std::env::var("SWAX_GDN_S0_PREFETCH").is_ok_and(|v| v == "1"))
 }
 
 /// A call's sizes and kernel arguments.
@@ -130,7 +118,7 @@ fn grads_bytes(d: usize) -> usize {
 }
 
 /// The (Dk, tile columns) each kernel is instantiated at (the macros at the end of the .cu file):
-/// gdn_prep and gdn_grads (and gdn_grads_pf) at each Dk (no tiles), the scans at value tiles BV.
+/// gdn_prep and gdn_grads at each Dk (no tiles), the scans at value tiles BV.
 const HEAD_DIMS: [(usize, usize); 3] = [(32, 0), (64, 0), (128, 0)];
 const SCAN_TILES: [(usize, usize); 8] = [
     (32, 32),
@@ -152,7 +140,6 @@ fn kernel(op: &'static str, base: &str, d: usize, x: usize) -> Result<&'static s
         let kinds = [
             ("gdn_prep", &HEAD_DIMS[..]),
             ("gdn_grads", &HEAD_DIMS[..]),
-            ("gdn_grads_pf", &HEAD_DIMS[..]),
             ("gdn_scan_fwd", &SCAN_TILES[..]),
             ("gdn_scan_bwd", &SCAN_TILES[..]),
         ];
@@ -331,12 +318,7 @@ impl Plan {
                 ],
             )?;
         }
-        let base = if self.z.s0_prefetch {
-            "gdn_grads_pf"
-        } else {
-            "gdn_grads"
-        };
-        let name = kernel(OP, base, self.z.d, 0)?;
+        let name = kernel(OP, "gdn_grads", self.z.d, 0)?;
         let cfg = Self::chunk_launch(OP, s, self.z.grads_threads, self.z.grads_bytes)?;
         // SAFETY: gdn_grads(q, k, v, beta, g, dout, states, dsg, dug, tm, pm, dq, dk, dv, dbeta,
         // dg, RecDims): inputs checked, states at [B, H, N + 1, Dk, Dv], the scan's and prep's

@@ -373,8 +373,7 @@ __device__ void gdn_scan_bwd(const bf16* __restrict__ dsT, const bf16* __restric
 // A value tile's S0 (f32 in global memory, rows `ld` apart, 16-byte aligned) into its bf16
 // operand tile; returns this thread's share of sum(S0 ⊙ dS) over the tile. Read straight from
 // global memory rather than staged by cp.async: an f32 staging tile would keep two blocks from
-// fitting an SM, and the other block hides the load (under GDN_S0_PREFETCH, the tile was also
-// prefetched into L2 a tile ahead: prefetch_rows_l2).
+// fitting an SM, and the other block hides the load.
 template <int D, int BE>
 __device__ __forceinline__ float stage_state(const STile<bf16>& s0s, const float* __restrict__ s0f, u64 ld,
                                              const STile<bf16>& dss) {
@@ -390,12 +389,6 @@ __device__ __forceinline__ float stage_state(const STile<bf16>& s0s, const float
     return dot;
 }
 
-// prefetch.global.L2 of `rows` rows of 128 bytes, `ld` floats apart: no registers held, no wait.
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-__device__ __forceinline__ void prefetch_rows_l2(const float* p, u64 ld, int rows) {
-    for (int i = threadIdx.x; i < rows; i += nthreads()) prefetch_l2(p + i * ld);
-}
-
 // How gdn_grads splits its products: 4 row groups of 16 rows by CW = 2 column groups, 8 warps
 // over value tiles of GDN_BE = 32 columns, built for two blocks an SM (their shared memory fits
 // twice, cuda_parallel.rs's grads_bytes), so that one block's loads, barriers and serial tail
@@ -408,10 +401,8 @@ struct GradSplit {
 };
 
 // The gradients of a chunk; see the top. states: the forward's f32 boundary states; dsg, dug:
-// gdn_scan_bwd's; tm, pm: gdn_prep's T and P. PF (GDN_S0_PREFETCH): S0's value tiles prefetched
-// into L2 ahead of their loads (the first before the chunk's other loads, each next one as the
-// current one is staged), so that stage_state waits on L2 rather than on DRAM.
-template <int D, bool PF>
+// gdn_scan_bwd's; tm, pm: gdn_prep's T and P.
+template <int D>
 __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                           const bf16* __restrict__ beta, const bf16* __restrict__ g, const bf16* __restrict__ dout,
                           const float* __restrict__ states, const bf16* __restrict__ dsg,
@@ -460,7 +451,6 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     const int jr[2] = {r0 + (lane_id() >> 2), r0 + (lane_id() >> 2) + 8};
 
     for (int j = threadIdx.x; j < L; j += nthreads()) dgc[j] = dbt[j] = ke[j] = cq[j] = ck[j] = kd[j] = z[j] = 0.0f;
-    if (PF) prefetch_rows_l2(S0, d.dv, D);
     load_rows_async<L>(Ts, tm + cid * L * L, L, L, L);
     load_rows_async<L>(P, pm + cid * L * L, L, L, L);
     load_rows_async<BE>(dUs, dU, d.dv, L, L);
@@ -480,7 +470,6 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
         cp_async_wait<0>();
         __syncthreads();
         carry += stage_state<D, BE>(S0s, S0 + e0, d.dv, dSs);
-        if (PF && more) prefetch_rows_l2(S0 + e0 + BE, d.dv, D);
         __syncthreads();
         // Rb = V - diag(γ) K S0, kept as R = diag(beta) Rb in Vs (U's operand); dX = T^T dU, and
         // -diag(beta γ) dX for dk; dv = diag(beta) dX, dbeta's dX·Rb and z's dX·(K S0).
@@ -684,12 +673,12 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
         bf16* tb, bf16* tm, float* gl, RecDims d) {                                                                 \
         gdn_prep<D>(q, k, beta, g, w, kh, qt, pm, tb, tm, gl, d);                                                   \
     }
-#define GDN_GRADS_KERNEL(D, PF, NAME)                                                                                \
-    extern "C" __global__ void __launch_bounds__(GDN_THREADS, 2) NAME(                                              \
+#define GDN_GRADS_KERNEL(D)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(GDN_THREADS, 2) gdn_grads_##D(                                     \
         const bf16* q, const bf16* k, const bf16* v, const bf16* beta, const bf16* g, const bf16* dout,             \
         const float* states, const bf16* dsg, const bf16* dug, const bf16* tm, const bf16* pm, bf16* dq, bf16* dk,  \
         bf16* dv, bf16* dbeta, bf16* dg, RecDims d) {                                                               \
-        gdn_grads<D, PF>(q, k, v, beta, g, dout, states, dsg, dug, tm, pm, dq, dk, dv, dbeta, dg, d);               \
+        gdn_grads<D>(q, k, v, beta, g, dout, states, dsg, dug, tm, pm, dq, dk, dv, dbeta, dg, d);                   \
     }
 #define GDN_SCAN_KERNELS(D, BV)                                                                                     \
     extern "C" __global__ void __launch_bounds__(2 * D) gdn_scan_fwd_##D##_##BV(                                    \
@@ -704,8 +693,7 @@ __device__ void gdn_grads(const bf16* __restrict__ q, const bf16* __restrict__ k
     }
 #define GDN_HEAD_KERNELS(D)  \
     GDN_PREP_KERNEL(D)       \
-    GDN_GRADS_KERNEL(D, false, gdn_grads_##D) \
-    GDN_GRADS_KERNEL(D, true, gdn_grads_pf_##D) \
+    GDN_GRADS_KERNEL(D)      \
     GDN_SCAN_KERNELS(D, 32)  \
     GDN_SCAN_KERNELS(D, 64)
 
