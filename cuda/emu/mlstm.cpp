@@ -50,8 +50,7 @@ static RecDims tiled(RecDims d, int bv) {
 
 // launch (cuda.rs's Sizes): the tiled kernels' threads, mlstm_gates', the forward's tile width
 // and the shared bytes of its scan and chunk kernels, the backward's tile width and those of
-// prep, scan and grads, and the kernel that makes the gradients: 0 mlstm_grads, 1 mlstm_grads_lean,
-// 2 mlstm_grads_regs.
+// prep, scan and grads, and 1 where the gradients run mlstm_grads_lean (else 0).
 template <typename E, typename Kernels>
 static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn) {
     const unsigned heads = d0.b * d0.h, nc = (d0.t + d0.chunk - 1) / d0.chunk, threads = (unsigned)z[0];
@@ -79,7 +78,7 @@ static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn)
                     dots.data(), bd);
     });
     emu_launch({{heads, (unsigned)bd.nv, nc}, block, (size_t)z[8]}, [&] {
-        kn.grads((int)z[9], x.q.data(), x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.cs.data(),
+        kn.grads(z[9] != 0.0f, x.q.data(), x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.cs.data(),
                  x.ns.data(), x.ms.data(), stats.data(), x.dh.data(), dcs.data(), dns.data(), x.dq.data(),
                  x.dk.data(), x.dv.data(), gates.data(), part.data(), bd);
     });
@@ -101,10 +100,8 @@ static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn)
         template <typename... A> void chunk_fwd(A... a) { mlstm_chunk_fwd_##SUFFIX(a...); }         \
         template <typename... A> void prep(A... a) { mlstm_prep_bwd_##SUFFIX(a...); }               \
         template <typename... A> void scan_bwd(A... a) { mlstm_scan_bwd_##SUFFIX(a...); }           \
-        template <typename... A> void grads(int kernel, A... a) {                                   \
-            if (kernel == 0) mlstm_grads_##SUFFIX(a...);                                            \
-            if (kernel == 1) mlstm_grads_lean_##SUFFIX(a...);                                       \
-            if (kernel == 2) mlstm_grads_regs_##SUFFIX(a...);                                       \
+        template <typename... A> void grads(bool lean, A... a) {                                    \
+            lean ? mlstm_grads_lean_##SUFFIX(a...) : mlstm_grads_##SUFFIX(a...);                    \
         }                                                                                           \
         template <typename... A> void gates(A... a) { mlstm_gates_##SUFFIX(a...); }                 \
         template <typename... A> void reduce(A... a) { rec_reduce_##SUFFIX(a...); }                 \

@@ -509,8 +509,6 @@ struct MlstmCase {
     dtype: DType,
     shared_limit: usize,
     adjust: fn(&mut mlstm::LaunchSizes),
-    /// The gradients' kernel, else the wrapper's choice.
-    kernel: Option<mlstm::GradsKernel>,
     seed: u64,
 }
 
@@ -533,7 +531,6 @@ impl MlstmCase {
             dtype: DType::BF16,
             shared_limit: SHARED_LIMIT,
             adjust: |_| {},
-            kernel: None,
             seed,
         }
     }
@@ -549,7 +546,6 @@ impl MlstmCase {
             dtype,
             shared_limit,
             adjust,
-            kernel,
             seed,
         } = self;
         let Some(exe) = mlstm_harness() else {
@@ -588,11 +584,7 @@ impl MlstmCase {
             DType::BF16 => ("bf16", swax_cuda::DType::BF16),
             _ => ("f32", swax_cuda::DType::F32),
         };
-        let mut z = match kernel {
-            Some(k) => mlstm::launch_sizes_with(s, dt, shared_limit, k),
-            None => mlstm::launch_sizes(s, dt, shared_limit),
-        }
-        .expect("valid sizes");
+        let mut z = mlstm::launch_sizes(s, dt, shared_limit).expect("valid sizes");
         adjust(&mut z);
         let launch = dir.join("launch");
         let sizes = format!(
@@ -606,11 +598,7 @@ impl MlstmCase {
             z.prep,
             z.scan_bwd,
             z.grads,
-            match z.grads_kernel {
-                mlstm::GradsKernel::Tiled => 0,
-                mlstm::GradsKernel::Lean => 1,
-                mlstm::GradsKernel::Registers => 2,
-            }
+            u8::from(z.lean_grads)
         );
         std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
         let want = cases::run(&x, &g, chunk)?;
@@ -762,61 +750,6 @@ fn mlstm_value_tiles() -> Result<()> {
         assert!(fwd < dv && bwd < dv, "one value tile: {fwd}, {bwd} of {dv}");
     }
     Ok(())
-}
-
-/// mlstm_grads_regs (SWAX_MLSTM_GRADS_REGS=1) at the paper's heads (Dk = Dv = 128, 16-warp
-/// blocks), T not a multiple of the chunk.
-#[test]
-fn mlstm_grads_regs_paper_heads() -> Result<()> {
-    let dims = [1, 100, 2, 128, 128];
-    MlstmCase {
-        adjust: |z| assert_eq!(z.threads, 512, "blocks at Dk = Dv = 128"),
-        kernel: Some(mlstm::GradsKernel::Registers),
-        ..MlstmCase::new("mlstm_regs_paper", dims, 64, LONG_MEMORY, 300)
-    }
-    .run()
-    .map(|_| ())
-}
-
-/// mlstm_grads_regs with Dv in several value tiles (their shares summed), a chunk of 32.
-#[test]
-fn mlstm_grads_regs_value_tiles() -> Result<()> {
-    let (dims, chunk) = ([1, 100, 2, 64, 128], 32);
-    let [b, t, h, dk, dv] = dims;
-    let s = RecurrentShape {
-        b,
-        t,
-        h,
-        dk,
-        dv,
-        chunk,
-    };
-    let k = mlstm::GradsKernel::Registers;
-    let one =
-        mlstm::launch_sizes_with(s, swax_cuda::DType::BF16, usize::MAX, k).expect("valid sizes");
-    let (_, bwd) = MlstmCase {
-        shared_limit: one.scan_bwd.max(one.grads) - 1,
-        kernel: Some(k),
-        ..MlstmCase::new("mlstm_regs_tiles", dims, chunk, MLSTM_GATES, 310)
-    }
-    .run()?;
-    if mlstm_harness().is_some() {
-        assert!(bwd < dv, "one value tile: {bwd} of {dv}");
-    }
-    Ok(())
-}
-
-/// mlstm_grads_regs on f32 data (products in f32) at sizes no tile divides.
-#[test]
-fn mlstm_grads_regs_f32() -> Result<()> {
-    let dims = [1, 45, 2, 12, 20];
-    MlstmCase {
-        dtype: DType::F32,
-        kernel: Some(mlstm::GradsKernel::Registers),
-        ..MlstmCase::new("mlstm_regs_f32", dims, 16, MLSTM_GATES, 320)
-    }
-    .run()
-    .map(|_| ())
 }
 
 /// f32 data (products in f32, no tensor cores) at sizes no tile divides.

@@ -18,9 +18,6 @@
 //!
 //! `SWAX_MLSTM_THREADS` (32 to 512) sets the mLSTM kernels' block size, for measuring the choice
 //! the kernels make from Dk·Dv (256 threads below 128·64, 512 from there).
-//! `SWAX_MLSTM_GRADS_REGS=1` runs the mLSTM's `mlstm_grads_regs` (each gradient's two products
-//! in registers, no f32 accumulator tile) where it would run `mlstm_grads` (blocks of 512
-//! threads, as at the paper's heads), for measuring the two against each other.
 use std::path::Path;
 
 use clap::Parser;

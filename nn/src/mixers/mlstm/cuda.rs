@@ -93,16 +93,12 @@ fn scan_bwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
 /// Shared-memory bytes of `mlstm_grads`: f32 an accumulator tile `[lp, max(Dk, bv)]`, dn and
 /// n, eight per-row vectors, the gates and 32 floats of scratch; q, k `[lp, Dk]`, v, dnum
 /// `[lp, bv]`, the scores and their gradient `[lp, lp]`, dC and C_prev `[Dk, bv]` of the data's
-/// type; C_prev in dC's tile for `mlstm_grads_lean`, no accumulator tile for `mlstm_grads_regs`.
-fn grads_bytes(s: RecurrentShape, a: &RecArgs, e: usize, kernel: GradsKernel) -> usize {
+/// type, C_prev in dC's tile when `lean` (`mlstm_grads_lean`).
+fn grads_bytes(s: RecurrentShape, a: &RecArgs, e: usize, lean: bool) -> usize {
     let (lp, bv) = (lp(s), a.bv());
-    let states = if kernel == GradsKernel::Lean { 1 } else { 2 };
-    let acc = if kernel == GradsKernel::Registers {
-        0
-    } else {
-        lp * tile_ld(s.dk.max(bv), 4)
-    };
-    let f32s = acc + 2 * s.dk.next_multiple_of(16) + 8 * lp + gates(s) + 32;
+    let states = if lean { 1 } else { 2 };
+    let f32s =
+        lp * tile_ld(s.dk.max(bv), 4) + 2 * s.dk.next_multiple_of(16) + 8 * lp + gates(s) + 32;
     let elems = 2 * lp * tile_ld(s.dk, e)
         + (2 * lp + states * s.dk) * tile_ld(bv, e)
         + 2 * lp * tile_ld(lp, e);
@@ -113,8 +109,9 @@ fn grads_bytes(s: RecurrentShape, a: &RecArgs, e: usize, kernel: GradsKernel) ->
 fn forward_bytes(s: RecurrentShape, e: usize) -> impl Fn(&RecArgs) -> usize {
     move |a| scan_fwd_bytes(s, a, e).max(chunk_fwd_bytes(s, a, e))
 }
-fn backward_bytes(s: RecurrentShape, e: usize, kernel: GradsKernel) -> impl Fn(&RecArgs) -> usize {
-    move |a| scan_bwd_bytes(s, a, e).max(grads_bytes(s, a, e, kernel))
+fn backward_bytes(s: RecurrentShape, e: usize) -> impl Fn(&RecArgs) -> usize {
+    let lean = lean_grads(s);
+    move |a| scan_bwd_bytes(s, a, e).max(grads_bytes(s, a, e, lean))
 }
 
 /// Threads of a block of the tiled kernels (all but `mlstm_gates`), `SWAX_MLSTM_THREADS` (a
@@ -154,48 +151,18 @@ const GATE_THREADS: u32 = 256;
 /// The most threads of an `mlstm_grads_lean` block (`GRADS_LEAN_THREADS` in mlstm.cu).
 const GRADS_LEAN_THREADS: u32 = 256;
 
-/// The kernel that makes the gradients of each chunk (mlstm.cu): `mlstm_grads`, its sums of
-/// two products through an f32 accumulator tile; `mlstm_grads_lean`, registers bounded for three
-/// blocks an SM and C_prev sharing dC's tile; `mlstm_grads_regs`, both products of each sum in
-/// registers, no accumulator tile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GradsKernel {
-    Tiled,
-    Lean,
-    Registers,
-}
-
-impl GradsKernel {
-    /// The kernel's instantiation for `dt`.
-    fn name(self, op: &'static str, dt: DType) -> Result<&'static str, CudaError> {
-        match self {
-            GradsKernel::Tiled => float_kernel!(op, "mlstm_grads", dt),
-            GradsKernel::Lean => float_kernel!(op, "mlstm_grads_lean", dt),
-            GradsKernel::Registers => float_kernel!(op, "mlstm_grads_regs", dt),
-        }
-    }
-}
-
-/// `mlstm_grads_lean` wherever its bound allows the blocks (`block_threads`; on the H200 at
-/// swax-small's heads it measured 3.060 ms forward + backward against 3.332 with
-/// `mlstm_grads`), else `mlstm_grads`, or `mlstm_grads_regs` with `SWAX_MLSTM_GRADS_REGS=1`
-/// (read once; for measuring the two against each other at the larger heads).
-fn grads_kernel(s: RecurrentShape) -> GradsKernel {
-    static REGS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let regs = *REGS.get_or_init(|| std::env::var("SWAX_MLSTM_GRADS_REGS").is_ok_and(|v| v == "1"));
-    if block_threads(s) <= GRADS_LEAN_THREADS {
-        GradsKernel::Lean
-    } else if regs {
-        GradsKernel::Registers
-    } else {
-        GradsKernel::Tiled
-    }
+/// Whether the backward runs `mlstm_grads_lean` (registers bounded for three blocks an SM, C_prev
+/// sharing dC's tile) rather than `mlstm_grads`: wherever its bound allows the blocks
+/// (`block_threads`); on the H200 at swax-small's heads it measured 3.060 ms forward + backward
+/// against 3.332 with `mlstm_grads`.
+fn lean_grads(s: RecurrentShape) -> bool {
+    block_threads(s) <= GRADS_LEAN_THREADS
 }
 
 /// What the kernels launch with under a block's shared-memory limit: the threads of a block of
 /// the tiled kernels and of `mlstm_gates`, each pass's value tile width (`bv` columns, Dv in
 /// `Dv.div_ceil(bv)` tiles, the same for all the pass's kernels), each kernel's shared memory
-/// in bytes and which kernel makes the gradients. Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs)
+/// in bytes and whether the gradients run `mlstm_grads_lean`. Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs)
 /// launches them as the wrappers do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
@@ -208,26 +175,15 @@ pub struct Sizes {
     pub prep: usize,
     pub scan_bwd: usize,
     pub grads: usize,
-    pub grads_kernel: GradsKernel,
+    pub lean_grads: bool,
 }
 
 /// The sizes for a shape of `dtype` under `shared_limit` bytes a block.
 pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Result<Sizes, CudaError> {
-    sizes_with(s, dtype, shared_limit, grads_kernel(s))
-}
-
-/// `sizes` with the gradients made by `kernel` (`mlstm_grads_lean` takes blocks of up to 256
-/// threads).
-pub fn sizes_with(
-    s: RecurrentShape,
-    dtype: DType,
-    shared_limit: usize,
-    kernel: GradsKernel,
-) -> Result<Sizes, CudaError> {
     let args = RecArgs::new("mlstm", s, dtype, 0.0)?;
     let e = dtype.size_bytes();
     let fwd = args.fit_within(shared_limit, dtype, forward_bytes(s, e));
-    let bwd = args.fit_within(shared_limit, dtype, backward_bytes(s, e, kernel));
+    let bwd = args.fit_within(shared_limit, dtype, backward_bytes(s, e));
     Ok(Sizes {
         threads: block_threads(s),
         gate_threads: GATE_THREADS,
@@ -237,8 +193,8 @@ pub fn sizes_with(
         backward_bv: bwd.bv(),
         prep: prep_bytes(s, e),
         scan_bwd: scan_bwd_bytes(s, &bwd, e),
-        grads: grads_bytes(s, &bwd, e, kernel),
-        grads_kernel: kernel,
+        grads: grads_bytes(s, &bwd, e, lean_grads(s)),
+        lean_grads: lean_grads(s),
     })
 }
 
@@ -351,8 +307,7 @@ pub(super) fn backward(
         eps,
     )?;
     let e = dt.size_bytes();
-    let kernel = grads_kernel(s);
-    let args = args.fit(dev, dt, backward_bytes(s, e, kernel));
+    let args = args.fit(dev, dt, backward_bytes(s, e));
     let f32 = DType::F32;
     let (states, ds) = (&x.out.boundary, &x.d_final);
     check_operands(
@@ -401,7 +356,8 @@ pub(super) fn backward(
     let mut prep = chunk_launch(OP, dev, s, &args, prep_bytes(s, e))?;
     prep.grid.1 = 1;
     let scan = scan_launch(OP, dev, s, &args, scan_bwd_bytes(s, &args, e))?;
-    let chunks = chunk_launch(OP, dev, s, &args, grads_bytes(s, &args, e, kernel))?;
+    let lean = lean_grads(s);
+    let chunks = chunk_launch(OP, dev, s, &args, grads_bytes(s, &args, e, lean))?;
     let heads = Launch {
         grid: (to_u32(OP, "B*H", nh)?, 1, 1),
         block: (GATE_THREADS, 1, 1),
@@ -434,7 +390,11 @@ pub(super) fn backward(
                 &dns, &g.state.c, &g.state.n, &dots, &args,
             ],
         )?;
-        let name = kernel.name(OP, dt)?;
+        let name = if lean {
+            float_kernel!(OP, "mlstm_grads_lean", dt)?
+        } else {
+            float_kernel!(OP, "mlstm_grads", dt)?
+        };
         launch(
             dev,
             &SOURCE,

@@ -23,12 +23,6 @@
 //   mlstm_grads_lean, for blocks of up to GRADS_LEAN_THREADS: the same, its registers bounded
 //   for GRADS_LEAN_BLOCKS blocks an SM and C_prev in dC's tile once dk is done (less shared
 //   memory, C_prev read twice: for dC·C_prev at the start, as an operand for dq at the end).
-//   mlstm_grads_regs: the same without the f32 accumulator tile: each output (dv, dk, dq) is
-//   the sum of two products, both kept in a warp's registers (block_mm_pair) and combined as
-//   they are written, so that no product's result makes a round trip through shared memory;
-//   the scores and their gradient in one pass (one exp a weight, not two), dnum never formed
-//   (its row scale folded into P and dq), one barrier between the gates and the gate sums where
-//   mlstm_grads has five (chosen by SWAX_MLSTM_GRADS_REGS=1 in cuda.rs, for measuring).
 // - mlstm_gates: a block per head sends the stabilizers' own gradient back along the recurrence
 //   of m (a reverse scan of affine maps over the block's threads, GATE_STEPS steps a thread),
 //   adds the rows' shares and writes di, df and dm0.
@@ -518,58 +512,17 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
     if (threadIdx.x == 0) dot_out[1] = part;
 }
 
-// out(r, c, x, y) for every element of two M x N products, x = a1 · b1 (inner K1) and y = a2 · b2
-// (inner K2), with shares of row and column sums as block_mm_sums. With TC a warp keeps the
-// 16 x 16 tile of each in registers (warp_mm), so that a result which is the sum of two scaled
-// products needs neither a shared tile for the first nor a barrier between them. Every thread of
-// the block must call it; it does not synchronize.
-template <bool TC, typename A1, typename B1, typename A2, typename B2, typename Out>
-__device__ __forceinline__ void block_mm_pair(A1 a1, B1 b1, int K1, A2 a2, B2 b2, int K2, int M, int N, Out out,
-                                              float* rows, float* cols) {
-    if constexpr (TC) {
-        const int g = lane_id() >> 2, q = (lane_id() & 3) * 2;
-        const int tn = N / 16, tiles = (M / 16) * tn;
-        for (int tile = warp_id(); tile < tiles; tile += nwarps()) {
-            const int r0 = (tile / tn) * 16, c0 = (tile % tn) * 16;
-            float x[1][2][4] = {}, y[1][2][4] = {};
-            for (int k0 = 0; k0 < K1; k0 += 16) warp_mm<1, 2, 1>(x, a1, r0, b1, c0, k0);
-            for (int k0 = 0; k0 < K2; k0 += 16) warp_mm<1, 2, 1>(y, a2, r0, b2, c0, k0);
-            float rs[1][2] = {{0.f, 0.f}}, cs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-#pragma unroll
-            for (int n = 0; n < 2; ++n)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const float2 v = out(r0 + g + (i >> 1) * 8, c0 + 8 * n + q + (i & 1), x[0][n][i], y[0][n][i]);
-                    rs[0][i >> 1] += v.x;
-                    cs[n][i & 1] += v.y;
-                }
-            if (rows) add_row_sums<1>(rs, r0, rows);
-            if (cols) add_col_sums<2>(cs, c0, cols);
-        }
-    } else {
-        for (int idx = threadIdx.x; idx < M * N; idx += nthreads()) {
-            const int r = idx / N, c = idx % N;
-            float x = 0.0f, y = 0.0f;
-            for (int k = 0; k < K1; ++k) x = fmaf(a1.at(r, k), b1.at(k, c), x);
-            for (int k = 0; k < K2; ++k) y = fmaf(a2.at(r, k), b2.at(k, c), y);
-            const float2 v = out(r, c, x, y);
-            if (rows && v.x != 0.0f) atomicAdd(&rows[r], v.x);
-            if (cols && v.y != 0.0f) atomicAdd(&cols[c], v.y);
-        }
-    }
-}
-
 // mlstm_grads_lean's bound (GRADS_LEAN_THREADS and _BLOCKS in cuda.rs): at 256 threads and three
 // blocks an SM, ptxas fits it in 80 registers (NVRTC 13.5, sm_90a; bf16 without spilling), against
 // about 120 under REC_THREADS' bound, which leaves room for two such blocks only.
 #define GRADS_LEAN_THREADS 256
 #define GRADS_LEAN_BLOCKS 3
 
-// Shared memory (`grads_bytes` in cuda.rs matches): f32 an accumulator tile [lp, max(Dk, bv)]
-// (unless REGS), dn and n_prev [Dk], the per-row vectors, the gates, 32 floats of block-sum scratch; then tiles
+// Shared memory (`grads_bytes` in cuda.rs matches): f32 an accumulator tile [lp, max(Dk, bv)],
+// dn and n_prev [Dk], the per-row vectors, the gates, 32 floats of block-sum scratch; then tiles
 // of T: q, k [lp, Dk], v and dnum [lp, bv], the scores and their gradient [lp, lp], dC and
 // (unless LEAN) C_prev [Dk, bv]. gates: each tile's shares of dlf and di with m held fixed, f32 [nv, 2, B·H, T].
-template <typename T, bool TC, bool LEAN, bool REGS>
+template <typename T, bool TC, bool LEAN>
 __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                             const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ cs,
                             const float* __restrict__ ns, const float* __restrict__ ms,
@@ -585,7 +538,7 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
     const Heads hd{d.t, d.h};
     float* f = reinterpret_cast<float*>(smem);
-    const STile<float> ACC = REGS ? STile<float>{nullptr, 0} : take_tile(f, lp, tile_ld<float>(max(d.dk, d.bv)));
+    const STile<float> ACC = take_tile(f, lp, tile_ld<float>(max(d.dk, d.bv)));
     float* dnv = take(f, round16(d.dk));
     float* np = take(f, round16(d.dk));
     float* qn = take(f, lp);
@@ -639,118 +592,65 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     part += stage_states(LEAN ? STile<T>{nullptr, 0} : Cpb, c_prev, dCb, dcs + at_chunk(bh, nc, ci, csz) + vt.e0,
                          d, vt);
     chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
-    if constexpr (REGS) {
-        // q·n and dn's share of the end state's weights (w_last k·dn) by row, beside the scores
-        // and dP = dnum V^T (+ dnq on the causal part) in one pass that computes each weight w_js
-        // once: dP ⊙ P, the log-weight gradients, by rows (to F_j) and columns (to i_s and -F_s),
-        // and DP becomes dS = dP ⊙ w. DN keeps dh: P holds diag(1 / (den + eps)) P, so that
-        // P^T dh is dv's P^T dnum, and dq's dnum C_prev^T is dh C_prev^T scaled by row.
-        for (int j = warp_id(); j < lc; j += nwarps()) {
-            const float x = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
-            const float kn = warp_dot(K.p + j * K.ld, dnv, d.dk);
-            if (lane_id() == 0) {
-                qn[j] = x;
-                dlend[j] = g.wl[j] * kn;
-            }
-        }
-        block_mm_pair<TC>(
-            Q, K.t(), d.dk, DN, V.t(), vt.w, lc, lc,
-            [&](int j, int s, float x, float y) {
-                const float w = weight(g, j, s, len), pj = x * d.scale * w;
-                const float dp = s <= j && j < len ? rr[j] * y + dnq[j] : 0.0f, dl = dp * pj;
-                P.set(j, s, rr[j] * pj);
-                DP.set(j, s, dp * w);
-                return make_float2(dl, dl);
-            },
-            drow, dcol);
-        __syncthreads();
-        // dv = P^T dnum + diag(w_last) K dC (its dot with v by row into dlend); dk = dS^T Q /
-        // sqrt(Dk) + diag(w_last) (V dC^T + dn); dq = (dS K + diag(a) (dnum C_prev^T + dnq
-        // n_prev^T)) / sqrt(Dk), and q·(C_prev dnum) by row into qdc.
-        block_mm_pair<TC>(
-            P.t(), DN, lc, K, dCb, d.dk, lc, vt.w,
-            [&](int s, int c, float x, float y) {
-                const float w = g.wl[s] * y;
-                if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + c] = from_float<T>(x + w);
-                return make_float2(w * V.at(s, c), 0.0f);
-            },
-            dlend, nullptr);
-        block_mm_pair<TC>(
-            DP.t(), Q, lc, V, dCb.t(), vt.w, lc, d.dk,
-            [&](int s, int c, float x, float y) {
-                if (s < len) s_dk.put(hd.at(b, hh, t0 + s, d.dk) + c, x * d.scale + g.wl[s] * (y + dnv[c]));
-                return make_float2(0.0f, 0.0f);
-            },
-            nullptr, nullptr);
-        block_mm_pair<TC>(
-            DP, K, lc, DN, Cpb.t(), vt.w, lc, d.dk,
-            [&](int j, int c, float x, float y) {
-                const float cd = rr[j] * y;
-                if (j < len) s_dq.put(hd.at(b, hh, t0 + j, d.dk) + c, (x + g.a[j] * (cd + dnq[j] * np[c])) * d.scale);
-                return make_float2(Q.at(j, c) * cd, 0.0f);
-            },
-            qdc, nullptr);
-    } else {
-        // What needs only the operands and the gates, between the same two barriers (none reads
-        // what another writes): q·n by row, dnum = dh / (den + eps) in place, dv's second term
-        // diag(w_last) K dC into ACC (its dot with v by row into dlend) and the scores.
-        for (int j = warp_id(); j < lc; j += nwarps()) {
-            const float x = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
-            if (lane_id() == 0) qn[j] = x;
-        }
-        scale_rows(DN, lc, vt.w, [&](int j) { return rr[j]; });
-        block_mm_sums<TC>(
-            K, dCb, lc, d.dk, vt.w,
-            [&](int s, int c, float x) {
-                const float w = g.wl[s] * x;
-                ACC.set(s, c, w);
-                return make_float2(w * V.at(s, c), 0.0f);
-            },
-            dlend, nullptr);
-        chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
-        // dv = P^T dnum + diag(w_last) K dC.
-        block_mm_onto<TC>(P.t(), DN, lc, lc, vt.w, ACC, [&](int s, int c, float x, float o) {
-            if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + c] = from_float<T>(o + x);
-        });
-        // dP = dnum V^T (+ dnq on the causal part): dP ⊙ P, the log-weight gradients, by rows (to
-        // F_j) and columns (to i_s and -F_s); DP becomes dS = dP ⊙ w.
-        block_mm_sums<TC>(
-            DN, V.t(), lc, vt.w, lc,
-            [&](int j, int s, float x) {
-                const bool in = s <= j && j < len;
-                const float dp = in ? x + dnq[j] : 0.0f, dl = dp * P.at(j, s);
-                DP.set(j, s, dp * weight(g, j, s, len));
-                return make_float2(dl, dl);
-            },
-            drow, dcol);
-        __syncthreads();
-        // dk = dS^T Q / sqrt(Dk) + diag(w_last) (V dC^T + dn).
-        block_mm<TC>(V, dCb.t(), lc, vt.w, d.dk, [&](int s, int c, float x) {
-            ACC.set(s, c, g.wl[s] * (x + dnv[c]));
-        });
-        __syncthreads();
-        block_mm_onto<TC>(DP.t(), Q, lc, lc, d.dk, ACC, [&](int s, int c, float x, float o) {
-            if (s < len) s_dk.put(hd.at(b, hh, t0 + s, d.dk) + c, o + x * d.scale);
-        });
-        // dC's last use was the product before the barrier above: C_prev takes its tile.
-        if constexpr (LEAN) load_state(Cpb, c_prev, d, vt);
-        __syncthreads();
-        // dq = (dS K + diag(a) (dnum C_prev^T + dnq n_prev^T)) / sqrt(Dk).
-        block_mm<TC>(DN, Cpb.t(), lc, vt.w, d.dk, [&](int j, int c, float x) { ACC.set(j, c, x); });
-        __syncthreads();
-        for (int j = warp_id(); j < lc; j += nwarps()) {
-            const float x = warp_dot(Q.p + j * Q.ld, ACC.p + j * ACC.ld, d.dk);
-            const float kn = warp_dot(K.p + j * K.ld, dnv, d.dk);
-            if (lane_id() == 0) {
-                qdc[j] = x;
-                dlend[j] += g.wl[j] * kn;
-            }
-        }
-        block_mm<TC>(DP, K, lc, lc, d.dk, [&](int j, int c, float x) {
-            if (j < len)
-                s_dq.put(hd.at(b, hh, t0 + j, d.dk) + c, (x + g.a[j] * (ACC.at(j, c) + dnq[j] * np[c])) * d.scale);
-        });
+    // What needs only the operands and the gates, between the same two barriers (none reads
+    // what another writes): q·n by row, dnum = dh / (den + eps) in place, dv's second term
+    // diag(w_last) K dC into ACC (its dot with v by row into dlend) and the scores.
+    for (int j = warp_id(); j < lc; j += nwarps()) {
+        const float x = warp_dot(Q.p + j * Q.ld, np, d.dk) * d.scale;
+        if (lane_id() == 0) qn[j] = x;
     }
+    scale_rows(DN, lc, vt.w, [&](int j) { return rr[j]; });
+    block_mm_sums<TC>(
+        K, dCb, lc, d.dk, vt.w,
+        [&](int s, int c, float x) {
+            const float w = g.wl[s] * x;
+            ACC.set(s, c, w);
+            return make_float2(w * V.at(s, c), 0.0f);
+        },
+        dlend, nullptr);
+    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+    // dv = P^T dnum + diag(w_last) K dC.
+    block_mm_onto<TC>(P.t(), DN, lc, lc, vt.w, ACC, [&](int s, int c, float x, float o) {
+        if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + c] = from_float<T>(o + x);
+    });
+    // dP = dnum V^T (+ dnq on the causal part): dP ⊙ P, the log-weight gradients, by rows (to
+    // F_j) and columns (to i_s and -F_s); DP becomes dS = dP ⊙ w.
+    block_mm_sums<TC>(
+        DN, V.t(), lc, vt.w, lc,
+        [&](int j, int s, float x) {
+            const bool in = s <= j && j < len;
+            const float dp = in ? x + dnq[j] : 0.0f, dl = dp * P.at(j, s);
+            DP.set(j, s, dp * weight(g, j, s, len));
+            return make_float2(dl, dl);
+        },
+        drow, dcol);
+    __syncthreads();
+    // dk = dS^T Q / sqrt(Dk) + diag(w_last) (V dC^T + dn); dq = (dS K + diag(a) (dnum C_prev^T +
+    // dnq n_prev^T)) / sqrt(Dk), and q·(C_prev dnum) by row into qdc.
+    block_mm<TC>(V, dCb.t(), lc, vt.w, d.dk, [&](int s, int c, float x) {
+        ACC.set(s, c, g.wl[s] * (x + dnv[c]));
+    });
+    __syncthreads();
+    block_mm_onto<TC>(DP.t(), Q, lc, lc, d.dk, ACC, [&](int s, int c, float x, float o) {
+        if (s < len) s_dk.put(hd.at(b, hh, t0 + s, d.dk) + c, o + x * d.scale);
+    });
+    // dC's last use was the product before the barrier above: C_prev takes its tile.
+    if constexpr (LEAN) load_state(Cpb, c_prev, d, vt);
+    __syncthreads();
+    block_mm<TC>(DN, Cpb.t(), lc, vt.w, d.dk, [&](int j, int c, float x) { ACC.set(j, c, x); });
+    __syncthreads();
+    for (int j = warp_id(); j < lc; j += nwarps()) {
+        const float x = warp_dot(Q.p + j * Q.ld, ACC.p + j * ACC.ld, d.dk);
+        const float kn = warp_dot(K.p + j * K.ld, dnv, d.dk);
+        if (lane_id() == 0) {
+            qdc[j] = x;
+            dlend[j] += g.wl[j] * kn;
+        }
+    }
+    block_mm<TC>(DP, K, lc, lc, d.dk, [&](int j, int c, float x) {
+        if (j < len)
+            s_dq.put(hd.at(b, hh, t0 + j, d.dk) + c, (x + g.a[j] * (ACC.at(j, c) + dnq[j] * np[c])) * d.scale);
+    });
     const float dlog_carry = g.a[len - 1] * block_sum(part, red);
     // The gates with m held fixed: log w_js = i_s + F_j - F_s - m_j, log a_j = m_prev + F_j - m_j
     // and the chunk's end state through a_L and w_L; dlf_j is the reverse sum of dF from j (drow
@@ -895,22 +795,13 @@ __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ 
         const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
         const float* ms, const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk,         \
         T* dv, float* gates, float* part, RecDims d) {                                                             \
-        mlstm_grads<T, TC, false, false>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates,      \
-                                         part, d);                                                                 \
+        mlstm_grads<T, TC, false>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);   \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(GRADS_LEAN_THREADS, GRADS_LEAN_BLOCKS) mlstm_grads_lean_##SUFFIX( \
         const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
         const float* ms, const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk,         \
         T* dv, float* gates, float* part, RecDims d) {                                                             \
-        mlstm_grads<T, TC, true, false>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, \
-                                        d);                                                                        \
-    }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_grads_regs_##SUFFIX(                           \
-        const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
-        const float* ms, const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk,         \
-        T* dv, float* gates, float* part, RecDims d) {                                                             \
-        mlstm_grads<T, TC, false, true>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, \
-                                        d);                                                                        \
+        mlstm_grads<T, TC, true>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);    \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(GATE_THREADS) mlstm_gates_##SUFFIX(                               \
         const T* gf, const float* rows, const float* gates, const float* dots, const T* dmT, T* di, T* df,        \

@@ -32,9 +32,7 @@ mod kernel;
 mod node;
 mod reference;
 
-pub use cuda::{
-    sizes as launch_sizes, sizes_with as launch_sizes_with, GradsKernel, Sizes as LaunchSizes,
-};
+pub use cuda::{sizes as launch_sizes, Sizes as LaunchSizes};
 pub use kernel::{backward, forward, has_kernel, MlstmBackward, MlstmGrads, MlstmIn, MlstmOut};
 pub use node::{chunkwise, step};
 pub use reference::{parallel, recurrent};
