@@ -287,6 +287,32 @@ fn io(path: &Path, e: std::io::Error) -> swax_tensor::Error {
     }
 }
 
+/// Writes a case's sizes (`file`: its name and contents) into its folder, then runs the harness
+/// `exe` there with `arg` (a dtype or a kernel family); a failed run fails the case.
+fn emulate(exe: &Path, dir: &Path, name: &str, file: (&str, &str), arg: &str) -> Result<()> {
+    let path = dir.join(file.0);
+    std::fs::write(&path, file.1).map_err(|e| io(&path, e))?;
+    let status = Command::new(exe)
+        .arg(dir)
+        .arg(arg)
+        .status()
+        .map_err(|e| io(exe, e))?;
+    assert!(
+        status.success(),
+        "{name}: the emulated kernels failed ({status})"
+    );
+    Ok(())
+}
+
+/// The harnesses' name of a float dtype.
+fn dtype_arg(dtype: DType) -> &'static str {
+    if dtype == DType::BF16 {
+        "bf16"
+    } else {
+        "f32"
+    }
+}
+
 /// One forward and backward of kernel `family` ("parallel" or "walk") in the emulator at
 /// `dims` = [B, T, H, Dk, Dv], against the CPU fused kernels on the same bf16-rounded inputs.
 fn case(
@@ -347,18 +373,8 @@ fn case(
             gated_delta::one_tile_sizes(s, swax_cuda::DType::BF16).expect("valid sizes");
         format!("{threads} {fwd} {bwd}")
     };
-    let launch = dir.join("launch");
-    std::fs::write(&launch, sizes + "\n").map_err(|e| io(&launch, e))?;
     let want = gdn::run(&x, &g, chunk)?;
-    let status = Command::new(exe)
-        .arg(&dir)
-        .arg(family)
-        .status()
-        .map_err(|e| io(exe, e))?;
-    assert!(
-        status.success(),
-        "{name}: the emulated kernels failed ({status})"
-    );
+    emulate(exe, &dir, name, ("launch", &(sizes + "\n")), family)?;
     for (out, w) in gdn::OUTPUTS.iter().zip(&want) {
         let got = read(&dir.join(format!("emu_{out}.f32")), w)?;
         let err = relative_error(&got, w).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
@@ -586,7 +602,6 @@ impl MlstmCase {
         };
         let mut z = mlstm::launch_sizes(s, dt, shared_limit).expect("valid sizes");
         adjust(&mut z);
-        let launch = dir.join("launch");
         let sizes = format!(
             "{} {} {} {} {} {} {} {} {} {}\n",
             z.threads,
@@ -600,17 +615,8 @@ impl MlstmCase {
             z.grads,
             u8::from(z.lean_grads)
         );
-        std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
         let want = cases::run(&x, &g, chunk)?;
-        let status = Command::new(exe)
-            .arg(&dir)
-            .arg(kind)
-            .status()
-            .map_err(|e| io(exe, e))?;
-        assert!(
-            status.success(),
-            "{name}: the emulated kernels failed ({status})"
-        );
+        emulate(exe, &dir, name, ("launch", &sizes), kind)?;
         // bf16 operands: errors of about 3e-3 were seen here; the bound is tighter than the GPU
         // tests' so that a wrong share of a gradient shows.
         let tolerance = if dtype == DType::BF16 { 1.5e-2 } else { 1e-4 };
@@ -783,19 +789,8 @@ fn swiglu_case(n: usize, f: usize, dtype: DType) -> Result<()> {
     // 16-byte vectors.
     let vec = (f * dtype.size_bytes()).is_multiple_of(16);
     let l = swax_cuda::kernels::swiglu::launch_shape(1, n as u64, f, dtype, vec);
-    let launch = dir.join("launch");
     let sizes = format!("{n} {f} {} {} {}\n", l.grid.0, l.block.0, vec as u32);
-    std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
-    let dtype_arg = if dtype == DType::BF16 { "bf16" } else { "f32" };
-    let status = Command::new(exe)
-        .arg(&dir)
-        .arg(dtype_arg)
-        .status()
-        .map_err(|e| io(exe, e))?;
-    assert!(
-        status.success(),
-        "{name}: the emulated kernels failed ({status})"
-    );
+    emulate(exe, &dir, &name, ("launch", &sizes), dtype_arg(dtype))?;
     let h = gu.swiglu()?;
     let (dgu, _) = gu.swiglu_backward(&dh)?;
     // bf16: the same f32 arithmetic, outputs rounded alike but for the last bit where the
@@ -848,22 +843,11 @@ fn rms_norm_backward_case(rows: usize, n: usize, blocks: u32, dtype: DType) -> R
     let vec = (n * dtype.size_bytes()).is_multiple_of(16);
     let l = swax_cuda::kernels::Launch::rows(rows as u32, n as u32, dtype);
     let blocks = blocks.min(l.grid.0);
-    let launch = dir.join("launch");
     let sizes = format!(
         "{rows} {n} {blocks} {} {} {}\n",
         l.block.0, l.block.1, vec as u32
     );
-    std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
-    let dtype_arg = if dtype == DType::BF16 { "bf16" } else { "f32" };
-    let status = Command::new(exe)
-        .arg(&dir)
-        .arg(dtype_arg)
-        .status()
-        .map_err(|e| io(exe, e))?;
-    assert!(
-        status.success(),
-        "{name}: the emulated kernel failed ({status})"
-    );
+    emulate(exe, &dir, &name, ("launch", &sizes), dtype_arg(dtype))?;
     let (dx, dw) = x.rms_norm_backward(&w, &stats, &dy, Some(&dres))?;
     let (dx_plain, _) = x.rms_norm_backward(&w, &stats, &dy, None)?;
     let partial = read(
@@ -930,22 +914,11 @@ fn gated_head_norm_case(
     let blocks = blocks
         .min(((rows / heads) as u32).div_ceil(l.block.1))
         .max(1);
-    let launch = dir.join("launch");
     let sizes = format!(
         "{rows} {heads} {n} {blocks} {} {} {}\n",
         l.block.0, l.block.1, vec as u32
     );
-    std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
-    let dtype_arg = if dtype == DType::BF16 { "bf16" } else { "f32" };
-    let status = Command::new(exe)
-        .arg(&dir)
-        .arg(dtype_arg)
-        .status()
-        .map_err(|e| io(exe, e))?;
-    assert!(
-        status.success(),
-        "{name}: the emulated kernels failed ({status})"
-    );
+    emulate(exe, &dir, &name, ("launch", &sizes), dtype_arg(dtype))?;
     let y = x.gated_head_norm(&o, &w, 1e-5)?;
     let (dx, d_o, dw) = x.gated_head_norm_backward(&o, &w, &dy, 1e-5)?;
     let partial = read(
@@ -1007,22 +980,16 @@ fn short_conv_case(
     for (file, t) in ["x", "w", "bias", "dy"].iter().zip(&x) {
         write(&dir.join(format!("{file}.f32")), t)?;
     }
-    let shape = dir.join("dims");
     let variant = u8::from(vec);
-    std::fs::write(&shape, format!("{b} {t} {c} {k} {variant} {splits}\n"))
-        .map_err(|e| io(&shape, e))?;
     let y = x[0].short_conv(&x[1], Some(&x[2]))?;
     let (dx, dw, db) = x[0].short_conv_backward(&x[1], &x[3])?;
-    let arg = if dtype == DType::BF16 { "bf16" } else { "f32" };
-    let status = Command::new(exe)
-        .arg(&dir)
-        .arg(arg)
-        .status()
-        .map_err(|e| io(exe, e))?;
-    assert!(
-        status.success(),
-        "{name}: the emulated kernels failed ({status})"
-    );
+    emulate(
+        exe,
+        &dir,
+        name,
+        ("dims", &format!("{b} {t} {c} {k} {variant} {splits}\n")),
+        dtype_arg(dtype),
+    )?;
     // Outputs rounded to bf16, or f32 sums in another order.
     let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
     for (out, want) in ["y", "dx", "dw", "db"].iter().zip([&y, &dx, &dw, &db]) {
@@ -1074,22 +1041,12 @@ fn cross_entropy_case(rows: usize, v: usize, dtype: DType) -> Result<()> {
         .collect();
     write(&dir.join("logits.f32"), &logits)?;
     let text: Vec<String> = ids.iter().map(u32::to_string).collect();
-    let (targets_file, launch) = (dir.join("targets"), dir.join("launch"));
+    let targets_file = dir.join("targets");
     std::fs::write(&targets_file, text.join(" ")).map_err(|e| io(&targets_file, e))?;
     let vec = (v * dtype.size_bytes()).is_multiple_of(16);
     let threads = swax_cuda::kernels::cross_entropy::SUMMED_THREADS;
     let sizes = format!("{rows} {v} {} {ignore} {threads}\n", vec as u32);
-    std::fs::write(&launch, sizes).map_err(|e| io(&launch, e))?;
-    let dtype_arg = if dtype == DType::BF16 { "bf16" } else { "f32" };
-    let status = Command::new(exe)
-        .arg(&dir)
-        .arg(dtype_arg)
-        .status()
-        .map_err(|e| io(exe, e))?;
-    assert!(
-        status.success(),
-        "{name}: the emulated kernels failed ({status})"
-    );
+    emulate(exe, &dir, &name, ("launch", &sizes), dtype_arg(dtype))?;
     let targets = Tensor::from_vec(ids, [rows], Device::Cpu)?;
     let mut totals = Tensor::from_vec(vec![0.25f32, 3.0], [2], Device::Cpu)?;
     let dlogits = logits
