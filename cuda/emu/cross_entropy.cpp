@@ -11,12 +11,6 @@
 
 #include <string>
 
-template <typename E> static std::vector<E> as(const std::vector<float>& x);
-template <> std::vector<float> as<float>(const std::vector<float>& x) { return x; }
-template <> std::vector<bf16> as<bf16>(const std::vector<float>& x) { return to_bf16<bf16>(x); }
-static std::vector<float> back(const std::vector<float>& x) { return x; }
-static std::vector<float> back(const std::vector<bf16>& x) { return from_bf16(x); }
-
 template <typename E>
 using Summed = void (*)(const E*, const u32*, E*, float*, u32, u32, u32*);
 
@@ -29,7 +23,7 @@ static void run(const std::string& dir, unsigned rows, unsigned vocab, unsigned 
         exit(2);
     }
     const EmuLaunch per_row{{rows, 1, 1}, {threads, 1, 1}, 0}, one{{1, 1, 1}, {1024, 1, 1}, 0};
-    std::vector<E> dlogits = as<E>(std::vector<float>(logits.size(), NAN));
+    std::vector<E> dlogits = nans<E>(logits.size());
     for (bool grad : {true, false}) {
         std::vector<float> loss(rows, NAN), totals = {0.25f, 3.0f};
         u32 err = 0;

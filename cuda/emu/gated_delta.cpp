@@ -16,12 +16,6 @@ struct Data {
     std::vector<float> states;
 };
 
-static std::vector<bf16> poisoned(size_t n) {
-    std::vector<bf16> x(n);
-    for (auto& e : x) e.bits = 0x7fc1;
-    return x;
-}
-
 // The launch sizes the wrapper computed, in the order `launch` lists them.
 static std::vector<size_t> launch_sizes(const std::string& dir, int n) {
     std::vector<size_t> v(n);
@@ -75,9 +69,9 @@ static void parallel(Data& x, RecDims d, const std::vector<size_t>& z) {
     const int D = d.dk, V = d.dv, L = GDN_L, nc = (d.t + L - 1) / L, BH = d.b * d.h;
     const int BV = (int)z[0];
     const size_t rows = (size_t)BH * nc * L;
-    auto w = poisoned(rows * D), kh = poisoned(rows * D), qt = poisoned(rows * D), tb = poisoned(rows * L);
-    auto pm = poisoned(rows * L), tm = poisoned(rows * L), dug = poisoned(rows * V);
-    auto dsg = poisoned((size_t)BH * nc * D * V);
+    auto w = nans<bf16>(rows * D), kh = nans<bf16>(rows * D), qt = nans<bf16>(rows * D), tb = nans<bf16>(rows * L);
+    auto pm = nans<bf16>(rows * L), tm = nans<bf16>(rows * L), dug = nans<bf16>(rows * V);
+    auto dsg = nans<bf16>((size_t)BH * nc * D * V);
     std::vector<float> gl(BH * nc, NAN);
     const EmuDim chunks{(unsigned)nc, (unsigned)BH, 1}, tiles{(unsigned)(V / BV), (unsigned)BH, 1};
     const EmuLaunch prep{chunks, {(unsigned)z[1], 1, 1}, z[2]};
@@ -127,13 +121,13 @@ int main(int argc, char** argv) {
     const auto in = [&](const char* n) { return to_bf16<bf16>(read_f32(dir + "/" + n + ".f32")); };
     Data x{in("q"), in("k"), in("v"), in("beta"), in("g"), in("s0"), in("do"), in("ds")};
     const int nc = (d.t + d.chunk - 1) / d.chunk;
-    x.o = poisoned(x.v.size());
-    x.dq = poisoned(x.q.size());
-    x.dk = poisoned(x.k.size());
-    x.dv = poisoned(x.v.size());
-    x.db = poisoned(x.beta.size());
-    x.dg = poisoned(x.g.size());
-    x.ds0 = poisoned(x.s0.size());
+    x.o = nans<bf16>(x.v.size());
+    x.dq = nans<bf16>(x.q.size());
+    x.dk = nans<bf16>(x.k.size());
+    x.dv = nans<bf16>(x.v.size());
+    x.db = nans<bf16>(x.beta.size());
+    x.dg = nans<bf16>(x.g.size());
+    x.ds0 = nans<bf16>(x.s0.size());
     x.states.assign((size_t)d.b * d.h * (nc + 1) * d.dk * d.dv, NAN);
     if (family == "parallel")
         parallel(x, d, launch_sizes(dir, 8));

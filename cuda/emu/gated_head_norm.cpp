@@ -11,12 +11,6 @@
 
 #include <string>
 
-template <typename E> static std::vector<E> as(const std::vector<float>& x);
-template <> std::vector<float> as<float>(const std::vector<float>& x) { return x; }
-template <> std::vector<bf16> as<bf16>(const std::vector<float>& x) { return to_bf16<bf16>(x); }
-static std::vector<float> back(const std::vector<float>& x) { return x; }
-static std::vector<float> back(const std::vector<bf16>& x) { return from_bf16(x); }
-
 template <typename E>
 using Fwd = void (*)(const E*, const E*, const float*, E*, u32, u32, u32, float);
 template <typename E>
@@ -37,8 +31,7 @@ static void run(const std::string& dir, Sizes s, Fwd<E> fwd, Bwd<E> bwd) {
         exit(2);
     }
     const float eps = 1e-5f;
-    const auto nans = [](size_t k) { return as<E>(std::vector<float>(k, NAN)); };
-    std::vector<E> y = nans(len), dx = nans(len), d_o = nans(len);
+    std::vector<E> y = nans<E>(len), dx = nans<E>(len), d_o = nans<E>(len);
     std::vector<float> partial(s.blocks * width, NAN);
     const EmuLaunch lf{{(s.rows + s.ty - 1) / s.ty, 1, 1}, {s.tx, s.ty, 1}, 0};
     emu_launch(lf, [&] { fwd(x.data(), o.data(), w.data(), y.data(), s.rows, s.heads, s.n, eps); });

@@ -1,7 +1,9 @@
 // io.h: the emulator harnesses' files: raw little-endian f32 arrays, as the emulated-kernel
 // tests write them, and their bf16 conversions.
 #pragma once
+#include <math.h>
 #include <string>
+#include <type_traits>
 #include <vector>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,19 @@ template <typename B> std::vector<float> from_bf16(const std::vector<B>& v) {
     for (size_t i = 0; i < v.size(); ++i) r[i] = __uint_as_float((unsigned)v[i].bits << 16);
     return r;
 }
+
+// A harness's element type E (float, or the kernels' bf16) from f32 values, and back to f32.
+template <typename E> std::vector<E> as(const std::vector<float>& x) {
+    if constexpr (std::is_same_v<E, float>)
+        return x;
+    else
+        return to_bf16<E>(x);
+}
+inline std::vector<float> back(const std::vector<float>& x) { return x; }
+template <typename B> std::vector<float> back(const std::vector<B>& x) { return from_bf16(x); }
+// An output of n elements filled with NaN before its kernel runs, so that any it leaves
+// unwritten fails the comparison.
+template <typename E> std::vector<E> nans(size_t n) { return as<E>(std::vector<float>(n, NAN)); }
 
 // The sizes the Rust test writes to DIR/dims (B T H Dk Dv chunk) into a RecDims-like struct;
 // a missing or short file ends the harness with a message.

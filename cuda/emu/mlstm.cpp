@@ -30,17 +30,6 @@ static std::vector<float> launch_sizes(const std::string& dir, int n) {
     return v;
 }
 
-template <typename E> static std::vector<E> as(const std::vector<float>& x);
-template <> std::vector<float> as<float>(const std::vector<float>& x) { return x; }
-template <> std::vector<bf16> as<bf16>(const std::vector<float>& x) { return to_bf16<bf16>(x); }
-static std::vector<float> back(const std::vector<float>& x) { return x; }
-static std::vector<float> back(const std::vector<bf16>& x) { return from_bf16(x); }
-
-template <typename E>
-static std::vector<E> poisoned(size_t n) {
-    return as<E>(std::vector<float>(n, NAN));
-}
-
 // The value tiles of `bv` columns.
 static RecDims tiled(RecDims d, int bv) {
     d.bv = bv;
@@ -115,15 +104,15 @@ static void main_of(const std::string& dir, RecDims d, Kernels kn) {
     Data<E> x{in("q"), in("k"), in("v"), in("i"), in("f"), in("c0"), in("n0"), in("m0"),
               in("dh"), in("dc"), in("dn"), in("dm")};
     const size_t nb = (size_t)d.b * d.h * ((d.t + d.chunk - 1) / d.chunk + 1);
-    x.h = poisoned<E>(x.v.size());
-    x.dq = poisoned<E>(x.q.size());
-    x.dk = poisoned<E>(x.k.size());
-    x.dv = poisoned<E>(x.v.size());
-    x.di = poisoned<E>(x.i.size());
-    x.df = poisoned<E>(x.f.size());
-    x.dc0 = poisoned<E>(x.c0.size());
-    x.dn0 = poisoned<E>(x.n0.size());
-    x.dm0 = poisoned<E>(x.m0.size());
+    x.h = nans<E>(x.v.size());
+    x.dq = nans<E>(x.q.size());
+    x.dk = nans<E>(x.k.size());
+    x.dv = nans<E>(x.v.size());
+    x.di = nans<E>(x.i.size());
+    x.df = nans<E>(x.f.size());
+    x.dc0 = nans<E>(x.c0.size());
+    x.dn0 = nans<E>(x.n0.size());
+    x.dm0 = nans<E>(x.m0.size());
     x.cs.assign(nb * d.dk * d.dv, NAN);
     x.ns.assign(nb * d.dk, NAN);
     x.ms.assign(nb, NAN);

@@ -10,12 +10,6 @@
 
 #include <string>
 
-template <typename E> static std::vector<E> as(const std::vector<float>& x);
-template <> std::vector<float> as<float>(const std::vector<float>& x) { return x; }
-template <> std::vector<bf16> as<bf16>(const std::vector<float>& x) { return to_bf16<bf16>(x); }
-static std::vector<float> back(const std::vector<float>& x) { return x; }
-static std::vector<float> back(const std::vector<bf16>& x) { return from_bf16(x); }
-
 template <typename E>
 using NormBwd = void (*)(const E*, const float*, const float*, const float*, const E*, const E*, E*,
                          float*, u32, u32, int);
@@ -30,8 +24,7 @@ static void run(const std::string& dir, unsigned rows, unsigned n, EmuLaunch l, 
         fprintf(stderr, "%s: inputs are not [rows, n], [n], [rows] for %u x %u\n", dir.c_str(), rows, n);
         exit(2);
     }
-    const auto nans = [](size_t len) { return as<E>(std::vector<float>(len, NAN)); };
-    std::vector<E> dx = nans(x.size()), dx_plain = nans(x.size());
+    std::vector<E> dx = nans<E>(x.size()), dx_plain = nans<E>(x.size());
     std::vector<float> partial(l.grid.x * n, NAN), partial_plain(l.grid.x * n, NAN);
     emu_launch(l, [&] {
         bwd(x.data(), w.data(), nullptr, rstd.data(), dy.data(), dres.data(), dx.data(), partial.data(), rows, n, 0);

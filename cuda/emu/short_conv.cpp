@@ -14,12 +14,6 @@ struct ConvCase {
     unsigned b, t, c, k, vec, splits;
 };
 
-template <typename E> static std::vector<E> as(const std::vector<float>& x);
-template <> std::vector<float> as<float>(const std::vector<float>& x) { return x; }
-template <> std::vector<bf16> as<bf16>(const std::vector<float>& x) { return to_bf16<bf16>(x); }
-static std::vector<float> back(const std::vector<float>& x) { return x; }
-static std::vector<float> back(const std::vector<bf16>& x) { return from_bf16(x); }
-
 // f(Const<K>()) for the run-time tap count, as the wrapper picks the kernel for K.
 template <typename F> static void by_taps(unsigned k, F f) {
     switch (k) {
@@ -40,8 +34,7 @@ static void run(const std::string& dir, ConvCase d) {
     const auto x = as<E>(read_f32(dir + "/x.f32")), w = as<E>(read_f32(dir + "/w.f32"));
     const auto bias = as<E>(read_f32(dir + "/bias.f32")), dy = as<E>(read_f32(dir + "/dy.f32"));
     const size_t n = (size_t)d.b * d.t * d.c;
-    const auto nan = [](size_t len) { return as<E>(std::vector<float>(len, NAN)); };
-    auto y = nan(n), dx = nan(n), dw = nan((size_t)d.c * d.k), db = nan(d.c);
+    auto y = nans<E>(n), dx = nans<E>(n), dw = nans<E>((size_t)d.c * d.k), db = nans<E>(d.c);
     std::vector<float> partial((size_t)d.splits * d.c * (d.k + 1), NAN);
     const unsigned per = VEC ? 16 / sizeof(E) : 1, tiles = (d.c / per + WG_X - 1) / WG_X, bt = d.b * d.t;
     const EmuLaunch grid{{tiles, d.splits, 1}, {WG_X, WG_Y, 1}, 0};

@@ -9,12 +9,6 @@
 
 #include <string>
 
-template <typename E> static std::vector<E> as(const std::vector<float>& x);
-template <> std::vector<float> as<float>(const std::vector<float>& x) { return x; }
-template <> std::vector<bf16> as<bf16>(const std::vector<float>& x) { return to_bf16<bf16>(x); }
-static std::vector<float> back(const std::vector<float>& x) { return x; }
-static std::vector<float> back(const std::vector<bf16>& x) { return from_bf16(x); }
-
 // The extern "C" kernels of one instantiation.
 template <typename E>
 struct Kernels {
@@ -30,8 +24,7 @@ static void run(const std::string& dir, unsigned n, unsigned f, EmuLaunch l, Ker
         fprintf(stderr, "%s: gu or dh is not [N, 2F], [N, F] for N %u, F %u\n", dir.c_str(), n, f);
         exit(2);
     }
-    const auto nans = [](size_t len) { return as<E>(std::vector<float>(len, NAN)); };
-    std::vector<E> h = nans(dh.size()), dgu = nans(gu.size()), h_again = nans(dh.size());
+    std::vector<E> h = nans<E>(dh.size()), dgu = nans<E>(gu.size()), h_again = nans<E>(dh.size());
     emu_launch(l, [&] { k.fwd(gu.data(), h.data(), n, f); });
     emu_launch(l, [&] { k.bwd(gu.data(), dh.data(), dgu.data(), h_again.data(), n, f); });
     write_f32(dir + "/emu_h.f32", back(h));
