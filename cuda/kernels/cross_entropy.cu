@@ -36,6 +36,17 @@ __device__ void ce_fwd(const T* __restrict__ logits, Lse* __restrict__ part, u32
     if (row < rows && threadIdx.x == 0) part[(u64)row * gridDim.y + blockIdx.y] = st;
 }
 
+// A row's loss lse - logits[t] (the row's logits at `row`), 0 when t is ignore, and NaN with the
+// error flag raised when t is out of range.
+template <typename T>
+__device__ __forceinline__ float row_loss(float lse, const T* __restrict__ row, u32 t, u32 vocab, u32 ignore,
+                                          u32* err) {
+    if (t == ignore) return 0.0f;
+    if (t < vocab) return lse - to_float(row[t]);
+    atomicOr(err, FLAG_TARGET_OUT_OF_RANGE);
+    return quiet_nan();
+}
+
 // A thread per row: lse from the chunk states, and the loss.
 template <typename T>
 __device__ void ce_finish(const T* __restrict__ logits, const u32* __restrict__ targets, const Lse* __restrict__ part,
@@ -45,25 +56,17 @@ __device__ void ce_finish(const T* __restrict__ logits, const u32* __restrict__ 
         Lse st = part[row * chunks];
         for (u32 c = 1; c < chunks; ++c) st = lse_combine(st, part[row * chunks + c]);
         const float lse = lse_value(st);
-        const u32 t = targets[row];
-        float l = 0.0f;
-        if (t != ignore) {
-            if (t < vocab) {
-                l = lse - to_float(logits[row * vocab + t]);
-            } else {
-                atomicOr(err, FLAG_TARGET_OUT_OF_RANGE);
-                l = quiet_nan();
-            }
-        }
-        loss[row] = l;
+        loss[row] = row_loss(lse, logits + row * vocab, targets[row], vocab, ignore, err);
         lse_out[row] = lse;
     }
 }
 
-// One block: stats[0] = sum of non-ignored losses / count (0 when count is 0), stats[1] = count.
-extern "C" __global__ void ce_mean(const float* __restrict__ loss, const u32* __restrict__ targets, float* stats,
-                                   u32 rows, u32 ignore) {
-    float sum = 0.0f, count = 0.0f;
+// Over one block, in a fixed order: the sum of the losses of rows whose target is not ignore,
+// and their count. Every thread of the block calls it (row_reduce synchronizes).
+__device__ __forceinline__ void counted_sum(const float* __restrict__ loss, const u32* __restrict__ targets, u32 rows,
+                                            u32 ignore, float& sum, float& count) {
+    sum = 0.0f;
+    count = 0.0f;
     for (u32 i = threadIdx.x; i < rows; i += blockDim.x)
         if (targets[i] != ignore) {
             sum += loss[i];
@@ -71,6 +74,13 @@ extern "C" __global__ void ce_mean(const float* __restrict__ loss, const u32* __
         }
     sum = row_reduce(sum, SumOp());
     count = row_reduce(count, SumOp());
+}
+
+// One block: stats[0] = sum of non-ignored losses / count (0 when count is 0), stats[1] = count.
+extern "C" __global__ void ce_mean(const float* __restrict__ loss, const u32* __restrict__ targets, float* stats,
+                                   u32 rows, u32 ignore) {
+    float sum, count;
+    counted_sum(loss, targets, rows, ignore, sum, count);
     if (threadIdx.x == 0) {
         stats[0] = count > 0.0f ? sum / count : 0.0f;
         stats[1] = count;
@@ -117,17 +127,8 @@ __device__ void ce_summed(const T* __restrict__ logits, const u32* __restrict__ 
         own = r.fold_lse(own, false);
     }
     const float lse = lse_value(row_lse(own));
-    const bool ignored = t == ignore, counted = !ignored && t < vocab;
-    if (threadIdx.x == 0) {
-        if (counted) {
-            loss[row] = lse - to_float(logits[base + t]);
-        } else if (ignored) {
-            loss[row] = 0.0f;
-        } else {
-            atomicOr(err, FLAG_TARGET_OUT_OF_RANGE);
-            loss[row] = quiet_nan();
-        }
-    }
+    const bool counted = t != ignore && t < vocab;
+    if (threadIdx.x == 0) loss[row] = row_loss(lse, logits + base, t, vocab, ignore, err);
     if (dlogits == nullptr) return;
     // Last tile first: the tiles this block read last are the likeliest to be still in L2.
     for (u32 i = (vocab + tile - 1) / tile; i-- > 0;) {
@@ -150,14 +151,8 @@ __device__ void ce_summed(const T* __restrict__ logits, const u32* __restrict__ 
 // not ignore_index), summed in a fixed order.
 extern "C" __global__ void ce_sum_into(const float* __restrict__ loss, const u32* __restrict__ targets,
                                        float* totals, u32 rows, u32 ignore) {
-    float sum = 0.0f, count = 0.0f;
-    for (u32 i = threadIdx.x; i < rows; i += blockDim.x)
-        if (targets[i] != ignore) {
-            sum += loss[i];
-            count += 1.0f;
-        }
-    sum = row_reduce(sum, SumOp());
-    count = row_reduce(count, SumOp());
+    float sum, count;
+    counted_sum(loss, targets, rows, ignore, sum, count);
     if (threadIdx.x == 0) {
         totals[0] += sum;
         totals[1] += count;
