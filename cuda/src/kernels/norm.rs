@@ -99,6 +99,45 @@ fn forward(
     }
 }
 
+/// The backward kernels' weight sums: each row of a block (`shape.block.1` of them) adds into
+/// its own slice of `slice` floats of dynamic shared memory, whose bytes are returned (checked
+/// against the device's limit), and each of `blocks` blocks leaves its sums as a row of `width`
+/// floats in the buffer returned, for `reduce` over the axis returned. With no rows the kernel
+/// does not run and the sums must come out zero: the buffer is zeroed then.
+fn partial_sums(
+    op: &'static str,
+    dev: &Device,
+    shape: &Launch,
+    slice: usize,
+    blocks: u32,
+    width: usize,
+    rows: u32,
+) -> Result<(u32, Buffer, AxisDims), CudaError> {
+    let shared = shape.block.1 as usize * slice * 4;
+    if shared > dev.max_shared_optin() as usize {
+        return Err(CudaError::invalid(
+            op,
+            format!(
+                "{} rows of {slice} f32 sums need {shared} bytes of shared memory, the device allows {}",
+                shape.block.1,
+                dev.max_shared_optin()
+            ),
+        ));
+    }
+    let len = blocks as usize * width;
+    let partial = if rows == 0 {
+        dev.alloc_zeros(DType::F32, len)?
+    } else {
+        dev.alloc(DType::F32, len)?
+    };
+    let axis = AxisDims {
+        outer: 1,
+        n: blocks as usize,
+        inner: width,
+    };
+    Ok((shared as u32, partial, axis))
+}
+
 /// Queues the backward; returns the per-block partial sums of dw (and db after them), laid
 /// out [blocks, width] with width = n (2n with center).
 fn backward(
@@ -140,38 +179,16 @@ fn backward(
     );
     let name = row_kernel!(op, "norm_bwd", x.dtype(), vec)?;
     let shape = Launch::rows(rows, n, x.dtype());
-    let rows_per_block = shape.block.1;
-    // Each of a block's rows sums into its own slice: rows_per_block * width floats.
     let width = if p.center { 2 * n as usize } else { n as usize };
-    let shared = rows_per_block as usize * width * 4;
-    if shared > dev.max_shared_optin() as usize {
-        return Err(CudaError::invalid(
-            op,
-            format!(
-                "rows of {n} need {shared} bytes of shared memory, the device allows {}",
-                dev.max_shared_optin()
-            ),
-        ));
-    }
     let blocks = shape.grid.0.min(dev.sm_count().max(1) * BWD_BLOCKS_PER_SM);
-    // With no rows the kernel does not run and the sums must come out zero.
-    let partial = if rows == 0 {
-        dev.alloc_zeros(DType::F32, blocks as usize * width)?
-    } else {
-        dev.alloc(DType::F32, blocks as usize * width)?
-    };
-    let axis = AxisDims {
-        outer: 1,
-        n: blocks as usize,
-        inner: width,
-    };
+    let (shared, partial, axis) = partial_sums(op, dev, &shape, width, blocks, width, rows)?;
     if rows == 0 {
         return Ok((partial, axis));
     }
     let (mean_ptr, dres_ptr, center) = (ptr_or_null(mean), ptr_or_null(dres), i32::from(p.center));
     let cfg = Launch {
         grid: (blocks, 1, 1),
-        shared: shared as u32,
+        shared,
         ..shape
     };
     // SAFETY: norm_bwd_T(const T* x, const float* w, const float* mean, const float* rstd,
@@ -393,40 +410,17 @@ pub fn gated_head_norm_backward(
         vector_rows(n, x.dtype(), &ptrs)
     )?;
     let shape = Launch::rows(rows, n, x.dtype());
-    let rows_per_block = shape.block.1;
-    // Each of a block's rows sums into its own slice of n floats.
-    let shared = rows_per_block as usize * n as usize * 4;
-    if shared > dev.max_shared_optin() as usize {
-        return Err(CudaError::invalid(
-            OP,
-            format!(
-                "rows of {n} need {shared} bytes of shared memory, the device allows {}",
-                dev.max_shared_optin()
-            ),
-        ));
-    }
     // Blocks per head: as many as the head's rows fill, the whole grid a few waves.
-    let per_head = rows / heads;
-    let blocks = per_head
-        .div_ceil(rows_per_block)
+    let blocks = (rows / heads)
+        .div_ceil(shape.block.1)
         .min((dev.sm_count().max(1) * BWD_BLOCKS_PER_SM).div_ceil(heads))
         .max(1);
     let width = (heads * n) as usize;
-    let axis = AxisDims {
-        outer: 1,
-        n: blocks as usize,
-        inner: width,
-    };
-    // With no rows the kernel does not run and the sums must come out zero.
-    let partial = if rows == 0 {
-        dev.alloc_zeros(DType::F32, blocks as usize * width)?
-    } else {
-        dev.alloc(DType::F32, blocks as usize * width)?
-    };
+    let (shared, partial, axis) = partial_sums(OP, dev, &shape, n as usize, blocks, width, rows)?;
     if rows > 0 {
         let cfg = Launch {
             grid: (blocks, heads, 1),
-            shared: shared as u32,
+            shared,
             ..shape
         };
         // SAFETY: gated_head_norm_bwd_T(const T* x, const T* o, const float* w, const T* dy,
