@@ -77,12 +77,9 @@ impl Tape {
         let y = x.gated_head_norm(o, weight, eps)?;
         let (sx, so, sw) = (x.clone(), o.clone(), weight.clone());
         Ok(
-            self.record("gated_head_norm", &[x, o, weight], y, move |dy, needs| {
+            self.record("gated_head_norm", &[x, o, weight], y, move |dy, _| {
                 let (dx, d_o, dw) = sx.gated_head_norm_backward(&so, &sw, dy, eps)?;
-                grads(
-                    needs,
-                    [&|| Ok(dx.clone()), &|| Ok(d_o.clone()), &|| Ok(dw.clone())],
-                )
+                Ok(vec![Some(dx), Some(d_o), Some(dw)])
             }),
         )
     }

@@ -12,10 +12,10 @@
 //! at hand, and the node's backward only scales them by that scalar.
 //!
 //! The mean divides by the rows counted over all groups, known only after the last one. So each
-//! group contributes the gradient of its summed loss, and the single division by max(count, 1) is folded into the scale the backward
-//! applies; the count stays on the device, nothing is read back. The loss and dW are summed over
-//! the groups in f32 (f64 for f64 inputs): summing bf16 partial products would drop the later
-//! groups' small contributions. Each group's dW product is added into that sum by the GEMM
+//! group contributes the gradient of its summed loss, and the single division by max(count, 1)
+//! is folded into the scale the backward applies; the count stays on the device, nothing is
+//! read back. The loss and dW are summed over the groups in f32 (f64 for f64 inputs): summing
+//! bf16 partial products would drop the later groups' small contributions. Each group's dW product is added into that sum by the GEMM
 //! itself ([`Tensor::matmul_acc_into`]), never stored on its own. The gradients come back in the
 //! inputs' dtype.
 //!

@@ -65,20 +65,9 @@ pub(crate) fn layer_norm<T: Real>(
     eps: f64,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let rows = x.len().checked_div(n).unwrap_or(0);
-    let nf = T::of(n as f64);
-    let mean: Vec<T> = (0..rows)
-        .map(|r| x[r * n..(r + 1) * n].iter().copied().sum::<T>() / nf)
-        .collect();
-    let rstd: Vec<T> = (0..rows)
-        .map(|r| {
-            let var = x[r * n..(r + 1) * n]
-                .iter()
-                .map(|&v| (v - mean[r]) * (v - mean[r]))
-                .sum::<T>()
-                / nf;
-            (var + T::of(eps)).sqrt().recip()
-        })
-        .collect();
+    let (mean, rstd): (Vec<T>, Vec<T>) = (0..rows)
+        .map(|r| row_stats(&x[r * n..(r + 1) * n], eps))
+        .unzip();
     let y = for_rows(x.len(), n, |r, out| {
         for k in 0..n {
             out[k] = (x[r * n + k] - mean[r]) * rstd[r] * w[k] + b[k];
@@ -112,7 +101,7 @@ pub(crate) fn layer_norm_backward<T: Real>(
     (dx, dw, db)
 }
 
-/// Per row of `n`: its mean and rstd (biased variance), as LayerNorm computes them.
+/// A row's mean and rstd = 1 / sqrt(biased variance + eps): LayerNorm's statistics.
 fn row_stats<T: Real>(row: &[T], eps: f64) -> (T, T) {
     let nf = T::of(row.len() as f64);
     let mean = row.iter().copied().sum::<T>() / nf;
