@@ -41,10 +41,16 @@ __device__ void ce_fwd(const T* __restrict__ logits, Lse* __restrict__ part, u32
 template <typename T>
 __device__ __forceinline__ float row_loss(float lse, const T* __restrict__ row, u32 t, u32 vocab, u32 ignore,
                                           u32* err) {
-    if (t == ignore) return 0.0f;
-    if (t < vocab) return lse - to_float(row[t]);
-    atomicOr(err, FLAG_TARGET_OUT_OF_RANGE);
-    return quiet_nan();
+    float l = 0.0f;
+    if (t != ignore) {
+        if (t < vocab) {
+            l = lse - to_float(row[t]);
+        } else {
+            atomicOr(err, FLAG_TARGET_OUT_OF_RANGE);
+            l = quiet_nan();
+        }
+    }
+    return l;
 }
 
 // A thread per row: lse from the chunk states, and the loss.
