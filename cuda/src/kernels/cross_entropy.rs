@@ -101,22 +101,15 @@ pub fn cross_entropy(
             )?;
         }
     }
-    let cfg = Launch {
-        grid: (1, 1, 1),
-        block: (MEAN_BLOCK, 1, 1),
-        shared: 0,
-    };
-    // SAFETY: ce_mean(const float* loss, const u32* targets, float* stats, u32 rows,
-    // u32 ignore); loss and targets hold rows, stats 2.
-    unsafe {
-        launch(
-            dev,
-            &SOURCE,
-            "ce_mean",
-            cfg,
-            &[&saved.loss, targets, &saved.stats, &rows, &ignore_index],
-        )?;
-    }
+    counted_sum(
+        dev,
+        "ce_mean",
+        &saved.loss,
+        targets,
+        &saved.stats,
+        rows,
+        ignore_index,
+    )?;
     Ok(saved)
 }
 
@@ -249,21 +242,44 @@ pub fn cross_entropy_summed(
             ],
         )?;
     }
+    // `loss` is dropped after queuing: later users of its memory are queued behind the kernel
+    // on the same stream.
+    counted_sum(
+        dev,
+        "ce_sum_into",
+        &loss,
+        targets,
+        totals,
+        rows,
+        ignore_index,
+    )
+}
+
+/// Queues `kernel`, ce_mean or ce_sum_into: one block sums the losses of the rows counted
+/// (targets not `ignore_index`) and counts them, into `out` (f32 [2]).
+fn counted_sum(
+    dev: &Device,
+    kernel: &'static str,
+    loss: &Buffer,
+    targets: &Buffer,
+    out: &Buffer,
+    rows: u32,
+    ignore_index: u32,
+) -> Result<(), CudaError> {
     let cfg = Launch {
         grid: (1, 1, 1),
         block: (MEAN_BLOCK, 1, 1),
         shared: 0,
     };
-    // SAFETY: ce_sum_into(const float* loss, const u32* targets, float* totals, u32 rows,
-    // u32 ignore); loss and targets hold rows, totals 2. `loss` is dropped after queuing: later
-    // users of its memory are queued behind this kernel on the same stream.
+    // SAFETY: ce_mean and ce_sum_into(const float* loss, const u32* targets, float* out,
+    // u32 rows, u32 ignore); loss and targets hold rows, out 2.
     unsafe {
         launch(
             dev,
             &SOURCE,
-            "ce_sum_into",
+            kernel,
             cfg,
-            &[&loss, targets, &*totals, &rows, &ignore_index],
+            &[loss, targets, out, &rows, &ignore_index],
         )
     }
 }
