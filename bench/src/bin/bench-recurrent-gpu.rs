@@ -1,15 +1,16 @@
-//! GPU benchmark of the fused mLSTM and gated delta rule chunkwise kernels (bf16, chunk 64) at the
-//! named shapes (`swax_bench::shape`): `paper`, B8 T8192 H16, the mLSTM at Dk = Dv = 128 and the
-//! gated delta rule at D 128; `swax-small`, B16 T4096 H12, the mLSTM at Dk 32 and Dv 64 (as
-//! swax-small's layers make them) and the gated delta rule at D 64. Forward alone, backward alone
-//! and forward + backward, event-timed medians after warm-up, on random inputs (the gated delta
-//! rule's beta in (0, 1) and log decay below 0, as its layer makes them). Needs a GPU. Each case
-//! is set beside the fastest of its peers (bench/peers/recurrent_peers.py, whose JSON lines
-//! `--peer` reads) and appended as a JSON line to `--results` (`swax_bench::kernel_report`);
-//! `bench/kernel-pair.sh recurrent` runs the peers and this in one call.
+//! GPU benchmark of the fused mLSTM and gated delta rule chunkwise kernels (bf16, chunk 64 unless
+//! `--chunk` says otherwise) at the named shapes (`swax_bench::shape`): `paper`, B8 T8192 H16,
+//! the mLSTM at Dk = Dv = 128 and the gated delta rule at D 128; `swax-small`, B16 T4096 H12, the
+//! mLSTM at Dk 32 and Dv 64 (as swax-small's layers make them) and the gated delta rule at D 64.
+//! Forward alone, backward alone and forward + backward, event-timed medians after warm-up, on
+//! random inputs (the gated delta rule's beta in (0, 1) and log decay below 0, as its layer makes
+//! them). Needs a GPU. Each case is set beside the fastest of its peers
+//! (bench/peers/recurrent_peers.py, whose JSON lines `--peer` reads) and appended as a JSON line
+//! to `--results` (`swax_bench::kernel_report`); `bench/kernel-pair.sh recurrent` runs the peers
+//! and this in one call.
 //!
 //!     bench-recurrent-gpu [--shapes paper,swax-small] [--mixers mlstm,gated-delta]
-//!         [--peer PEERS.jsonl] [--results FILE]
+//!         [--chunk 64] [--peer PEERS.jsonl] [--results FILE]
 //!
 //! A shape whose head dims the mixer's CUDA kernel does not take (its `has_kernel`) is said so
 //! and not timed: the models' layers would run the reference there instead. The gated delta
@@ -29,7 +30,6 @@ use swax_nn::mixers::gated_delta::{self, GatedDeltaBackward, GatedDeltaIn, Gated
 use swax_nn::mixers::mlstm::{self, MlstmBackward, MlstmIn, MlstmOut, MlstmState};
 use swax_tensor::{DType, Device, Result, Tensor};
 
-const CHUNK: usize = 64;
 const REPS: usize = 10;
 
 /// The chunkwise recurrent mixers (mLSTM, gated delta rule) on the GPU at named shapes, beside
@@ -41,6 +41,10 @@ struct Args {
     /// Which mixers: mlstm, gated-delta.
     #[arg(long, value_delimiter = ',', default_value = "mlstm,gated-delta", value_parser = ["mlstm", "gated-delta"])]
     mixers: Vec<String>,
+    /// The chunk length L the kernels run at (the layers' default is 64; a chunk whose tiles do
+    /// not fit the GPU's shared memory is an error that says so).
+    #[arg(long, default_value_t = 64)]
+    chunk: usize,
 }
 
 fn randn(dims: Vec<usize>, std: f64, seed: u64) -> Result<Tensor> {
@@ -67,7 +71,7 @@ fn time<O>(
     Ok((fwd, bwd, both))
 }
 
-fn mlstm(dev: &swax_cuda::Device, s: Shape, dk: usize) -> Result<Measured> {
+fn mlstm(dev: &swax_cuda::Device, s: Shape, dk: usize, chunk: usize) -> Result<Measured> {
     let (b, t, h, dv) = (s.b, s.t, s.h, s.d);
     let (q, k, v) = (
         randn(vec![b, t, h, dk], 1.0, 1)?,
@@ -98,16 +102,16 @@ fn mlstm(dev: &swax_cuda::Device, s: Shape, dk: usize) -> Result<Measured> {
                 dh: &dh,
                 d_final: s0.try_map(Ok)?,
             },
-            CHUNK,
+            chunk,
             mlstm::EPS,
         )
         .map(drop)
     };
-    let (fwd, bwd, both) = time(dev, || mlstm::forward(&x, CHUNK, mlstm::EPS), backward)?;
-    Ok(Measured::new("mlstm".into(), s.label(dk, dv), fwd, Some(bwd), both).with("chunk", CHUNK))
+    let (fwd, bwd, both) = time(dev, || mlstm::forward(&x, chunk, mlstm::EPS), backward)?;
+    Ok(Measured::new("mlstm".into(), s.label(dk, dv), fwd, Some(bwd), both).with("chunk", chunk))
 }
 
-fn gated_delta(dev: &swax_cuda::Device, s: Shape) -> Result<Measured> {
+fn gated_delta(dev: &swax_cuda::Device, s: Shape, chunk: usize) -> Result<Measured> {
     let (b, t, h, d) = (s.b, s.t, s.h, s.d);
     let (q, k, v) = (
         randn(vec![b, t, h, d], 1.0, 1)?,
@@ -133,16 +137,16 @@ fn gated_delta(dev: &swax_cuda::Device, s: Shape) -> Result<Measured> {
             d_out: &out.o,
             d_final: &s1,
         };
-        gated_delta::backward(&b, CHUNK).map(drop)
+        gated_delta::backward(&b, chunk).map(drop)
     };
-    let (fwd, bwd, both) = time(dev, || gated_delta::forward(&x, CHUNK), backward)?;
+    let (fwd, bwd, both) = time(dev, || gated_delta::forward(&x, chunk), backward)?;
     let dims = RecurrentShape {
         b,
         t,
         h,
         dk: d,
         dv: d,
-        chunk: CHUNK,
+        chunk,
     };
     let shared = dev.max_shared_optin() as usize;
     let kernel = match gated_delta::parallel_sizes(dims, swax_cuda::DType::BF16, shared) {
@@ -151,7 +155,7 @@ fn gated_delta(dev: &swax_cuda::Device, s: Shape) -> Result<Measured> {
     };
     Ok(
         Measured::new("gated-delta".into(), s.label(d, d), fwd, Some(bwd), both)
-            .with("chunk", CHUNK)
+            .with("chunk", chunk)
             .with("kernel", kernel),
     )
 }
@@ -163,7 +167,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let mut report = Report::new("recurrent-gpu", a.kernel.peer.as_deref())?;
     let dev = swax_tensor::cuda::device(0)?;
     let gpu = Device::Cuda(0);
-    println!("swax chunkwise mixers, chunk {CHUNK}, bf16, median of {REPS}; bwd alone from the stored boundary states; fwd+bwd compared with the fastest peer");
+    println!("swax chunkwise mixers, chunk {}, bf16, median of {REPS}; bwd alone from the stored boundary states; fwd+bwd compared with the fastest peer", a.chunk);
     println!("{HEADER}");
     let no_kernel = |mixer: &str, label: &str, dims: &str| {
         println!("  ({mixer} at {label}: its CUDA kernel does not take {dims} in bf16; not timed)")
@@ -177,14 +181,14 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
                         no_kernel("mlstm", &s.label(dk, dv), &format!("Dk {dk}, Dv {dv}"));
                         continue;
                     }
-                    mlstm(&dev, s, dk)?
+                    mlstm(&dev, s, dk, a.chunk)?
                 }
                 _ => {
                     if !gated_delta::has_kernel(gpu, DType::BF16, s.d, s.d) {
                         no_kernel("gated-delta", &s.label(s.d, s.d), &format!("D {}", s.d));
                         continue;
                     }
-                    gated_delta(&dev, s)?
+                    gated_delta(&dev, s, a.chunk)?
                 }
             };
             report.add(m);
