@@ -2,14 +2,16 @@
 """kernel-limits: what limits each kernel, from an Nsight Compute run's raw CSV page.
 
 For every distinct kernel (its first profiled launch) it prints the duration, the SM and memory
-throughput against their peaks, DRAM throughput, the busiest execution pipes, registers, shared
-memory, theoretical and achieved occupancy with what bounds the former, and the warp stall
-reasons that cost the most cycles per issued instruction. Collect with the sections below (each
-profiled launch is replayed; a few dozen launches take seconds):
+throughput against their peaks (and L1, L2 and DRAM apart), the tensor pipe's active cycles, the
+pipes that issue the most instructions, registers, shared memory, theoretical and achieved
+occupancy with what bounds the former, and the warp stall reasons that cost the most cycles per
+issued instruction. Collect with the sections below; each profiled launch is replayed, and -c
+must reach the backward's kernels (the benchmarks run the forward alone 12 times first: -c 34
+for the mLSTM, 64 for the gated delta rule, 40 for SWA):
 
     ncu --clock-control none --csv --page raw --section SpeedOfLight --section Occupancy \\
         --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis \\
-        -k regex:'mlstm|gdn' -c 40 .gpu/bin/bench-recurrent-gpu --shapes paper --results /dev/null \\
+        -k regex:mlstm -c 34 .gpu/bin/bench-recurrent-gpu --shapes paper --mixers mlstm --results /dev/null \\
         > limits.csv
     tools/kernel-limits.py limits.csv [--stalls 4]
 """
@@ -18,12 +20,15 @@ import csv
 import re
 
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio$")
-PIPE = re.compile(r"^sm__(?:inst_executed_)?pipe_(\w+?)(?:_cycles_active)?\.avg\.pct_of_peak_sustained_active$")
+PIPE = re.compile(r"^sm__inst_executed_pipe_(\w+)\.avg\.pct_of_peak_sustained_active$")
 FIELDS = [
     ("ms", "gpu__time_duration.sum", 1e-6),
     ("SM%", "sm__throughput.avg.pct_of_peak_sustained_elapsed", 1),
     ("mem%", "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", 1),
-    ("DRAM%", "dram__throughput.avg.pct_of_peak_sustained_elapsed", 1),
+    ("L1%", "l1tex__throughput.avg.pct_of_peak_sustained_active", 1),
+    ("L2%", "lts__throughput.avg.pct_of_peak_sustained_elapsed", 1),
+    ("DRAM%", "dram__cycles_active.avg.pct_of_peak_sustained_elapsed", 1),
+    ("tensor%", "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", 1),
     ("regs", "launch__registers_per_thread", 1),
     ("smem KB", "launch__shared_mem_per_block_dynamic", 1 / 1024),
     ("threads", "launch__block_size", 1),
@@ -74,7 +79,7 @@ def main():
                          for m in [STALL.match(h)] if m), reverse=True)[: a.stalls]
         print(f"{name}: " + ", ".join(parts))
         if pipes:
-            print("    pipes: " + ", ".join(f"{n} {v:.1f}%" for v, n in pipes))
+            print("    busiest issue pipes: " + ", ".join(f"{n} {v:.1f}%" for v, n in pipes))
         if stalls:
             print("    stalls (cycles per issue): " + ", ".join(f"{n} {v:.2f}" for v, n in stalls))
 
