@@ -15,7 +15,7 @@ template <typename E>
 struct Data {
     std::vector<E> q, k, v, i, f, c0, n0, m0, dh, dcT, dnT, dmT;
     std::vector<E> h, dq, dk, dv, di, df, dc0, dn0, dm0;
-    std::vector<float> cs, ns, ms;
+    std::vector<float> cs, ns, ms, den;
 };
 
 static std::vector<float> launch_sizes(const std::string& dir, int n) {
@@ -39,7 +39,7 @@ static RecDims tiled(RecDims d, int bv) {
 
 // launch (cuda.rs's Sizes): the tiled kernels' threads, mlstm_gates', the forward's tile width
 // and the shared bytes of its scan and chunk kernels, the backward's tile width and those of
-// prep, scan and grads, and 1 where the gradients run mlstm_grads_lean (else 0).
+// scan and grads (prep takes none), and 1 where the gradients run mlstm_grads_lean (else 0).
 template <typename E, typename Kernels>
 static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn) {
     const unsigned heads = d0.b * d0.h, nc = (d0.t + d0.chunk - 1) / d0.chunk, threads = (unsigned)z[0];
@@ -52,22 +52,21 @@ static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn)
     });
     emu_launch({{heads, (unsigned)fd.nv, nc}, block, (size_t)z[4]}, [&] {
         kn.chunk_fwd(x.q.data(), x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.cs.data(), x.ns.data(),
-                     x.ms.data(), x.h.data(), fd);
+                     x.ms.data(), x.h.data(), x.den.data(), fd);
     });
     const RecDims bd = tiled(d0, (int)z[5]);
     std::vector<float> stats(4 * rows, NAN), dcs(heads * nc * csz, NAN), dns(heads * nc * d0.dk, NAN);
     std::vector<float> dots(heads * bd.nv * 2, NAN), gates(bd.nv * 2 * rows, NAN), part(bd.nv * 2 * rk, NAN);
-    emu_launch({{heads, 1, nc}, block, (size_t)z[6]}, [&] {
-        kn.prep(x.q.data(), x.k.data(), x.i.data(), x.f.data(), x.ns.data(), x.ms.data(), x.h.data(),
-                x.dh.data(), stats.data(), bd);
+    emu_launch({{heads, 1, nc}, block, 0}, [&] {
+        kn.prep(x.i.data(), x.f.data(), x.ms.data(), x.den.data(), x.h.data(), x.dh.data(), stats.data(), bd);
     });
-    emu_launch({{heads, (unsigned)bd.nv, 1}, block, (size_t)z[7]}, [&] {
+    emu_launch({{heads, (unsigned)bd.nv, 1}, block, (size_t)z[6]}, [&] {
         kn.scan_bwd(x.q.data(), x.i.data(), x.f.data(), x.cs.data(), x.ns.data(), x.ms.data(), stats.data(),
                     x.dh.data(), x.dcT.data(), x.dnT.data(), dcs.data(), dns.data(), x.dc0.data(), x.dn0.data(),
                     dots.data(), bd);
     });
-    emu_launch({{heads, (unsigned)bd.nv, nc}, block, (size_t)z[8]}, [&] {
-        kn.grads(z[9] != 0.0f, x.q.data(), x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.cs.data(),
+    emu_launch({{heads, (unsigned)bd.nv, nc}, block, (size_t)z[7]}, [&] {
+        kn.grads(z[8] != 0.0f, x.q.data(), x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.cs.data(),
                  x.ns.data(), x.ms.data(), stats.data(), x.dh.data(), dcs.data(), dns.data(), x.dq.data(),
                  x.dk.data(), x.dv.data(), gates.data(), part.data(), bd);
     });
@@ -116,12 +115,14 @@ static void main_of(const std::string& dir, RecDims d, Kernels kn) {
     x.cs.assign(nb * d.dk * d.dv, NAN);
     x.ns.assign(nb * d.dk, NAN);
     x.ms.assign(nb, NAN);
-    run(x, d, launch_sizes(dir, 10), kn);
+    x.den.assign((size_t)d.b * d.h * 2 * d.t, NAN);
+    run(x, d, launch_sizes(dir, 9), kn);
     const auto out = [&](const char* n, const auto& v) { write_f32(dir + "/emu_" + n + ".f32", back(v)); };
     out("h", x.h);
     out("c", x.cs);
     out("n", x.ns);
     out("m", x.ms);
+    out("den", x.den);
     out("dq", x.dq);
     out("dk", x.dk);
     out("dv", x.dv);

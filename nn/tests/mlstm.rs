@@ -162,3 +162,79 @@ fn parallel_rejects_bad_input() {
     )
     .is_err());
 }
+
+/// The forward's `den` is, per step, `q_t·n_t` (q scaled by 1/sqrt(Dk)) and `m_t` of the
+/// recurrence (here stepped in plain f64), across chunks that do not divide T and from an initial
+/// state; the backward rejects one of the wrong shape, naming itself.
+#[test]
+fn the_forward_keeps_the_denominators_parts_and_the_backward_checks_them() -> Result<()> {
+    let [b, t, h, dk, dv] = [2, 7, 2, 3, 4];
+    let x = Mlstm::inputs([b, t, h, dk, dv], Mlstm::GATES.typical, 71, DType::F64);
+    let input = mlstm::MlstmIn {
+        q: &x[0],
+        k: &x[1],
+        v: &x[2],
+        i: &x[3],
+        f: &x[4],
+        state: MlstmState {
+            c: &x[5],
+            n: &x[6],
+            m: &x[7],
+        },
+    };
+    let out = mlstm::forward(&input, 3, mlstm::EPS)?;
+    assert_eq!(out.den.dims(), [b, h, 2, t]);
+    let [q, k, i, f, n0, m0, den] =
+        [&x[0], &x[1], &x[3], &x[4], &x[6], &x[7], &out.den].map(|x| x.to_vec::<f64>().unwrap());
+    for bh in 0..b * h {
+        let (bb, hh) = (bh / h, bh % h);
+        let (mut n, mut m) = (n0[bh * dk..(bh + 1) * dk].to_vec(), m0[bh]);
+        for s in 0..t {
+            let g = (bb * t + s) * h + hh;
+            let lf = -(-f[g]).exp().ln_1p();
+            let m_new = (lf + m).max(i[g]);
+            let (decay, input) = ((lf + m - m_new).exp(), (i[g] - m_new).exp());
+            for (e, n) in n.iter_mut().enumerate() {
+                *n = decay * *n + input * k[g * dk + e];
+            }
+            m = m_new;
+            let qn: f64 = (0..dk).map(|e| q[g * dk + e] * n[e]).sum::<f64>() / (dk as f64).sqrt();
+            let (got_qn, got_m) = (den[bh * 2 * t + s], den[(bh * 2 + 1) * t + s]);
+            assert!(
+                (got_qn - qn).abs() < 1e-12 * (1.0 + qn.abs()),
+                "q·n at {bh}, {s}: {got_qn} vs {qn}"
+            );
+            assert!(
+                (got_m - m).abs() < 1e-12 * (1.0 + m.abs()),
+                "m at {bh}, {s}: {got_m} vs {m}"
+            );
+        }
+    }
+    let dh = randn(&[b, t, h, dv], 1.0, 72, DType::F64);
+    let d_final = MlstmState {
+        c: x[5].zeros_like()?,
+        n: x[6].zeros_like()?,
+        m: x[7].zeros_like()?,
+    };
+    let short = Tensor::zeros(vec![b, h, 1, t], DType::F64, swax_tensor::Device::Cpu)?;
+    for (den, ok) in [(&out.den, true), (&short, false)] {
+        let saved = mlstm::MlstmBackward {
+            input: input.clone(),
+            out: mlstm::MlstmOut {
+                h: &out.h,
+                boundary: out.boundary.try_map(Ok)?,
+                den,
+            },
+            dh: &dh,
+            d_final: d_final.try_map(Ok)?,
+        };
+        match mlstm::backward(&saved, 3, mlstm::EPS) {
+            Ok(_) => assert!(ok, "a den of shape {:?} was taken", den.dims()),
+            Err(e) => {
+                assert!(!ok, "the forward's own den was refused: {e}");
+                assert!(e.to_string().contains("mlstm::backward"), "{e}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -81,11 +81,11 @@ pub fn run(x: &[Tensor], grads: &[Tensor], chunk: usize) -> Result<Vec<Tensor>> 
     let g = mlstm::backward(&saved, chunk, mlstm::EPS)?;
     let (st, gs) = (out.boundary, g.state);
     Ok(vec![
-        out.h, st.c, st.n, st.m, g.q, g.k, g.v, g.i, g.f, gs.c, gs.n, gs.m,
+        out.h, st.c, st.n, st.m, out.den, g.q, g.k, g.v, g.i, g.f, gs.c, gs.n, gs.m,
     ])
 }
 
 /// The names of `run`'s results, in order.
-pub const OUTPUTS: [&str; 12] = [
-    "h", "c", "n", "m", "dq", "dk", "dv", "di", "df", "dc0", "dn0", "dm0",
+pub const OUTPUTS: [&str; 13] = [
+    "h", "c", "n", "m", "den", "dq", "dk", "dv", "di", "df", "dc0", "dn0", "dm0",
 ];

@@ -603,14 +603,13 @@ impl MlstmCase {
         let mut z = mlstm::launch_sizes(s, dt, shared_limit).expect("valid sizes");
         adjust(&mut z);
         let sizes = format!(
-            "{} {} {} {} {} {} {} {} {} {}\n",
+            "{} {} {} {} {} {} {} {} {}\n",
             z.threads,
             z.gate_threads,
             z.forward_bv,
             z.scan_fwd,
             z.chunk_fwd,
             z.backward_bv,
-            z.prep,
             z.scan_bwd,
             z.grads,
             u8::from(z.lean_grads)

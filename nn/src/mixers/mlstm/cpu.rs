@@ -47,6 +47,7 @@ pub(super) fn forward(
                 n: stat(y.boundary.n),
                 m: stat(y.boundary.m),
             },
+            den: stat(y.den),
         })
     }
     match x.q.dtype() {
@@ -199,6 +200,8 @@ fn forward_values<T: Real>(x: &Values<T>, dims: &RecurrentShape, eps: f64) -> Ml
         let mut m = m0[bh];
         let (mut cs, mut ns, mut ms) = (c.clone(), n.clone(), vec![m]);
         let mut h = Vec::with_capacity(dims.t * dv);
+        // This head's rows of `den`: q·n by step, then m.
+        let (mut den, mut m_steps) = (Vec::with_capacity(2 * dims.t), Vec::with_capacity(dims.t));
         for t0 in (0..dims.t).step_by(chunk) {
             let len = chunk.min(dims.t - t0);
             let ch = Chunk::new(x, dims, bh, t0, len, &c, &n, m);
@@ -222,8 +225,11 @@ fn forward_values<T: Real>(x: &Values<T>, dims: &RecurrentShape, eps: f64) -> Ml
             cs.extend_from_slice(&c);
             ns.extend_from_slice(&n);
             ms.push(m);
+            den.extend_from_slice(&ch.nq);
+            m_steps.extend_from_slice(&ch.m);
         }
-        (h, cs, ns, ms)
+        den.extend(m_steps);
+        (h, cs, ns, ms, den)
     });
     let hs: Vec<&[T]> = heads.iter().map(|r| &r.0[..]).collect();
     MlstmOut {
@@ -233,6 +239,7 @@ fn forward_values<T: Real>(x: &Values<T>, dims: &RecurrentShape, eps: f64) -> Ml
             n: heads.iter().flat_map(|r| r.2.iter().copied()).collect(),
             m: heads.iter().flat_map(|r| r.3.iter().copied()).collect(),
         },
+        den: heads.iter().flat_map(|r| r.4.iter().copied()).collect(),
     }
 }
 

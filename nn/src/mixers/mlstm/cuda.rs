@@ -73,14 +73,6 @@ fn chunk_fwd_bytes(s: RecurrentShape, a: &RecArgs, e: usize) -> usize {
     4 * f32s + e * elems
 }
 
-/// Shared-memory bytes of `mlstm_prep_bwd`: f32 n, the scores' row sums, the rows' dh·h and the
-/// gates; q, k `[lp, Dk]` and the scores `[lp, lp]` of the data's type.
-fn prep_bytes(s: RecurrentShape, e: usize) -> usize {
-    let lp = lp(s);
-    let f32s = s.dk.next_multiple_of(16) + 2 * lp + gates(s);
-    4 * f32s + e * (2 * lp * tile_ld(s.dk, e) + lp * tile_ld(lp, e))
-}
-
 /// Shared-memory bytes of `mlstm_scan_bwd`: f32 dC `[Dk, bv]`, dn, two per-row vectors, the
 /// gates and 32 floats of scratch; two pairs of q `[lp, Dk]` and dnum `[lp, bv]` of the data's
 /// type (as `mlstm_scan_fwd`'s k and v).
@@ -162,7 +154,8 @@ fn lean_grads(s: RecurrentShape) -> bool {
 /// What the kernels launch with under a block's shared-memory limit: the threads of a block of
 /// the tiled kernels and of `mlstm_gates`, each pass's value tile width (`bv` columns, Dv in
 /// `Dv.div_ceil(bv)` tiles, the same for all the pass's kernels), each kernel's shared memory
-/// in bytes and whether the gradients run `mlstm_grads_lean`. Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs)
+/// in bytes (`mlstm_prep_bwd` and `mlstm_gates` take none) and whether the gradients run
+/// `mlstm_grads_lean`. Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs)
 /// launches them as the wrappers do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
@@ -172,7 +165,6 @@ pub struct Sizes {
     pub scan_fwd: usize,
     pub chunk_fwd: usize,
     pub backward_bv: usize,
-    pub prep: usize,
     pub scan_bwd: usize,
     pub grads: usize,
     pub lean_grads: bool,
@@ -191,7 +183,6 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Result<Siz
         scan_fwd: scan_fwd_bytes(s, &fwd, e),
         chunk_fwd: chunk_fwd_bytes(s, &fwd, e),
         backward_bv: bwd.bv(),
-        prep: prep_bytes(s, e),
         scan_bwd: scan_bwd_bytes(s, &bwd, e),
         grads: grads_bytes(s, &bwd, e, lean_grads(s)),
         lean_grads: lean_grads(s),
@@ -250,11 +241,12 @@ pub(super) fn forward(
     let c = dev.alloc(DType::F32, s.boundaries(s.dk * s.dv))?;
     let n = dev.alloc(DType::F32, s.boundaries(s.dk))?;
     let m = dev.alloc(DType::F32, s.boundaries(1))?;
+    let den = dev.alloc(DType::F32, s.rows(2))?;
     let scan = scan_launch(OP, dev, s, &args, scan_fwd_bytes(s, &args, e))?;
     let chunks = chunk_launch(OP, dev, s, &args, chunk_fwd_bytes(s, &args, e))?;
     let s0 = &x.state;
     // SAFETY: mlstm_scan_fwd_T(k, v, i, f, c0, n0, m0, cs, ns, ms, RecDims), then
-    // mlstm_chunk_fwd_T(q, k, v, i, f, cs, ns, ms, h, RecDims): every buffer was checked (or
+    // mlstm_chunk_fwd_T(q, k, v, i, f, cs, ns, ms, h, den, RecDims): every buffer was checked (or
     // allocated) at the length the sizes in `args` imply, and each launch's shared memory is what
     // its kernel carves for those sizes.
     unsafe {
@@ -274,7 +266,7 @@ pub(super) fn forward(
             &SOURCE,
             name,
             chunks,
-            &[x.q, x.k, x.v, x.i, x.f, &c, &n, &m, &h, &args],
+            &[x.q, x.k, x.v, x.i, x.f, &c, &n, &m, &h, &den, &args],
         )?;
     }
     Ok(MlstmOut {
@@ -284,6 +276,7 @@ pub(super) fn forward(
             n: n.into(),
             m: m.into(),
         },
+        den: den.into(),
     })
 }
 
@@ -317,6 +310,7 @@ pub(super) fn backward(
             ("c", states.c, f32, s.boundaries(s.dk * s.dv)),
             ("n", states.n, f32, s.boundaries(s.dk)),
             ("m", states.m, f32, s.boundaries(1)),
+            ("den", x.out.den, f32, s.rows(2)),
             ("h", x.out.h, dt, s.rows(s.dv)),
             ("dh", x.dh, dt, s.rows(s.dv)),
         ],
@@ -353,7 +347,7 @@ pub(super) fn backward(
     let shares = tile_shares(dev, &args, 2 * rk)?;
     // With one tile mlstm_grads never touches `part`: dq stands in.
     let part = shares.as_ref().unwrap_or(&g.q);
-    let mut prep = chunk_launch(OP, dev, s, &args, prep_bytes(s, e))?;
+    let mut prep = chunk_launch(OP, dev, s, &args, 0)?;
     prep.grid.1 = 1;
     let scan = scan_launch(OP, dev, s, &args, scan_bwd_bytes(s, &args, e))?;
     let lean = lean_grads(s);
@@ -375,9 +369,7 @@ pub(super) fn backward(
             &SOURCE,
             name,
             prep,
-            &[
-                xi.q, xi.k, xi.i, xi.f, states.n, states.m, x.out.h, x.dh, &rows, &args,
-            ],
+            &[xi.i, xi.f, states.m, x.out.den, x.out.h, x.dh, &rows, &args],
         )?;
         let name = float_kernel!(OP, "mlstm_scan_bwd", dt)?;
         launch(

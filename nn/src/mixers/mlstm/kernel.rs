@@ -23,12 +23,16 @@ pub struct MlstmIn<T = Tensor> {
 /// The gradients of the inputs, named as the inputs.
 pub type MlstmGrads<T = Tensor> = MlstmIn<T>;
 
-/// The forward's results: h `[B, T, H, Dv]` and the state before each chunk and after the last
-/// (`[B, H, N + 1, ..]`, f32 for bf16 operands).
+/// The forward's results: h `[B, T, H, Dv]`, the state before each chunk and after the last
+/// (`[B, H, N + 1, ..]`, f32 for bf16 operands), and per step the two parts of h's denominator
+/// `max(|q_t^T n_t|, exp(-m_t))`: `den` `[B, H, 2, T]` (f32 for bf16 operands) holds each head's
+/// `q_t^T n_t` (signed) then its `m_t`, which the CUDA backward reads instead of recomputing each
+/// chunk's scores.
 #[derive(Clone, Debug)]
 pub struct MlstmOut<T = Tensor> {
     pub h: T,
     pub boundary: MlstmState<T>,
+    pub den: T,
 }
 
 /// What the backward reads: the forward's inputs and results, the gradient dh of h and that of
@@ -60,7 +64,8 @@ impl<T> MlstmOut<T> {
     pub fn try_map<'a, U>(&'a self, mut f: impl FnMut(&'a T) -> Result<U>) -> Result<MlstmOut<U>> {
         Ok(MlstmOut {
             h: f(&self.h)?,
-            boundary: self.boundary.try_map(f)?,
+            boundary: self.boundary.try_map(&mut f)?,
+            den: f(&self.den)?,
         })
     }
 }
@@ -110,6 +115,7 @@ impl<S: Into<Storage>> MlstmOut<S> {
                 n: Tensor::from_storage(self.boundary.n, vec![b, h, nb, d.dk])?,
                 m: Tensor::from_storage(self.boundary.m, vec![b, h, nb])?,
             },
+            den: Tensor::from_storage(self.den, vec![b, h, 2, d.t])?,
         })
     }
 }
@@ -147,6 +153,7 @@ pub fn backward(x: &MlstmBackward<&Tensor>, chunk: usize, eps: f64) -> Result<Ml
     dims.check_shape(op, x.out.boundary.c, &[nb, dims.dk, dims.dv])?;
     dims.check_shape(op, x.out.boundary.n, &[nb, dims.dk])?;
     dims.check_shape(op, x.out.boundary.m, &[nb])?;
+    dims.check_shape(op, x.out.den, &[2, dims.t])?;
     for y in [x.out.h, x.dh] {
         if y.shape() != x.input.v.shape() {
             return Err(Error::ShapeMismatch {

@@ -11,10 +11,11 @@
 // - mlstm_scan_fwd: a block per (head, value tile) walks the chunks, C in f32 shared memory,
 //   updated by one K^T V product a chunk (tensor cores for bf16); writes the boundary states.
 // - mlstm_chunk_fwd: a block per (head, value tile, chunk): h from the chunk's C_prev, n_prev,
-//   m_prev and the L x L part.
-// - mlstm_prep_bwd: a block per (head, chunk): per row, 1 / (den + eps), the denominator's
-//   gradient through |q·n| (dnq), the stabilizer's own (eps · dden) and which side of m's max won,
-//   into f32 rows [4, B·H, T]; dden = -(dh·h) / (den + eps) over the whole of Dv.
+//   m_prev and the L x L part; and per row, for the backward, the denominator's two parts q·n
+//   (signed, before the max) and m (`den`, f32 [B·H, 2, T], from value tile 0).
+// - mlstm_prep_bwd: a block per (head, chunk): per row, from den, 1 / (den + eps), the
+//   denominator's gradient through |q·n| (dnq), the stabilizer's own (eps · dden) and which side
+//   of m's max won, into f32 rows [4, B·H, T]; dden = -(dh·h) / (den + eps) over the whole of Dv.
 // - mlstm_scan_bwd: a block per (head, value tile) walks the chunks in reverse: dC = a_L dC +
 //   (diag(a) Q)^T dnum / sqrt(Dk) and dn likewise, storing the gradient at each chunk's end
 //   (f32 [B·H, N, ..]); dC0, dn0 and the final and initial states' dots for m's gradient.
@@ -285,7 +286,7 @@ template <typename T, bool TC>
 __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                 const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ cs,
                                 const float* __restrict__ ns, const float* __restrict__ ms, T* __restrict__ hout,
-                                RecDims d) {
+                                float* __restrict__ den, RecDims d) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h, ci = blockIdx.z;
     const VTile vt = value_tile(d);
@@ -318,11 +319,17 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
         if (lane_id() == 0) rden[j] = x;
     }
     chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
-    // Per row the denominator's inverse, and Q becomes diag(a) Q / sqrt(Dk) (neither reads what
-    // the other writes); then h = [P | Q] [V ; C] / den, one product.
+    // Per row the denominator's inverse, its parts q·n and m into den (the first value tile's
+    // blocks), and Q becomes diag(a) Q / sqrt(Dk) (neither reads what the other writes); then
+    // h = [P | Q] [V ; C] / den, one product.
+    float* row = blockIdx.y == 0 ? den + (u64)bh * 2 * d.t + t0 : nullptr;
     for (int j = threadIdx.x; j < lc; j += nthreads()) {
         const float nq = psum[j] + g.a[j] * rden[j];
         rden[j] = j < len ? 1.0f / (fmaxf(fabsf(nq), expf(-g.m[j])) + d.eps) : 0.0f;
+        if (row && j < len) {
+            row[j] = nq;
+            row[j + d.t] = g.m[j];
+        }
     }
     scale_rows(Q, lc, d.dk, [&](int j) { return g.a[j] * d.scale; });
     __syncthreads();
@@ -334,35 +341,19 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
 // Rows whose dh·h a warp of mlstm_prep_bwd sums at once.
 #define PREP_ROWS 8
 
-// Shared memory (`prep_bytes` in cuda.rs matches): f32 n [Dk], the scores' row sums, the rows'
-// dh·h and the gates; then tiles of T: q, k [lp, Dk], the scores [lp, lp].
-template <typename T, bool TC>
-__device__ void mlstm_prep_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ gi,
-                               const T* __restrict__ gf, const float* __restrict__ ns, const float* __restrict__ ms,
-                               const T* __restrict__ hfw, const T* __restrict__ dh, float* __restrict__ rows,
-                               RecDims d) {
-    extern __shared__ __align__(16) unsigned char smem[];
+// No shared memory: every row's statistics come from its dh·h and the forward's den.
+template <typename T>
+__device__ void mlstm_prep_bwd(const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ ms,
+                               const float* __restrict__ den, const T* __restrict__ hfw, const T* __restrict__ dh,
+                               float* __restrict__ rows, RecDims d) {
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h, ci = blockIdx.z;
-    const int lp = round16(d.chunk), nc = (d.t + d.chunk - 1) / d.chunk;
-    const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
+    const int nc = (d.t + d.chunk - 1) / d.chunk, t0 = ci * d.chunk, len = min(d.chunk, d.t - t0);
     const Heads hd{d.t, d.h};
-    float* f = reinterpret_cast<float*>(smem);
-    float* nv = take(f, round16(d.dk));
-    float* psum = take(f, lp);
-    float* hdot = take(f, lp);
-    const Gates g = carve_gates(f, lp);
-    T* e = reinterpret_cast<T*>(f);
-    const int ldk = tile_ld<T>(d.dk);
-    const STile<T> Q = take_tile(e, lp, ldk), K = take_tile(e, lp, ldk), P = take_tile(e, lp, tile_ld<T>(lp));
-
-    stage_cols(Q.p, Q.ld, q, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
-    stage_cols(K.p, K.ld, k, hd, b, hh, t0, len, lc, d.dk, 0, d.dk);
-    cp_async_commit();
-    const float m_prev = ms[(u64)bh * (nc + 1) + ci];
-    for (int c = threadIdx.x; c < d.dk; c += nthreads()) nv[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
-    for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
+    const float* nqs = den + (u64)bh * 2 * d.t;
+    const float* m_row = nqs + d.t;
+    const RowStats out = RowStats::of(rows, d);
     // Each row's dh·h over all of Dv, a warp per PREP_ROWS rows whose elements it loads before
-    // summing any: one wait on global memory a batch, not one a row.
+    // summing any: one wait on global memory a batch, not one a row. Lane u then finishes row u.
     for (int j0 = warp_id() * PREP_ROWS; j0 < len; j0 += nwarps() * PREP_ROWS) {
         float sum[PREP_ROWS];
 #pragma unroll
@@ -379,27 +370,23 @@ __device__ void mlstm_prep_bwd(const T* __restrict__ q, const T* __restrict__ k,
 #pragma unroll
             for (int u = 0; u < PREP_ROWS; ++u) sum[u] = fmaf(x[u], y[u], sum[u]);
         }
+        float hdot = 0.0f;
 #pragma unroll
         for (int u = 0; u < PREP_ROWS; ++u) {
             const float x = warp_sum(sum[u]);
-            if (lane_id() == 0 && j0 + u < len) hdot[j0 + u] = x;
+            if (lane_id() == u) hdot = x;
         }
-    }
-    chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
-    chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
-    const RowStats out = RowStats::of(rows, d);
-    for (int j = warp_id(); j < len; j += nwarps()) {
-        const float qn = warp_dot(Q.p + j * Q.ld, nv, d.dk) * d.scale;
-        if (lane_id() == 0) {
-            const float nq = psum[j] + g.a[j] * qn, floor = expf(-g.m[j]);
-            const float r = 1.0f / (fmaxf(fabsf(nq), floor) + d.eps), dden = -hdot[j] * r;
-            const u64 at = (u64)bh * d.t + t0 + j;
+        const int t = t0 + j0 + lane_id();
+        if (lane_id() < PREP_ROWS && t < t0 + len) {
+            const float nq = nqs[t], floor = expf(-m_row[t]);
+            const float r = 1.0f / (fmaxf(fabsf(nq), floor) + d.eps), dden = -hdot * r;
+            const u64 at = (u64)bh * d.t + t, g_at = hd.at(b, hh, t, 1);
             out.r[at] = r;
             // The max's gradient goes to |q^T n| only where it strictly won (ties: exp(-m)).
             out.dnq[at] = fabsf(nq) > floor ? (nq > 0.0f ? dden : -dden) : 0.0f;
             out.dm[at] = d.eps * dden;
-            const float before = j == 0 ? m_prev : g.m[j - 1];
-            out.win[at] = g.lf[j] + before > g.i[j] ? 1.0f : 0.0f;
+            const float before = t == 0 ? ms[(u64)bh * (nc + 1)] : m_row[t - 1];
+            out.win[at] = log_sigmoid(to_float(gf[g_at])) + before > to_float(gi[g_at]) ? 1.0f : 0.0f;
         }
     }
 }
@@ -777,13 +764,13 @@ __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ 
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_chunk_fwd_##SUFFIX(                            \
         const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
-        const float* ms, T* h, RecDims d) {                                                                        \
-        mlstm_chunk_fwd<T, TC>(q, k, v, gi, gf, cs, ns, ms, h, d);                                                 \
+        const float* ms, T* h, float* den, RecDims d) {                                                            \
+        mlstm_chunk_fwd<T, TC>(q, k, v, gi, gf, cs, ns, ms, h, den, d);                                            \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_prep_bwd_##SUFFIX(                             \
-        const T* q, const T* k, const T* gi, const T* gf, const float* ns, const float* ms, const T* h,            \
-        const T* dh, float* rows, RecDims d) {                                                                     \
-        mlstm_prep_bwd<T, TC>(q, k, gi, gf, ns, ms, h, dh, rows, d);                                               \
+        const T* gi, const T* gf, const float* ms, const float* den, const T* h, const T* dh, float* rows,         \
+        RecDims d) {                                                                                               \
+        mlstm_prep_bwd<T>(gi, gf, ms, den, h, dh, rows, d);                                                        \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_scan_bwd_##SUFFIX(                             \
         const T* q, const T* gi, const T* gf, const float* cs, const float* ns, const float* ms,                   \
