@@ -70,7 +70,7 @@ def main():
             if v is not None:
                 parts.append(f"{label} {v * scale:.3g}")
         limits = [(values.get(f"launch__occupancy_limit_{k}"), k) for k in LIMITS]
-        bound = min((v, k) for v, k in limits if v is not None) if any(v is not None for v, _ in limits) else None
+        bound = min(((v, k) for v, k in limits if v is not None), default=None)
         if bound:
             parts.append(f"blocks/SM {bound[0]:.0f} (by {bound[1]})")
         pipes = sorted(((v, m.group(1)) for h, v in values.items() if v is not None
