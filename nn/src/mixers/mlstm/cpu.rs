@@ -371,6 +371,9 @@ fn head_backward<T: Real>(
             dlog_end[s] = wl[s] * (dot(&kdc[s * dv..(s + 1) * dv], vr) + dot(kr, &dn));
         }
         // Log-weight gradients to the gates: log w_js = i_s + F_j - F_s - m_j (m held fixed).
+        // F_j - F_s is zero on the diagonal and for the last step's share of the end state:
+        // their terms to F cancel exactly, so they are left out, not summed and subtracted
+        // (under strong decay they are most of each sum and their rounding dwarfs the true dF).
         let mut dfcum = vec![T::zero(); len];
         for j in 0..len {
             let dlog_a = ch.a[j]
@@ -379,15 +382,20 @@ fn head_backward<T: Real>(
             dfcum[j] = dfcum[j] + dlog_a;
             for s in 0..=j {
                 let d = dlogw[j * len + s];
-                dfcum[j] = dfcum[j] + d;
-                dfcum[s] = dfcum[s] - d;
+                if s < j {
+                    dfcum[j] = dfcum[j] + d;
+                    dfcum[s] = dfcum[s] - d;
+                }
                 g.di[t0 + s] = g.di[t0 + s] + d;
             }
         }
         let dlog_carry = a_end * (dot(&dc, c_prev) + dot(&dn, n_prev));
-        dfcum[len - 1] = dfcum[len - 1] + dlog_carry + dlog_end.iter().copied().sum::<T>();
+        let last = len - 1;
+        dfcum[last] = dfcum[last] + dlog_carry + dlog_end[..last].iter().copied().sum::<T>();
         for s in 0..len {
-            dfcum[s] = dfcum[s] - dlog_end[s];
+            if s < last {
+                dfcum[s] = dfcum[s] - dlog_end[s];
+            }
             g.di[t0 + s] = g.di[t0 + s] + dlog_end[s];
         }
         for (j, d) in reverse_cumsum(&dfcum).into_iter().enumerate() {

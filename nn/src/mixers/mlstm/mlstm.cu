@@ -596,19 +596,25 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
         },
         dlend, nullptr);
     chunk_scores<TC>(P, psum, Q, K, d.dk, g, len, lc, d.scale);
+    // The scores' row sums are not read again: psum holds dP ⊙ P's diagonal from here.
+    float* ddiag = psum;
     // dv = P^T dnum + diag(w_last) K dC.
     block_mm_onto<TC>(P.t(), DN, lc, lc, vt.w, ACC, [&](int s, int c, float x, float o) {
         if (s < len) dv[hd.at(b, hh, t0 + s, d.dv) + vt.e0 + c] = from_float<T>(o + x);
     });
     // dP = dnum V^T (+ dnq on the causal part): dP ⊙ P, the log-weight gradients, by rows (to
-    // F_j) and columns (to i_s and -F_s); DP becomes dS = dP ⊙ w.
+    // F_j) and columns (to i_s and -F_s), the diagonal apart (its F_j - F_s is zero: its terms to F
+    // cancel exactly, so they are left out rather than rounded in f32; it goes to i_j alone);
+    // DP becomes dS = dP ⊙ w.
     block_mm_sums<TC>(
         DN, V.t(), lc, vt.w, lc,
         [&](int j, int s, float x) {
             const bool in = s <= j && j < len;
             const float dp = in ? x + dnq[j] : 0.0f, dl = dp * P.at(j, s);
             DP.set(j, s, dp * weight(g, j, s, len));
-            return make_float2(dl, dl);
+            if (s == j) ddiag[j] = dl;
+            const float off = s == j ? 0.0f : dl;
+            return make_float2(off, off);
         },
         drow, dcol);
     __syncthreads();
@@ -641,21 +647,23 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     const float dlog_carry = g.a[len - 1] * block_sum(part, red);
     // The gates with m held fixed: log w_js = i_s + F_j - F_s - m_j, log a_j = m_prev + F_j - m_j
     // and the chunk's end state through a_L and w_L; dlf_j is the reverse sum of dF from j (drow
-    // becomes dF, then those sums), by one warp.
+    // becomes dF, then those sums), by one warp. The last step's share of the end state has
+    // F_L - F_s zero, as the diagonal: it goes to i alone.
     if (warp_id() == 0) {
+        const int last = len - 1;
         float end_sum = 0.0f;
-        for (int s = lane_id(); s < len; s += 32) end_sum += dlend[s];
+        for (int s = lane_id(); s < last; s += 32) end_sum += dlend[s];
         end_sum = warp_sum(end_sum);
         for (int j = lane_id(); j < len; j += 32)
-            drow[j] += g.a[j] * (qdc[j] * d.scale + dnq[j] * qn[j]) - dcol[j] - dlend[j] +
-                       (j == len - 1 ? dlog_carry + end_sum : 0.0f);
+            drow[j] += g.a[j] * (qdc[j] * d.scale + dnq[j] * qn[j]) - dcol[j] +
+                       (j == last ? dlog_carry + end_sum : -dlend[j]);
         __syncwarp();
         warp_cumsum(drow, len, true);
         const u64 n = (u64)d.b * d.h * d.t, tile = (u64)blockIdx.y * 2 * n;
         for (int j = lane_id(); j < len; j += 32) {
             const u64 at = (u64)bh * d.t + t0 + j;
             gates[tile + at] = drow[j];
-            gates[tile + n + at] = dcol[j] + dlend[j];
+            gates[tile + n + at] = dcol[j] + ddiag[j] + dlend[j];
         }
     }
 }
