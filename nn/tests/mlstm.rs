@@ -26,6 +26,19 @@ fn state(s: &[Tensor]) -> MlstmState {
     }
 }
 
+/// The fused kernel's operands: q, k, v, i, f from `x` (as `Mlstm::inputs` lists them) and the
+/// initial state `s0`.
+fn kernel_input<'a>(x: &'a [Tensor], s0: &'a MlstmState) -> Result<mlstm::MlstmIn<&'a Tensor>> {
+    Ok(mlstm::MlstmIn {
+        q: &x[0],
+        k: &x[1],
+        v: &x[2],
+        i: &x[3],
+        f: &x[4],
+        state: s0.try_map(Ok)?,
+    })
+}
+
 fn listed((h, s): (Tensor, MlstmState)) -> (Tensor, Vec<Tensor>) {
     (h, vec![s.c, s.n, s.m])
 }
@@ -170,18 +183,8 @@ fn parallel_rejects_bad_input() {
 fn the_forward_keeps_the_denominators_parts_and_the_backward_checks_them() -> Result<()> {
     let [b, t, h, dk, dv] = [2, 7, 2, 3, 4];
     let x = Mlstm::inputs([b, t, h, dk, dv], Mlstm::GATES.typical, 71, DType::F64);
-    let input = mlstm::MlstmIn {
-        q: &x[0],
-        k: &x[1],
-        v: &x[2],
-        i: &x[3],
-        f: &x[4],
-        state: MlstmState {
-            c: &x[5],
-            n: &x[6],
-            m: &x[7],
-        },
-    };
+    let s0 = state(&x[5..8]);
+    let input = kernel_input(&x, &s0)?;
     let out = mlstm::forward(&input, 3, mlstm::EPS)?;
     assert_eq!(out.den.dims(), [b, h, 2, t]);
     let [q, k, i, f, n0, m0, den] =
@@ -258,14 +261,7 @@ fn f32_gate_gradients_hold_under_strong_decay() -> Result<()> {
             m: x[7].zeros_like()?,
         };
         let s0 = state(&x[5..8]);
-        let input = mlstm::MlstmIn {
-            q: &x[0],
-            k: &x[1],
-            v: &x[2],
-            i: &x[3],
-            f: &x[4],
-            state: s0.try_map(Ok)?,
-        };
+        let input = kernel_input(&x, &s0)?;
         let out = mlstm::forward(&input, 64, mlstm::EPS)?;
         let saved = mlstm::MlstmBackward {
             input,
