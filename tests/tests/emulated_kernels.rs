@@ -551,6 +551,14 @@ impl MlstmCase {
         }
     }
 
+    /// The same case with f32 operands (the kernels' scalar f32 path).
+    fn in_f32(self) -> Self {
+        MlstmCase {
+            dtype: DType::F32,
+            ..self
+        }
+    }
+
     /// Runs the case; returns the forward's and backward's value tiles.
     fn run(self) -> Result<(usize, usize)> {
         let MlstmCase {
@@ -741,12 +749,10 @@ fn mlstm_strong_decay() -> Result<()> {
 #[test]
 fn mlstm_f32_strong_decay() -> Result<()> {
     let dims = [1, 130, 2, 32, 64];
-    MlstmCase {
-        dtype: DType::F32,
-        ..MlstmCase::new("mlstm_f32_decay", dims, 64, STRONG_DECAY, 235)
-    }
-    .run()
-    .map(|_| ())
+    MlstmCase::new("mlstm_f32_decay", dims, 64, STRONG_DECAY, 235)
+        .in_f32()
+        .run()
+        .map(|_| ())
 }
 
 /// A shared-memory limit one byte under what one value tile needs: Dv in several tiles, whose
@@ -784,12 +790,10 @@ fn mlstm_value_tiles() -> Result<()> {
 #[test]
 fn mlstm_f32_odd_sizes() -> Result<()> {
     let dims = [1, 45, 2, 12, 20];
-    MlstmCase {
-        dtype: DType::F32,
-        ..MlstmCase::new("mlstm_f32", dims, 16, MLSTM_GATES, 250)
-    }
-    .run()
-    .map(|_| ())
+    MlstmCase::new("mlstm_f32", dims, 16, MLSTM_GATES, 250)
+        .in_f32()
+        .run()
+        .map(|_| ())
 }
 
 /// The SwiGLU kernels in the emulator at `[n, 2f]`, in `dtype`, launched as the wrapper launches

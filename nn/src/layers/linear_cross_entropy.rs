@@ -15,9 +15,9 @@
 //! group contributes the gradient of its summed loss, and the single division by max(count, 1)
 //! is folded into the scale the backward applies; the count stays on the device, nothing is
 //! read back. The loss and dW are summed over the groups in f32 (f64 for f64 inputs): summing
-//! bf16 partial products would drop the later groups' small contributions. Each group's dW product is added into that sum by the GEMM
-//! itself ([`Tensor::matmul_acc_into`]), never stored on its own. The gradients come back in the
-//! inputs' dtype.
+//! bf16 partial products would drop the later groups' small contributions. Each group's dW
+//! product is added into that sum by the GEMM itself ([`Tensor::matmul_acc_into`]), never stored
+//! on its own. The gradients come back in the inputs' dtype.
 //!
 //! [`Linear`]: super::basic::Linear
 use swax_autograd::Tape;
