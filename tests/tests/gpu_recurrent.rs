@@ -2,8 +2,8 @@
 //! convolution) against the CPU fused kernels, on values, boundary states and every gradient, in
 //! f32 and bf16: T not a multiple of the chunk, T = 1, long T (4096) where the stabilizer
 //! matters, a value dim unlike the key dim, a value dim split into tiles, f32 at odd sizes, a
-//! chunk other than 64, head dim 32, extreme gates (no NaN or Inf), and for the gated delta rule
-//! strong decay (log decays about -10).
+//! chunk other than 64, head dim 32, extreme gates (no NaN or Inf), and strong decay (the gated
+//! delta rule's log decays, the mLSTM's forget preactivations, about -10).
 //! Skips without a GPU (see `swax_tests::gpu`).
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::gated_delta as gdn;
@@ -357,6 +357,18 @@ fn gated_delta_strong_decay() -> Result<()> {
         ..GDN
     };
     both::<GatedDelta>(&strong, 200)
+}
+
+/// Forget preactivations about -10: as for the gated delta rule, the terms of df that cancel
+/// exactly are left out (nn/tests/mlstm.rs holds the CPU kernel's f32 df to its f64 one there).
+#[test]
+fn mlstm_strong_decay() -> Result<()> {
+    let strong = Case {
+        gate_std: 0.5,
+        decay_mean: -10.0,
+        ..MLSTM
+    };
+    both::<Mlstm>(&strong, 210)
 }
 
 #[test]
