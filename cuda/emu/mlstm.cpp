@@ -46,28 +46,38 @@ static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn)
     const size_t rows = (size_t)d0.b * d0.t * d0.h, rk = rows * d0.dk, csz = (size_t)d0.dk * d0.dv;
     const RecDims fd = tiled(d0, (int)z[2]);
     const EmuDim block{threads, 1, 1};
+    // mlstm_gate_rows: a warp per walk, GATE_ROW_THREADS a block (as cuda.rs launches them).
+    const auto walks = [](unsigned n) { return EmuDim{(n + GATE_ROW_THREADS / 32 - 1) / (GATE_ROW_THREADS / 32), 1, 1}; };
+    const EmuDim walk_block{GATE_ROW_THREADS, 1, 1};
+    std::vector<float> fwd_rows(4 * rows, NAN), bwd_rows(4 * rows, NAN);
+    emu_launch({walks(heads), walk_block, 0}, [&] {
+        kn.gate_rows_fwd(x.i.data(), x.f.data(), x.m0.data(), fwd_rows.data(), x.ms.data(), fd);
+    });
     emu_launch({{heads, (unsigned)fd.nv, 1}, block, (size_t)z[3]}, [&] {
-        kn.scan_fwd(x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.c0.data(), x.n0.data(), x.m0.data(),
-                    x.cs.data(), x.ns.data(), x.ms.data(), fd);
+        kn.scan_fwd(x.k.data(), x.v.data(), fwd_rows.data(), x.c0.data(), x.n0.data(), x.ms.data(), x.cs.data(),
+                    x.ns.data(), fd);
     });
     emu_launch({{heads, (unsigned)fd.nv, nc}, block, (size_t)z[4]}, [&] {
-        kn.chunk_fwd(x.q.data(), x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.cs.data(), x.ns.data(),
-                     x.ms.data(), x.h.data(), x.den.data(), fd);
+        kn.chunk_fwd(x.q.data(), x.k.data(), x.v.data(), fwd_rows.data(), x.cs.data(), x.ns.data(), x.ms.data(),
+                     x.h.data(), x.den.data(), fd);
     });
     const RecDims bd = tiled(d0, (int)z[5]);
+    emu_launch({walks(heads * nc), walk_block, 0}, [&] {
+        kn.gate_rows_bwd(x.i.data(), x.f.data(), x.ms.data(), bwd_rows.data(), bd);
+    });
     std::vector<float> stats(4 * rows, NAN), dcs(heads * nc * csz, NAN), dns(heads * nc * d0.dk, NAN);
     std::vector<float> dots(heads * bd.nv * 2, NAN), gates(bd.nv * 2 * rows, NAN), part(bd.nv * 2 * rk, NAN);
     emu_launch({{heads, 1, nc}, block, 0}, [&] {
         kn.prep(x.i.data(), x.f.data(), x.ms.data(), x.den.data(), x.h.data(), x.dh.data(), stats.data(), bd);
     });
     emu_launch({{heads, (unsigned)bd.nv, 1}, block, (size_t)z[6]}, [&] {
-        kn.scan_bwd(x.q.data(), x.i.data(), x.f.data(), x.cs.data(), x.ns.data(), x.ms.data(), stats.data(),
+        kn.scan_bwd(x.q.data(), bwd_rows.data(), x.cs.data(), x.ns.data(), x.ms.data(), stats.data(),
                     x.dh.data(), x.dcT.data(), x.dnT.data(), dcs.data(), dns.data(), x.dc0.data(), x.dn0.data(),
                     dots.data(), bd);
     });
     emu_launch({{heads, (unsigned)bd.nv, nc}, block, (size_t)z[7]}, [&] {
-        kn.grads(z[8] != 0.0f, x.q.data(), x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.cs.data(),
-                 x.ns.data(), x.ms.data(), stats.data(), x.dh.data(), dcs.data(), dns.data(), x.dq.data(),
+        kn.grads(z[8] != 0.0f, x.q.data(), x.k.data(), x.v.data(), bwd_rows.data(), x.cs.data(), x.ns.data(),
+                 x.ms.data(), stats.data(), x.dh.data(), dcs.data(), dns.data(), x.dq.data(),
                  x.dk.data(), x.dv.data(), gates.data(), part.data(), bd);
     });
     emu_launch({{heads, 1, 1}, {(unsigned)z[1], 1, 1}, 0}, [&] {
@@ -84,6 +94,8 @@ static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn)
 // The instantiations of one element type, by their extern "C" names.
 #define MLSTM_EMU_KERNELS(SUFFIX)                                                                   \
     struct Kernels_##SUFFIX {                                                                       \
+        template <typename... A> void gate_rows_fwd(A... a) { mlstm_gate_rows_fwd_##SUFFIX(a...); } \
+        template <typename... A> void gate_rows_bwd(A... a) { mlstm_gate_rows_bwd_##SUFFIX(a...); } \
         template <typename... A> void scan_fwd(A... a) { mlstm_scan_fwd_##SUFFIX(a...); }           \
         template <typename... A> void chunk_fwd(A... a) { mlstm_chunk_fwd_##SUFFIX(a...); }         \
         template <typename... A> void prep(A... a) { mlstm_prep_bwd_##SUFFIX(a...); }               \

@@ -202,6 +202,23 @@ fn scan_launch(
     Ok(l)
 }
 
+/// Threads of an `mlstm_gate_rows` block (`GATE_ROW_THREADS` in mlstm.cu), a warp per walk.
+const GATE_ROW_THREADS: u32 = 256;
+
+/// `walks` warps of `mlstm_gate_rows`, in blocks of `GATE_ROW_THREADS`.
+fn gate_row_launch(op: &'static str, walks: usize) -> Result<Launch, CudaError> {
+    let per_block = (GATE_ROW_THREADS / 32) as usize;
+    Ok(Launch {
+        grid: (
+            to_u32(op, "gate-row blocks", walks.div_ceil(per_block))?,
+            1,
+            1,
+        ),
+        block: (GATE_ROW_THREADS, 1, 1),
+        shared: 0,
+    })
+}
+
 /// One block of `block_threads` per (batch, head, value tile, chunk) (`blockIdx.z` the chunk),
 /// `bytes` of shared memory.
 fn chunk_launch(
@@ -242,31 +259,40 @@ pub(super) fn forward(
     let n = dev.alloc(DType::F32, s.boundaries(s.dk))?;
     let m = dev.alloc(DType::F32, s.boundaries(1))?;
     let den = dev.alloc(DType::F32, s.rows(2))?;
+    let rows = dev.alloc(DType::F32, s.rows(4))?;
+    let gate_rows = gate_row_launch(OP, s.heads())?;
     let scan = scan_launch(OP, dev, s, &args, scan_fwd_bytes(s, &args, e))?;
     let chunks = chunk_launch(OP, dev, s, &args, chunk_fwd_bytes(s, &args, e))?;
     let s0 = &x.state;
-    // SAFETY: mlstm_scan_fwd_T(k, v, i, f, c0, n0, m0, cs, ns, ms, RecDims), then
-    // mlstm_chunk_fwd_T(q, k, v, i, f, cs, ns, ms, h, den, RecDims): every buffer was checked (or
-    // allocated) at the length the sizes in `args` imply, and each launch's shared memory is what
-    // its kernel carves for those sizes.
+    // SAFETY: mlstm_gate_rows_fwd_T(i, f, m0, rows, ms, RecDims), mlstm_scan_fwd_T(k, v, rows,
+    // c0, n0, ms, cs, ns, RecDims), then mlstm_chunk_fwd_T(q, k, v, rows, cs, ns, ms, h, den,
+    // RecDims): every buffer was checked (or allocated) at the length the sizes in `args` imply
+    // (rows f32 [4, B·H, T]), and each launch's shared memory is what its kernel carves for those
+    // sizes.
     unsafe {
+        let name = float_kernel!(OP, "mlstm_gate_rows_fwd", dt)?;
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            gate_rows,
+            &[x.i, x.f, s0.m, &rows, &m, &args],
+        )?;
         let name = float_kernel!(OP, "mlstm_scan_fwd", dt)?;
         launch(
             dev,
             &SOURCE,
             name,
             scan,
-            &[x.k, x.v, x.i, x.f, s0.c, s0.n, s0.m, &c, &n, &m, &args],
+            &[x.k, x.v, &rows, s0.c, s0.n, &m, &c, &n, &args],
         )?;
-    }
-    unsafe {
         let name = float_kernel!(OP, "mlstm_chunk_fwd", dt)?;
         launch(
             dev,
             &SOURCE,
             name,
             chunks,
-            &[x.q, x.k, x.v, x.i, x.f, &c, &n, &m, &h, &den, &args],
+            &[x.q, x.k, x.v, &rows, &c, &n, &m, &h, &den, &args],
         )?;
     }
     Ok(MlstmOut {
@@ -336,9 +362,11 @@ pub(super) fn backward(
             m: alloc(nh)?,
         },
     };
-    // f32 scratch: the rows' statistics [4, B·H, T] (mlstm_prep_bwd), the state gradients at
+    // f32 scratch: the gate rows [4, B·H, T] (mlstm_gate_rows_bwd), the rows' statistics
+    // [4, B·H, T] (mlstm_prep_bwd), the state gradients at
     // each chunk's end [B·H, N, ..], the states' dots with their gradients [B·H, nv, 2], the
     // tiles' shares of the gates [nv, 2, B·H, T], and with several tiles their shares of dq, dk.
+    let gate_rows = dev.alloc(f32, 4 * r1)?;
     let rows = dev.alloc(f32, 4 * r1)?;
     let dcs = dev.alloc(f32, nh * nc * s.dk * s.dv)?;
     let dns = dev.alloc(f32, nh * nc * s.dk)?;
@@ -347,6 +375,7 @@ pub(super) fn backward(
     let shares = tile_shares(dev, &args, 2 * rk)?;
     // With one tile mlstm_grads never touches `part`: dq stands in.
     let part = shares.as_ref().unwrap_or(&g.q);
+    let walk = gate_row_launch(OP, nh * nc)?;
     let mut prep = chunk_launch(OP, dev, s, &args, 0)?;
     prep.grid.1 = 1;
     let scan = scan_launch(OP, dev, s, &args, scan_bwd_bytes(s, &args, e))?;
@@ -363,6 +392,14 @@ pub(super) fn backward(
     // (the comment above says each scratch's shape), and each launch's shared memory is what its
     // kernel carves for those sizes.
     unsafe {
+        let name = float_kernel!(OP, "mlstm_gate_rows_bwd", dt)?;
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            walk,
+            &[xi.i, xi.f, states.m, &gate_rows, &args],
+        )?;
         let name = float_kernel!(OP, "mlstm_prep_bwd", dt)?;
         launch(
             dev,
@@ -378,7 +415,7 @@ pub(super) fn backward(
             name,
             scan,
             &[
-                xi.q, xi.i, xi.f, states.c, states.n, states.m, &rows, x.dh, ds.c, ds.n, &dcs,
+                xi.q, &gate_rows, states.c, states.n, states.m, &rows, x.dh, ds.c, ds.n, &dcs,
                 &dns, &g.state.c, &g.state.n, &dots, &args,
             ],
         )?;
@@ -393,7 +430,7 @@ pub(super) fn backward(
             name,
             chunks,
             &[
-                xi.q, xi.k, xi.v, xi.i, xi.f, states.c, states.n, states.m, &rows, x.dh, &dcs,
+                xi.q, xi.k, xi.v, &gate_rows, states.c, states.n, states.m, &rows, x.dh, &dcs,
                 &dns, &g.q, &g.k, &g.v, &gates, part, &args,
             ],
         )?;

@@ -8,6 +8,10 @@
 //   C_end = a_L C_prev + (diag(w_L) K)^T V,  n_end = a_L n_prev + K^T w_L.
 // Only the states (forward) and their gradients (backward) are carried from chunk to chunk, so:
 //
+// - mlstm_gate_rows_fwd: a warp per head walks its steps once, writing each row's i, log forget
+//   gate, F and m (f32 rows [4, B·H, T]) and the stabilizer before each chunk (ms), which the
+//   kernels below read instead of each running the chunk's recurrence of m on one thread. The
+//   backward's mlstm_gate_rows_bwd makes the same rows again from ms, a warp per chunk.
 // - mlstm_scan_fwd: a block per (head, value tile) walks the chunks, C in f32 shared memory,
 //   updated by one K^T V product a chunk (tensor cores for bf16); writes the boundary states.
 // - mlstm_chunk_fwd: a block per (head, value tile, chunk): h from the chunk's C_prev, n_prev,
@@ -69,48 +73,111 @@ __device__ __forceinline__ void scale_rows(STile<E> X, int rows, int cols, F f) 
     }
 }
 
-// Fills g for chunk rows t0..t0+len (m_prev the stabilizer before the chunk). Synchronizes, after
-// waiting for the caller's cp.async copies (stage_cols), which so land under the gates' loads.
-// The gates are loaded by all threads at once; one thread then runs the two short scans in the
-// CPU kernel's order, reading SCAN_ROWS rows into registers before it steps through them: every
-// step then waits on the two dependent adds and the max alone, not on shared-memory loads that
-// could not be hoisted above the previous step's stores.
-#define SCAN_ROWS 16
-template <typename T>
-__device__ void chunk_gates(Gates g, const T* gi, const T* gf, Heads hd, int b, int hh, int t0, int len, int lp,
-                            float m_prev) {
-    for (int j = threadIdx.x; j < len; j += nthreads()) {
-        const u64 at = hd.at(b, hh, t0 + j, 1);
-        g.i[j] = to_float(gi[at]);
-        g.lf[j] = log_sigmoid(to_float(gf[at]));
+// mlstm_gate_rows' f32 rows, each [B·H, T]: the input gate i, the log forget gate lf, its
+// running sum F from each chunk's start and the stabilizer m.
+struct GateRows {
+    float* i;
+    float* lf;
+    float* F;
+    float* m;
+    __device__ static GateRows of(const float* p, const RecDims& d) {
+        const u64 n = (u64)d.b * d.h * d.t;
+        float* q = const_cast<float*>(p);
+        return GateRows{q, q + n, q + 2 * n, q + 3 * n};
     }
-    cp_async_wait<0>();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float run = 0.0f, prev = m_prev;
-        for (int j0 = 0; j0 < len; j0 += SCAN_ROWS) {
-            float lf[SCAN_ROWS], ig[SCAN_ROWS];
-#pragma unroll
-            for (int u = 0; u < SCAN_ROWS; ++u) {
-                lf[u] = j0 + u < len ? g.lf[j0 + u] : 0.0f;
-                ig[u] = j0 + u < len ? g.i[j0 + u] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < SCAN_ROWS; ++u) {
-                if (j0 + u < len) {
-                    run += lf[u];
-                    prev = fmaxf(lf[u] + prev, ig[u]);
-                    g.F[j0 + u] = run;
-                    g.m[j0 + u] = prev;
-                }
-            }
+};
+
+// Threads of a mlstm_gate_rows block, a warp per head (forward) or per chunk (backward).
+#define GATE_ROW_THREADS 256
+
+// Rows t of head bh from `start` to `end` (whole chunks), m carried from `prev` (the stabilizer
+// before `start`), by one warp: F and m by the CPU kernel's recurrence in its order, lane 0's
+// chain shared by every lane (each keeps its own row's values), the next 32 rows' gates loaded
+// under the current ones' steps. Writes each chunk's last m to ms when ms is not null.
+template <typename T>
+__device__ void walk_gates(const T* __restrict__ gi, const T* __restrict__ gf, const RecDims& d, int bh,
+                           int start, int end, float prev, GateRows out, float* __restrict__ ms) {
+    const int b = bh / d.h, hh = bh % d.h, lane = lane_id(), nc = (d.t + d.chunk - 1) / d.chunk;
+    const Heads hd{d.t, d.h};
+    const auto load = [&](int t, float& ig, float& fr) {
+        const bool in = t < end;
+        const u64 at = hd.at(b, hh, in ? t : start, 1);
+        ig = in ? to_float(gi[at]) : 0.0f;
+        fr = in ? to_float(gf[at]) : 0.0f;
+    };
+    float ig, fr, run = 0.0f;
+    load(start + lane, ig, fr);
+    for (int t0 = start; t0 < end; t0 += 32) {
+        const float i_row = ig, lf_row = log_sigmoid(fr);
+        if (t0 + 32 < end) load(t0 + 32 + lane, ig, fr);
+        float F = 0.0f, m = 0.0f;
+        const int n = min(32, end - t0);
+        for (int u = 0; u < n; ++u) {
+            const int t = t0 + u;
+            const float lf = __shfl_sync(FULL_MASK, lf_row, u), i = __shfl_sync(FULL_MASK, i_row, u);
+            if (t % d.chunk == 0) run = 0.0f;
+            run += lf;
+            prev = fmaxf(lf + prev, i);
+            if (lane == u) F = run, m = prev;
+            if (ms && lane == 0 && (t + 1 == end || (t + 1) % d.chunk == 0))
+                ms[(u64)bh * (nc + 1) + t / d.chunk + 1] = prev;
+        }
+        if (lane < n) {
+            const u64 at = (u64)bh * d.t + t0 + lane;
+            out.i[at] = i_row;
+            out.lf[at] = lf_row;
+            out.F[at] = F;
+            out.m[at] = m;
         }
     }
-    __syncthreads();
+}
+
+// A warp per head walks its chunks in order from m0, writing the gate rows and ms (the forward).
+template <typename T>
+__device__ void mlstm_gate_rows_fwd(const T* __restrict__ gi, const T* __restrict__ gf, const T* __restrict__ m0,
+                                    float* __restrict__ gr, float* __restrict__ ms, RecDims d) {
+    const int bh = blockIdx.x * nwarps() + warp_id(), nc = (d.t + d.chunk - 1) / d.chunk;
+    if (bh >= d.b * d.h) return;
+    const float prev = to_float(m0[bh]);
+    if (lane_id() == 0) ms[(u64)bh * (nc + 1)] = prev;
+    walk_gates(gi, gf, d, bh, 0, d.t, prev, GateRows::of(gr, d), ms);
+}
+
+// A warp per (head, chunk) from the forward's ms (the backward: the chunks need not wait on
+// each other).
+template <typename T>
+__device__ void mlstm_gate_rows_bwd(const T* __restrict__ gi, const T* __restrict__ gf,
+                                    const float* __restrict__ ms, float* __restrict__ gr, RecDims d) {
+    const int nc = (d.t + d.chunk - 1) / d.chunk, w = blockIdx.x * nwarps() + warp_id();
+    if (w >= d.b * d.h * nc) return;
+    const int bh = w / nc, ci = w % nc, t0 = ci * d.chunk;
+    walk_gates(gi, gf, d, bh, t0, min(t0 + d.chunk, d.t), ms[(u64)bh * (nc + 1) + ci], GateRows::of(gr, d),
+               nullptr);
+}
+
+// Fills g for chunk rows t0..t0+len of head bh from the gate rows (m_prev the stabilizer before
+// the chunk): each thread its rows' gates and from them a_j and wl_j (the chunk's last F and m
+// read by every thread). Synchronizes, after waiting for the caller's cp.async copies
+// (stage_cols), which so land under the gates' loads.
+__device__ void chunk_gates(Gates g, const float* gr, const RecDims& d, int bh, int t0, int len, int lp,
+                            float m_prev) {
+    const GateRows r = GateRows::of(gr, d);
+    const u64 at0 = (u64)bh * d.t + t0;
+    const float f_last = r.F[at0 + len - 1], m_last = r.m[at0 + len - 1];
     for (int j = threadIdx.x; j < lp; j += nthreads()) {
-        g.a[j] = j < len ? expf(m_prev + g.F[j] - g.m[j]) : 0.0f;
-        g.wl[j] = weight(g, len - 1, j, len);
+        if (j < len) {
+            const float i = r.i[at0 + j], F = r.F[at0 + j], m = r.m[at0 + j];
+            g.i[j] = i;
+            g.lf[j] = r.lf[at0 + j];
+            g.F[j] = F;
+            g.m[j] = m;
+            g.a[j] = expf(m_prev + F - m);
+            g.wl[j] = expf(i + f_last - F - m_last);
+        } else {
+            g.a[j] = g.wl[j] = 0.0f;
+        }
     }
+    cp_async_wait<0>();
     __syncthreads();
 }
 
@@ -200,10 +267,9 @@ struct RowStats {
 // Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk] and the gates; then tiles of T: k [lp, Dk], v [lp, bv], twice: the next
 // chunk's arrive in one pair (cp.async for bf16) while the current chunk's are used.
 template <typename T, bool TC>
-__device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ gi,
-                               const T* __restrict__ gf, const T* __restrict__ c0, const T* __restrict__ n0,
-                               const T* __restrict__ m0, float* __restrict__ cs, float* __restrict__ ns,
-                               float* __restrict__ ms, RecDims d) {
+__device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v, const float* __restrict__ gr,
+                               const T* __restrict__ c0, const T* __restrict__ n0, const float* __restrict__ ms,
+                               float* __restrict__ cs, float* __restrict__ ns, RecDims d) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h;
     const VTile vt = value_tile(d);
@@ -218,7 +284,6 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
     const int ldk = tile_ld<T>(d.dk), ldv = tile_ld<T>(d.bv);
     const STile<T> K0 = take_tile(e, lp, ldk), V0 = take_tile(e, lp, ldv);
     const STile<T> K1 = take_tile(e, lp, ldk), V1 = take_tile(e, lp, ldv);
-    __shared__ float m_prev;
     // Chunk ci's k and v into the tiles of its parity.
     const auto stage = [&](int ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
@@ -242,16 +307,12 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
         nv[c] = to_float(n0[(u64)bh * d.dk + c]);
         if (lead) n_out[c] = nv[c];
     }
-    if (threadIdx.x == 0) {
-        m_prev = to_float(m0[bh]);
-        if (lead) ms[(u64)bh * (nc + 1)] = m_prev;
-    }
     __syncthreads();
 
     for (int ci = 0; ci < nc; ++ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
         const STile<T> K = ci & 1 ? K1 : K0, V = ci & 1 ? V1 : V0;
-        chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, m_prev);
+        chunk_gates(g, gr, d, bh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
         if (ci + 1 < nc) stage(ci + 1);
         // n = a_end n + sum_s w_last,s k_s, from k before its scaling below.
         const float a_end = g.a[len - 1];
@@ -272,11 +333,6 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
             c_next[r * d.dv + c] = y;
         });
         __syncthreads();
-        if (threadIdx.x == 0) {
-            m_prev = g.m[len - 1];
-            if (lead) ms[(u64)bh * (nc + 1) + ci + 1] = m_prev;
-        }
-        __syncthreads();
     }
 }
 
@@ -284,7 +340,7 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
 // tiles of T: q, k [lp, Dk], v [lp, bv], C_prev [Dk, bv], the scores [lp, lp].
 template <typename T, bool TC>
 __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                                const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ cs,
+                                const float* __restrict__ gr, const float* __restrict__ cs,
                                 const float* __restrict__ ns, const float* __restrict__ ms, T* __restrict__ hout,
                                 float* __restrict__ den, RecDims d) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -311,7 +367,7 @@ __device__ void mlstm_chunk_fwd(const T* __restrict__ q, const T* __restrict__ k
     load_state(Cb, cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0, d, vt);
     for (int c = threadIdx.x; c < d.dk; c += nthreads()) nv[c] = ns[at_chunk(bh, nc + 1, ci, d.dk) + c];
     for (int j = threadIdx.x; j < lp; j += nthreads()) psum[j] = 0.0f;
-    chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
+    chunk_gates(g, gr, d, bh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
     // q·n by row (in rden until the scores' row sums make it the denominator's inverse), beside
     // the scores: both only read Q.
     for (int j = warp_id(); j < lc; j += nwarps()) {
@@ -395,8 +451,7 @@ __device__ void mlstm_prep_bwd(const T* __restrict__ gi, const T* __restrict__ g
 // and dnq by row, the gates, 32 floats of block-sum scratch; then tiles of T: q [lp, Dk], dnum
 // [lp, bv], twice (as mlstm_scan_fwd's k and v).
 template <typename T, bool TC>
-__device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi, const T* __restrict__ gf,
-                               const float* __restrict__ cs, const float* __restrict__ ns,
+__device__ void mlstm_scan_bwd(const T* __restrict__ q, const float* __restrict__ gr, const float* __restrict__ cs, const float* __restrict__ ns,
                                const float* __restrict__ ms, const float* __restrict__ rows,
                                const T* __restrict__ dh, const T* __restrict__ dcT, const T* __restrict__ dnT,
                                float* __restrict__ dcs, float* __restrict__ dns, T* __restrict__ dc0,
@@ -459,7 +514,7 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
             rr[j] = j < len ? st.r[at] : 0.0f;
             dnq[j] = j < len ? st.dnq[at] : 0.0f;
         }
-        chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
+        chunk_gates(g, gr, d, bh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
         if (ci > 0) stage(ci - 1);
         const float a_end = g.a[len - 1];
         // dn = a_end dn + (diag(a) Q)^T dnq / sqrt(Dk), from q before its scaling below.
@@ -511,7 +566,7 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const T* __restrict__ gi
 // (unless LEAN) C_prev [Dk, bv]. gates: each tile's shares of dlf and di with m held fixed, f32 [nv, 2, B·H, T].
 template <typename T, bool TC, bool LEAN>
 __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                            const T* __restrict__ gi, const T* __restrict__ gf, const float* __restrict__ cs,
+                            const float* __restrict__ gr, const float* __restrict__ cs,
                             const float* __restrict__ ns, const float* __restrict__ ms,
                             const float* __restrict__ rows, const T* __restrict__ dh,
                             const float* __restrict__ dcs, const float* __restrict__ dns, T* __restrict__ dq,
@@ -578,7 +633,7 @@ __device__ void mlstm_grads(const T* __restrict__ q, const T* __restrict__ k, co
     const float* c_prev = cs + at_chunk(bh, nc + 1, ci, csz) + vt.e0;
     part += stage_states(LEAN ? STile<T>{nullptr, 0} : Cpb, c_prev, dCb, dcs + at_chunk(bh, nc, ci, csz) + vt.e0,
                          d, vt);
-    chunk_gates(g, gi, gf, hd, b, hh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
+    chunk_gates(g, gr, d, bh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
     // What needs only the operands and the gates, between the same two barriers (none reads
     // what another writes): q·n by row, dnum = dh / (den + eps) in place, dv's second term
     // diag(w_last) K dC into ACC (its dot with v by row into dlend) and the scores.
@@ -765,15 +820,23 @@ __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ 
 }
 
 #define MLSTM_KERNELS(T, SUFFIX, TC)                                                                               \
+    extern "C" __global__ void __launch_bounds__(GATE_ROW_THREADS) mlstm_gate_rows_fwd_##SUFFIX(                    \
+        const T* gi, const T* gf, const T* m0, float* gr, float* ms, RecDims d) {                                  \
+        mlstm_gate_rows_fwd<T>(gi, gf, m0, gr, ms, d);                                                             \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(GATE_ROW_THREADS) mlstm_gate_rows_bwd_##SUFFIX(                    \
+        const T* gi, const T* gf, const float* ms, float* gr, RecDims d) {                                         \
+        mlstm_gate_rows_bwd<T>(gi, gf, ms, gr, d);                                                                 \
+    }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_scan_fwd_##SUFFIX(                             \
-        const T* k, const T* v, const T* gi, const T* gf, const T* c0, const T* n0, const T* m0, float* cs,        \
-        float* ns, float* ms, RecDims d) {                                                                         \
-        mlstm_scan_fwd<T, TC>(k, v, gi, gf, c0, n0, m0, cs, ns, ms, d);                                            \
+        const T* k, const T* v, const float* gr, const T* c0, const T* n0, const float* ms, float* cs, float* ns,  \
+        RecDims d) {                                                                                               \
+        mlstm_scan_fwd<T, TC>(k, v, gr, c0, n0, ms, cs, ns, d);                                                    \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_chunk_fwd_##SUFFIX(                            \
-        const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
-        const float* ms, T* h, float* den, RecDims d) {                                                            \
-        mlstm_chunk_fwd<T, TC>(q, k, v, gi, gf, cs, ns, ms, h, den, d);                                            \
+        const T* q, const T* k, const T* v, const float* gr, const float* cs, const float* ns, const float* ms,    \
+        T* h, float* den, RecDims d) {                                                                             \
+        mlstm_chunk_fwd<T, TC>(q, k, v, gr, cs, ns, ms, h, den, d);                                                \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_prep_bwd_##SUFFIX(                             \
         const T* gi, const T* gf, const float* ms, const float* den, const T* h, const T* dh, float* rows,         \
@@ -781,22 +844,21 @@ __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ 
         mlstm_prep_bwd<T>(gi, gf, ms, den, h, dh, rows, d);                                                        \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_scan_bwd_##SUFFIX(                             \
-        const T* q, const T* gi, const T* gf, const float* cs, const float* ns, const float* ms,                   \
-        const float* rows, const T* dh, const T* dcT, const T* dnT, float* dcs, float* dns, T* dc0, T* dn0,        \
-        float* dots, RecDims d) {                                                                                  \
-        mlstm_scan_bwd<T, TC>(q, gi, gf, cs, ns, ms, rows, dh, dcT, dnT, dcs, dns, dc0, dn0, dots, d);             \
+        const T* q, const float* gr, const float* cs, const float* ns, const float* ms, const float* rows,          \
+        const T* dh, const T* dcT, const T* dnT, float* dcs, float* dns, T* dc0, T* dn0, float* dots, RecDims d) { \
+        mlstm_scan_bwd<T, TC>(q, gr, cs, ns, ms, rows, dh, dcT, dnT, dcs, dns, dc0, dn0, dots, d);                 \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_grads_##SUFFIX(                                \
-        const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
-        const float* ms, const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk,         \
-        T* dv, float* gates, float* part, RecDims d) {                                                             \
-        mlstm_grads<T, TC, false>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);   \
+        const T* q, const T* k, const T* v, const float* gr, const float* cs, const float* ns, const float* ms,    \
+        const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk, T* dv, float* gates,     \
+        float* part, RecDims d) {                                                                                  \
+        mlstm_grads<T, TC, false>(q, k, v, gr, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);   \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(GRADS_LEAN_THREADS, GRADS_LEAN_BLOCKS) mlstm_grads_lean_##SUFFIX( \
-        const T* q, const T* k, const T* v, const T* gi, const T* gf, const float* cs, const float* ns,            \
-        const float* ms, const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk,         \
-        T* dv, float* gates, float* part, RecDims d) {                                                             \
-        mlstm_grads<T, TC, true>(q, k, v, gi, gf, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);    \
+        const T* q, const T* k, const T* v, const float* gr, const float* cs, const float* ns, const float* ms,    \
+        const float* rows, const T* dh, const float* dcs, const float* dns, T* dq, T* dk, T* dv, float* gates,     \
+        float* part, RecDims d) {                                                                                  \
+        mlstm_grads<T, TC, true>(q, k, v, gr, cs, ns, ms, rows, dh, dcs, dns, dq, dk, dv, gates, part, d);    \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(GATE_THREADS) mlstm_gates_##SUFFIX(                               \
         const T* gf, const float* rows, const float* gates, const float* dots, const T* dmT, T* di, T* df,        \
