@@ -46,23 +46,19 @@ static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn)
     const size_t rows = (size_t)d0.b * d0.t * d0.h, rk = rows * d0.dk, csz = (size_t)d0.dk * d0.dv;
     const RecDims fd = tiled(d0, (int)z[2]);
     const EmuDim block{threads, 1, 1};
-    // mlstm_gate_rows: a warp per walk, GATE_ROW_THREADS a block (as cuda.rs launches them).
-    const auto walks = [](unsigned n) { return EmuDim{(n + GATE_ROW_THREADS / 32 - 1) / (GATE_ROW_THREADS / 32), 1, 1}; };
-    const EmuDim walk_block{GATE_ROW_THREADS, 1, 1};
     std::vector<float> fwd_rows(4 * rows, NAN), bwd_rows(4 * rows, NAN);
-    emu_launch({walks(heads), walk_block, 0}, [&] {
-        kn.gate_rows_fwd(x.i.data(), x.f.data(), x.m0.data(), fwd_rows.data(), x.ms.data(), fd);
-    });
     emu_launch({{heads, (unsigned)fd.nv, 1}, block, (size_t)z[3]}, [&] {
-        kn.scan_fwd(x.k.data(), x.v.data(), fwd_rows.data(), x.c0.data(), x.n0.data(), x.ms.data(), x.cs.data(),
-                    x.ns.data(), fd);
+        kn.scan_fwd(x.k.data(), x.v.data(), x.i.data(), x.f.data(), x.c0.data(), x.n0.data(), x.m0.data(),
+                    x.cs.data(), x.ns.data(), x.ms.data(), fwd_rows.data(), fd);
     });
     emu_launch({{heads, (unsigned)fd.nv, nc}, block, (size_t)z[4]}, [&] {
         kn.chunk_fwd(x.q.data(), x.k.data(), x.v.data(), fwd_rows.data(), x.cs.data(), x.ns.data(), x.ms.data(),
                      x.h.data(), x.den.data(), fd);
     });
     const RecDims bd = tiled(d0, (int)z[5]);
-    emu_launch({walks(heads * nc), walk_block, 0}, [&] {
+    // mlstm_gate_rows_bwd: a warp per chunk, GATE_ROW_THREADS a block (as cuda.rs launches it).
+    const unsigned per_block = GATE_ROW_THREADS / 32;
+    emu_launch({{(heads * nc + per_block - 1) / per_block, 1, 1}, {GATE_ROW_THREADS, 1, 1}, 0}, [&] {
         kn.gate_rows_bwd(x.i.data(), x.f.data(), x.ms.data(), bwd_rows.data(), bd);
     });
     std::vector<float> stats(4 * rows, NAN), dcs(heads * nc * csz, NAN), dns(heads * nc * d0.dk, NAN);
@@ -94,7 +90,6 @@ static void run(Data<E>& x, RecDims d0, const std::vector<float>& z, Kernels kn)
 // The instantiations of one element type, by their extern "C" names.
 #define MLSTM_EMU_KERNELS(SUFFIX)                                                                   \
     struct Kernels_##SUFFIX {                                                                       \
-        template <typename... A> void gate_rows_fwd(A... a) { mlstm_gate_rows_fwd_##SUFFIX(a...); } \
         template <typename... A> void gate_rows_bwd(A... a) { mlstm_gate_rows_bwd_##SUFFIX(a...); } \
         template <typename... A> void scan_fwd(A... a) { mlstm_scan_fwd_##SUFFIX(a...); }           \
         template <typename... A> void chunk_fwd(A... a) { mlstm_chunk_fwd_##SUFFIX(a...); }         \

@@ -202,10 +202,10 @@ fn scan_launch(
     Ok(l)
 }
 
-/// Threads of an `mlstm_gate_rows` block (`GATE_ROW_THREADS` in mlstm.cu), a warp per walk.
+/// Threads of an `mlstm_gate_rows_bwd` block (`GATE_ROW_THREADS` in mlstm.cu), a warp per chunk.
 const GATE_ROW_THREADS: u32 = 256;
 
-/// `walks` warps of `mlstm_gate_rows`, in blocks of `GATE_ROW_THREADS`.
+/// `walks` warps of `mlstm_gate_rows_bwd`, in blocks of `GATE_ROW_THREADS`.
 fn gate_row_launch(op: &'static str, walks: usize) -> Result<Launch, CudaError> {
     let per_block = (GATE_ROW_THREADS / 32) as usize;
     Ok(Launch {
@@ -260,31 +260,23 @@ pub(super) fn forward(
     let m = dev.alloc(DType::F32, s.boundaries(1))?;
     let den = dev.alloc(DType::F32, s.rows(2))?;
     let rows = dev.alloc(DType::F32, s.rows(4))?;
-    let gate_rows = gate_row_launch(OP, s.heads())?;
     let scan = scan_launch(OP, dev, s, &args, scan_fwd_bytes(s, &args, e))?;
     let chunks = chunk_launch(OP, dev, s, &args, chunk_fwd_bytes(s, &args, e))?;
     let s0 = &x.state;
-    // SAFETY: mlstm_gate_rows_fwd_T(i, f, m0, rows, ms, RecDims), mlstm_scan_fwd_T(k, v, rows,
-    // c0, n0, ms, cs, ns, RecDims), then mlstm_chunk_fwd_T(q, k, v, rows, cs, ns, ms, h, den,
-    // RecDims): every buffer was checked (or allocated) at the length the sizes in `args` imply
-    // (rows f32 [4, B·H, T]), and each launch's shared memory is what its kernel carves for those
-    // sizes.
+    // SAFETY: mlstm_scan_fwd_T(k, v, i, f, c0, n0, m0, cs, ns, ms, rows, RecDims), then
+    // mlstm_chunk_fwd_T(q, k, v, rows, cs, ns, ms, h, den, RecDims): every buffer was checked (or
+    // allocated) at the length the sizes in `args` imply (rows f32 [4, B·H, T]), and each
+    // launch's shared memory is what its kernel carves for those sizes.
     unsafe {
-        let name = float_kernel!(OP, "mlstm_gate_rows_fwd", dt)?;
-        launch(
-            dev,
-            &SOURCE,
-            name,
-            gate_rows,
-            &[x.i, x.f, s0.m, &rows, &m, &args],
-        )?;
         let name = float_kernel!(OP, "mlstm_scan_fwd", dt)?;
         launch(
             dev,
             &SOURCE,
             name,
             scan,
-            &[x.k, x.v, &rows, s0.c, s0.n, &m, &c, &n, &args],
+            &[
+                x.k, x.v, x.i, x.f, s0.c, s0.n, s0.m, &c, &n, &m, &rows, &args,
+            ],
         )?;
         let name = float_kernel!(OP, "mlstm_chunk_fwd", dt)?;
         launch(

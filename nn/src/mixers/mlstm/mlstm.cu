@@ -8,12 +8,12 @@
 //   C_end = a_L C_prev + (diag(w_L) K)^T V,  n_end = a_L n_prev + K^T w_L.
 // Only the states (forward) and their gradients (backward) are carried from chunk to chunk, so:
 //
-// - mlstm_gate_rows_fwd: a warp per head walks its steps once, writing each row's i, log forget
-//   gate, F and m (f32 rows [4, B·H, T]) and the stabilizer before each chunk (ms), which the
-//   kernels below read instead of each running the chunk's recurrence of m on one thread. The
-//   backward's mlstm_gate_rows_bwd makes the same rows again from ms, a warp per chunk.
 // - mlstm_scan_fwd: a block per (head, value tile) walks the chunks, C in f32 shared memory,
-//   updated by one K^T V product a chunk (tensor cores for bf16); writes the boundary states.
+//   updated by one K^T V product a chunk (tensor cores for bf16); writes the boundary states,
+//   and each step's gates (f32 rows [4, B·H, T]: i, log forget gate, F, m), which the chunk
+//   kernels read rather than each run the chunk's recurrence of m again. The backward's
+//   mlstm_gate_rows_bwd makes the same rows from the stabilizers at the chunks' starts (ms), a
+//   warp per chunk.
 // - mlstm_chunk_fwd: a block per (head, value tile, chunk): h from the chunk's C_prev, n_prev,
 //   m_prev and the L x L part; and per row, for the backward, the denominator's two parts q·n
 //   (signed, before the max) and m (`den`, f32 [B·H, 2, T], from value tile 0).
@@ -73,8 +73,9 @@ __device__ __forceinline__ void scale_rows(STile<E> X, int rows, int cols, F f) 
     }
 }
 
-// mlstm_gate_rows' f32 rows, each [B·H, T]: the input gate i, the log forget gate lf, its
-// running sum F from each chunk's start and the stabilizer m.
+// The gate rows, f32 [4, B·H, T]: each step's input gate i, log forget gate lf, its running
+// sum F from its chunk's start and the stabilizer m; mlstm_scan_fwd writes them as it walks the
+// chunks, mlstm_gate_rows_bwd again for the backward.
 struct GateRows {
     float* i;
     float* lf;
@@ -85,74 +86,76 @@ struct GateRows {
         float* q = const_cast<float*>(p);
         return GateRows{q, q + n, q + 2 * n, q + 3 * n};
     }
+    __device__ void put(u64 at, float gi, float glf, float gF, float gm) const {
+        i[at] = gi;
+        lf[at] = glf;
+        F[at] = gF;
+        m[at] = gm;
+    }
 };
 
-// Threads of a mlstm_gate_rows block, a warp per head (forward) or per chunk (backward).
+// Threads of a mlstm_gate_rows_bwd block, a warp per chunk.
 #define GATE_ROW_THREADS 256
 
-// Rows t of head bh from `start` to `end` (whole chunks), m carried from `prev` (the stabilizer
-// before `start`), by one warp: F and m by the CPU kernel's recurrence in its order, lane 0's
-// chain shared by every lane (each keeps its own row's values), the next 32 rows' gates loaded
-// under the current ones' steps. Writes each chunk's last m to ms when ms is not null.
-template <typename T>
-__device__ void walk_gates(const T* __restrict__ gi, const T* __restrict__ gf, const RecDims& d, int bh,
-                           int start, int end, float prev, GateRows out, float* __restrict__ ms) {
-    const int b = bh / d.h, hh = bh % d.h, lane = lane_id(), nc = (d.t + d.chunk - 1) / d.chunk;
-    const Heads hd{d.t, d.h};
-    const auto load = [&](int t, float& ig, float& fr) {
-        const bool in = t < end;
-        const u64 at = hd.at(b, hh, in ? t : start, 1);
-        ig = in ? to_float(gi[at]) : 0.0f;
-        fr = in ? to_float(gf[at]) : 0.0f;
+// The gates of the chunk of `len` rows from t0 of a head, by one warp, m carried from `prev`
+// (the stabilizer before the chunk): F and m by the CPU kernel's recurrence in its order, every
+// lane running the chain over 32 rows' gates fetched by shuffles (each lane keeping its own
+// row's values), the next 32 rows' gates loaded under the current ones' steps. Calls
+// put(j, i, lf, F, m) for every row j and returns m at the chunk's last row.
+template <typename T, typename Put>
+__device__ float walk_gates(const T* __restrict__ gi, const T* __restrict__ gf, Heads hd, int b, int hh, int t0,
+                            int len, float prev, Put put) {
+    const int lane = lane_id();
+    const auto load = [&](int j, float& ig, float& fr) {
+        const u64 at = hd.at(b, hh, t0 + (j < len ? j : 0), 1);
+        ig = j < len ? to_float(gi[at]) : 0.0f;
+        fr = j < len ? to_float(gf[at]) : 0.0f;
     };
     float ig, fr, run = 0.0f;
-    load(start + lane, ig, fr);
-    for (int t0 = start; t0 < end; t0 += 32) {
+    load(lane, ig, fr);
+    for (int j0 = 0; j0 < len; j0 += 32) {
         const float i_row = ig, lf_row = log_sigmoid(fr);
-        if (t0 + 32 < end) load(t0 + 32 + lane, ig, fr);
+        if (j0 + 32 < len) load(j0 + 32 + lane, ig, fr);
+        float lfs[32], is[32];
+#pragma unroll
+        for (int u = 0; u < 32; ++u) {
+            lfs[u] = __shfl_sync(FULL_MASK, lf_row, u);
+            is[u] = __shfl_sync(FULL_MASK, i_row, u);
+        }
+        const int n = min(32, len - j0);
         float F = 0.0f, m = 0.0f;
-        const int n = min(32, end - t0);
-        for (int u = 0; u < n; ++u) {
-            const int t = t0 + u;
-            const float lf = __shfl_sync(FULL_MASK, lf_row, u), i = __shfl_sync(FULL_MASK, i_row, u);
-            if (t % d.chunk == 0) run = 0.0f;
-            run += lf;
-            prev = fmaxf(lf + prev, i);
-            if (lane == u) F = run, m = prev;
-            if (ms && lane == 0 && (t + 1 == end || (t + 1) % d.chunk == 0))
-                ms[(u64)bh * (nc + 1) + t / d.chunk + 1] = prev;
+#pragma unroll
+        for (int u = 0; u < 32; ++u) {
+            if (u < n) {
+                run += lfs[u];
+                prev = fmaxf(lfs[u] + prev, is[u]);
+                if (lane == u) F = run, m = prev;
+            }
         }
-        if (lane < n) {
-            const u64 at = (u64)bh * d.t + t0 + lane;
-            out.i[at] = i_row;
-            out.lf[at] = lf_row;
-            out.F[at] = F;
-            out.m[at] = m;
-        }
+        if (lane < n) put(j0 + lane, i_row, lf_row, F, m);
     }
+    return prev;
 }
 
-// A warp per head walks its chunks in order from m0, writing the gate rows and ms (the forward).
-template <typename T>
-__device__ void mlstm_gate_rows_fwd(const T* __restrict__ gi, const T* __restrict__ gf, const T* __restrict__ m0,
-                                    float* __restrict__ gr, float* __restrict__ ms, RecDims d) {
-    const int bh = blockIdx.x * nwarps() + warp_id(), nc = (d.t + d.chunk - 1) / d.chunk;
-    if (bh >= d.b * d.h) return;
-    const float prev = to_float(m0[bh]);
-    if (lane_id() == 0) ms[(u64)bh * (nc + 1)] = prev;
-    walk_gates(gi, gf, d, bh, 0, d.t, prev, GateRows::of(gr, d), ms);
-}
-
-// A warp per (head, chunk) from the forward's ms (the backward: the chunks need not wait on
-// each other).
+// A warp per (head, chunk): the gate rows from the forward's ms (the stabilizer before each
+// chunk), so the chunks need not wait on each other.
 template <typename T>
 __device__ void mlstm_gate_rows_bwd(const T* __restrict__ gi, const T* __restrict__ gf,
                                     const float* __restrict__ ms, float* __restrict__ gr, RecDims d) {
     const int nc = (d.t + d.chunk - 1) / d.chunk, w = blockIdx.x * nwarps() + warp_id();
     if (w >= d.b * d.h * nc) return;
     const int bh = w / nc, ci = w % nc, t0 = ci * d.chunk;
-    walk_gates(gi, gf, d, bh, t0, min(t0 + d.chunk, d.t), ms[(u64)bh * (nc + 1) + ci], GateRows::of(gr, d),
-               nullptr);
+    const GateRows out = GateRows::of(gr, d);
+    const u64 row0 = (u64)bh * d.t + t0;
+    walk_gates(gi, gf, Heads{d.t, d.h}, bh / d.h, bh % d.h, t0, min(d.chunk, d.t - t0), ms[(u64)bh * (nc + 1) + ci],
+               [&](int j, float i, float lf, float F, float m) { out.put(row0 + j, i, lf, F, m); });
+}
+
+// Row j's weight a_j = exp(m_prev + F_j - m_j) of the carried state, and wl_j = exp(i_j + F_L -
+// F_j - m_L) in the chunk's end state (F_L, m_L: the chunk's last row's), weight()'s expression.
+__device__ __forceinline__ void row_weights(const Gates& g, int j, float m_prev, float f_last, float m_last) {
+    g.a[j] = expf(m_prev + g.F[j] - g.m[j]);
+    g.wl[j] = expf(g.i[j] + f_last - g.F[j] - m_last);
 }
 
 // Fills g for chunk rows t0..t0+len of head bh from the gate rows (m_prev the stabilizer before
@@ -166,13 +169,11 @@ __device__ void chunk_gates(Gates g, const float* gr, const RecDims& d, int bh, 
     const float f_last = r.F[at0 + len - 1], m_last = r.m[at0 + len - 1];
     for (int j = threadIdx.x; j < lp; j += nthreads()) {
         if (j < len) {
-            const float i = r.i[at0 + j], F = r.F[at0 + j], m = r.m[at0 + j];
-            g.i[j] = i;
+            g.i[j] = r.i[at0 + j];
             g.lf[j] = r.lf[at0 + j];
-            g.F[j] = F;
-            g.m[j] = m;
-            g.a[j] = expf(m_prev + F - m);
-            g.wl[j] = expf(i + f_last - F - m_last);
+            g.F[j] = r.F[at0 + j];
+            g.m[j] = r.m[at0 + j];
+            row_weights(g, j, m_prev, f_last, m_last);
         } else {
             g.a[j] = g.wl[j] = 0.0f;
         }
@@ -267,9 +268,10 @@ struct RowStats {
 // Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk] and the gates; then tiles of T: k [lp, Dk], v [lp, bv], twice: the next
 // chunk's arrive in one pair (cp.async for bf16) while the current chunk's are used.
 template <typename T, bool TC>
-__device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v, const float* __restrict__ gr,
-                               const T* __restrict__ c0, const T* __restrict__ n0, const float* __restrict__ ms,
-                               float* __restrict__ cs, float* __restrict__ ns, RecDims d) {
+__device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ gi,
+                               const T* __restrict__ gf, const T* __restrict__ c0, const T* __restrict__ n0,
+                               const T* __restrict__ m0, float* __restrict__ cs, float* __restrict__ ns,
+                               float* __restrict__ ms, float* __restrict__ gr, RecDims d) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int bh = blockIdx.x, b = bh / d.h, hh = bh % d.h;
     const VTile vt = value_tile(d);
@@ -307,12 +309,38 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
         nv[c] = to_float(n0[(u64)bh * d.dk + c]);
         if (lead) n_out[c] = nv[c];
     }
+    float m_prev = to_float(m0[bh]);
+    if (lead && threadIdx.x == 0) ms[(u64)bh * (nc + 1)] = m_prev;
+    const GateRows rows = GateRows::of(gr, d);
     __syncthreads();
 
     for (int ci = 0; ci < nc; ++ci) {
         const int t0 = ci * d.chunk, len = min(d.chunk, d.t - t0), lc = round16(len);
         const STile<T> K = ci & 1 ? K1 : K0, V = ci & 1 ? V1 : V0;
-        chunk_gates(g, gr, d, bh, t0, len, lc, ms[(u64)bh * (nc + 1) + ci]);
+        // The chunk's gates by warp 0, into shared memory and (the first tile's blocks) the gate
+        // rows the chunk kernels read; then every row's weights.
+        if (warp_id() == 0) {
+            const u64 row0 = (u64)bh * d.t + t0;
+            const float m_end = walk_gates(gi, gf, hd, b, hh, t0, len, m_prev, [&](int j, float i, float lf, float F, float m) {
+                g.i[j] = i;
+                g.lf[j] = lf;
+                g.F[j] = F;
+                g.m[j] = m;
+                if (lead) rows.put(row0 + j, i, lf, F, m);
+            });
+            if (lead && lane_id() == 0) ms[(u64)bh * (nc + 1) + ci + 1] = m_end;
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+        const float f_last = g.F[len - 1], m_last = g.m[len - 1];
+        for (int j = threadIdx.x; j < lc; j += nthreads()) {
+            if (j < len)
+                row_weights(g, j, m_prev, f_last, m_last);
+            else
+                g.a[j] = g.wl[j] = 0.0f;
+        }
+        __syncthreads();
+        m_prev = m_last;
         if (ci + 1 < nc) stage(ci + 1);
         // n = a_end n + sum_s w_last,s k_s, from k before its scaling below.
         const float a_end = g.a[len - 1];
@@ -820,18 +848,14 @@ __device__ void mlstm_gates(const T* __restrict__ gf, const float* __restrict__ 
 }
 
 #define MLSTM_KERNELS(T, SUFFIX, TC)                                                                               \
-    extern "C" __global__ void __launch_bounds__(GATE_ROW_THREADS) mlstm_gate_rows_fwd_##SUFFIX(                    \
-        const T* gi, const T* gf, const T* m0, float* gr, float* ms, RecDims d) {                                  \
-        mlstm_gate_rows_fwd<T>(gi, gf, m0, gr, ms, d);                                                             \
-    }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(GATE_ROW_THREADS) mlstm_gate_rows_bwd_##SUFFIX(                    \
         const T* gi, const T* gf, const float* ms, float* gr, RecDims d) {                                         \
         mlstm_gate_rows_bwd<T>(gi, gf, ms, gr, d);                                                                 \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_scan_fwd_##SUFFIX(                             \
-        const T* k, const T* v, const float* gr, const T* c0, const T* n0, const float* ms, float* cs, float* ns,  \
-        RecDims d) {                                                                                               \
-        mlstm_scan_fwd<T, TC>(k, v, gr, c0, n0, ms, cs, ns, d);                                                    \
+        const T* k, const T* v, const T* gi, const T* gf, const T* c0, const T* n0, const T* m0, float* cs,        \
+        float* ns, float* ms, float* gr, RecDims d) {                                                              \
+        mlstm_scan_fwd<T, TC>(k, v, gi, gf, c0, n0, m0, cs, ns, ms, gr, d);                                        \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(REC_THREADS) mlstm_chunk_fwd_##SUFFIX(                            \
         const T* q, const T* k, const T* v, const float* gr, const float* cs, const float* ns, const float* ms,    \
