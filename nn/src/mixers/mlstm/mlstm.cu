@@ -265,8 +265,9 @@ struct RowStats {
     }
 };
 
-// Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk] and the gates; then tiles of T: k [lp, Dk], v [lp, bv], twice: the next
-// chunk's arrive in one pair (cp.async for bf16) while the current chunk's are used.
+// Shared memory (`scan_fwd_bytes` in cuda.rs matches): f32 C [Dk, bv], n [Dk] and the gates;
+// then tiles of T: k [lp, Dk], v [lp, bv], twice: the next chunk's arrive in one pair (cp.async
+// for bf16) while the current chunk's are used.
 template <typename T, bool TC>
 __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ gi,
                                const T* __restrict__ gf, const T* __restrict__ c0, const T* __restrict__ n0,
@@ -321,13 +322,14 @@ __device__ void mlstm_scan_fwd(const T* __restrict__ k, const T* __restrict__ v,
         // rows the chunk kernels read; then every row's weights.
         if (warp_id() == 0) {
             const u64 row0 = (u64)bh * d.t + t0;
-            const float m_end = walk_gates(gi, gf, hd, b, hh, t0, len, m_prev, [&](int j, float i, float lf, float F, float m) {
+            const auto put = [&](int j, float i, float lf, float F, float m) {
                 g.i[j] = i;
                 g.lf[j] = lf;
                 g.F[j] = F;
                 g.m[j] = m;
                 if (lead) rows.put(row0 + j, i, lf, F, m);
-            });
+            };
+            const float m_end = walk_gates(gi, gf, hd, b, hh, t0, len, m_prev, put);
             if (lead && lane_id() == 0) ms[(u64)bh * (nc + 1) + ci + 1] = m_end;
         }
         cp_async_wait<0>();
@@ -479,8 +481,9 @@ __device__ void mlstm_prep_bwd(const T* __restrict__ gi, const T* __restrict__ g
 // and dnq by row, the gates, 32 floats of block-sum scratch; then tiles of T: q [lp, Dk], dnum
 // [lp, bv], twice (as mlstm_scan_fwd's k and v).
 template <typename T, bool TC>
-__device__ void mlstm_scan_bwd(const T* __restrict__ q, const float* __restrict__ gr, const float* __restrict__ cs, const float* __restrict__ ns,
-                               const float* __restrict__ ms, const float* __restrict__ rows,
+__device__ void mlstm_scan_bwd(const T* __restrict__ q, const float* __restrict__ gr, const float* __restrict__ cs,
+                               const float* __restrict__ ns, const float* __restrict__ ms,
+                               const float* __restrict__ rows,
                                const T* __restrict__ dh, const T* __restrict__ dcT, const T* __restrict__ dnT,
                                float* __restrict__ dcs, float* __restrict__ dns, T* __restrict__ dc0,
                                T* __restrict__ dn0, float* __restrict__ dots, RecDims d) {
