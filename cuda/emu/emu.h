@@ -1,14 +1,16 @@
 // emu.h: the CUDA our kernels use, emulated on the CPU, so that a kernel's logic can be checked
-// on a machine without a GPU (tests/tests/emulated_kernels.rs runs the gated delta rule's,
-// the mLSTM's, the SwiGLU's and the short convolution's kernels in it against the CPU's). Each thread of a block is a
-// fiber (ucontext) on one OS thread; blocks run one after another. Barriers and warp collectives (shuffles, ldmatrix, mma.sync on bf16 and
-// tf32) suspend a fiber until every participant has arrived, then compute with all lanes'
-// operands, so fragment layouts, lane exchanges and missing barriers behave as on the GPU.
-// cp.async copies land only at their wait (the latest a GPU may land them) and shared memory is
-// filled with NaNs before each block, so a missing wait or a read of unwritten shared memory
-// shows as a wrong or NaN result. The test turns kernel sources into C++ over this header. Not
-// emulated: timing, memory ordering between blocks (blocks run one after another), atomics
-// racing (a fiber runs until it reaches a collective).
+// on a machine without a GPU (tests/tests/emulated_kernels.rs runs the recurrent mixers',
+// attention's (mma.sync path), the SwiGLU's, the norms', the short convolution's and the
+// cross-entropy's kernels in it against the CPU's). Each thread of a block is a fiber (ucontext)
+// on one OS thread; blocks run one after another. Barriers and warp collectives (shuffles,
+// ldmatrix, mma.sync on bf16 and tf32) suspend a fiber until every participant has arrived, then
+// compute with all lanes' operands, so fragment layouts, lane exchanges and missing barriers
+// behave as on the GPU. cp.async copies land only at their wait (the latest a GPU may land them)
+// and shared memory is filled with NaNs before each block, so a missing wait or a read of
+// unwritten shared memory shows as a wrong or NaN result. The test turns kernel sources into C++
+// over this header. Not emulated: timing, memory ordering between blocks (blocks run one after
+// another), atomics racing (a fiber runs until it reaches a collective), Hopper's wgmma (the
+// emulator is no sm_90a target, so that code is compiled out).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -63,7 +65,13 @@ inline unsigned __float_as_uint(float f) {
     memcpy(&u, &f, 4);
     return u;
 }
+inline float __int_as_float(int i) {
+    float f;
+    memcpy(&f, &i, 4);
+    return f;
+}
 inline float __fdividef(float a, float b) { return a / b; }
+inline float __log2f(float x) { return log2f(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }

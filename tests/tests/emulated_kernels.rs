@@ -1,21 +1,23 @@
-//! The recurrent mixers' CUDA kernels run on the CPU by the kernel emulator in cuda/emu (a fiber
-//! per GPU thread; ldmatrix, mma.sync, shuffles and cp.async emulated; shared memory filled with
-//! NaNs before each block), against the CPU fused kernels on values, boundary states and every
+//! The mixers' CUDA kernels run on the CPU by the kernel emulator in cuda/emu (a fiber per GPU
+//! thread; ldmatrix, mma.sync, shuffles and cp.async emulated; shared memory filled with NaNs
+//! before each block), against the CPU fused kernels on values, boundary states and every
 //! gradient: the gated delta rule's two families (gated_delta_parallel.cu and gated_delta.cu, in
-//! bf16) and the mLSTM's kernels (mlstm.cu, in bf16 and f32); and the fused SwiGLU (swiglu.cu,
-//! both instantiations, in bf16 and f32), the short convolution (short_conv.cu, both
-//! variants, in bf16 and f32), RMSNorm's backward (norm.cu, with and without a residual's
-//! gradient added into dx), xLSTM's gated head norm (norm.cu, forward and backward, in bf16 and
-//! f32) and the summed cross-entropy with its gradient (cross_entropy.cu's
-//! ce_summed and ce_sum_into, both instantiations, in bf16 and f32) against the CPU's. CI has no
-//! GPU:
-//! this is how it checks the kernels' logic (indexing, fragment layouts, barriers, waits), while
-//! gpu_recurrent.rs and gpu_parity.rs check them on the hardware. Skips, saying why, where there is no C++
-//! compiler (g++) or no kernel sources (the GPU machine gets test binaries only).
+//! bf16), the mLSTM's kernels (mlstm.cu, in bf16 and f32) and sliding-window attention's on their
+//! mma.sync path (attention.cu, bf16: the path of every GPU but Hopper, which the H200's GPU tests
+//! never run); and the fused SwiGLU (swiglu.cu, both instantiations, in bf16 and f32), the short
+//! convolution (short_conv.cu, both variants, in bf16 and f32), RMSNorm's backward (norm.cu, with
+//! and without a residual's gradient added into dx), xLSTM's gated head norm (norm.cu, forward
+//! and backward, in bf16 and f32) and the summed cross-entropy with its gradient
+//! (cross_entropy.cu's ce_summed and ce_sum_into, both instantiations, in bf16 and f32) against
+//! the CPU's. CI has no GPU: this is how it checks the kernels' logic (indexing, fragment
+//! layouts, barriers, waits), while the gpu_* tests check them on the hardware. Skips, saying
+//! why, where there is no C++ compiler (g++) or no kernel sources (the GPU machine gets test
+//! binaries only).
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use swax_cuda::kernels::chunk::RecurrentShape;
+use swax_nn::mixers::attention::{self, SwaBackward, SwaIn, SwaOut};
 use swax_nn::mixers::gated_delta;
 use swax_nn::mixers::mlstm;
 use swax_tensor::{DType, Device, Result, Tensor};
@@ -84,6 +86,14 @@ const SHORT_CONV: Driver = Driver {
     sources: &["cuda/kernels/short_conv.cu"],
 };
 
+const ATTENTION: Driver = Driver {
+    name: "attention",
+    sources: &[
+        "cuda/kernels/wgmma.cuh",
+        "nn/src/mixers/attention/attention.cu",
+    ],
+};
+
 const CROSS_ENTROPY: Driver = Driver {
     name: "cross_entropy",
     sources: &["cuda/kernels/cross_entropy.cu"],
@@ -130,6 +140,12 @@ fn short_conv_harness() -> Option<&'static Path> {
 fn cross_entropy_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| build(&CROSS_ENTROPY)).as_deref()
+}
+
+/// Sliding-window attention's harness, likewise.
+fn attention_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&ATTENTION)).as_deref()
 }
 
 /// The functions of the kernel sources that wrap PTX; emu.h has their CPU versions.
@@ -229,10 +245,13 @@ fn build(driver: &Driver) -> Option<PathBuf> {
         let text = std::fs::read_to_string(s).expect("a kernel source");
         unit.push_str(&emulated(&text));
     }
+    // Code only for sm_90a (wgmma.cuh's SM90A_ONLY) compiles to nothing here, as for any target
+    // but Hopper's.
     let asm = unit.lines().find(|l| {
-        l.split("//")
-            .next()
-            .is_some_and(|code| code.contains("asm(") || code.contains("asm volatile"))
+        l.split("//").next().is_some_and(|code| {
+            (code.contains("asm(") || code.contains("asm volatile"))
+                && !code.contains("SM90A_ONLY(")
+        })
     });
     assert!(
         asm.is_none(),
@@ -1103,4 +1122,106 @@ fn cross_entropy_summed_kernels() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Sliding-window attention's kernels (forward, swa_bwd_delta, backward) on their mma.sync path,
+/// the path of every GPU but Hopper's and so never run by the GPU tests on the H200, at `dims` =
+/// [B, T, H, Hkv, D] and `window`, against the CPU fused kernel on the same bf16-rounded inputs:
+/// o, lse and every gradient.
+fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Result<()> {
+    let Some(exe) = attention_harness() else {
+        return Ok(());
+    };
+    let [b, t, h, hkv, d] = dims;
+    let dir = case_dir(name)?;
+    let randn = |dims: Vec<usize>, seed| {
+        Tensor::randn(dims, 1.0, seed, DType::F32, Device::Cpu)?
+            .to_dtype(DType::BF16)?
+            .to_dtype(DType::F32)
+    };
+    let (q, k, v) = (
+        randn(vec![b, t, h, d], seed)?,
+        randn(vec![b, t, hkv, d], seed + 1)?,
+        randn(vec![b, t, hkv, d], seed + 2)?,
+    );
+    let dout = randn(vec![b, t, h, d], seed + 3)?;
+    for (file, x) in [("q", &q), ("k", &k), ("v", &v), ("dout", &dout)] {
+        write(&dir.join(format!("{file}.f32")), x)?;
+    }
+    // The wrapper's window: at most T (and at least one key).
+    let w = window.min(t.max(1));
+    let dims_file = dir.join("dims");
+    std::fs::write(&dims_file, format!("{b} {t} {h} {hkv} {d} {w}\n"))
+        .map_err(|e| io(&dims_file, e))?;
+    let z = attention::launch_sizes(d);
+    let sizes = format!(
+        "{} {} {} {} {} {} {}\n",
+        z.fwd_rows,
+        z.fwd_threads,
+        z.fwd_shared,
+        z.bwd_rows,
+        z.bwd_threads,
+        z.bwd_shared,
+        z.delta_rows
+    );
+    emulate(exe, &dir, name, ("launch", &sizes), "bf16")?;
+    let scale = attention::default_scale(d);
+    let x = SwaIn {
+        q: &q,
+        k: &k,
+        v: &v,
+    };
+    let out = attention::forward(&x, window, scale)?;
+    // The CPU kernel's o goes into the backward as the GPU's would (its delta = dout · o): the
+    // emulator's bf16 o against the CPU's f32 o is the forward's check, not the backward's.
+    let emu_o = read(&dir.join("emu_o.f32"), &out.o)?;
+    let grads = attention::backward(
+        &SwaBackward {
+            input: x,
+            out: SwaOut {
+                o: &emu_o,
+                lse: &out.lse,
+            },
+            dout: &dout,
+        },
+        window,
+        scale,
+    )?;
+    for (label, want) in [
+        ("o", &out.o),
+        ("lse", &out.lse),
+        ("dq", &grads.q),
+        ("dk", &grads.k),
+        ("dv", &grads.v),
+    ] {
+        let got = read(&dir.join(format!("emu_{label}.f32")), want)?;
+        let err = relative_error(&got, want).unwrap_or_else(|e| panic!("{name} {label}: {e}"));
+        assert!(err < TOLERANCE, "{name} {label}: relative error {err:.3e}");
+    }
+    Ok(())
+}
+
+/// A window inside the sequence, T not a multiple of a tile; the window's lower edge crossing
+/// tiles.
+#[test]
+fn attention_window_odd_t() -> Result<()> {
+    attention_case("attention_window_odd_t", [2, 150, 2, 2, 64], 40, 500)
+}
+
+/// Grouped queries (four q heads to a kv head) at head dim 128, the window past T (full causal).
+#[test]
+fn attention_gqa4_d128_full() -> Result<()> {
+    attention_case("attention_gqa4_d128_full", [1, 100, 4, 1, 128], 300, 510)
+}
+
+/// One step: T = 1.
+#[test]
+fn attention_single_step() -> Result<()> {
+    attention_case("attention_single_step", [1, 1, 2, 1, 64], 16, 520)
+}
+
+/// A window of exactly a tile at head dim 128, two kv heads of two q heads each.
+#[test]
+fn attention_tile_window_d128() -> Result<()> {
+    attention_case("attention_tile_window_d128", [1, 200, 4, 2, 128], 64, 530)
 }

@@ -156,10 +156,13 @@ __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
 #pragma unroll
         for (int kk = 0; kk < NT / 2; ++kk) pf[i][kk][0] = pf[i][kk][1] = pf[i][kk][2] = pf[i][kk][3] = 0;
     }
+    // Named: GCC 12, building these kernels for the CPU emulator, fails on the casts in the lambda.
+    using Frags = u32[MT * NT / 2][4];
+    using Acc = float[D / 2];
     auto hold_all = [&] {  // after a wgmma wait: the P·V products that read pf and wrote acc are done
-        wg_keep(reinterpret_cast<u32(&)[MT * NT / 2][4]>(pf));
+        wg_keep(reinterpret_cast<Frags&>(pf));
 #pragma unroll
-        for (int i = 0; i < MT; ++i) wg_hold(reinterpret_cast<float(&)[D / 2]>(acc[i]));
+        for (int i = 0; i < MT; ++i) wg_hold(reinterpret_cast<Acc&>(acc[i]));
     };
 
     for (int j = kt0; j <= kt1; ++j) {

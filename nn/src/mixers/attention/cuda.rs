@@ -25,6 +25,38 @@ const BWD_THREADS: u32 = 128;
 /// Rows of `swa_bwd_delta` per block, a warp each.
 const DELTA_ROWS: u32 = 8;
 
+/// What the kernels launch with at head dim `d`: positions and threads a block and shared
+/// bytes of the forward (query rows) and the backward (keys), and `swa_bwd_delta`'s rows a block.
+/// Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as
+/// the wrappers do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    pub fwd_rows: usize,
+    pub fwd_threads: u32,
+    pub fwd_shared: usize,
+    pub bwd_rows: usize,
+    pub bwd_threads: u32,
+    pub bwd_shared: usize,
+    pub delta_rows: u32,
+}
+
+/// The sizes at head dim `d`.
+pub fn sizes(d: usize) -> Sizes {
+    Sizes {
+        fwd_rows: FWD_ROWS,
+        fwd_threads: FWD_THREADS,
+        // The block's Q rows and double-buffered K and V tiles, bf16; 1024 bytes to align the
+        // tiles as wgmma reads them.
+        fwd_shared: (FWD_ROWS + 4 * TILE) * d * 2 + 1024,
+        bwd_rows: TILE,
+        bwd_threads: BWD_THREADS,
+        // K and V tiles, double-buffered Q and dO tiles, a dS tile (bf16); lse and delta of two
+        // query tiles (f32); 1024 bytes to align the tiles as wgmma reads them.
+        bwd_shared: (6 * TILE * d + TILE * TILE) * 2 + 4 * TILE * 4 + 1024,
+        delta_rows: DELTA_ROWS,
+    }
+}
+
 /// An operand as the kernels read it, bf16: the buffer itself, or a bf16 copy of an f32 one.
 pub(crate) enum Bf16<'a> {
     Same(&'a Buffer),
@@ -130,10 +162,8 @@ pub(super) fn forward(
     s.check_io(OP, &[q, &o], &[k, v])?;
     if s.rows() > 0 {
         let scale_log2 = (scale * std::f64::consts::LOG2_E) as f32;
-        // The block's Q rows and double-buffered K and V tiles, bf16; 1024 bytes to align the
-        // tiles as wgmma reads them.
-        let shared = (FWD_ROWS + 4 * TILE) * s.d * 2 + 1024;
-        let cfg = c.grid(s, FWD_ROWS, c.h, FWD_THREADS, shared)?;
+        let z = sizes(s.d);
+        let cfg = c.grid(s, z.fwd_rows, c.h, z.fwd_threads, z.fwd_shared)?;
         // SAFETY: swa_fwd_dD(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
         // u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale_log2); q and o hold
         // b*t*h*d, k and v b*t*hkv*d (checked above), lse b*h*t (allocated); the grid covers
@@ -208,10 +238,8 @@ pub(super) fn backward(
             )?;
         }
         let scale = scale as f32;
-        // K and V tiles, double-buffered Q and dO tiles, a dS tile (bf16); lse and delta of two
-        // query tiles (f32); 1024 bytes to align the tiles as wgmma reads them.
-        let shared = (6 * TILE * s.d + TILE * TILE) * 2 + 4 * TILE * 4 + 1024;
-        let cfg = c.grid(s, TILE, c.hkv, BWD_THREADS, shared)?;
+        let z = sizes(s.d);
+        let cfg = c.grid(s, z.bwd_rows, c.hkv, z.bwd_threads, z.bwd_shared)?;
         // SAFETY: swa_bwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
         // const float* lse, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len,
         // u32 heads, u32 kv_heads, u32 window, float scale); sizes checked above, dq holds

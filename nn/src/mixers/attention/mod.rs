@@ -30,6 +30,7 @@ pub mod node;
 pub mod reference;
 pub(crate) mod tile;
 
+pub use cuda::{sizes as launch_sizes, Sizes as LaunchSizes};
 pub use kernel::{backward, forward, has_kernel, SwaBackward, SwaGrads, SwaIn, SwaOut};
 
 #[cfg(test)]
