@@ -306,6 +306,26 @@ fn io(path: &Path, e: std::io::Error) -> swax_tensor::Error {
     }
 }
 
+/// Each output the harness wrote into `dir` (`emu_<label>.f32`) against its CPU value, within
+/// `tolerance` relative error (printed, so that a run shows the margins).
+fn check_outputs(
+    dir: &Path,
+    name: &str,
+    outputs: &[(&str, &Tensor)],
+    tolerance: f64,
+) -> Result<()> {
+    for &(label, want) in outputs {
+        let got = read(&dir.join(format!("emu_{label}.f32")), want)?;
+        let err = relative_error(&got, want).unwrap_or_else(|e| panic!("{name} {label}: {e}"));
+        eprintln!("{name} {label}: relative error {err:.2e}");
+        assert!(
+            err < tolerance,
+            "{name} {label}: relative error {err:.3e} > {tolerance:.0e}"
+        );
+    }
+    Ok(())
+}
+
 /// Writes a case's sizes (`file`: its name and contents) into its folder, then runs the harness
 /// `exe` there with `arg` (a dtype or a kernel family); a failed run fails the case.
 fn emulate(exe: &Path, dir: &Path, name: &str, file: (&str, &str), arg: &str) -> Result<()> {
@@ -394,16 +414,8 @@ fn case(
     };
     let want = gdn::run(&x, &g, chunk)?;
     emulate(exe, &dir, name, ("launch", &(sizes + "\n")), family)?;
-    for (out, w) in gdn::OUTPUTS.iter().zip(&want) {
-        let got = read(&dir.join(format!("emu_{out}.f32")), w)?;
-        let err = relative_error(&got, w).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
-        eprintln!("{name} {out}: relative error {err:.2e}");
-        assert!(
-            err < TOLERANCE,
-            "{name} {out}: relative error {err:.3e} > {TOLERANCE:.0e}"
-        );
-    }
-    Ok(())
+    let outputs: Vec<_> = gdn::OUTPUTS.iter().copied().zip(&want).collect();
+    check_outputs(&dir, name, &outputs, TOLERANCE)
 }
 
 #[test]
@@ -654,15 +666,8 @@ impl MlstmCase {
         // bf16 operands: errors of about 3e-3 were seen here; the bound is tighter than the GPU
         // tests' so that a wrong share of a gradient shows.
         let tolerance = if dtype == DType::BF16 { 1.5e-2 } else { 1e-4 };
-        for (out, w) in cases::OUTPUTS.iter().zip(&want) {
-            let got = read(&dir.join(format!("emu_{out}.f32")), w)?;
-            let err = relative_error(&got, w).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
-            eprintln!("{name} {out}: relative error {err:.2e}");
-            assert!(
-                err < tolerance,
-                "{name} {out}: relative error {err:.3e} > {tolerance:.0e}"
-            );
-        }
+        let outputs: Vec<_> = cases::OUTPUTS.iter().copied().zip(&want).collect();
+        check_outputs(&dir, name, &outputs, tolerance)?;
         Ok((z.forward_bv, z.backward_bv))
     }
 }
@@ -841,12 +846,12 @@ fn swiglu_case(n: usize, f: usize, dtype: DType) -> Result<()> {
     // bf16: the same f32 arithmetic, outputs rounded alike but for the last bit where the
     // emulator's expf and Rust's exp differ across a rounding boundary.
     let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
-    for (out, want) in [("h", &h), ("dgu", &dgu), ("h_again", &h)] {
-        let got = read(&dir.join(format!("emu_{out}.f32")), want)?;
-        let err = relative_error(&got, want).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
-        assert!(err < tolerance, "{name} {out}: relative error {err:.3e}");
-    }
-    Ok(())
+    check_outputs(
+        &dir,
+        &name,
+        &[("h", &h), ("dgu", &dgu), ("h_again", &h)],
+        tolerance,
+    )
 }
 
 /// F odd or 1 (element rows), a whole number of f32 vectors but not of bf16 ones, of both, and
@@ -1037,16 +1042,12 @@ fn short_conv_case(
     )?;
     // Outputs rounded to bf16, or f32 sums in another order.
     let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
-    for (out, want) in ["y", "dx", "dw", "db"].iter().zip([&y, &dx, &dw, &db]) {
-        let got = read(&dir.join(format!("emu_{out}.f32")), want)?;
-        let err = relative_error(&got, want).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
-        eprintln!("{name} {out}: relative error {err:.2e}");
-        assert!(
-            err < tolerance,
-            "{name} {out}: relative error {err:.3e} > {tolerance:.0e}"
-        );
-    }
-    Ok(())
+    check_outputs(
+        &dir,
+        name,
+        &[("y", &y), ("dx", &dx), ("dw", &dw), ("db", &db)],
+        tolerance,
+    )
 }
 
 /// 16-byte channel groups (C = 264: two blocks across, the second mostly idle), T not a whole
@@ -1100,16 +1101,16 @@ fn cross_entropy_case(rows: usize, v: usize, dtype: DType) -> Result<()> {
     // bf16: the same f32 arithmetic but the kernel's exp2 approximation against Rust's exp,
     // which can round a gradient to the neighbouring bf16 value.
     let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
-    for (out, want) in [
-        ("totals", &totals),
-        ("totals_alone", &totals),
-        ("dlogits", &dlogits),
-    ] {
-        let got = read(&dir.join(format!("emu_{out}.f32")), want)?;
-        let err = relative_error(&got, want).unwrap_or_else(|e| panic!("{name} {out}: {e}"));
-        assert!(err < tolerance, "{name} {out}: relative error {err:.3e}");
-    }
-    Ok(())
+    check_outputs(
+        &dir,
+        &name,
+        &[
+            ("totals", &totals),
+            ("totals_alone", &totals),
+            ("dlogits", &dlogits),
+        ],
+        tolerance,
+    )
 }
 
 /// One tile a row, element by element (v odd) and in vectors; several tiles a row (more than
@@ -1187,18 +1188,18 @@ fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Res
         window,
         scale,
     )?;
-    for (label, want) in [
-        ("o", &out.o),
-        ("lse", &out.lse),
-        ("dq", &grads.q),
-        ("dk", &grads.k),
-        ("dv", &grads.v),
-    ] {
-        let got = read(&dir.join(format!("emu_{label}.f32")), want)?;
-        let err = relative_error(&got, want).unwrap_or_else(|e| panic!("{name} {label}: {e}"));
-        assert!(err < TOLERANCE, "{name} {label}: relative error {err:.3e}");
-    }
-    Ok(())
+    check_outputs(
+        &dir,
+        name,
+        &[
+            ("o", &out.o),
+            ("lse", &out.lse),
+            ("dq", &grads.q),
+            ("dk", &grads.k),
+            ("dv", &grads.v),
+        ],
+        TOLERANCE,
+    )
 }
 
 /// A window inside the sequence, T not a multiple of a tile; the window's lower edge crossing
