@@ -18,28 +18,11 @@ int main(int argc, char** argv) {
         return 2;
     }
     const std::string dir = argv[1];
-    unsigned b, t, h, hkv, d, window, z[7];
-    FILE* f = fopen((dir + "/dims").c_str(), "r");
-    if (!f || fscanf(f, "%u %u %u %u %u %u", &b, &t, &h, &hkv, &d, &window) != 6) {
-        fprintf(stderr, "%s/dims: expected B T H Hkv D window\n", dir.c_str());
-        return 2;
-    }
-    fclose(f);
-    f = fopen((dir + "/launch").c_str(), "r");
-    for (unsigned& x : z)
-        if (!f || fscanf(f, "%u", &x) != 1) {
-            fprintf(stderr, "%s/launch: expected 7 sizes\n", dir.c_str());
-            return 2;
-        }
-    fclose(f);
-    const auto in = [&](const char* n) { return as<bf16>(read_f32(dir + "/" + n + ".f32")); };
-    const std::vector<bf16> q = in("q"), k = in("k"), v = in("v"), dout = in("dout");
+    const AttnCase<bf16> c = read_attn_case<bf16>(dir);
+    const std::vector<unsigned> z = read_numbers<unsigned>(dir, "launch", 7, "the wrapper's 7 sizes");
+    const unsigned b = c.b, t = c.t, h = c.h, hkv = c.hkv, d = c.d, window = c.window;
+    const std::vector<bf16>&q = c.q, &k = c.k, &v = c.v, &dout = c.dout;
     const size_t rows = (size_t)b * t * h;
-    if (q.size() != rows * d || k.size() != (size_t)b * t * hkv * d || v.size() != k.size() ||
-        dout.size() != q.size()) {
-        fprintf(stderr, "%s: q, k, v, dout do not have the sizes of dims\n", dir.c_str());
-        return 2;
-    }
     std::vector<bf16> o = nans<bf16>(q.size()), dk = nans<bf16>(k.size()), dv = nans<bf16>(v.size());
     std::vector<float> lse(rows, NAN), delta(rows, NAN), dq(q.size(), 0.0f);
     const float scale = 1.0f / sqrtf((float)d), scale_log2 = scale * 1.4426950408889634f;

@@ -1,7 +1,7 @@
 // emu.h: the CUDA our kernels use, emulated on the CPU, so that a kernel's logic can be checked
 // on a machine without a GPU (tests/tests/emulated_kernels.rs runs the recurrent mixers',
-// attention's (mma.sync path), the SwiGLU's, the norms', the short convolution's and the
-// cross-entropy's kernels in it against the CPU's). Each thread of a block is a fiber (ucontext)
+// attention's (mma.sync path), RAttention's linear branch's, the SwiGLU's, the norms', the short
+// convolution's and the cross-entropy's kernels in it against the CPU's). Each thread of a block is a fiber (ucontext)
 // on one OS thread; blocks run one after another. Barriers and warp collectives (shuffles,
 // ldmatrix, mma.sync on bf16 and tf32) suspend a fiber until every participant has arrived, then
 // compute with all lanes' operands, so fragment layouts, lane exchanges and missing barriers

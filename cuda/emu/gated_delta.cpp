@@ -16,19 +16,6 @@ struct Data {
     std::vector<float> states;
 };
 
-// The launch sizes the wrapper computed, in the order `launch` lists them.
-static std::vector<size_t> launch_sizes(const std::string& dir, int n) {
-    std::vector<size_t> v(n);
-    FILE* f = fopen((dir + "/launch").c_str(), "r");
-    for (int i = 0; i < n; ++i)
-        if (!f || fscanf(f, "%zu", &v[i]) != 1) {
-            fprintf(stderr, "%s/launch: expected %d sizes\n", dir.c_str(), n);
-            exit(2);
-        }
-    fclose(f);
-    return v;
-}
-
 // launch: threads, forward bytes, backward bytes (one value tile).
 static void walk(Data& x, RecDims d, const std::vector<size_t>& z) {
     const int nc = (d.t + d.chunk - 1) / d.chunk, heads = d.b * d.h, lp = (d.chunk + 15) / 16 * 16;
@@ -130,9 +117,9 @@ int main(int argc, char** argv) {
     x.ds0 = nans<bf16>(x.s0.size());
     x.states.assign((size_t)d.b * d.h * (nc + 1) * d.dk * d.dv, NAN);
     if (family == "parallel")
-        parallel(x, d, launch_sizes(dir, 8));
+        parallel(x, d, read_numbers<size_t>(dir, "launch", 8, "the wrapper's 8 sizes"));
     else if (family == "walk")
-        walk(x, d, launch_sizes(dir, 3));
+        walk(x, d, read_numbers<size_t>(dir, "launch", 3, "the wrapper's 3 sizes"));
     else {
         fprintf(stderr, "unknown kernel family %s\n", family.c_str());
         return 2;

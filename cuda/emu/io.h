@@ -60,3 +60,38 @@ template <typename Dims> Dims read_dims(const std::string& dir) {
     fclose(f);
     return d;
 }
+
+// `n` numbers from the file DIR/NAME (a wrapper's launch sizes, a case's sizes), `what` saying
+// what it should hold; a missing or short file ends the harness with that message.
+template <typename N> std::vector<N> read_numbers(const std::string& dir, const char* name, int n, const char* what) {
+    std::vector<N> v(n);
+    FILE* f = fopen((dir + "/" + name).c_str(), "r");
+    for (int i = 0; i < n; ++i) {
+        double x;
+        if (!f || fscanf(f, "%lf", &x) != 1) {
+            fprintf(stderr, "%s/%s: expected %s\n", dir.c_str(), name, what);
+            exit(2);
+        }
+        v[i] = (N)x;
+    }
+    fclose(f);
+    return v;
+}
+
+// An attention harness's case: its sizes from DIR/dims (B T H Hkv D window) and its operands
+// q, k, v and the output's gradient dout (raw f32 files) as bf16, checked against the sizes.
+template <typename B> struct AttnCase {
+    unsigned b, t, h, hkv, d, window;
+    std::vector<B> q, k, v, dout;
+};
+template <typename B> AttnCase<B> read_attn_case(const std::string& dir) {
+    const std::vector<unsigned> n = read_numbers<unsigned>(dir, "dims", 6, "B T H Hkv D window");
+    const auto in = [&](const char* name) { return to_bf16<B>(read_f32(dir + "/" + name + ".f32")); };
+    AttnCase<B> c{n[0], n[1], n[2], n[3], n[4], n[5], in("q"), in("k"), in("v"), in("dout")};
+    const size_t q = (size_t)c.b * c.t * c.h * c.d, kv = (size_t)c.b * c.t * c.hkv * c.d;
+    if (c.q.size() != q || c.k.size() != kv || c.v.size() != kv || c.dout.size() != q) {
+        fprintf(stderr, "%s: q, k, v, dout do not have the sizes of dims\n", dir.c_str());
+        exit(2);
+    }
+    return c;
+}

@@ -18,18 +18,6 @@ struct Data {
     std::vector<float> cs, ns, ms, den;
 };
 
-static std::vector<float> launch_sizes(const std::string& dir, int n) {
-    std::vector<float> v(n);
-    FILE* f = fopen((dir + "/launch").c_str(), "r");
-    for (int i = 0; i < n; ++i)
-        if (!f || fscanf(f, "%f", &v[i]) != 1) {
-            fprintf(stderr, "%s/launch: expected %d sizes\n", dir.c_str(), n);
-            exit(2);
-        }
-    fclose(f);
-    return v;
-}
-
 // The value tiles of `bv` columns.
 static RecDims tiled(RecDims d, int bv) {
     d.bv = bv;
@@ -123,7 +111,7 @@ static void main_of(const std::string& dir, RecDims d, Kernels kn) {
     x.ns.assign(nb * d.dk, NAN);
     x.ms.assign(nb, NAN);
     x.den.assign((size_t)d.b * d.h * 2 * d.t, NAN);
-    run(x, d, launch_sizes(dir, 9), kn);
+    run(x, d, read_numbers<float>(dir, "launch", 9, "the wrapper's 9 sizes"), kn);
     const auto out = [&](const char* n, const auto& v) { write_f32(dir + "/emu_" + n + ".f32", back(v)); };
     out("h", x.h);
     out("c", x.cs);

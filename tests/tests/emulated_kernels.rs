@@ -4,7 +4,7 @@
 //! gradient: the gated delta rule's two families (gated_delta_parallel.cu and gated_delta.cu, in
 //! bf16), the mLSTM's kernels (mlstm.cu, in bf16 and f32) and sliding-window attention's on their
 //! mma.sync path (attention.cu, bf16: the path of every GPU but Hopper, which the H200's GPU tests
-//! never run); and the fused SwiGLU (swiglu.cu, both instantiations, in bf16 and f32), the short
+//! never run) and RAttention's linear branch (rla.cu, bf16); and the fused SwiGLU (swiglu.cu, both instantiations, in bf16 and f32), the short
 //! convolution (short_conv.cu, both variants, in bf16 and f32), RMSNorm's backward (norm.cu, with
 //! and without a residual's gradient added into dx), xLSTM's gated head norm (norm.cu, forward
 //! and backward, in bf16 and f32) and the summed cross-entropy with its gradient
@@ -20,6 +20,7 @@ use swax_cuda::kernels::chunk::RecurrentShape;
 use swax_nn::mixers::attention::{self, SwaBackward, SwaIn, SwaOut};
 use swax_nn::mixers::gated_delta;
 use swax_nn::mixers::mlstm;
+use swax_nn::mixers::rattention::{self, RlaBackward};
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::gated_delta::{self as gdn, Gates};
 use swax_tests::mlstm as cases;
@@ -27,6 +28,11 @@ use swax_tests::relative_error;
 
 /// bf16 operands and f32 accumulation, as on the GPU: the GPU tests' tolerance.
 const TOLERANCE: f64 = 4e-2;
+
+/// bf16 operands and f32 accumulation where the errors seen are about 4e-3 (the mLSTM's, the
+/// attention kernels'): tighter than the GPU tests' bound, so that a wrong share of a gradient
+/// shows.
+const TIGHT: f64 = 1.5e-2;
 
 /// A block's opt-in shared-memory limit on the H200, which the kernels are sized for (227 KiB).
 const SHARED_LIMIT: usize = 227 * 1024;
@@ -94,6 +100,11 @@ const ATTENTION: Driver = Driver {
     ],
 };
 
+const RATTENTION: Driver = Driver {
+    name: "rattention",
+    sources: &["nn/src/mixers/rattention/rla.cu"],
+};
+
 const CROSS_ENTROPY: Driver = Driver {
     name: "cross_entropy",
     sources: &["cuda/kernels/cross_entropy.cu"],
@@ -146,6 +157,12 @@ fn cross_entropy_harness() -> Option<&'static Path> {
 fn attention_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| build(&ATTENTION)).as_deref()
+}
+
+/// RAttention's linear branch's harness, likewise.
+fn rattention_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&RATTENTION)).as_deref()
 }
 
 /// The functions of the kernel sources that wrap PTX; emu.h has their CPU versions.
@@ -663,9 +680,7 @@ impl MlstmCase {
             .map(|w| w.to_dtype(DType::F32))
             .collect::<Result<Vec<_>>>()?;
         emulate(exe, &dir, name, ("launch", &sizes), kind)?;
-        // bf16 operands: errors of about 3e-3 were seen here; the bound is tighter than the GPU
-        // tests' so that a wrong share of a gradient shows.
-        let tolerance = if dtype == DType::BF16 { 1.5e-2 } else { 1e-4 };
+        let tolerance = if dtype == DType::BF16 { TIGHT } else { 1e-4 };
         let outputs: Vec<_> = cases::OUTPUTS.iter().copied().zip(&want).collect();
         check_outputs(&dir, name, &outputs, tolerance)?;
         Ok((z.forward_bv, z.backward_bv))
@@ -1125,6 +1140,37 @@ fn cross_entropy_summed_kernels() -> Result<()> {
     Ok(())
 }
 
+/// An attention case's folder and operands at `dims` = [B, T, H, Hkv, D]: q, k, v and the
+/// output's gradient dout drawn from `seed` and rounded to bf16 (the kernels' inputs), written
+/// there with `dims` and the kernels' `window` (what the harnesses read).
+fn attention_operands(
+    name: &str,
+    dims: [usize; 5],
+    window: usize,
+    seed: u64,
+) -> Result<(PathBuf, [Tensor; 4])> {
+    let [b, t, h, hkv, d] = dims;
+    let dir = case_dir(name)?;
+    let randn = |dims: Vec<usize>, seed| {
+        Tensor::randn(dims, 1.0, seed, DType::F32, Device::Cpu)?
+            .to_dtype(DType::BF16)?
+            .to_dtype(DType::F32)
+    };
+    let x = [
+        randn(vec![b, t, h, d], seed)?,
+        randn(vec![b, t, hkv, d], seed + 1)?,
+        randn(vec![b, t, hkv, d], seed + 2)?,
+        randn(vec![b, t, h, d], seed + 3)?,
+    ];
+    for (file, x) in ["q", "k", "v", "dout"].iter().zip(&x) {
+        write(&dir.join(format!("{file}.f32")), x)?;
+    }
+    let dims_file = dir.join("dims");
+    std::fs::write(&dims_file, format!("{b} {t} {h} {hkv} {d} {window}\n"))
+        .map_err(|e| io(&dims_file, e))?;
+    Ok((dir, x))
+}
+
 /// Sliding-window attention's kernels (forward, swa_bwd_delta, backward) on their mma.sync path,
 /// the path of every GPU but Hopper's and so never run by the GPU tests on the H200, at `dims` =
 /// [B, T, H, Hkv, D] and `window`, against the CPU fused kernel on the same bf16-rounded inputs:
@@ -1133,27 +1179,9 @@ fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Res
     let Some(exe) = attention_harness() else {
         return Ok(());
     };
-    let [b, t, h, hkv, d] = dims;
-    let dir = case_dir(name)?;
-    let randn = |dims: Vec<usize>, seed| {
-        Tensor::randn(dims, 1.0, seed, DType::F32, Device::Cpu)?
-            .to_dtype(DType::BF16)?
-            .to_dtype(DType::F32)
-    };
-    let (q, k, v) = (
-        randn(vec![b, t, h, d], seed)?,
-        randn(vec![b, t, hkv, d], seed + 1)?,
-        randn(vec![b, t, hkv, d], seed + 2)?,
-    );
-    let dout = randn(vec![b, t, h, d], seed + 3)?;
-    for (file, x) in [("q", &q), ("k", &k), ("v", &v), ("dout", &dout)] {
-        write(&dir.join(format!("{file}.f32")), x)?;
-    }
     // The wrapper's window: at most T (and at least one key).
-    let w = window.min(t.max(1));
-    let dims_file = dir.join("dims");
-    std::fs::write(&dims_file, format!("{b} {t} {h} {hkv} {d} {w}\n"))
-        .map_err(|e| io(&dims_file, e))?;
+    let (dir, [q, k, v, dout]) = attention_operands(name, dims, window.min(dims[1].max(1)), seed)?;
+    let d = dims[4];
     let z = attention::launch_sizes(d);
     let sizes = format!(
         "{} {} {} {} {} {} {}\n",
@@ -1198,7 +1226,7 @@ fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Res
             ("dk", &grads.k),
             ("dv", &grads.v),
         ],
-        TOLERANCE,
+        TIGHT,
     )
 }
 
@@ -1225,4 +1253,64 @@ fn attention_single_step() -> Result<()> {
 #[test]
 fn attention_tile_window_d128() -> Result<()> {
     attention_case("attention_tile_window_d128", [1, 200, 4, 2, 128], 64, 530)
+}
+
+/// RAttention's linear-branch kernels (the chunk-state scans, the output, dq and dk/dv) at
+/// `dims` = [B, T, H, Hkv, D] with keys `window` steps late, against the CPU fused kernel on the
+/// same bf16-rounded inputs: o and every gradient.
+fn rattention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Result<()> {
+    let Some(exe) = rattention_harness() else {
+        return Ok(());
+    };
+    let (dir, [q, k, v, dout]) = attention_operands(name, dims, window, seed)?;
+    let z = rattention::launch_sizes(dims[4]);
+    let sizes = format!(
+        "{} {} {} {} {} {}\n",
+        z.chunk, z.scan_threads, z.scan_shared, z.threads, z.fwd_shared, z.bwd_shared
+    );
+    emulate(exe, &dir, name, ("launch", &sizes), "bf16")?;
+    let x = SwaIn {
+        q: &q,
+        k: &k,
+        v: &v,
+    };
+    // The CPU kernel at a chunk other than the kernels' 64: every chunk gives the same values.
+    let o = rattention::forward(&x, window, 48)?;
+    let grads = rattention::backward(
+        &RlaBackward {
+            input: x,
+            dout: &dout,
+        },
+        window,
+        48,
+    )?;
+    check_outputs(
+        &dir,
+        name,
+        &[
+            ("o", &o),
+            ("dq", &grads.q),
+            ("dk", &grads.k),
+            ("dv", &grads.v),
+        ],
+        TIGHT,
+    )
+}
+
+/// T not a multiple of a chunk, the window not a multiple either (keys arrive mid-chunk).
+#[test]
+fn rattention_odd_t_and_window() -> Result<()> {
+    rattention_case("rattention_odd_t_and_window", [2, 150, 2, 2, 64], 40, 600)
+}
+
+/// Grouped queries (two q heads to a kv head) at head dim 128, several chunks of states.
+#[test]
+fn rattention_gqa_d128() -> Result<()> {
+    rattention_case("rattention_gqa_d128", [1, 200, 4, 2, 128], 64, 610)
+}
+
+/// One key reaches the last query only: T = window + 1.
+#[test]
+fn rattention_one_key() -> Result<()> {
+    rattention_case("rattention_one_key", [1, 17, 2, 1, 64], 16, 620)
 }

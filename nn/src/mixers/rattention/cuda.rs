@@ -23,6 +23,35 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 const CHUNK: usize = 64;
 const THREADS: u32 = 256;
 
+/// What the kernels launch with at head dim `d` (their grids follow from the shape: see the
+/// launches below): the chunk, the scans' threads and shared bytes, the chunk kernels' threads,
+/// and the shared bytes of `rla_fwd` and of the backward's chunk kernels. Public so that the
+/// kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as the wrappers do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    pub chunk: usize,
+    pub scan_threads: u32,
+    pub scan_shared: usize,
+    pub threads: u32,
+    pub fwd_shared: usize,
+    pub bwd_shared: usize,
+}
+
+/// The sizes at head dim `d`.
+pub fn sizes(d: usize) -> Sizes {
+    Sizes {
+        chunk: CHUNK,
+        scan_threads: 2 * d as u32,
+        // A feature tile [CHUNK, d] and two y tiles [CHUNK, 64], bf16.
+        scan_shared: 2 * (CHUNK * d + 2 * CHUNK * 64),
+        threads: THREADS,
+        // Two feature tiles [CHUNK, 2d], 64 columns of v' and of the state, bf16.
+        fwd_shared: 2 * (2 * CHUNK * 2 * d + 2 * d * 64 + CHUNK * 64),
+        // Two feature tiles [CHUNK, 2d], a state [2d, d] and two tiles [CHUNK, d], bf16.
+        bwd_shared: 2 * (2 * CHUNK * 2 * d + 2 * d * d + 2 * CHUNK * d),
+    }
+}
+
 /// What a launch needs, checked: the sizes (as u32 where a kernel takes them).
 struct Checked {
     s: AttnShape,
@@ -64,14 +93,13 @@ impl Checked {
         dev.alloc(DType::BF16, b * hkv * t.div_ceil(CHUNK) * 2 * d * d)
     }
 
-    /// The backward's chunk kernels: a block per (chunk, head, batch); shared memory for two
-    /// feature tiles `[CHUNK, 2d]`, a state `[2d, d]` and two tiles `[CHUNK, d]`, bf16.
+    /// The backward's chunk kernels: a block per (chunk, head, batch).
     fn chunk_launch(&self, heads: u32) -> Launch {
-        let d = self.s.d;
+        let z = sizes(self.s.d);
         Launch {
             grid: (self.chunks, heads, self.b),
-            block: (THREADS, 1, 1),
-            shared: (2 * (2 * CHUNK * 2 * d + 2 * d * d + 2 * CHUNK * d)) as u32,
+            block: (z.threads, 1, 1),
+            shared: z.bwd_shared as u32,
         }
     }
 }
@@ -94,11 +122,11 @@ fn scan(
         (true, 64) => "rla_scan_bwd_d64",
         (true, _) => "rla_scan_bwd_d128",
     };
+    let z = sizes(c.s.d);
     let cfg = Launch {
         grid: (to_u32("rla", "column tiles", 2 * c.s.d / 64)?, c.hkv, c.b),
-        block: (to_u32("rla", "threads", 2 * c.s.d)?, 1, 1),
-        // A feature tile [CHUNK, d] and two y tiles [CHUNK, 64], bf16.
-        shared: (2 * (CHUNK * c.s.d + 2 * CHUNK * 64)) as u32,
+        block: (z.scan_threads, 1, 1),
+        shared: z.scan_shared as u32,
     };
     // SAFETY: rla_scan_*_dD(const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads,
     // u32 group, u32 shift); x and y hold b*t*heads*d (checked by the callers), out
@@ -139,6 +167,7 @@ pub(super) fn forward(
     } else {
         "rla_fwd_d128"
     };
+    let z = sizes(s.d);
     // SAFETY: rla_fwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* states,
     // bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift); sizes checked above, states from
     // Checked::states; a block per (chunk, q head and 64 columns, batch).
@@ -149,9 +178,8 @@ pub(super) fn forward(
             name,
             Launch {
                 grid: (c.chunks, c.h * (s.d / 64) as u32, c.b),
-                block: (THREADS, 1, 1),
-                // Two feature tiles [CHUNK, 2d], 64 columns of v' and of the state, bf16.
-                shared: (2 * (2 * CHUNK * 2 * s.d + 2 * s.d * 64 + CHUNK * 64)) as u32,
+                block: (z.threads, 1, 1),
+                shared: z.fwd_shared as u32,
             },
             &[q, k, v, &states, &o, &c.t, &c.h, &c.hkv, &c.shift],
         )?;

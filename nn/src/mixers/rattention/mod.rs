@@ -36,6 +36,7 @@ mod kernel;
 pub mod node;
 pub mod reference;
 
+pub use cuda::{sizes as launch_sizes, Sizes as LaunchSizes};
 pub use kernel::{backward, forward, has_kernel, RlaBackward, RlaGrads, RlaIn};
 
 #[cfg(test)]
