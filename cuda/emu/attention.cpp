@@ -10,18 +10,8 @@
 #include "kernels.cpp"  // the kernel sources as C++ over emu.h, written by the test
 #include "io.h"
 
-#include <string>
-
 int main(int argc, char** argv) {
-    if (argc != 3 || std::string(argv[2]) != "bf16") {
-        fprintf(stderr, "usage: attention DIR bf16\n");
-        return 2;
-    }
-    const std::string dir = argv[1];
-    const AttnCase<bf16> c = read_attn_case<bf16>(dir);
-    const std::vector<unsigned> z = read_numbers<unsigned>(dir, "launch", 7, "the wrapper's 7 sizes");
-    const unsigned b = c.b, t = c.t, h = c.h, hkv = c.hkv, d = c.d, window = c.window;
-    const std::vector<bf16>&q = c.q, &k = c.k, &v = c.v, &dout = c.dout;
+    const auto& [dir, b, t, h, hkv, d, window, q, k, v, dout, z] = attn_case<bf16>(argc, argv, "attention", 7);
     const size_t rows = (size_t)b * t * h;
     std::vector<bf16> o = nans<bf16>(q.size()), dk = nans<bf16>(k.size()), dv = nans<bf16>(v.size());
     std::vector<float> lse(rows, NAN), delta(rows, NAN), dq(q.size(), 0.0f);

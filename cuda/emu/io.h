@@ -78,16 +78,27 @@ template <typename N> std::vector<N> read_numbers(const std::string& dir, const 
     return v;
 }
 
-// An attention harness's case: its sizes from DIR/dims (B T H Hkv D window) and its operands
-// q, k, v and the output's gradient dout (raw f32 files) as bf16, checked against the sizes.
+// An attention harness's case, from its command line `NAME DIR bf16` (bf16: the kernels' only
+// dtype): DIR, its sizes from DIR/dims (B T H Hkv D window), its operands q, k, v and the
+// output's gradient dout (raw f32 files) as bf16, checked against the sizes, and the `nlaunch`
+// launch sizes the wrapper wrote to DIR/launch. A wrong command line or file ends the harness
+// with a message.
 template <typename B> struct AttnCase {
+    std::string dir;
     unsigned b, t, h, hkv, d, window;
     std::vector<B> q, k, v, dout;
+    std::vector<unsigned> launch;
 };
-template <typename B> AttnCase<B> read_attn_case(const std::string& dir) {
+template <typename B> AttnCase<B> attn_case(int argc, char** argv, const char* name, int nlaunch) {
+    if (argc != 3 || std::string(argv[2]) != "bf16") {
+        fprintf(stderr, "usage: %s DIR bf16\n", name);
+        exit(2);
+    }
+    const std::string dir = argv[1];
     const std::vector<unsigned> n = read_numbers<unsigned>(dir, "dims", 6, "B T H Hkv D window");
-    const auto in = [&](const char* name) { return to_bf16<B>(read_f32(dir + "/" + name + ".f32")); };
-    AttnCase<B> c{n[0], n[1], n[2], n[3], n[4], n[5], in("q"), in("k"), in("v"), in("dout")};
+    const auto in = [&](const char* x) { return to_bf16<B>(read_f32(dir + "/" + x + ".f32")); };
+    AttnCase<B> c{dir, n[0], n[1], n[2], n[3], n[4], n[5], in("q"), in("k"), in("v"), in("dout"),
+                  read_numbers<unsigned>(dir, "launch", nlaunch, "the wrapper's launch sizes")};
     const size_t q = (size_t)c.b * c.t * c.h * c.d, kv = (size_t)c.b * c.t * c.hkv * c.d;
     if (c.q.size() != q || c.k.size() != kv || c.v.size() != kv || c.dout.size() != q) {
         fprintf(stderr, "%s: q, k, v, dout do not have the sizes of dims\n", dir.c_str());

@@ -9,18 +9,8 @@
 #include "kernels.cpp"  // the kernel sources as C++ over emu.h, written by the test
 #include "io.h"
 
-#include <string>
-
 int main(int argc, char** argv) {
-    if (argc != 3 || std::string(argv[2]) != "bf16") {
-        fprintf(stderr, "usage: rattention DIR bf16\n");
-        return 2;
-    }
-    const std::string dir = argv[1];
-    const AttnCase<bf16> c = read_attn_case<bf16>(dir);
-    const std::vector<unsigned> z = read_numbers<unsigned>(dir, "launch", 6, "the wrapper's 6 sizes");
-    const unsigned b = c.b, t = c.t, h = c.h, hkv = c.hkv, d = c.d, window = c.window;
-    const std::vector<bf16>&q = c.q, &k = c.k, &v = c.v, &dout = c.dout;
+    const auto& [dir, b, t, h, hkv, d, window, q, k, v, dout, z] = attn_case<bf16>(argc, argv, "rattention", 6);
     if (window >= t) {
         fprintf(stderr, "%s/dims: the window must be under T (else no query reads a key)\n", dir.c_str());
         return 2;

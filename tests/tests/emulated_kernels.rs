@@ -2,17 +2,17 @@
 //! thread; ldmatrix, mma.sync, shuffles and cp.async emulated; shared memory filled with NaNs
 //! before each block), against the CPU fused kernels on values, boundary states and every
 //! gradient: the gated delta rule's two families (gated_delta_parallel.cu and gated_delta.cu, in
-//! bf16), the mLSTM's kernels (mlstm.cu, in bf16 and f32) and sliding-window attention's on their
-//! mma.sync path (attention.cu, bf16: the path of every GPU but Hopper, which the H200's GPU tests
-//! never run) and RAttention's linear branch (rla.cu, bf16); and the fused SwiGLU (swiglu.cu, both instantiations, in bf16 and f32), the short
-//! convolution (short_conv.cu, both variants, in bf16 and f32), RMSNorm's backward (norm.cu, with
-//! and without a residual's gradient added into dx), xLSTM's gated head norm (norm.cu, forward
-//! and backward, in bf16 and f32) and the summed cross-entropy with its gradient
-//! (cross_entropy.cu's ce_summed and ce_sum_into, both instantiations, in bf16 and f32) against
-//! the CPU's. CI has no GPU: this is how it checks the kernels' logic (indexing, fragment
-//! layouts, barriers, waits), while the gpu_* tests check them on the hardware. Skips, saying
-//! why, where there is no C++ compiler (g++) or no kernel sources (the GPU machine gets test
-//! binaries only).
+//! bf16), the mLSTM's kernels (mlstm.cu, in bf16 and f32), sliding-window attention's on their
+//! mma.sync path (attention.cu, bf16: the path of every GPU but Hopper, which the H200's GPU
+//! tests never run) and RAttention's linear branch (rla.cu, bf16); and the fused SwiGLU
+//! (swiglu.cu, both instantiations, in bf16 and f32), the short convolution (short_conv.cu, both
+//! variants, in bf16 and f32), RMSNorm's backward (norm.cu, with and without a residual's
+//! gradient added into dx), xLSTM's gated head norm (norm.cu, forward and backward, in bf16 and
+//! f32) and the summed cross-entropy with its gradient (cross_entropy.cu's ce_summed and
+//! ce_sum_into, both instantiations, in bf16 and f32) against the CPU's. CI has no GPU: this is
+//! how it checks the kernels' logic (indexing, fragment layouts, barriers, waits), while the
+//! gpu_* tests check them on the hardware. Skips, saying why, where there is no C++ compiler
+//! (g++) or no kernel sources (the GPU machine gets test binaries only).
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -1201,8 +1201,9 @@ fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Res
         v: &v,
     };
     let out = attention::forward(&x, window, scale)?;
-    // The CPU kernel's o goes into the backward as the GPU's would (its delta = dout · o): the
-    // emulator's bf16 o against the CPU's f32 o is the forward's check, not the backward's.
+    // The CPU backward takes the emulated o, as the kernels' backward does (its delta = dout · o
+    // from the forward's bf16 o), so the gradients are compared on the same o; o itself is the
+    // forward's check.
     let emu_o = read(&dir.join("emu_o.f32"), &out.o)?;
     let grads = attention::backward(
         &SwaBackward {

@@ -221,6 +221,7 @@ pub(super) fn backward(
     if s.rows() > 0 {
         let rows = to_u32(OP, "rows", s.rows())?;
         let d = to_u32(OP, "d", s.d)?;
+        let z = sizes(s.d);
         let delta = dev.alloc(DType::F32, s.rows())?;
         // SAFETY: swa_bwd_delta(const bf16* o, const bf16* dout, float* delta, u32 rows,
         // u32 t_len, u32 heads, u32 d); o and dout hold rows * d, delta rows; a warp per row.
@@ -230,15 +231,14 @@ pub(super) fn backward(
                 &SOURCE,
                 "swa_bwd_delta",
                 Launch {
-                    grid: (rows.div_ceil(DELTA_ROWS), 1, 1),
-                    block: (32 * DELTA_ROWS, 1, 1),
+                    grid: (rows.div_ceil(z.delta_rows), 1, 1),
+                    block: (32 * z.delta_rows, 1, 1),
                     shared: 0,
                 },
                 &[o, dout, &delta, &rows, &c.t, &c.h, &d],
             )?;
         }
         let scale = scale as f32;
-        let z = sizes(s.d);
         let cfg = c.grid(s, z.bwd_rows, c.hkv, z.bwd_threads, z.bwd_shared)?;
         // SAFETY: swa_bwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
         // const float* lse, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len,

@@ -355,9 +355,9 @@ pub(super) fn backward(
         },
     };
     // f32 scratch: the gate rows [4, B·H, T] (mlstm_gate_rows_bwd), the rows' statistics
-    // [4, B·H, T] (mlstm_prep_bwd), the state gradients at
-    // each chunk's end [B·H, N, ..], the states' dots with their gradients [B·H, nv, 2], the
-    // tiles' shares of the gates [nv, 2, B·H, T], and with several tiles their shares of dq, dk.
+    // [4, B·H, T] (mlstm_prep_bwd), the state gradients at each chunk's end [B·H, N, ..], the
+    // states' dots with their gradients [B·H, nv, 2], the tiles' shares of the gates
+    // [nv, 2, B·H, T], and with several tiles their shares of dq, dk.
     let gate_rows = dev.alloc(f32, 4 * r1)?;
     let rows = dev.alloc(f32, 4 * r1)?;
     let dcs = dev.alloc(f32, nh * nc * s.dk * s.dv)?;

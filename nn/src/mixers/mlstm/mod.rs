@@ -25,8 +25,8 @@
 //! and after the last (`[B, H, N + 1, ..]`, N chunks: entry 0 the initial state, entry N the
 //! final one; f32 for bf16 operands), which the backward reads instead of re-running the
 //! sequential state pass, and per step the denominator's parts `q_t^T n_t` and `m_t` (`den`),
-//! which spare the CUDA backward each chunk's scores. The backward's gradients are exact: the stabilizer's own path (it only
-//! moves eps's weight) included.
+//! which spare the CUDA backward each chunk's scores. The backward's gradients are exact: the
+//! stabilizer's own path (it only moves eps's weight) included.
 mod cpu;
 mod cuda;
 mod kernel;
