@@ -30,6 +30,8 @@ pub mod unary;
 pub const MMA_CUH: &str = include_str!("../../kernels/mma.cuh");
 /// Hopper's warpgroup products (`kernels/wgmma.cuh`), after `MMA_CUH` (sliding-window attention).
 pub const WGMMA_CUH: &str = include_str!("../../kernels/wgmma.cuh");
+/// Hopper's TMA copies and shared-memory barriers (`kernels/tma.cuh`), after `WGMMA_CUH`.
+pub const TMA_CUH: &str = include_str!("../../kernels/tma.cuh");
 /// What the chunkwise recurrent kernels share (`kernels/chunk.cuh`), after `MMA_CUH`.
 pub const CHUNK_CUH: &str = include_str!("../../kernels/chunk.cuh");
 

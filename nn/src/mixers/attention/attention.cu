@@ -15,7 +15,8 @@
 // cross the diagonal or the window's lower edge pay for the mask, and only tiles that meet the
 // band are visited at all: the work grows with T·window, not T².
 //
-// Forward (flash-attention 2): a block per (128-query block, q head, batch) of four warps, K/V
+// Forward (flash-attention 2; on Hopper at head dim 128, hopper_fwd.cu's warp-specialised
+// kernel replaces it): a block per (128-query block, q head, batch) of four warps, K/V
 // tiles double-buffered. With wgmma the block's two m64 halves take turns (each skipped where it
 // meets none of a tile's band), the next K/V tile loading under the current one's products;
 // with mma.sync each warp owns 32 rows (two m16 tiles, so each K or V fragment read feeds two
@@ -68,47 +69,76 @@ __device__ __forceinline__ bool leaves_band(int r0, int nr, int s0, int ns, u32 
 }
 
 // One m16 tile's online-softmax step over a 64-key tile at s0: the scores s become
-// probabilities exp2(scale_log2 s - shift) (zero outside the band when masked), and the running
-// max m (log2 units), sum l and output accumulator acc of rows row0, row0 + 8 are rescaled.
-template <int DT>
-__device__ __forceinline__ void softmax_step(float (&s)[TILE / 8][4], float (&acc)[DT][4], float (&m)[2],
-                                             float (&l)[2], int row0, int s0, bool masked, u32 window,
-                                             float scale_log2) {
+// probabilities exp2(scale_log2 s - shift) (zero outside the band when masked), the running max
+// m (log2 units) and sum l of rows row0, row0 + 8 advance, and alpha is the factor by which the
+// rows' output accumulator must be rescaled (`rescale`) before this tile's P V is added. The
+// max is taken over the raw scores (the scale is positive) and the scale folded into the
+// exponent's fused multiply-add: one instruction a score fewer, in the loop that bounds the
+// Hopper forward.
+__device__ __forceinline__ void softmax_scores(float (&s)[TILE / 8][4], float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], int row0, int s0, bool masked, u32 window,
+                                               float scale_log2) {
     const int tq = threadIdx.x & 3;
     float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
     for (int nt = 0; nt < TILE / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            float x = s[nt][e] * scale_log2;
-            if (masked && !visible(row0 + (e >> 1) * 8, s0 + nt * 8 + 2 * tq + (e & 1), window)) x = neg_inf();
-            s[nt][e] = x;
-            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            if (masked && !visible(row0 + (e >> 1) * 8, s0 + nt * 8 + 2 * tq + (e & 1), window))
+                s[nt][e] = neg_inf();
+            mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
         }
     float shift[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], shfl_xor(mx[r], 1));
         mx[r] = fmaxf(mx[r], shfl_xor(mx[r], 2));
-        const float mnew = fmaxf(m[r], mx[r]);
+        const float mnew = fmaxf(m[r], mx[r] * scale_log2);
         shift[r] = exp_shift(mnew);
-        const float alpha = fast_exp2(m[r] - shift[r]);
+        alpha[r] = fast_exp2(m[r] - shift[r]);
         m[r] = mnew;
-        l[r] *= alpha;
-#pragma unroll
-        for (int i = 0; i < DT; ++i) {
-            acc[i][2 * r] *= alpha;
-            acc[i][2 * r + 1] *= alpha;
-        }
+        l[r] *= alpha[r];
     }
 #pragma unroll
     for (int nt = 0; nt < TILE / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const float p = fast_exp2(s[nt][e] - shift[e >> 1]);
+            const float p = fast_exp2(fmaf(s[nt][e], scale_log2, -shift[e >> 1]));
             s[nt][e] = p;
             l[e >> 1] += p;
         }
+}
+
+template <int DT> __device__ __forceinline__ void rescale(float (&acc)[DT][4], const float (&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < DT; ++i) {
+        acc[i][0] *= alpha[0];
+        acc[i][1] *= alpha[0];
+        acc[i][2] *= alpha[1];
+        acc[i][3] *= alpha[1];
+    }
+}
+
+// The end of a forward for one m16 tile's rows row0, row0 + 8 of q head h, sequence b: o = acc
+// over the row's sum (its four lanes' shares added), and the natural log-sum-exp.
+template <int D>
+__device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const float (&m)[2], const float (&l)[2],
+                                           int row0, int T, int b, int h, u32 heads, bf16* __restrict__ o,
+                                           float* __restrict__ lse) {
+    const int tq = threadIdx.x & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float sum = l[r];
+        sum += shfl_xor(sum, 1);
+        sum += shfl_xor(sum, 2);
+        const int row = row0 + 8 * r;
+        if (row >= T) continue;
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        u32* out = reinterpret_cast<u32*>(o + (((u64)b * T + row) * heads + h) * D);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) out[n * 4 + tq] = bf16x2_bits(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
+        if (tq == 0) lse[((u64)b * heads + h) * T + row] = (m[r] + __log2f(sum)) / LOG2E;
+    }
 }
 
 template <int D>
@@ -142,7 +172,7 @@ __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
 
     // This thread's rows are rows(i) + g and rows(i) + g + 8 of m16 tile i: with mma.sync, warp w
     // owns rows 32 w .. 32 w + 31; with wgmma, each m64 half i gives warp w rows 16 w .. + 15.
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     auto rows = [&](int i) { return WG ? q0 + 64 * i + 16 * warp : q0 + warp * WR + 16 * i; };
     float acc[MT][DT][4];
     float m[MT][2], l[MT][2];
@@ -196,8 +226,10 @@ __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
                 wg_wait<0>();
                 wg_hold(s_f);
                 hold_all();
-                softmax_step<DT>(s, acc[i], m[i], l[i], rows(i) + g, s0, leaves_band(r0, 64, s0, TILE, window),
-                                 window, scale_log2);
+                float alpha[2];
+                softmax_scores(s, m[i], l[i], alpha, rows(i) + g, s0, leaves_band(r0, 64, s0, TILE, window), window,
+                               scale_log2);
+                rescale(acc[i], alpha);
 #pragma unroll
                 for (int kk = 0; kk < NT / 2; ++kk) c_to_a(s, kk, pf[i][kk]);
                 auto& acc_f = reinterpret_cast<float(&)[D / 2]>(acc[i]);
@@ -226,7 +258,9 @@ __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
                 const bool masked = leaves_band(w0, WR, s0, TILE, window);
 #pragma unroll
                 for (int i = 0; i < MT; ++i) {
-                    softmax_step<DT>(s[i], acc[i], m[i], l[i], rows(i) + g, s0, masked, window, scale_log2);
+                    float alpha[2];
+                    softmax_scores(s[i], m[i], l[i], alpha, rows(i) + g, s0, masked, window, scale_log2);
+                    rescale(acc[i], alpha);
 #pragma unroll
                     for (int kk = 0; kk < NT / 2; ++kk) c_to_a(s[i], kk, pf[i][kk]);
                 }
@@ -241,21 +275,7 @@ __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
     }
 
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float sum = l[i][r];
-            sum += shfl_xor(sum, 1);
-            sum += shfl_xor(sum, 2);
-            const int row = rows(i) + g + 8 * r;
-            if (row >= T) continue;
-            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-            u32* out = reinterpret_cast<u32*>(o + ((u64)b * T + row) * qrs + (u64)h * D);
-#pragma unroll
-            for (int n = 0; n < DT; ++n)
-                out[n * 4 + tq] = bf16x2_bits(acc[i][n][2 * r] * inv, acc[i][n][2 * r + 1] * inv);
-            if (tq == 0) lse[((u64)b * heads + h) * T + row] = (m[i][r] + __log2f(sum)) / LOG2E;
-        }
+    for (int i = 0; i < MT; ++i) store_rows<D>(acc[i], m[i], l[i], rows(i) + g, T, b, h, heads, o, lse);
 }
 
 // delta[b, h, t] = sum_d do · o, a warp per row of [B, T, H].

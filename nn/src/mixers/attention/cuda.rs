@@ -1,19 +1,27 @@
 //! Sliding-window attention on CUDA, flash style, forward and backward on bf16 tensor cores
-//! (`attention.cu`, after swax-cuda's `mma.cuh` and `wgmma.cuh`; it says how the kernels work).
+//! (`attention.cu`, after swax-cuda's `mma.cuh`, `wgmma.cuh` and `tma.cuh`; it says how the
+//! kernels work), with Hopper's own forward (`hopper_fwd.cu`, warp-specialised, fed by TMA).
 //! f32 operands are rounded to bf16 on the way in and the results widened back (the softmax
 //! statistics and accumulations stay f32).
 use super::{SwaBackward, SwaGrads, SwaIn, SwaOut};
 use swax_cuda::kernels::attention::AttnShape;
 use swax_cuda::kernels::cast::cast;
 use swax_cuda::kernels::{
-    check_device, check_dtype, check_len, launch, to_u32, Launch, MMA_CUH, WGMMA_CUH,
+    check_device, check_dtype, check_len, launch, to_u32, Launch, MMA_CUH, TMA_CUH, WGMMA_CUH,
 };
-use swax_cuda::{Buffer, CudaError, DType, KernelSource};
+use swax_cuda::tma::TensorMap;
+use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "attention",
-    source: &[MMA_CUH, WGMMA_CUH, include_str!("attention.cu")],
+    source: &[
+        MMA_CUH,
+        WGMMA_CUH,
+        TMA_CUH,
+        include_str!("attention.cu"),
+        include_str!("hopper_fwd.cu"),
+    ],
 };
 
 /// Rows of a query or key tile (the backward's keys per block), the forward's query rows per
@@ -24,6 +32,14 @@ const FWD_THREADS: u32 = 128;
 const BWD_THREADS: u32 = 128;
 /// Rows of `swa_bwd_delta` per block, a warp each.
 const DELTA_ROWS: u32 = 8;
+/// Hopper's forward (hopper_fwd.cu): query rows a block (two consumer warpgroups of 64),
+/// threads (and a producer warp), K/V buffers.
+const WS_ROWS: usize = 128;
+const WS_THREADS: u32 = 288;
+const WS_STAGES: usize = 4;
+/// The architecture whose forward at head dim 128 is hopper_fwd.cu's (NVRTC compiles it for
+/// sm_90a; at head dim 64 it measured slower than swa_fwd's, BENCHMARKS.md).
+const HOPPER: (u32, u32) = (9, 0);
 
 /// What the kernels launch with at head dim `d`: positions and threads a block and shared
 /// bytes of the forward (query rows) and the backward (keys), and `swa_bwd_delta`'s rows a block.
@@ -38,6 +54,9 @@ pub struct Sizes {
     pub bwd_threads: u32,
     pub bwd_shared: usize,
     pub delta_rows: u32,
+    pub hopper_fwd_rows: usize,
+    pub hopper_fwd_threads: u32,
+    pub hopper_fwd_shared: usize,
 }
 
 /// The sizes at head dim `d`.
@@ -54,6 +73,13 @@ pub fn sizes(d: usize) -> Sizes {
         // query tiles (f32); 1024 bytes to align the tiles as wgmma reads them.
         bwd_shared: (6 * TILE * d + TILE * TILE) * 2 + 4 * TILE * 4 + 1024,
         delta_rows: DELTA_ROWS,
+        hopper_fwd_rows: WS_ROWS,
+        hopper_fwd_threads: WS_THREADS,
+        // Two blocks' Q rows and the ring of K and V tiles, bf16; the barriers (two each for Q,
+        // three a K/V buffer); 1024 bytes to align the tiles as TMA writes them.
+        hopper_fwd_shared: (2 * WS_ROWS + 2 * WS_STAGES * TILE) * d * 2
+            + (4 + 3 * WS_STAGES) * 8
+            + 1024,
     }
 }
 
@@ -162,37 +188,95 @@ pub(super) fn forward(
     s.check_io(OP, &[q, &o], &[k, v])?;
     if s.rows() > 0 {
         let scale_log2 = (scale * std::f64::consts::LOG2_E) as f32;
-        let z = sizes(s.d);
-        let cfg = c.grid(s, z.fwd_rows, c.h, z.fwd_threads, z.fwd_shared)?;
-        // SAFETY: swa_fwd_dD(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
-        // u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale_log2); q and o hold
-        // b*t*h*d, k and v b*t*hkv*d (checked above), lse b*h*t (allocated); the grid covers
-        // exactly those.
-        unsafe {
-            launch(
-                dev,
-                &SOURCE,
-                c.fwd,
-                cfg,
-                &[
-                    q,
-                    k,
-                    v,
-                    &o,
-                    &lse,
-                    &c.t,
-                    &c.h,
-                    &c.hkv,
-                    &c.window,
-                    &scale_log2,
-                ],
-            )?;
+        if dev.compute_capability() == HOPPER && s.d == 128 {
+            forward_hopper(dev, &c, s, [q, k, v], &o, &lse, scale_log2)?;
+        } else {
+            let z = sizes(s.d);
+            let cfg = c.grid(s, z.fwd_rows, c.h, z.fwd_threads, z.fwd_shared)?;
+            // SAFETY: swa_fwd_dD(const bf16* q, const bf16* k, const bf16* v, bf16* o, float*
+            // lse, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale_log2); q and o
+            // hold b*t*h*d, k and v b*t*hkv*d (checked above), lse b*h*t (allocated); the grid
+            // covers exactly those.
+            unsafe {
+                launch(
+                    dev,
+                    &SOURCE,
+                    c.fwd,
+                    cfg,
+                    &[
+                        q,
+                        k,
+                        v,
+                        &o,
+                        &lse,
+                        &c.t,
+                        &c.h,
+                        &c.hkv,
+                        &c.window,
+                        &scale_log2,
+                    ],
+                )?;
+            }
         }
     }
     Ok(SwaOut {
         o: as_dtype(o, x.q.dtype())?,
         lse: lse.into(),
     })
+}
+
+/// The forward on Hopper at head dim 128: one persistent block an SM (or fewer, one a tile) walking the (query
+/// block, q head, sequence) tiles, its loads by TMA through tensor maps of q, k, v.
+fn forward_hopper(
+    dev: &Device,
+    c: &Checked,
+    s: AttnShape,
+    [q, k, v]: [&Buffer; 3],
+    o: &Buffer,
+    lse: &Buffer,
+    scale_log2: f32,
+) -> Result<(), CudaError> {
+    const OP: &str = "swa_forward";
+    let z = sizes(s.d);
+    let tq = TensorMap::bf16_rows(OP, q, &[s.b, s.t, s.h, s.d], 1, z.hopper_fwd_rows)?;
+    let tk = TensorMap::bf16_rows(OP, k, &[s.b, s.t, s.hkv, s.d], 1, TILE)?;
+    let tv = TensorMap::bf16_rows(OP, v, &[s.b, s.t, s.hkv, s.d], 1, TILE)?;
+    let tiles = s.t.div_ceil(z.hopper_fwd_rows) * s.h * s.b;
+    let cfg = Launch {
+        grid: (
+            to_u32(OP, "blocks", tiles.min(dev.sm_count() as usize))?,
+            1,
+            1,
+        ),
+        block: (z.hopper_fwd_threads, 1, 1),
+        shared: to_u32(OP, "shared", z.hopper_fwd_shared)?,
+    };
+
+    // SAFETY: swa_fwd_ws_d128(TensorMap tq, TensorMap tk, TensorMap tv, bf16* o, float* lse, u32
+    // t_len, u32 heads, u32 kv_heads, u32 batch, u32 window, float scale_log2); the maps
+    // describe q, k, v at their checked sizes (the TMA unit reads nothing outside them), o holds
+    // b*t*h*d and lse b*h*t, and the blocks write only the rows of their tiles.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            "swa_fwd_ws_d128",
+            cfg,
+            &[
+                &tq,
+                &tk,
+                &tv,
+                o,
+                lse,
+                &c.t,
+                &c.h,
+                &c.hkv,
+                &c.b,
+                &c.window,
+                &scale_log2,
+            ],
+        )
+    }
 }
 
 /// The backward: dq (accumulated in f32), dk and dv (summed over the q heads that share a kv
