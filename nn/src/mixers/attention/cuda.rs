@@ -75,7 +75,7 @@ pub fn sizes(d: usize) -> Sizes {
         delta_rows: DELTA_ROWS,
         hopper_fwd_rows: WS_ROWS,
         hopper_fwd_threads: WS_THREADS,
-        // Two blocks' Q rows and the ring of K and V tiles, bf16; the barriers (two each for Q,
+        // Two tiles' Q rows and the ring of K and V tiles, bf16; the barriers (two each for Q,
         // three a K/V buffer); 1024 bytes to align the tiles as TMA writes them.
         hopper_fwd_shared: (2 * WS_ROWS + 2 * WS_STAGES * TILE) * d * 2
             + (4 + 3 * WS_STAGES) * 8
@@ -225,8 +225,9 @@ pub(super) fn forward(
     })
 }
 
-/// The forward on Hopper at head dim 128: one persistent block an SM (or fewer, one a tile) walking the (query
-/// block, q head, sequence) tiles, its loads by TMA through tensor maps of q, k, v.
+/// The forward on Hopper at head dim 128: one persistent block an SM (or fewer, one a tile)
+/// walking the (query block, q head, sequence) tiles, its loads by TMA through tensor maps of
+/// q, k, v.
 fn forward_hopper(
     dev: &Device,
     c: &Checked,
