@@ -271,6 +271,165 @@ void mma_tf32(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     run_mma(8, op_mma_tf32, c, a, b0, b1);
 }
 
+static void op_any(EmuLane* l, int) {
+    unsigned any = 0;
+    for (int i = 0; i < 32; ++i) any |= l[i].in[0];
+    for (int i = 0; i < 32; ++i) l[i].out[0] = any;
+}
+bool __any_sync(unsigned, bool p) {
+    unsigned in = p, out;
+    emu_collective(9, &in, 1, &out, 1, op_any, 0);
+    return out != 0;
+}
+
+namespace {
+struct WarpgroupState {
+    int arrived = 0, gen = 0;
+    float* d[128];
+    unsigned a[128][4];
+};
+WarpgroupState warpgroups[8];
+
+// Element (mn, k) of a wgmma operand in shared memory, through its descriptor: 128-byte
+// swizzle, K-major (rows mn, 8-row groups SBO apart, k along the row) or MN-major (rows k, 8-row
+// groups SBO apart, mn along the row in 64-element blocks LBO apart). The swizzle XORs an
+// address's 16-byte chunk (bits 4-6) with its 128-byte row (bits 7-9).
+float operand(unsigned long long desc, int mn, int k, bool mn_major) {
+    if ((desc >> 62) != 1) {
+        fprintf(stderr, "emu: wgmma descriptor without 128-byte swizzling\n");
+        abort();
+    }
+    const unsigned start = (unsigned)(desc & 0x3FFF) << 4, lbo = (unsigned)((desc >> 16) & 0x3FFF) << 4,
+                   sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
+    unsigned at = mn_major ? start + (mn / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + (mn % 64) * 2
+                           : start + (mn / 8) * sbo + (mn % 8) * 128 + k * 2;
+    at ^= ((at >> 7) & 7) << 4;
+    check_smem(emu_smem + at, 2, "wgmma operand");
+    emu_u16 bits;
+    memcpy(&bits, emu_smem + at, 2);
+    return bf(bits);
+}
+}  // namespace
+
+void emu_wgmma(float* d, int n, const unsigned* a, unsigned long long da, int ta, unsigned long long db, int tb) {
+    const int lin = fibers[cur].lin, t = lin & 127;
+    WarpgroupState& s = warpgroups[lin >> 7];
+    s.d[t] = d;
+    if (a) memcpy(s.a[t], a, 16);
+    ++progress;
+    const int g = s.gen;
+    if (++s.arrived < 128) {
+        while (s.gen == g) emu_yield();
+        return;
+    }
+    // A (64 x 16): a thread's register fragment is the mma.sync A layout of its warp's 16 rows.
+    float A[64][16], B[16][128];
+    for (int m = 0; m < 64; ++m)
+        for (int k = 0; k < 16; ++k) {
+            if (a) {
+                const int r = m % 16, lane = (r % 8) * 4 + (k % 8) / 2;
+                A[m][k] = bf(s.a[(m / 16) * 32 + lane][r / 8 + 2 * (k / 8)] >> (16 * (k % 2)));
+            } else {
+                A[m][k] = ta ? operand(da, m, k, true) : operand(da, m, k, false);
+            }
+        }
+    for (int k = 0; k < 16; ++k)
+        for (int c = 0; c < n; ++c) B[k][c] = tb ? operand(db, c, k, true) : operand(db, c, k, false);
+    for (int i = 0; i < 128; ++i) {
+        const int w = i / 32, gq = (i % 32) / 4, tq = i % 4;
+        for (int j = 0; j < n / 8; ++j)
+            for (int e = 0; e < 4; ++e) {
+                const int row = 16 * w + gq + 8 * (e / 2), col = 8 * j + 2 * tq + e % 2;
+                float sum = 0.0f;
+                for (int k = 0; k < 16; ++k) sum = fmaf(A[row][k], B[k][col], sum);
+                s.d[i][4 * j + e] += sum;
+            }
+    }
+    s.arrived = 0;
+    ++s.gen;
+}
+
+// An mbarrier's 8 bytes: the arrivals a phase needs, those still missing, the transaction bytes
+// still expected, and the phase.
+namespace {
+struct Mbar {
+    unsigned short count, missing;
+    int tx : 31;
+    unsigned phase : 1;
+};
+static_assert(sizeof(Mbar) == 8, "an mbarrier is 8 bytes");
+Mbar& mbar(unsigned long long* bar) {
+    check_smem(bar, 8, "mbarrier");
+    return *reinterpret_cast<Mbar*>(bar);
+}
+void complete_if_done(Mbar& b) {
+    if (b.missing == 0 && b.tx == 0) {
+        b.phase ^= 1;
+        b.missing = b.count;
+    }
+}
+}  // namespace
+
+void mbar_init(unsigned long long* bar, unsigned count) {
+    Mbar& b = mbar(bar);
+    b.count = b.missing = (unsigned short)count;
+    b.tx = 0;
+    b.phase = 0;
+}
+void mbar_expect(unsigned long long* bar, unsigned bytes) {
+    Mbar& b = mbar(bar);
+    b.tx += (int)bytes;
+    --b.missing;
+    complete_if_done(b);
+    ++progress;
+}
+void mbar_arrive(unsigned long long* bar) {
+    Mbar& b = mbar(bar);
+    --b.missing;
+    complete_if_done(b);
+    ++progress;
+}
+void mbar_wait(unsigned long long* bar, unsigned parity) {
+    while (mbar(bar).phase == (parity & 1)) emu_yield();
+}
+
+void tma_load_4d(bf16* dst, const TensorMap& map, int c0, int c1, int c2, int c3, unsigned long long* bar) {
+    const unsigned long long* w = reinterpret_cast<const unsigned long long*>(&map);
+    const unsigned char* base = reinterpret_cast<const unsigned char*>(w[0]);
+    const unsigned long long* dims = w + 1;
+    const unsigned long long* box = w + 5;
+    const int at[4] = {c0, c1, c2, c3};
+    unsigned char* out = reinterpret_cast<unsigned char*>(dst);
+    if (box[0] * 2 != 128 || (out - emu_smem) % 1024) {
+        fprintf(stderr, "emu: a TMA box of 128-byte rows into 1024-byte aligned shared memory expected\n");
+        abort();
+    }
+    const unsigned bytes = (unsigned)(box[0] * box[1] * box[2] * box[3] * 2);
+    check_smem(out, bytes, "TMA destination");
+    // Box rows in order, each 128 bytes whose 16-byte chunks are swizzled by the row.
+    unsigned row = 0;
+    for (unsigned long long i3 = 0; i3 < box[3]; ++i3)
+        for (unsigned long long i2 = 0; i2 < box[2]; ++i2)
+            for (unsigned long long i1 = 0; i1 < box[1]; ++i1, ++row)
+                for (unsigned long long i0 = 0; i0 < box[0]; ++i0) {
+                    const long long x[4] = {at[0] + (long long)i0, at[1] + (long long)i1, at[2] + (long long)i2,
+                                            at[3] + (long long)i3};
+                    emu_u16 v = 0;
+                    if (x[0] >= 0 && x[1] >= 0 && x[2] >= 0 && x[3] >= 0 && x[0] < (long long)dims[0] &&
+                        x[1] < (long long)dims[1] && x[2] < (long long)dims[2] && x[3] < (long long)dims[3]) {
+                        const unsigned long long e = ((x[3] * dims[2] + x[2]) * dims[1] + x[1]) * dims[0] + x[0];
+                        memcpy(&v, base + 2 * e, 2);
+                    }
+                    unsigned off = row * 128 + (unsigned)i0 * 2;
+                    off ^= (row & 7) << 4;
+                    memcpy(out + off, &v, 2);
+                }
+    Mbar& b = mbar(bar);
+    b.tx -= (int)bytes;
+    complete_if_done(b);
+    ++progress;
+}
+
 void emu_launch(EmuLaunch L, std::function<void()> kernel) {
     const int nthreads = L.block.x * L.block.y * L.block.z;
     if (nthreads % 32) {
@@ -292,6 +451,7 @@ void emu_launch(EmuLaunch L, std::function<void()> kernel) {
                 live = nthreads;
                 bar_arrived = 0;
                 for (auto& w : warps) w.arrived = 0;
+                for (auto& w : warpgroups) w.arrived = 0;
                 for (int t = 0; t < nthreads; ++t) {
                     Fiber& f = fibers[t];
                     f.lin = t;

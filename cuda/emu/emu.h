@@ -1,16 +1,17 @@
 // emu.h: the CUDA our kernels use, emulated on the CPU, so that a kernel's logic can be checked
 // on a machine without a GPU (tests/tests/emulated_kernels.rs runs the recurrent mixers',
-// attention's (mma.sync path), RAttention's linear branch's, the SwiGLU's, the norms', the short
-// convolution's and the cross-entropy's kernels in it against the CPU's). Each thread of a block is a fiber (ucontext)
-// on one OS thread; blocks run one after another. Barriers and warp collectives (shuffles,
-// ldmatrix, mma.sync on bf16 and tf32) suspend a fiber until every participant has arrived, then
-// compute with all lanes' operands, so fragment layouts, lane exchanges and missing barriers
-// behave as on the GPU. cp.async copies land only at their wait (the latest a GPU may land them)
-// and shared memory is filled with NaNs before each block, so a missing wait or a read of
-// unwritten shared memory shows as a wrong or NaN result. The test turns kernel sources into C++
-// over this header. Not emulated: timing, memory ordering between blocks (blocks run one after
-// another), atomics racing (a fiber runs until it reaches a collective), Hopper's wgmma (the
-// emulator is no sm_90a target, so that code is compiled out).
+// attention's (mma.sync and Hopper paths), RAttention's linear branch's, the SwiGLU's, the
+// norms', the short convolution's and the cross-entropy's kernels in it against the CPU's). Each
+// thread of a block is a fiber (ucontext) on one OS thread; blocks run one after another.
+// Barriers and warp collectives (shuffles, ldmatrix, mma.sync on bf16 and tf32) suspend a fiber
+// until every participant has arrived, then compute with all lanes' operands, so fragment
+// layouts, lane exchanges and missing barriers behave as on the GPU. cp.async copies land only
+// at their wait (the latest a GPU may land them) and shared memory is filled with NaNs before
+// each block, so a missing wait or a read of unwritten shared memory shows as a wrong or NaN
+// result. The test turns kernel sources into C++ over this header. Not emulated: timing, memory
+// ordering between blocks (blocks run one after another), atomics racing (a fiber runs until it
+// reaches a collective). Built with __CUDA_ARCH_FEAT_SM90_ALL defined it is a Hopper target:
+// wgmma, TMA copies and mbarriers are emulated below.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -166,6 +167,42 @@ template <typename T> inline float row_exp(float x, float shift) {
     if (sizeof(T) == 2) return fast_exp2(fmaf(x, 1.4426950408889634f, -shift * 1.4426950408889634f));
     return expf(x - shift);
 }
+
+// ---- Hopper (sm_90a): wgmma, TMA copies, mbarriers ----
+// wgmma.mma_async as a warpgroup collective: each of the 128 threads deposits its accumulator
+// (and, for a register A, its fragment); the last to arrive multiplies the 64 x 16 A by the
+// 16 x N B read from shared memory through their descriptors (128-byte swizzle) and adds into
+// every thread's accumulator. It completes at the call, the earliest a GPU may; fences, commits
+// and waits are then no-ops.
+void emu_wgmma(float* d, int n, const unsigned* a, unsigned long long da, int ta, unsigned long long db, int tb);
+template <int TA, int TB, int N> inline void wgmma_ss(float (&d)[N], unsigned long long da, unsigned long long db) {
+    emu_wgmma(d, 2 * N, nullptr, da, TA, db, TB);
+}
+template <int TB, int N> inline void wgmma_rs(float (&d)[N], const unsigned (&a)[4], unsigned long long db) {
+    emu_wgmma(d, 2 * N, a, 0, 0, db, TB);
+}
+inline void fence_proxy_async() {}
+inline void wg_arrive() {}
+inline void wg_commit() {}
+template <int N> inline void wg_wait() {}
+template <int N> inline void wg_hold(float (&)[N]) {}
+template <int N> inline void wg_keep(const unsigned (&)[N][4]) {}
+bool __any_sync(unsigned mask, bool p);
+#define __grid_constant__
+
+// The copies and barriers of tma.cuh. A harness encodes a tensor map's 128 bytes as words: the
+// bf16 tensor's address, its four sizes and then the box's four, innermost first (a contiguous
+// row-major tensor). A copy lands at its issue (the earliest a GPU may), zeros where the box
+// leaves the tensor, and counts its bytes on the barrier; a wait yields until the phase of its
+// parity has completed.
+struct TensorMap;
+void mbar_init(unsigned long long* bar, unsigned count);
+inline void mbar_init_fence() {}
+void mbar_expect(unsigned long long* bar, unsigned bytes);
+void mbar_arrive(unsigned long long* bar);
+void mbar_wait(unsigned long long* bar, unsigned parity);
+inline void tma_prefetch(const TensorMap&) {}
+void tma_load_4d(struct bf16* dst, const TensorMap& map, int c0, int c1, int c2, int c3, unsigned long long* bar);
 
 // ---- launching ----
 struct EmuLaunch {

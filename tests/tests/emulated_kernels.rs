@@ -1,10 +1,12 @@
 //! The mixers' CUDA kernels run on the CPU by the kernel emulator in cuda/emu (a fiber per GPU
-//! thread; ldmatrix, mma.sync, shuffles and cp.async emulated; shared memory filled with NaNs
-//! before each block), against the CPU fused kernels on values, boundary states and every
-//! gradient: the gated delta rule's two families (gated_delta_parallel.cu and gated_delta.cu, in
-//! bf16), the mLSTM's kernels (mlstm.cu, in bf16 and f32), sliding-window attention's on their
-//! mma.sync path (attention.cu, bf16: the path of every GPU but Hopper, which the H200's GPU
-//! tests never run) and RAttention's linear branch (rla.cu, bf16); and the fused SwiGLU
+//! thread; ldmatrix, mma.sync, shuffles and cp.async emulated, and Hopper's wgmma, TMA copies
+//! and mbarriers; shared memory filled with NaNs before each block), against the CPU fused
+//! kernels on values, boundary states and every gradient: the gated delta rule's two families
+//! (gated_delta_parallel.cu and gated_delta.cu, in bf16), the mLSTM's kernels (mlstm.cu, in bf16
+//! and f32), sliding-window attention's on their mma.sync path (attention.cu, bf16: the path of
+//! every GPU but Hopper, which the H200's GPU tests never run) and on Hopper's (wgmma, and
+//! hopper_fwd.cu's TMA-fed forward), and RAttention's linear branch (rla.cu, bf16); and the
+//! fused SwiGLU
 //! (swiglu.cu, both instantiations, in bf16 and f32), the short convolution (short_conv.cu, both
 //! variants, in bf16 and f32), RMSNorm's backward (norm.cu, with and without a residual's
 //! gradient added into dx), xLSTM's gated head norm (norm.cu, forward and backward, in bf16 and
@@ -100,6 +102,18 @@ const ATTENTION: Driver = Driver {
     ],
 };
 
+/// The same kernels as Hopper runs them (the harness defines `__CUDA_ARCH_FEAT_SM90_ALL`):
+/// wgmma products, and at head dim 128 hopper_fwd.cu's TMA-fed forward.
+const ATTENTION_HOPPER: Driver = Driver {
+    name: "attention_hopper",
+    sources: &[
+        "cuda/kernels/wgmma.cuh",
+        "cuda/kernels/tma.cuh",
+        "nn/src/mixers/attention/attention.cu",
+        "nn/src/mixers/attention/hopper_fwd.cu",
+    ],
+};
+
 const RATTENTION: Driver = Driver {
     name: "rattention",
     sources: &["nn/src/mixers/rattention/rla.cu"],
@@ -159,6 +173,12 @@ fn attention_harness() -> Option<&'static Path> {
     BUILT.get_or_init(|| build(&ATTENTION)).as_deref()
 }
 
+/// Sliding-window attention's Hopper harness, likewise.
+fn attention_hopper_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&ATTENTION_HOPPER)).as_deref()
+}
+
 /// RAttention's linear branch's harness, likewise.
 fn rattention_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
@@ -166,7 +186,7 @@ fn rattention_harness() -> Option<&'static Path> {
 }
 
 /// The functions of the kernel sources that wrap PTX; emu.h has their CPU versions.
-const PTX_WRAPPERS: [&str; 13] = [
+const PTX_WRAPPERS: [&str; 26] = [
     "bf16_bits",
     "bf16x2_bits",
     "row_exp",
@@ -180,6 +200,30 @@ const PTX_WRAPPERS: [&str; 13] = [
     "fast_exp2",
     "tf32_bits",
     "mma_tf32",
+    "fence_proxy_async",
+    "wg_arrive",
+    "wg_commit",
+    "wg_wait",
+    "wg_hold",
+    "wg_keep",
+    "mbar_init",
+    "mbar_init_fence",
+    "mbar_expect",
+    "mbar_arrive",
+    "mbar_wait",
+    "tma_prefetch",
+    "tma_load_4d",
+];
+
+/// The macros that write wgmma's PTX (wgmma.cuh), dropped with their uses; emu.h has
+/// `wgmma_ss` and `wgmma_rs`.
+const PTX_MACROS: [&str; 6] = [
+    "WG_D8",
+    "WG_D32",
+    "WG_D64",
+    "WG_R32",
+    "WG_R64",
+    "WGMMA_PAIR",
 ];
 
 /// The byte range of the definition starting at line offset `at`, through its closing brace.
@@ -215,6 +259,32 @@ fn emulated(src: &str) -> String {
             .rsplit(|c: char| !c.is_alphanumeric() && c != '_')
             .next()
             .unwrap_or("");
+        let defined = line.strip_prefix("#define ").map(|d| {
+            d.split(|c: char| !c.is_alphanumeric() && c != '_')
+                .next()
+                .unwrap_or("")
+        });
+        if defined.is_some_and(|m| PTX_MACROS.contains(&m)) {
+            // The definition and its continuation lines.
+            let mut at = pos;
+            loop {
+                let next = src[at..].find('\n').map_or(src.len(), |i| at + i + 1);
+                let continued = src[at..next].trim_end().ends_with('\\');
+                at = next;
+                if !continued || at >= src.len() {
+                    break;
+                }
+            }
+            pos = at;
+            continue;
+        }
+        if PTX_MACROS
+            .iter()
+            .any(|m| line.starts_with(&format!("{m}(")))
+        {
+            pos = end;
+            continue;
+        }
         if line.contains("__device__ __forceinline__") && PTX_WRAPPERS.contains(&name) {
             pos = definition_end(src, pos);
             continue;
@@ -262,8 +332,8 @@ fn build(driver: &Driver) -> Option<PathBuf> {
         let text = std::fs::read_to_string(s).expect("a kernel source");
         unit.push_str(&emulated(&text));
     }
-    // Code only for sm_90a (wgmma.cuh's SM90A_ONLY) compiles to nothing here, as for any target
-    // but Hopper's.
+    // What wraps PTX is dropped above (emu.h has its emulation); a line left with SM90A_ONLY
+    // (wgmma.cuh) compiles to nothing in a build that is no Hopper target.
     let asm = unit.lines().find(|l| {
         l.split("//").next().is_some_and(|code| {
             (code.contains("asm(") || code.contains("asm volatile"))
@@ -1171,12 +1241,13 @@ fn attention_operands(
     Ok((dir, x))
 }
 
-/// Sliding-window attention's kernels (forward, swa_bwd_delta, backward) on their mma.sync path,
-/// the path of every GPU but Hopper's and so never run by the GPU tests on the H200, at `dims` =
-/// [B, T, H, Hkv, D] and `window`, against the CPU fused kernel on the same bf16-rounded inputs:
-/// o, lse and every gradient.
+/// Sliding-window attention's kernels (forward, swa_bwd_delta, backward) at `dims` = [B, T, H,
+/// Hkv, D] and `window`, against the CPU fused kernel on the same bf16-rounded inputs: o, lse and
+/// every gradient. Twice: on the mma.sync path, the path of every GPU but Hopper's and so never
+/// run by the GPU tests on the H200, and as Hopper runs them (wgmma, and at head dim 128 the
+/// TMA-fed forward, in three persistent blocks so that each walks several tiles).
 fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Result<()> {
-    let Some(exe) = attention_harness() else {
+    let (Some(mma_sync), Some(hopper)) = (attention_harness(), attention_hopper_harness()) else {
         return Ok(());
     };
     // The wrapper's window: at most T (and at least one key).
@@ -1184,16 +1255,18 @@ fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Res
     let d = dims[4];
     let z = attention::launch_sizes(d);
     let sizes = format!(
-        "{} {} {} {} {} {} {}\n",
+        "{} {} {} {} {} {} {} {} {} {}\n",
         z.fwd_rows,
         z.fwd_threads,
         z.fwd_shared,
         z.bwd_rows,
         z.bwd_threads,
         z.bwd_shared,
-        z.delta_rows
+        z.delta_rows,
+        z.hopper_fwd_rows,
+        z.hopper_fwd_threads,
+        z.hopper_fwd_shared
     );
-    emulate(exe, &dir, name, ("launch", &sizes), "bf16")?;
     let scale = attention::default_scale(d);
     let x = SwaIn {
         q: &q,
@@ -1201,34 +1274,39 @@ fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Res
         v: &v,
     };
     let out = attention::forward(&x, window, scale)?;
-    // The CPU backward takes the emulated o, as the kernels' backward does (its delta = dout · o
-    // from the forward's bf16 o), so the gradients are compared on the same o; o itself is the
-    // forward's check.
-    let emu_o = read(&dir.join("emu_o.f32"), &out.o)?;
-    let grads = attention::backward(
-        &SwaBackward {
-            input: x,
-            out: SwaOut {
-                o: &emu_o,
-                lse: &out.lse,
+    for (path, exe) in [("mma.sync", mma_sync), ("Hopper", hopper)] {
+        let label = format!("{name} ({path})");
+        emulate(exe, &dir, &label, ("launch", &sizes), "bf16")?;
+        // The CPU backward takes the emulated o, as the kernels' backward does (its delta =
+        // dout · o from the forward's bf16 o), so the gradients are compared on the same o; o
+        // itself is the forward's check.
+        let emu_o = read(&dir.join("emu_o.f32"), &out.o)?;
+        let grads = attention::backward(
+            &SwaBackward {
+                input: x.clone(),
+                out: SwaOut {
+                    o: &emu_o,
+                    lse: &out.lse,
+                },
+                dout: &dout,
             },
-            dout: &dout,
-        },
-        window,
-        scale,
-    )?;
-    check_outputs(
-        &dir,
-        name,
-        &[
-            ("o", &out.o),
-            ("lse", &out.lse),
-            ("dq", &grads.q),
-            ("dk", &grads.k),
-            ("dv", &grads.v),
-        ],
-        TIGHT,
-    )
+            window,
+            scale,
+        )?;
+        check_outputs(
+            &dir,
+            &label,
+            &[
+                ("o", &out.o),
+                ("lse", &out.lse),
+                ("dq", &grads.q),
+                ("dk", &grads.k),
+                ("dv", &grads.v),
+            ],
+            TIGHT,
+        )?;
+    }
+    Ok(())
 }
 
 /// A window inside the sequence, T not a multiple of a tile; the window's lower edge crossing
