@@ -389,16 +389,42 @@ void mbar_arrive(unsigned long long* bar) {
     complete_if_done(b);
     ++progress;
 }
+// TMA copies issued and not yet landed: each lands when a thread first waits on its barrier
+// (the latest a GPU may land it), so a read of the buffer before that wait reads what was there.
+namespace {
+struct TmaCopy {
+    unsigned long long* bar;
+    std::function<void()> land;
+};
+std::vector<TmaCopy> tma_pending;
+void land_copies(unsigned long long* bar) {
+    for (size_t i = 0; i < tma_pending.size();) {
+        if (tma_pending[i].bar == bar) {
+            const std::function<void()> land = std::move(tma_pending[i].land);
+            tma_pending.erase(tma_pending.begin() + (long)i);
+            land();
+        } else {
+            ++i;
+        }
+    }
+}
+}  // namespace
+
 void mbar_wait(unsigned long long* bar, unsigned parity) {
-    while (mbar(bar).phase == (parity & 1)) emu_yield();
+    land_copies(bar);
+    while (mbar(bar).phase == (parity & 1)) {
+        emu_yield();
+        land_copies(bar);
+    }
 }
 
 void tma_load_4d(bf16* dst, const TensorMap& map, int c0, int c1, int c2, int c3, unsigned long long* bar) {
     const unsigned long long* w = reinterpret_cast<const unsigned long long*>(&map);
     const unsigned char* base = reinterpret_cast<const unsigned char*>(w[0]);
-    const unsigned long long* dims = w + 1;
-    const unsigned long long* box = w + 5;
-    const int at[4] = {c0, c1, c2, c3};
+    unsigned long long dims[4], box[4];
+    memcpy(dims, w + 1, sizeof dims);
+    memcpy(box, w + 5, sizeof box);
+    const long long at[4] = {c0, c1, c2, c3};
     unsigned char* out = reinterpret_cast<unsigned char*>(dst);
     if (box[0] * 2 != 128 || (out - emu_smem) % 1024) {
         fprintf(stderr, "emu: a TMA box of 128-byte rows into 1024-byte aligned shared memory expected\n");
@@ -407,26 +433,28 @@ void tma_load_4d(bf16* dst, const TensorMap& map, int c0, int c1, int c2, int c3
     const unsigned bytes = (unsigned)(box[0] * box[1] * box[2] * box[3] * 2);
     check_smem(out, bytes, "TMA destination");
     // Box rows in order, each 128 bytes whose 16-byte chunks are swizzled by the row.
-    unsigned row = 0;
-    for (unsigned long long i3 = 0; i3 < box[3]; ++i3)
-        for (unsigned long long i2 = 0; i2 < box[2]; ++i2)
-            for (unsigned long long i1 = 0; i1 < box[1]; ++i1, ++row)
-                for (unsigned long long i0 = 0; i0 < box[0]; ++i0) {
-                    const long long x[4] = {at[0] + (long long)i0, at[1] + (long long)i1, at[2] + (long long)i2,
-                                            at[3] + (long long)i3};
-                    emu_u16 v = 0;
-                    if (x[0] >= 0 && x[1] >= 0 && x[2] >= 0 && x[3] >= 0 && x[0] < (long long)dims[0] &&
-                        x[1] < (long long)dims[1] && x[2] < (long long)dims[2] && x[3] < (long long)dims[3]) {
-                        const unsigned long long e = ((x[3] * dims[2] + x[2]) * dims[1] + x[1]) * dims[0] + x[0];
-                        memcpy(&v, base + 2 * e, 2);
-                    }
-                    unsigned off = row * 128 + (unsigned)i0 * 2;
-                    off ^= (row & 7) << 4;
-                    memcpy(out + off, &v, 2);
-                }
-    Mbar& b = mbar(bar);
-    b.tx -= (int)bytes;
-    complete_if_done(b);
+    tma_pending.push_back({bar, [=] {
+                               unsigned row = 0;
+                               for (unsigned long long i3 = 0; i3 < box[3]; ++i3)
+                                   for (unsigned long long i2 = 0; i2 < box[2]; ++i2)
+                                       for (unsigned long long i1 = 0; i1 < box[1]; ++i1, ++row)
+                                           for (unsigned long long i0 = 0; i0 < box[0]; ++i0) {
+                                               const unsigned long long x[4] = {at[0] + i0, at[1] + i1, at[2] + i2,
+                                                                                at[3] + i3};
+                                               emu_u16 v = 0;
+                                               if (x[0] < dims[0] && x[1] < dims[1] && x[2] < dims[2] &&
+                                                   x[3] < dims[3]) {
+                                                   const unsigned long long e =
+                                                       ((x[3] * dims[2] + x[2]) * dims[1] + x[1]) * dims[0] + x[0];
+                                                   memcpy(&v, base + 2 * e, 2);
+                                               }
+                                               const unsigned off = (row * 128 + (unsigned)i0 * 2) ^ ((row & 7) << 4);
+                                               memcpy(out + off, &v, 2);
+                                           }
+                               Mbar& b = mbar(bar);
+                               b.tx -= (int)bytes;
+                               complete_if_done(b);
+                           }});
     ++progress;
 }
 
@@ -452,6 +480,7 @@ void emu_launch(EmuLaunch L, std::function<void()> kernel) {
                 bar_arrived = 0;
                 for (auto& w : warps) w.arrived = 0;
                 for (auto& w : warpgroups) w.arrived = 0;
+                tma_pending.clear();
                 for (int t = 0; t < nthreads; ++t) {
                     Fiber& f = fibers[t];
                     f.lin = t;

@@ -192,9 +192,10 @@ bool __any_sync(unsigned mask, bool p);
 
 // The copies and barriers of tma.cuh. A harness encodes a tensor map's 128 bytes as words: the
 // bf16 tensor's address, its four sizes and then the box's four, innermost first (a contiguous
-// row-major tensor). A copy lands at its issue (the earliest a GPU may), zeros where the box
-// leaves the tensor, and counts its bytes on the barrier; a wait yields until the phase of its
-// parity has completed.
+// row-major tensor). A copy lands when a thread first waits on its barrier (the latest a GPU
+// may land it, so a read before the wait reads stale or NaN data), zeros where the box leaves
+// the tensor, and counts its bytes there; a wait yields until the phase of its parity has
+// completed.
 struct TensorMap;
 void mbar_init(unsigned long long* bar, unsigned count);
 inline void mbar_init_fence() {}
