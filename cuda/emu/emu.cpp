@@ -330,11 +330,11 @@ void emu_wgmma(float* d, int n, const unsigned* a, unsigned long long da, int ta
                 const int r = m % 16, lane = (r % 8) * 4 + (k % 8) / 2;
                 A[m][k] = bf(s.a[(m / 16) * 32 + lane][r / 8 + 2 * (k / 8)] >> (16 * (k % 2)));
             } else {
-                A[m][k] = ta ? operand(da, m, k, true) : operand(da, m, k, false);
+                A[m][k] = operand(da, m, k, ta != 0);
             }
         }
     for (int k = 0; k < 16; ++k)
-        for (int c = 0; c < n; ++c) B[k][c] = tb ? operand(db, c, k, true) : operand(db, c, k, false);
+        for (int c = 0; c < n; ++c) B[k][c] = operand(db, c, k, tb != 0);
     for (int i = 0; i < 128; ++i) {
         const int w = i / 32, gq = (i % 32) / 4, tq = i % 4;
         for (int j = 0; j < n / 8; ++j)
@@ -376,18 +376,15 @@ void mbar_init(unsigned long long* bar, unsigned count) {
     b.tx = 0;
     b.phase = 0;
 }
-void mbar_expect(unsigned long long* bar, unsigned bytes) {
-    Mbar& b = mbar(bar);
-    b.tx += (int)bytes;
-    --b.missing;
-    complete_if_done(b);
-    ++progress;
-}
 void mbar_arrive(unsigned long long* bar) {
     Mbar& b = mbar(bar);
     --b.missing;
     complete_if_done(b);
     ++progress;
+}
+void mbar_expect(unsigned long long* bar, unsigned bytes) {
+    mbar(bar).tx += (int)bytes;
+    mbar_arrive(bar);
 }
 // TMA copies issued and not yet landed: each lands when a thread first waits on its barrier
 // (the latest a GPU may land it), so a read of the buffer before that wait reads what was there.
@@ -432,25 +429,23 @@ void tma_load_4d(bf16* dst, const TensorMap& map, int c0, int c1, int c2, int c3
     }
     const unsigned bytes = (unsigned)(box[0] * box[1] * box[2] * box[3] * 2);
     check_smem(out, bytes, "TMA destination");
-    // Box rows in order, each 128 bytes whose 16-byte chunks are swizzled by the row.
+    // The box's rows (its dimensions 1 to 3) in order, each 128 bytes whose 16-byte chunks are
+    // swizzled by the row.
+    const unsigned rows = (unsigned)(box[1] * box[2] * box[3]);
     tma_pending.push_back({bar, [=] {
-                               unsigned row = 0;
-                               for (unsigned long long i3 = 0; i3 < box[3]; ++i3)
-                                   for (unsigned long long i2 = 0; i2 < box[2]; ++i2)
-                                       for (unsigned long long i1 = 0; i1 < box[1]; ++i1, ++row)
-                                           for (unsigned long long i0 = 0; i0 < box[0]; ++i0) {
-                                               const unsigned long long x[4] = {at[0] + i0, at[1] + i1, at[2] + i2,
-                                                                                at[3] + i3};
-                                               emu_u16 v = 0;
-                                               if (x[0] < dims[0] && x[1] < dims[1] && x[2] < dims[2] &&
-                                                   x[3] < dims[3]) {
-                                                   const unsigned long long e =
-                                                       ((x[3] * dims[2] + x[2]) * dims[1] + x[1]) * dims[0] + x[0];
-                                                   memcpy(&v, base + 2 * e, 2);
-                                               }
-                                               const unsigned off = (row * 128 + (unsigned)i0 * 2) ^ ((row & 7) << 4);
-                                               memcpy(out + off, &v, 2);
-                                           }
+                               for (unsigned row = 0; row < rows; ++row) {
+                                   const unsigned long long x1 = at[1] + row % box[1],
+                                                            x2 = at[2] + row / box[1] % box[2],
+                                                            x3 = at[3] + row / (box[1] * box[2]);
+                                   for (unsigned i0 = 0; i0 < box[0]; ++i0) {
+                                       const unsigned long long x0 = at[0] + i0;
+                                       emu_u16 v = 0;  // past the tensor (negative coordinates wrap past it too)
+                                       if (x0 < dims[0] && x1 < dims[1] && x2 < dims[2] && x3 < dims[3])
+                                           memcpy(&v, base + 2 * (((x3 * dims[2] + x2) * dims[1] + x1) * dims[0] + x0),
+                                                  2);
+                                       memcpy(out + ((row * 128 + i0 * 2) ^ ((row & 7) << 4)), &v, 2);
+                                   }
+                               }
                                Mbar& b = mbar(bar);
                                b.tx -= (int)bytes;
                                complete_if_done(b);

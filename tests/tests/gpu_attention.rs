@@ -67,9 +67,10 @@ fn swa_matches_cpu_at_long_lengths() -> Result<()> {
         // Every key tile of a block's walk adds to dQ of a query tile that others add to too,
         // for four heads of a group and both 64-column halves of D = 128, two sequences.
         case(2, 777, 4, 1, 128, 700),
-        // More 128-query tiles than an H200 has SMs (512 and 640), so that each block of
-        // Hopper's persistent forward walks several, reusing its Q buffers and K/V ring across
-        // tiles of different lengths (full causal in the second).
+        // More 128-query tiles than an H200 has SMs (512 and 640). At head dim 128 each block
+        // of Hopper's persistent forward walks several, reusing its Q buffers and K/V ring
+        // across tiles; the second, full causal at head dim 64, runs swa_fwd (the emulated
+        // tests walk the persistent forward through full causal tiles of different lengths).
         case(2, 4096, 8, 2, 128, 700),
         case(2, 2500, 16, 4, 64, 4096),
     ];

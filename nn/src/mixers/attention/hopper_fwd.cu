@@ -178,8 +178,8 @@ __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
                 wg_hold(s_f);
                 softmax(j);
                 values_done(j - 1);
-                // Most tiles leave every row's max where it was (alpha exactly 1): the warp then
-                // skips the D / 2 multiplications a thread.
+                // Where no row of the warp's has a new max (alpha exactly 1), the warp skips the
+                // D / 2 multiplications a thread (how often is not measured).
                 if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) rescale(acc, alpha);
                 to_a();
             }
