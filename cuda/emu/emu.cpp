@@ -15,6 +15,13 @@ struct Copy {
     bool valid;
 };
 
+// A bulk reduction: dst[i] += src[i] over n floats.
+struct Reduce {
+    float* dst;
+    const float* src;
+    unsigned n;
+};
+
 struct Fiber {
     ucontext_t ctx;
     std::vector<char> stack;
@@ -23,6 +30,8 @@ struct Fiber {
     bool done = false;
     std::vector<Copy> open;
     std::deque<std::vector<Copy>> committed;
+    std::vector<Reduce> bulk_open;
+    std::deque<std::vector<Reduce>> bulk_committed;
 };
 
 struct WarpState {
@@ -36,6 +45,10 @@ ucontext_t sched_ctx;
 std::function<void()>* kernel_fn = nullptr;
 unsigned long long progress = 0;
 int bar_arrived = 0, bar_gen = 0;
+struct Named {
+    int arrived = 0, gen = 0;
+};
+Named named[16];
 WarpState warps[32];
 
 void land(std::vector<Copy>& g) {
@@ -51,6 +64,10 @@ void land(std::vector<Copy>& g) {
 void fiber_entry() {
     (*kernel_fn)();
     Fiber& f = fibers[cur];
+    if (!f.bulk_open.empty() || !f.bulk_committed.empty()) {
+        fprintf(stderr, "emu: thread %d exits with bulk reductions not waited for\n", f.lin);
+        abort();
+    }
     f.done = true;
     --live;
     ++progress;
@@ -311,7 +328,8 @@ float operand(unsigned long long desc, int mn, int k, bool mn_major) {
 }
 }  // namespace
 
-void emu_wgmma(float* d, int n, const unsigned* a, unsigned long long da, int ta, unsigned long long db, int tb) {
+void emu_wgmma(float* d, int n, const unsigned* a, unsigned long long da, int ta, unsigned long long db, int tb,
+               bool add) {
     const int lin = fibers[cur].lin, t = lin & 127;
     WarpgroupState& s = warpgroups[lin >> 7];
     s.d[t] = d;
@@ -342,7 +360,7 @@ void emu_wgmma(float* d, int n, const unsigned* a, unsigned long long da, int ta
                 const int row = 16 * w + gq + 8 * (e / 2), col = 8 * j + 2 * tq + e % 2;
                 float sum = 0.0f;
                 for (int k = 0; k < 16; ++k) sum = fmaf(A[row][k], B[k][col], sum);
-                s.d[i][4 * j + e] += sum;
+                s.d[i][4 * j + e] = add ? s.d[i][4 * j + e] + sum : sum;
             }
     }
     s.arrived = 0;
@@ -453,6 +471,60 @@ void tma_load_4d(bf16* dst, const TensorMap& map, int c0, int c1, int c2, int c3
     ++progress;
 }
 
+void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+    if (bytes % 16 || smem_addr(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16) {
+        fprintf(stderr, "emu: a bulk copy of %u bytes not in 16-byte units\n", bytes);
+        abort();
+    }
+    check_smem(dst, bytes, "bulk copy destination");
+    tma_pending.push_back({bar, [=] {
+                               memcpy(dst, src, bytes);
+                               Mbar& b = mbar(bar);
+                               b.tx -= (int)bytes;
+                               complete_if_done(b);
+                           }});
+    ++progress;
+}
+
+void bulk_reduce_add(float* dst, const float* src, unsigned bytes) {
+    if (bytes % 16 || smem_addr(src) % 16 || reinterpret_cast<uintptr_t>(dst) % 16) {
+        fprintf(stderr, "emu: a bulk reduction of %u bytes not in 16-byte units\n", bytes);
+        abort();
+    }
+    check_smem(src, bytes, "bulk reduction source");
+    fibers[cur].bulk_open.push_back({dst, src, bytes / 4});
+}
+void bulk_commit() {
+    Fiber& f = fibers[cur];
+    f.bulk_committed.push_back(std::move(f.bulk_open));
+    f.bulk_open.clear();
+}
+void emu_bulk_wait(int n) {
+    Fiber& f = fibers[cur];
+    while ((int)f.bulk_committed.size() > n) {
+        for (const Reduce& r : f.bulk_committed.front())
+            for (unsigned i = 0; i < r.n; ++i) r.dst[i] += r.src[i];
+        f.bulk_committed.pop_front();
+    }
+    ++progress;
+}
+
+void bar_sync(unsigned id, unsigned threads) {
+    if (id == 0 || id >= 16 || threads % 32) {
+        fprintf(stderr, "emu: named barrier %u of %u threads\n", id, threads);
+        abort();
+    }
+    ++progress;
+    Named& n = named[id];
+    const int g = n.gen;
+    if (++n.arrived == (int)threads) {
+        n.arrived = 0;
+        ++n.gen;
+    } else {
+        while (n.gen == g) emu_yield();
+    }
+}
+
 void emu_launch(EmuLaunch L, std::function<void()> kernel) {
     const int nthreads = L.block.x * L.block.y * L.block.z;
     if (nthreads % 32) {
@@ -475,6 +547,7 @@ void emu_launch(EmuLaunch L, std::function<void()> kernel) {
                 bar_arrived = 0;
                 for (auto& w : warps) w.arrived = 0;
                 for (auto& w : warpgroups) w.arrived = 0;
+                for (auto& n : named) n.arrived = 0;
                 tma_pending.clear();
                 for (int t = 0; t < nthreads; ++t) {
                     Fiber& f = fibers[t];

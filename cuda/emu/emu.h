@@ -11,7 +11,7 @@
 // result. The test turns kernel sources into C++ over this header. Not emulated: timing, memory
 // ordering between blocks (blocks run one after another), atomics racing (a fiber runs until it
 // reaches a collective). Built with __CUDA_ARCH_FEAT_SM90_ALL defined it is a Hopper target:
-// wgmma, TMA copies and mbarriers are emulated below.
+// wgmma, TMA and bulk copies, bulk reductions, mbarriers and named barriers are emulated below.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -172,14 +172,17 @@ template <typename T> inline float row_exp(float x, float shift) {
 // wgmma.mma_async as a warpgroup collective: each of the 128 threads deposits its accumulator
 // (and, for a register A, its fragment); the last to arrive multiplies the 64 x 16 A by the
 // 16 x N B read from shared memory through their descriptors (128-byte swizzle) and adds into
-// every thread's accumulator. It completes at the call, the earliest a GPU may; fences, commits
-// and waits are then no-ops.
-void emu_wgmma(float* d, int n, const unsigned* a, unsigned long long da, int ta, unsigned long long db, int tb);
-template <int TA, int TB, int N> inline void wgmma_ss(float (&d)[N], unsigned long long da, unsigned long long db) {
-    emu_wgmma(d, 2 * N, nullptr, da, TA, db, TB);
+// every thread's accumulator (or writes it, where `add` is false). It completes at the call, the
+// earliest a GPU may; fences, commits and waits are then no-ops.
+void emu_wgmma(float* d, int n, const unsigned* a, unsigned long long da, int ta, unsigned long long db, int tb,
+               bool add);
+template <int TA, int TB, int N>
+inline void wgmma_ss(float (&d)[N], unsigned long long da, unsigned long long db, bool add = true) {
+    emu_wgmma(d, 2 * N, nullptr, da, TA, db, TB, add);
 }
-template <int TB, int N> inline void wgmma_rs(float (&d)[N], const unsigned (&a)[4], unsigned long long db) {
-    emu_wgmma(d, 2 * N, a, 0, 0, db, TB);
+template <int TB, int N>
+inline void wgmma_rs(float (&d)[N], const unsigned (&a)[4], unsigned long long db, bool add = true) {
+    emu_wgmma(d, 2 * N, a, 0, 0, db, TB, add);
 }
 inline void fence_proxy_async() {}
 inline void wg_arrive() {}
@@ -204,6 +207,18 @@ void mbar_arrive(unsigned long long* bar);
 void mbar_wait(unsigned long long* bar, unsigned parity);
 inline void tma_prefetch(const TensorMap&) {}
 void tma_load_4d(struct bf16* dst, const TensorMap& map, int c0, int c1, int c2, int c3, unsigned long long* bar);
+void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* bar);
+// Bulk reductions into global memory read shared memory and add when their issuing thread waits
+// for their group (the latest a GPU may read it, so a buffer rewritten before the wait adds the
+// new values); a thread that exits with one not waited for is an error.
+void bulk_reduce_add(float* dst, const float* src, unsigned bytes);
+void bulk_commit();
+void emu_bulk_wait(int n);
+template <int N> inline void bulk_wait_read() { emu_bulk_wait(N); }
+template <int N> inline void bulk_wait() { emu_bulk_wait(N); }
+void bar_sync(unsigned id, unsigned threads);
+template <unsigned N> inline void regs_lower() {}
+template <unsigned N> inline void regs_raise() {}
 
 // ---- launching ----
 struct EmuLaunch {

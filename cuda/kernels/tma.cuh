@@ -1,6 +1,6 @@
 // tma.cuh: Hopper's tensor memory accelerator (TMA) and the shared-memory barriers it signals,
-// for warp-specialised kernels (attention's Hopper forward), prepended after wgmma.cuh. Only
-// where NVRTC targets sm_90a: the kernels using it exist only there.
+// for warp-specialised kernels (attention's Hopper forward and backward), prepended after
+// wgmma.cuh. Only where NVRTC targets sm_90a: the kernels using it exist only there.
 //
 // A TMA copy moves a whole box of a tensor (described on the host by a tensor map, swax-cuda's
 // tma.rs) from global into shared memory, written in wgmma's 128-byte-swizzle layout and with
@@ -57,6 +57,52 @@ __device__ __forceinline__ void tma_load_4d(bf16* dst, const TensorMap& map, int
         "[%6];\n" ::"r"(smem_addr(dst)),
         "l"(reinterpret_cast<u64>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
         : "memory");
+}
+
+// A bulk copy of `bytes` contiguous bytes (a multiple of 16, both ends 16-byte aligned) from
+// global into shared memory, its bytes counted on bar.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 bytes, u64* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+            smem_addr(dst)),
+        "l"(reinterpret_cast<u64>(src)), "r"(bytes), "r"(smem_addr(bar))
+        : "memory");
+}
+
+// dst[i] += src[i] for `bytes` contiguous bytes of f32 (a multiple of 16, 16-byte aligned), src
+// in shared memory (written by ordinary stores: fence_proxy_async and a barrier first), dst in
+// global, by the TMA unit, atomically per element. The issuing thread groups its reductions
+// with bulk_commit and waits with bulk_wait_read (until the group has read shared memory, which
+// may then be rewritten) or bulk_wait (until the additions are done; before the block exits).
+__device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, u32 bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                     reinterpret_cast<u64>(dst)),
+                 "r"(smem_addr(src)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until at most N of this thread's groups have not read their shared memory.
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// A barrier of `threads` threads (whole warps) named `id` (1 to 15; 0 is __syncthreads'), for
+// the warps of one role while another role runs on.
+__device__ __forceinline__ void bar_sync(u32 id, u32 threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The registers a thread of this warpgroup may use, lowered (a producer that only issues copies)
+// or raised (consumers that hold accumulators) from the launch's even share; every thread of
+// the warpgroup executes it.
+template <u32 N> __device__ __forceinline__ void regs_lower() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <u32 N> __device__ __forceinline__ void regs_raise() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
 #endif

@@ -63,8 +63,10 @@ template <int N> __device__ __forceinline__ void wg_keep(const u32 (&a)[N][4]) {
         SM90A_ONLY(asm volatile("" ::"r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]) : "memory"));
 }
 
-// d (m64 x N, f32) += A (64 x 16) B (16 x N), bf16: wgmma_ss with A and B in shared memory (TA,
-// TB: MN-major), wgmma_rs with A in registers; one pair for each N, 64 and 128, written out by
+// d (m64 x N, f32) += A (64 x 16) B (16 x N), bf16, or d = A B where `add` is false (the first
+// k-slice of a product, so that d needs no zeroing: zeros written into d between the fence and
+// the product make ptxas wait for the products before): wgmma_ss with A and B in shared memory
+// (TA, TB: MN-major), wgmma_rs with A in registers; one pair for each N, 64 and 128, written out by
 // WGMMA_PAIR from the accumulator's operands (OUTS, numbered REGS) and the numbers of the
 // operands after them (as strings: inline assembly names operands by position).
 #define WG_D8(i)                                                                                              \
@@ -79,21 +81,23 @@ template <int N> __device__ __forceinline__ void wg_keep(const u32 (&a)[N][4]) {
     WG_R32 ", "                                                                         \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-// After the accumulator: ss takes da, db, 1, TA, TB; rs takes a[0..3], db, 1, TB.
+// After the accumulator: ss takes da, db, add, TA, TB; rs takes a[0..3], db, add, TB.
 #define WGMMA_PAIR(N, OUTS, REGS, SS_DA, SS_DB, SS_ONE, SS_TA, SS_TB, RS_A, RS_DB, RS_ONE, RS_TB)               \
-    template <int TA, int TB> __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 da, u64 db) {     \
+    template <int TA, int TB>                                                                                   \
+    __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 da, u64 db, bool add = true) {              \
         SM90A_ONLY(asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SS_ONE ", 0;\n"                           \
                                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" REGS "}, " SS_DA    \
                                 ", " SS_DB ", p, 1, 1, " SS_TA ", " SS_TB ";\n}\n"                              \
                                 : OUTS                                                                          \
-                                : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB)));                                 \
+                                : "l"(da), "l"(db), "r"((u32)add), "n"(TA), "n"(TB)));                          \
     }                                                                                                           \
-    template <int TB> __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 db) {  \
+    template <int TB>                                                                                           \
+    __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 db, bool add = true) {   \
         SM90A_ONLY(asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " RS_ONE ", 0;\n"                           \
                                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" REGS "}, "          \
                                 "{" RS_A "}, " RS_DB ", p, 1, 1, " RS_TB ";\n}\n"                               \
                                 : OUTS                                                                          \
-                                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB)));       \
+                                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((u32)add), "n"(TB)));\
     }
 
 WGMMA_PAIR(64, WG_D32, WG_R32, "%32", "%33", "%34", "%35", "%36", "%32, %33, %34, %35", "%36", "%37", "%38")

@@ -103,7 +103,8 @@ const ATTENTION: Driver = Driver {
 };
 
 /// The same kernels as Hopper runs them (the harness defines `__CUDA_ARCH_FEAT_SM90_ALL`):
-/// wgmma products, and at head dim 128 hopper_fwd.cu's TMA-fed forward.
+/// wgmma products, and at head dim 128 hopper_fwd.cu's and hopper_bwd.cu's warp-specialised
+/// forward and backward.
 const ATTENTION_HOPPER: Driver = Driver {
     name: "attention_hopper",
     sources: &[
@@ -111,6 +112,7 @@ const ATTENTION_HOPPER: Driver = Driver {
         "cuda/kernels/tma.cuh",
         "nn/src/mixers/attention/attention.cu",
         "nn/src/mixers/attention/hopper_fwd.cu",
+        "nn/src/mixers/attention/hopper_bwd.cu",
     ],
 };
 
@@ -186,7 +188,7 @@ fn rattention_harness() -> Option<&'static Path> {
 }
 
 /// The functions of the kernel sources that wrap PTX; emu.h has their CPU versions.
-const PTX_WRAPPERS: [&str; 26] = [
+const PTX_WRAPPERS: [&str; 34] = [
     "bf16_bits",
     "bf16x2_bits",
     "row_exp",
@@ -213,6 +215,14 @@ const PTX_WRAPPERS: [&str; 26] = [
     "mbar_wait",
     "tma_prefetch",
     "tma_load_4d",
+    "bulk_load",
+    "bulk_reduce_add",
+    "bulk_commit",
+    "bulk_wait_read",
+    "bulk_wait",
+    "bar_sync",
+    "regs_lower",
+    "regs_raise",
 ];
 
 /// The macros that write wgmma's PTX (wgmma.cuh), dropped with their uses; emu.h has
@@ -1255,17 +1265,20 @@ fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Res
     let d = dims[4];
     let z = attention::launch_sizes(d);
     let sizes = format!(
-        "{} {} {} {} {} {} {} {} {} {}\n",
+        "{} {} {} {} {} {} {} {} {} {} {} {} {}\n",
         z.fwd_rows,
         z.fwd_threads,
         z.fwd_shared,
         z.bwd_rows,
         z.bwd_threads,
         z.bwd_shared,
-        z.delta_rows,
+        z.prep_rows,
         z.hopper_fwd_rows,
         z.hopper_fwd_threads,
-        z.hopper_fwd_shared
+        z.hopper_fwd_shared,
+        z.hopper_bwd_keys,
+        z.hopper_bwd_threads,
+        z.hopper_bwd_shared
     );
     let scale = attention::default_scale(d);
     let x = SwaIn {

@@ -67,12 +67,14 @@ fn swa_matches_cpu_at_long_lengths() -> Result<()> {
         // Every key tile of a block's walk adds to dQ of a query tile that others add to too,
         // for four heads of a group and both 64-column halves of D = 128, two sequences.
         case(2, 777, 4, 1, 128, 700),
-        // More 128-query tiles than an H200 has SMs (512 and 640). At head dim 128 each block
-        // of Hopper's persistent forward walks several, reusing its Q buffers and K/V ring
-        // across tiles; the second, full causal at head dim 64, runs swa_fwd (the emulated
-        // tests walk the persistent forward through full causal tiles of different lengths).
+        // More 128-query tiles than an H200 has SMs (512, 640 and 144). At head dim 128 each
+        // block of Hopper's persistent forward walks several, reusing its Q buffers and K/V
+        // ring across tiles (the third full causal, so tiles of every length); the second, full
+        // causal at head dim 64, runs swa_fwd. Hopper's backward walks up to 288 query tiles a
+        // block of keys (the third, group 4).
         case(2, 4096, 8, 2, 128, 700),
         case(2, 2500, 16, 4, 64, 4096),
+        case(1, 4608, 4, 1, 128, 5000),
     ];
     for c in cases {
         let err = check(c, DType::BF16, gpu)?;

@@ -25,9 +25,11 @@
 // back into the P·V product as A fragments without touching shared memory. Saves each row's
 // natural log-sum-exp, f32 [B, H, T].
 //
-// Backward (flash-attention 2): `swa_bwd_delta` forms delta_t = do_t · o_t; then a block per
-// (64-key tile, kv head, batch) of four warps holds its K and V tiles, walks every q head of its
-// group and every query tile that sees it, and keeps dK and dV of its keys in registers (warp w
+// Backward (flash-attention 2; on Hopper at head dim 128, hopper_bwd.cu's warp-specialised
+// kernel replaces it): `swa_bwd_prep` forms delta_t = do_t · o_t and lse in log2 units, padded
+// to whole query tiles; then a block per (64-key tile, kv head, batch) of four warps holds its K
+// and V tiles, walks every q head of its group and every query tile that sees it, and keeps dK
+// and dV of its keys in registers (warp w
 // owns keys 16w..16w+15, so the grouped heads' sum is free). Per query tile it recomputes
 // S^T = K Q^T and dP^T = V dO^T, forms P^T and dS^T in registers, adds P^T dO to dV and dS^T Q
 // to dK, stages dS^T in shared memory and adds its share of dQ = dS K to an f32 accumulator with
@@ -278,22 +280,82 @@ __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
     for (int i = 0; i < MT; ++i) store_rows<D>(acc[i], m[i], l[i], rows(i) + g, T, b, h, heads, o, lse);
 }
 
-// delta[b, h, t] = sum_d do · o, a warp per row of [B, T, H].
-extern "C" __global__ void swa_bwd_delta(const bf16* __restrict__ o, const bf16* __restrict__ dout,
-                                         float* __restrict__ delta, u32 rows, u32 t_len, u32 heads, u32 d) {
+// The backward's row statistics in [B, H, T_pad] (T_pad: T rounded up to whole tiles, so that a
+// query tile's are one aligned run): delta = sum_d do · o and lse2 = lse / ln 2 (log2 units);
+// rows past T get delta 0 and lse2 +inf, so that their probabilities are zero. A warp a row.
+extern "C" __global__ void swa_bwd_prep(const bf16* __restrict__ o, const bf16* __restrict__ dout,
+                                        const float* __restrict__ lse, float* __restrict__ delta,
+                                        float* __restrict__ lse2, u32 rows, u32 t_len, u32 t_pad, u32 heads, u32 d) {
     const u32 row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
+    const u32 t = row % t_pad, bh = row / t_pad;
     float s = 0.0f;
-    for (u32 i = lane; i < d; i += 32) s += to_float(o[(u64)row * d + i]) * to_float(dout[(u64)row * d + i]);
+    if (t < t_len) {
+        const u64 at = (((u64)(bh / heads) * t_len + t) * heads + bh % heads) * d;
+        for (u32 i = lane; i < d; i += 32) s += to_float(o[at + i]) * to_float(dout[at + i]);
+    }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) s += shfl_xor(s, off);
-    const u32 h = row % heads, bt = row / heads;
-    if (lane == 0) delta[((u64)(bt / t_len) * heads + h) * t_len + bt % t_len] = s;
+    if (lane == 0) {
+        delta[row] = s;
+        lse2[row] = t < t_len ? lse[(u64)bh * t_len + t] * LOG2E : __int_as_float(0x7f800000);
+    }
+}
+
+// A 16-key by 64-query slab of the backward, in registers (the mma.sync C layout; this thread's
+// keys key0 and key0 + 8, queries t0 + column): S^T and dP^T in, P^T and dS^T = P^T (dP^T -
+// delta) out. l_s and d_s: the query tile's lse2 and delta.
+__device__ __forceinline__ void bwd_probs(float (&st)[TILE / 8][4], float (&dpt)[TILE / 8][4],
+                                          const float* l_s, const float* d_s, int t0, int key0, bool masked,
+                                          u32 window, float scale_log2) {
+    const int tq = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < TILE / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int col = n * 8 + 2 * tq + (e & 1);
+            float p = fast_exp2(st[n][e] * scale_log2 - l_s[col]);
+            if (masked && !visible(t0 + col, key0 + (e >> 1) * 8, window)) p = 0.0f;
+            st[n][e] = p;
+            dpt[n][e] = p * (dpt[n][e] - d_s[col]);
+        }
+}
+
+// This thread's rows row, row + 8 of dS^T into a [keys][64 queries] bf16 tile (swizzled).
+__device__ __forceinline__ void store_ds(bf16* sds, int row, const float (&dpt)[TILE / 8][4]) {
+    const int tq = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < TILE / 8; ++n) {
+        const int at = swz<TILE>(row, n * 8 + 2 * tq);  // rows row and row + 8 share a swizzle
+        *reinterpret_cast<u32*>(sds + at) = bf16x2_bits(dpt[n][0], dpt[n][1]);
+        *reinterpret_cast<u32*>(sds + at + 8 * TILE) = bf16x2_bits(dpt[n][2], dpt[n][3]);
+    }
+}
+
+// The end of a backward: dK (scaled) and dV of this thread's keys key0, key0 + 8 of kv head hk.
+template <int D>
+__device__ __forceinline__ void store_dkv(const float (&dk_acc)[D / 8][4], const float (&dv_acc)[D / 8][4], int key0,
+                                          int T, int b, int hk, u32 kv_heads, float scale, bf16* __restrict__ dk,
+                                          bf16* __restrict__ dv) {
+    const int tq = threadIdx.x & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = key0 + r * 8;
+        if (key >= T) continue;
+        const u64 at = (((u64)b * T + key) * kv_heads + hk) * D;
+        u32* dkr = reinterpret_cast<u32*>(dk + at);
+        u32* dvr = reinterpret_cast<u32*>(dv + at);
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+            dkr[i * 4 + tq] = bf16x2_bits(dk_acc[i][2 * r] * scale, dk_acc[i][2 * r + 1] * scale);
+            dvr[i * 4 + tq] = bf16x2_bits(dv_acc[i][2 * r], dv_acc[i][2 * r + 1]);
+        }
+    }
 }
 
 template <int D>
 __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
-                        const bf16* __restrict__ dout, const float* __restrict__ lse,
+                        const bf16* __restrict__ dout, const float* __restrict__ lse2,
                         const float* __restrict__ delta, float* __restrict__ dq_acc, bf16* __restrict__ dk,
                         bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale) {
     constexpr int KT = D / 16, NT = TILE / 8, DT = D / 8;
@@ -306,7 +368,7 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
     float* slse = reinterpret_cast<float*>(sds + TILE * TILE);  // [2][TILE], log2 units
     float* sdelta = slse + 2 * TILE;                           // [2][TILE]
 
-    const int T = (int)t_len;
+    const int T = (int)t_len, t_pad = (T + TILE - 1) / TILE * TILE;
     const int s0 = blockIdx.x * TILE, hk = blockIdx.y, b = blockIdx.z;
     const int group = heads / kv_heads;
     const u64 qrs = (u64)heads * D, krs = (u64)kv_heads * D;
@@ -324,10 +386,9 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
         load_tile<D, TILE, BWD_THREADS, false, WG>(sq + buf * TILE * D, q + off, qrs, t0, T, 0);
         load_tile<D, TILE, BWD_THREADS, false, WG>(sdo + buf * TILE * D, dout + off, qrs, t0, T, 0);
         if (threadIdx.x < TILE) {
-            const int t = t0 + threadIdx.x;
-            const u64 at = ((u64)b * heads + hq) * T + t;
-            slse[buf * TILE + threadIdx.x] = t < T ? lse[at] * LOG2E : __int_as_float(0x7f800000);
-            sdelta[buf * TILE + threadIdx.x] = t < T ? delta[at] : 0.0f;
+            const u64 at = ((u64)b * heads + hq) * t_pad + t0 + threadIdx.x;
+            slse[buf * TILE + threadIdx.x] = lse2[at];
+            sdelta[buf * TILE + threadIdx.x] = delta[at];
         }
     };
     load_tile<D, TILE, BWD_THREADS, false, WG>(sk, kg, krs, s0, T, 0);
@@ -383,17 +444,7 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
             mma_smem_a<KT, NT, D, D>(dpt, sv, warp * 16, do_s);
         }
 
-        const bool masked = t0 < s0 + TILE - 1 || t0 + TILE - 1 - s0 >= (int)window;
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = n * 8 + 2 * tq + (e & 1);
-                float p = fast_exp2(st[n][e] * scale_log2 - l_s[col]);
-                if (masked && !visible(t0 + col, key0 + (e >> 1) * 8, window)) p = 0.0f;
-                st[n][e] = p;
-                dpt[n][e] = p * (dpt[n][e] - d_s[col]);
-            }
+        bwd_probs(st, dpt, l_s, d_s, t0, key0, leaves_band(t0, TILE, s0, TILE, window), window, scale_log2);
         // dV += P^T dO, dK += dS^T Q (the scale is applied at the end).
         u32 ap[NT / 2][4], ad[NT / 2][4];
 #pragma unroll
@@ -414,12 +465,7 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
             mma_tile<NT / 2, DT, D, false>(dv_acc, ap, do_s);
             mma_tile<NT / 2, DT, D, false>(dk_acc, ad, q_s);
         }
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            const int at = swz<TILE>(warp * 16 + g, n * 8 + 2 * tq);  // rows g and g + 8 share a swizzle
-            *reinterpret_cast<u32*>(sds + at) = bf16x2_bits(dpt[n][0], dpt[n][1]);
-            *reinterpret_cast<u32*>(sds + at + 8 * TILE) = bf16x2_bits(dpt[n][2], dpt[n][3]);
-        }
+        store_ds(sds, warp * 16 + g, dpt);
         if constexpr (WG) fence_proxy_async();
         __syncthreads();
 
@@ -474,19 +520,7 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
         wg_hold(reinterpret_cast<float(&)[D / 2]>(dv_acc));
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int key = key0 + r * 8;
-        if (key >= T) continue;
-        const u64 at = ((u64)b * T + key) * krs + (u64)hk * D;
-        u32* dkr = reinterpret_cast<u32*>(dk + at);
-        u32* dvr = reinterpret_cast<u32*>(dv + at);
-#pragma unroll
-        for (int i = 0; i < DT; ++i) {
-            dkr[i * 4 + tq] = bf16x2_bits(dk_acc[i][2 * r] * scale, dk_acc[i][2 * r + 1] * scale);
-            dvr[i * 4 + tq] = bf16x2_bits(dv_acc[i][2 * r], dv_acc[i][2 * r + 1]);
-        }
-    }
+    store_dkv<D>(dk_acc, dv_acc, key0, T, b, hk, kv_heads, scale, dk, dv);
 }
 
 #define INSTANTIATE(D)                                                                                         \
@@ -496,9 +530,9 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
         swa_fwd<D>(q, k, v, o, lse, t_len, heads, kv_heads, window, scale_log2);                               \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(BWD_THREADS) swa_bwd_d##D(                                   \
-        const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,   \
+        const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse2, const float* delta,  \
         float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 window, float scale) {     \
-        swa_bwd<D>(q, k, v, dout, lse, delta, dq_acc, dk, dv, t_len, heads, kv_heads, window, scale);         \
+        swa_bwd<D>(q, k, v, dout, lse2, delta, dq_acc, dk, dv, t_len, heads, kv_heads, window, scale);        \
     }
 
 INSTANTIATE(64)

@@ -1,6 +1,7 @@
 //! Sliding-window attention on CUDA, flash style, forward and backward on bf16 tensor cores
 //! (`attention.cu`, after swax-cuda's `mma.cuh`, `wgmma.cuh` and `tma.cuh`; it says how the
-//! kernels work), with Hopper's own forward (`hopper_fwd.cu`, warp-specialised, fed by TMA).
+//! kernels work), with Hopper's own forward and backward (`hopper_fwd.cu`, `hopper_bwd.cu`,
+//! warp-specialised, fed by TMA).
 //! f32 operands are rounded to bf16 on the way in and the results widened back (the softmax
 //! statistics and accumulations stay f32).
 use super::{SwaBackward, SwaGrads, SwaIn, SwaOut};
@@ -21,6 +22,7 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
         TMA_CUH,
         include_str!("attention.cu"),
         include_str!("hopper_fwd.cu"),
+        include_str!("hopper_bwd.cu"),
     ],
 };
 
@@ -30,19 +32,28 @@ const TILE: usize = 64;
 const FWD_ROWS: usize = 128;
 const FWD_THREADS: u32 = 128;
 const BWD_THREADS: u32 = 128;
-/// Rows of `swa_bwd_delta` per block, a warp each.
-const DELTA_ROWS: u32 = 8;
+/// Rows of `swa_bwd_prep` per block, a warp each.
+const PREP_ROWS: u32 = 8;
 /// Hopper's forward (hopper_fwd.cu): query rows a block (two consumer warpgroups of 64),
 /// threads (and a producer warp), K/V buffers.
 const WS_ROWS: usize = 128;
 const WS_THREADS: u32 = 288;
 const WS_STAGES: usize = 4;
-/// The architecture whose forward at head dim 128 is hopper_fwd.cu's (NVRTC compiles it for
-/// sm_90a; at head dim 64 it measured slower than swa_fwd's, BENCHMARKS.md).
+/// Hopper's backward (hopper_bwd.cu): keys a block (two consumer warpgroups of 64), threads (and
+/// a producer warpgroup), buffers of query tiles.
+const WSB_KEYS: usize = 128;
+const WSB_THREADS: u32 = 384;
+const WSB_STAGES: usize = 2;
+/// Threads a block of `swa_dq_unblock`.
+const UNBLOCK_THREADS: u32 = 256;
+/// The architecture whose forward and backward at head dim 128 are hopper_fwd.cu's and
+/// hopper_bwd.cu's (NVRTC compiles them for sm_90a; at head dim 64 the forward measured slower
+/// than swa_fwd, BENCHMARKS.md).
 const HOPPER: (u32, u32) = (9, 0);
 
 /// What the kernels launch with at head dim `d`: positions and threads a block and shared
-/// bytes of the forward (query rows) and the backward (keys), and `swa_bwd_delta`'s rows a block.
+/// bytes of the forward (query rows) and the backward (keys), `swa_bwd_prep`'s rows a block, and
+/// the same of Hopper's forward and backward.
 /// Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as
 /// the wrappers do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,10 +64,13 @@ pub struct Sizes {
     pub bwd_rows: usize,
     pub bwd_threads: u32,
     pub bwd_shared: usize,
-    pub delta_rows: u32,
+    pub prep_rows: u32,
     pub hopper_fwd_rows: usize,
     pub hopper_fwd_threads: u32,
     pub hopper_fwd_shared: usize,
+    pub hopper_bwd_keys: usize,
+    pub hopper_bwd_threads: u32,
+    pub hopper_bwd_shared: usize,
 }
 
 /// The sizes at head dim `d`.
@@ -72,13 +86,23 @@ pub fn sizes(d: usize) -> Sizes {
         // K and V tiles, double-buffered Q and dO tiles, a dS tile (bf16); lse and delta of two
         // query tiles (f32); 1024 bytes to align the tiles as wgmma reads them.
         bwd_shared: (6 * TILE * d + TILE * TILE) * 2 + 4 * TILE * 4 + 1024,
-        delta_rows: DELTA_ROWS,
+        prep_rows: PREP_ROWS,
         hopper_fwd_rows: WS_ROWS,
         hopper_fwd_threads: WS_THREADS,
         // Two tiles' Q rows and the ring of K and V tiles, bf16; the barriers (two each for Q,
         // three a K/V buffer); 1024 bytes to align the tiles as TMA writes them.
         hopper_fwd_shared: (2 * WS_ROWS + 2 * WS_STAGES * TILE) * d * 2
             + (4 + 3 * WS_STAGES) * 8
+            + 1024,
+        hopper_bwd_keys: WSB_KEYS,
+        hopper_bwd_threads: WSB_THREADS,
+        // K and V of the block's keys, the ring of Q and dO tiles, two dS^T tiles (bf16); two
+        // warpgroups' halves of a dQ tile, the ring's lse2 and delta rows (f32); the barriers
+        // (one for K and V, three a ring buffer); 1024 bytes to align the tiles.
+        hopper_bwd_shared: (4 * WSB_KEYS + 4 * WSB_STAGES * TILE) * d
+            + (2 * WSB_KEYS * TILE) * 2
+            + (TILE * d + 2 * WSB_STAGES * TILE) * 4
+            + (1 + 3 * WSB_STAGES) * 8
             + 1024,
     }
 }
@@ -297,54 +321,138 @@ pub(super) fn backward(
     let (o, dout) = (bf16(x.out.o)?, bf16(x.dout)?);
     let (q, k, v, o, dout) = (&*q, &*k, &*v, &*o, &*dout);
     let lse = x.out.lse;
-    let dq = dev.alloc_zeros(DType::F32, s.q_len())?;
     let dk = dev.alloc(DType::BF16, s.kv_len())?;
     let dv = dev.alloc(DType::BF16, s.kv_len())?;
     s.check_io(OP, &[q, o, dout], &[k, v, &dk, &dv])?;
     check_dtype(OP, "lse", lse, DType::F32)?;
     check_len(OP, "lse", lse, s.rows())?;
-    if s.rows() > 0 {
-        let rows = to_u32(OP, "rows", s.rows())?;
-        let d = to_u32(OP, "d", s.d)?;
+    let dq = if s.rows() == 0 {
+        dev.alloc_zeros(dtype, 0)?
+    } else {
         let z = sizes(s.d);
-        let delta = dev.alloc(DType::F32, s.rows())?;
-        // SAFETY: swa_bwd_delta(const bf16* o, const bf16* dout, float* delta, u32 rows,
-        // u32 t_len, u32 heads, u32 d); o and dout hold rows * d, delta rows; a warp per row.
+        // delta and lse2 [b, h, t_pad]: whole query tiles, as the kernels read them.
+        let t_pad = s.t.next_multiple_of(TILE);
+        let stat_rows = to_u32(OP, "rows", s.b * s.h * t_pad)?;
+        let t_pad = to_u32(OP, "t_pad", t_pad)?;
+        let d = to_u32(OP, "d", s.d)?;
+        let delta = dev.alloc(DType::F32, stat_rows as usize)?;
+        let lse2 = dev.alloc(DType::F32, stat_rows as usize)?;
+        // SAFETY: swa_bwd_prep(const bf16* o, const bf16* dout, const float* lse, float* delta,
+        // float* lse2, u32 rows, u32 t_len, u32 t_pad, u32 heads, u32 d); o and dout hold
+        // b*t*h*d, lse b*h*t (checked above), delta and lse2 rows = b*h*t_pad; a warp a row.
         unsafe {
             launch(
                 dev,
                 &SOURCE,
-                "swa_bwd_delta",
+                "swa_bwd_prep",
                 Launch {
-                    grid: (rows.div_ceil(z.delta_rows), 1, 1),
-                    block: (32 * z.delta_rows, 1, 1),
+                    grid: (stat_rows.div_ceil(z.prep_rows), 1, 1),
+                    block: (32 * z.prep_rows, 1, 1),
                     shared: 0,
                 },
-                &[o, dout, &delta, &rows, &c.t, &c.h, &d],
+                &[o, dout, lse, &delta, &lse2, &stat_rows, &c.t, &t_pad, &c.h, &d],
             )?;
         }
         let scale = scale as f32;
-        let cfg = c.grid(s, z.bwd_rows, c.hkv, z.bwd_threads, z.bwd_shared)?;
-        // SAFETY: swa_bwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
-        // const float* lse, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len,
-        // u32 heads, u32 kv_heads, u32 window, float scale); sizes checked above, dq holds
-        // b*t*h*d f32 zeros, delta b*h*t.
-        unsafe {
-            launch(
-                dev,
-                &SOURCE,
-                c.bwd,
-                cfg,
-                &[
-                    q, k, v, dout, lse, &delta, &dq, &dk, &dv, &c.t, &c.h, &c.hkv, &c.window,
-                    &scale,
-                ],
-            )?;
+        let stats = [&lse2, &delta];
+        if dev.compute_capability() == HOPPER && s.d == 128 {
+            backward_hopper(dev, &c, s, [q, k, v, dout], stats, [&dk, &dv], scale, dtype)?
+        } else {
+            let dq = dev.alloc_zeros(DType::F32, s.q_len())?;
+            let cfg = c.grid(s, z.bwd_rows, c.hkv, z.bwd_threads, z.bwd_shared)?;
+            // SAFETY: swa_bwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+            // const float* lse2, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32
+            // t_len, u32 heads, u32 kv_heads, u32 window, float scale); sizes checked above, dq
+            // holds b*t*h*d f32 zeros, lse2 and delta b*h*t_pad.
+            unsafe {
+                launch(
+                    dev,
+                    &SOURCE,
+                    c.bwd,
+                    cfg,
+                    &[
+                        q, k, v, dout, &lse2, &delta, &dq, &dk, &dv, &c.t, &c.h, &c.hkv,
+                        &c.window, &scale,
+                    ],
+                )?;
+            }
+            dq
         }
-    }
+    };
     Ok(SwaIn {
         q: as_dtype(dq, dtype)?,
         k: as_dtype(dk, dtype)?,
         v: as_dtype(dv, dtype)?,
     })
+}
+
+/// The backward on Hopper at head dim 128: a block of 128 keys of a kv head, its loads by TMA
+/// through tensor maps of q, k, v and dout, dq accumulated in f32 in tile blocks and then
+/// written out by `swa_dq_unblock` (bf16 where `dtype` is, else f32).
+#[allow(clippy::too_many_arguments)]
+fn backward_hopper(
+    dev: &Device,
+    c: &Checked,
+    s: AttnShape,
+    [q, k, v, dout]: [&Buffer; 4],
+    [lse2, delta]: [&Buffer; 2],
+    [dk, dv]: [&Buffer; 2],
+    scale: f32,
+    dtype: DType,
+) -> Result<Buffer, CudaError> {
+    const OP: &str = "swa_backward";
+    let z = sizes(s.d);
+    let tq = TensorMap::bf16_rows(OP, q, &[s.b, s.t, s.h, s.d], 1, TILE)?;
+    let tdo = TensorMap::bf16_rows(OP, dout, &[s.b, s.t, s.h, s.d], 1, TILE)?;
+    let tk = TensorMap::bf16_rows(OP, k, &[s.b, s.t, s.hkv, s.d], 1, z.hopper_bwd_keys)?;
+    let tv = TensorMap::bf16_rows(OP, v, &[s.b, s.t, s.hkv, s.d], 1, z.hopper_bwd_keys)?;
+    let acc = dev.alloc_zeros(DType::F32, s.b * s.h * s.t.next_multiple_of(TILE) * s.d)?;
+    let cfg = c.grid(
+        s,
+        z.hopper_bwd_keys,
+        c.hkv,
+        z.hopper_bwd_threads,
+        z.hopper_bwd_shared,
+    )?;
+    // SAFETY: swa_bwd_ws_d128(TensorMap tq, TensorMap tk, TensorMap tv, TensorMap tdo, const
+    // float* lse2, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads,
+    // u32 kv_heads, u32 window, float scale); the maps describe q, k, v, dout at their checked
+    // sizes, lse2 and delta hold b*h*t_pad, dq_acc b*h*t_pad*d zeros, dk and dv b*t*hkv*d.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            "swa_bwd_ws_d128",
+            cfg,
+            &[
+                &tq, &tk, &tv, &tdo, lse2, delta, &acc, dk, dv, &c.t, &c.h, &c.hkv, &c.window,
+                &scale,
+            ],
+        )?;
+    }
+    // dq in bf16 for bf16 operands, else f32 (as_dtype widens it further where asked).
+    let (kernel, out) = match dtype {
+        DType::BF16 => ("swa_dq_unblock_bf16_d128", DType::BF16),
+        _ => ("swa_dq_unblock_f32_d128", DType::F32),
+    };
+    let dq = dev.alloc(out, s.q_len())?;
+    let pairs = acc.len() / 2;
+    let blocks = pairs.div_ceil(UNBLOCK_THREADS as usize).min(dev.sm_count() as usize * 16);
+    // SAFETY: swa_dq_unblock_O_d128(const float* acc, O* dq, u32 t_len, u32 heads, u32 batch,
+    // float scale); acc holds b*h*t_pad*d (a grid-stride walk over its pairs), dq b*t*h*d of
+    // dtype O (rows past t are skipped).
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            kernel,
+            Launch {
+                grid: (to_u32(OP, "blocks", blocks)?, 1, 1),
+                block: (UNBLOCK_THREADS, 1, 1),
+                shared: 0,
+            },
+            &[&acc, &dq, &c.t, &c.h, &c.b, &scale],
+        )?;
+    }
+    Ok(dq)
 }
