@@ -50,8 +50,9 @@ int main(int argc, char** argv) {
     if (!d64) {
         const TensorMap tq = map(q, h, 64), tdo = map(dout, h, 64), tk = map(k, hkv, z[10]), tv = map(v, hkv, z[10]);
         std::vector<float> acc((size_t)stat_rows * d, 0.0f);
-        emu_launch({{blocks(z[10]), hkv, b}, {z[11], 1, 1}, z[12]}, [&] {
-            swa_bwd_ws_d128(tq, tk, tv, tdo, lse2.data(), delta.data(), acc.data(), dk.data(), dv.data(), t, h, hkv,
+        // Three persistent blocks, as for the forward.
+        emu_launch({{3, 1, 1}, {z[11], 1, 1}, z[12]}, [&] {
+            swa_bwd_ws_d128(tq, tk, tv, tdo, lse2.data(), delta.data(), acc.data(), dk.data(), dv.data(), t, h, hkv, b,
                             window, scale);
         });
         emu_launch({{4, 1, 1}, {256, 1, 1}, 0},

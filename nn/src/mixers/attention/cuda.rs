@@ -98,11 +98,11 @@ pub fn sizes(d: usize) -> Sizes {
         hopper_bwd_threads: WSB_THREADS,
         // K and V of the block's keys, the ring of Q and dO tiles, two dS^T tiles (bf16); two
         // warpgroups' halves of a dQ tile, the ring's lse2 and delta rows (f32); the barriers
-        // (one for K and V, three a ring buffer); 1024 bytes to align the tiles.
+        // (two for K and V, three a ring buffer); 1024 bytes to align the tiles.
         hopper_bwd_shared: (4 * WSB_KEYS + 4 * WSB_STAGES * TILE) * d
             + (2 * WSB_KEYS * TILE) * 2
             + (TILE * d + 2 * WSB_STAGES * TILE) * 4
-            + (1 + 3 * WSB_STAGES) * 8
+            + (2 + 3 * WSB_STAGES) * 8
             + 1024,
     }
 }
@@ -386,9 +386,10 @@ pub(super) fn backward(
     })
 }
 
-/// The backward on Hopper at head dim 128: a block of 128 keys of a kv head, its loads by TMA
-/// through tensor maps of q, k, v and dout, dq accumulated in f32 in tile blocks and then
-/// written out by `swa_dq_unblock` (bf16 where `dtype` is, else f32).
+/// The backward on Hopper at head dim 128: one persistent block an SM (or fewer, one a tile)
+/// walking the tiles of 128 keys of a kv head, its loads by TMA through tensor maps of q, k, v
+/// and dout, dq accumulated in f32 in tile blocks and then written out by `swa_dq_unblock`
+/// (bf16 where `dtype` is, else f32).
 #[allow(clippy::too_many_arguments)]
 fn backward_hopper(
     dev: &Device,
@@ -407,17 +408,21 @@ fn backward_hopper(
     let tk = TensorMap::bf16_rows(OP, k, &[s.b, s.t, s.hkv, s.d], 1, z.hopper_bwd_keys)?;
     let tv = TensorMap::bf16_rows(OP, v, &[s.b, s.t, s.hkv, s.d], 1, z.hopper_bwd_keys)?;
     let acc = dev.alloc_zeros(DType::F32, s.b * s.h * s.t.next_multiple_of(TILE) * s.d)?;
-    let cfg = c.grid(
-        s,
-        z.hopper_bwd_keys,
-        c.hkv,
-        z.hopper_bwd_threads,
-        z.hopper_bwd_shared,
-    )?;
+    let tiles = s.t.div_ceil(z.hopper_bwd_keys) * s.hkv * s.b;
+    let cfg = Launch {
+        grid: (
+            to_u32(OP, "blocks", tiles.min(dev.sm_count() as usize))?,
+            1,
+            1,
+        ),
+        block: (z.hopper_bwd_threads, 1, 1),
+        shared: to_u32(OP, "shared", z.hopper_bwd_shared)?,
+    };
     // SAFETY: swa_bwd_ws_d128(TensorMap tq, TensorMap tk, TensorMap tv, TensorMap tdo, const
     // float* lse2, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads,
-    // u32 kv_heads, u32 window, float scale); the maps describe q, k, v, dout at their checked
-    // sizes, lse2 and delta hold b*h*t_pad, dq_acc b*h*t_pad*d zeros, dk and dv b*t*hkv*d.
+    // u32 kv_heads, u32 batch, u32 window, float scale); the maps describe q, k, v, dout at
+    // their checked sizes, lse2 and delta hold b*h*t_pad, dq_acc b*h*t_pad*d zeros, dk and dv
+    // b*t*hkv*d; the blocks write only the keys of their tiles.
     unsafe {
         launch(
             dev,
@@ -425,8 +430,8 @@ fn backward_hopper(
             "swa_bwd_ws_d128",
             cfg,
             &[
-                &tq, &tk, &tv, &tdo, lse2, delta, &acc, dk, dv, &c.t, &c.h, &c.hkv, &c.window,
-                &scale,
+                &tq, &tk, &tv, &tdo, lse2, delta, &acc, dk, dv, &c.t, &c.h, &c.hkv, &c.b,
+                &c.window, &scale,
             ],
         )?;
     }

@@ -1,13 +1,17 @@
 // hopper_bwd.cu: the backward of sliding-window attention on Hopper at head dim 128 (sm_90a
 // only; elsewhere, and at head dim 64, attention.cu's swa_bwd runs, and this file uses its
 // helpers), warp-specialised as in FlashAttention-3 (arXiv 2407.08608):
-// - Roles. A block owns 128 keys of one kv head: two consumer warpgroups of 64 keys each keep
-//   dK and dV of their keys in registers (240 registers a thread, given up by the producer
-//   warpgroup, which needs 24), and a producer warpgroup, of which one thread loads the
-//   block's K and V once and then, for every q head of the group and query tile of the band,
-//   the tile's Q and dO (TMA) and its lse2 and delta rows (bulk copies of swa_bwd_prep's padded
-//   rows) into a ring of WSB_STAGES buffers; Q (with lse2) and dO (with delta) are signalled by
-//   separate barriers, so that S^T can start before dO has landed.
+// - Roles. A tile is 128 keys of one kv head: two consumer warpgroups of 64 keys each keep dK
+//   and dV of their keys in registers (240 registers a thread, given up by the producer
+//   warpgroup, which needs 24), and a producer warpgroup, of which one thread loads the tile's
+//   K and V and then, for every q head of the group and query tile of the band, the tile's Q
+//   and dO (TMA) and its lse2 and delta rows (bulk copies of swa_bwd_prep's padded rows) into a
+//   ring of WSB_STAGES buffers; Q (with lse2) and dO (with delta) are signalled by separate
+//   barriers, so that S^T can start before dO has landed.
+// - Persistent: one block an SM walks the (key tile, kv head, sequence) tiles, the keys with
+//   the most queries first; the producer loads the next tile's K and V once the consumers hand
+//   the last back, and its first Q and dO tiles before, while the consumers store dK and dV (a
+//   narrow window's tiles have few steps, so this tail would otherwise be a good part of each).
 // - A step (one query tile): each warpgroup forms S^T = K Q^T and dP^T = V dO^T for its 64
 //   keys, P^T and dS^T in registers (bwd_probs), issues dV += P^T dO and dK += dS^T Q with those
 //   as register operands, and stores dS^T into shared memory (double-buffered). After a barrier
@@ -43,7 +47,7 @@ template <int D>
 __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const TensorMap& tv, const TensorMap& tdo,
                            const float* __restrict__ lse2, const float* __restrict__ delta, float* __restrict__ dq_acc,
                            bf16* __restrict__ dk, bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads,
-                           u32 window, float scale) {
+                           u32 batch, u32 window, float scale) {
     constexpr int NT = TILE / 8, DT = D / 8, KT = D / 16, DQ = D / 2;  // DQ: dQ columns a warpgroup
     constexpr u32 KV_BYTES = WSB_KEYS * D * 2, TILE_BYTES = TILE * D * 2, ROW_BYTES = TILE * 4;
     static_assert(DQ == 64, "each warpgroup's dQ is one 64-column block of K");
@@ -56,19 +60,19 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
     float* slse = sdq + 2 * TILE * DQ;                                 // [WSB_STAGES][TILE]
     float* sdelta = slse + WSB_STAGES * TILE;                          // [WSB_STAGES][TILE]
     u64* kv_full = reinterpret_cast<u64*>(sdelta + WSB_STAGES * TILE);
-    u64* q_full = kv_full + 1;           // [WSB_STAGES]: Q and lse2
+    u64* kv_empty = kv_full + 1;
+    u64* q_full = kv_empty + 1;          // [WSB_STAGES]: Q and lse2
     u64* do_full = q_full + WSB_STAGES;  // [WSB_STAGES]: dO and delta
     u64* empty = do_full + WSB_STAGES;   // [WSB_STAGES]
 
-    const int T = (int)t_len, t_pad = (T + TILE - 1) / TILE * TILE;
-    const int s0 = blockIdx.x * WSB_KEYS, hk = blockIdx.y, b = blockIdx.z, group = (int)(heads / kv_heads);
-    const int q_end = (int)min((i64)T - 1, (i64)min(s0 + WSB_KEYS, T) - 1 + window - 1);
-    const int qt0 = s0 / TILE, nq = q_end / TILE - qt0 + 1, steps = group * nq;
+    const int T = (int)t_len, t_pad = (T + TILE - 1) / TILE * TILE, group = (int)(heads / kv_heads);
+    const int tiles = (T + WSB_KEYS - 1) / WSB_KEYS * (int)(kv_heads * batch);
     // The warpgroup, as a value the compiler knows is uniform over a warp (so that wgmma under a
     // condition on it is not taken for divergent code and serialised).
     const int wg = __shfl_sync(FULL_MASK, threadIdx.x >> 7, 0), lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
         mbar_init(kv_full, 1);
+        mbar_init(kv_empty, WSB_CONSUMERS / 32);
         for (int i = 0; i < WSB_STAGES; ++i) {
             mbar_init(q_full + i, 1);
             mbar_init(do_full + i, 1);
@@ -77,9 +81,25 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
         mbar_init_fence();
     }
     __syncthreads();
-    // Step i: q head hk * group + i / nq, query tile qt0 + i % nq.
-    auto head = [&](int i) { return hk * group + i / nq; };
-    auto first = [&](int i) { return (qt0 + i % nq) * TILE; };
+    // Tile n: its first key s0, kv head and sequence (the keys with the most queries, the first,
+    // first), and its steps: step i is q head hk * group + i / nq, query tile qt0 + i % nq.
+    struct Work {
+        int s0, hk, b, qt0, nq, steps;
+    };
+    auto work = [&](int n) {
+        Work w;
+        const int per = (int)(kv_heads * batch);
+        w.s0 = n / per * WSB_KEYS;
+        w.hk = n % (int)kv_heads;
+        w.b = n / (int)kv_heads % (int)batch;
+        const int q_end = (int)min((i64)T - 1, (i64)min(w.s0 + WSB_KEYS, T) - 1 + window - 1);
+        w.qt0 = w.s0 / TILE;
+        w.nq = q_end / TILE - w.qt0 + 1;
+        w.steps = group * w.nq;
+        return w;
+    };
+    auto head = [&](const Work& w, int i) { return w.hk * group + i / w.nq; };
+    auto first = [&](const Work& w, int i) { return (w.qt0 + i % w.nq) * TILE; };
 
     if (wg == WSB_CONSUMERS / 128) {
         regs_lower<24>();
@@ -88,23 +108,29 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
         tma_prefetch(tk);
         tma_prefetch(tv);
         tma_prefetch(tdo);
-        mbar_expect(kv_full, 2 * KV_BYTES);
-        for (int c = 0; c < D / 64; ++c) {
-            tma_load_4d(sk + c * WSB_KEYS * 64, tk, c * 64, hk, s0, b, kv_full);
-            tma_load_4d(sv + c * WSB_KEYS * 64, tv, c * 64, hk, s0, b, kv_full);
-        }
-        for (int i = 0; i < steps; ++i) {
-            const int s = i % WSB_STAGES, use = i / WSB_STAGES, hq = head(i), t0 = first(i);
-            const u64 stat = ((u64)b * heads + hq) * t_pad + t0;
-            if (use > 0) mbar_wait(empty + s, (use - 1) & 1);
-            mbar_expect(q_full + s, TILE_BYTES + ROW_BYTES);
-            for (int c = 0; c < D / 64; ++c)
-                tma_load_4d(sq + s * TILE * D + c * TILE * 64, tq, c * 64, hq, t0, b, q_full + s);
-            bulk_load(slse + s * TILE, lse2 + stat, ROW_BYTES, q_full + s);
-            mbar_expect(do_full + s, TILE_BYTES + ROW_BYTES);
-            for (int c = 0; c < D / 64; ++c)
-                tma_load_4d(sdo + s * TILE * D + c * TILE * 64, tdo, c * 64, hq, t0, b, do_full + s);
-            bulk_load(sdelta + s * TILE, delta + stat, ROW_BYTES, do_full + s);
+        u32 it = 0, used = 0;  // steps and tiles loaded so far
+        for (int n = blockIdx.x; n < tiles; n += gridDim.x, ++used) {
+            const Work w = work(n);
+            if (used > 0) mbar_wait(kv_empty, (used - 1) & 1);
+            mbar_expect(kv_full, 2 * KV_BYTES);
+            for (int c = 0; c < D / 64; ++c) {
+                tma_load_4d(sk + c * WSB_KEYS * 64, tk, c * 64, w.hk, w.s0, w.b, kv_full);
+                tma_load_4d(sv + c * WSB_KEYS * 64, tv, c * 64, w.hk, w.s0, w.b, kv_full);
+            }
+            for (int i = 0; i < w.steps; ++i, ++it) {
+                const u32 s = it % WSB_STAGES, use = it / WSB_STAGES;
+                const int hq = head(w, i), t0 = first(w, i);
+                const u64 stat = ((u64)w.b * heads + hq) * t_pad + t0;
+                if (use > 0) mbar_wait(empty + s, (use - 1) & 1);
+                mbar_expect(q_full + s, TILE_BYTES + ROW_BYTES);
+                for (int c = 0; c < D / 64; ++c)
+                    tma_load_4d(sq + s * TILE * D + c * TILE * 64, tq, c * 64, hq, t0, w.b, q_full + s);
+                bulk_load(slse + s * TILE, lse2 + stat, ROW_BYTES, q_full + s);
+                mbar_expect(do_full + s, TILE_BYTES + ROW_BYTES);
+                for (int c = 0; c < D / 64; ++c)
+                    tma_load_4d(sdo + s * TILE * D + c * TILE * 64, tdo, c * 64, hq, t0, w.b, do_full + s);
+                bulk_load(sdelta + s * TILE, delta + stat, ROW_BYTES, do_full + s);
+            }
         }
         return;
     }
@@ -112,105 +138,114 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
     regs_raise<240>();
     const int wl = (threadIdx.x >> 5) & 3, g = lane >> 2, tid = threadIdx.x & 127;
     const bool leader = tid == 0;  // issues and waits for the warpgroup's dQ reductions
-    const int key0 = s0 + 64 * wg + 16 * wl + g;  // this thread's keys: key0 and key0 + 8
-    // Whether warpgroup w's keys meet query tile t0's band.
-    auto meets = [&](int w, int t0) {
-        const int r = s0 + 64 * w;
-        return r < T && meets_band(t0, TILE, r, 64, window);
-    };
-    float dk_acc[DT][4], dv_acc[DT][4];
-#pragma unroll
-    for (int i = 0; i < DT; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dk_acc[i][e] = dv_acc[i][e] = 0.0f;
-    auto& dk_f = reinterpret_cast<float(&)[D / 2]>(dk_acc);
-    auto& dv_f = reinterpret_cast<float(&)[D / 2]>(dv_acc);
     const bf16* k_s = sk + 64 * wg * 64;  // this warpgroup's 64 rows of the 128-row tiles
     const bf16* v_s = sv + 64 * wg * 64;
+    const bf16* kq_s = sk + wg * WSB_KEYS * 64;  // K's columns of this warpgroup's half of dQ
     float* dq_s = sdq + wg * TILE * DQ;
-    mbar_wait(kv_full, 0);
-
-    for (int i = 0; i < steps; ++i) {
-        const int s = i % WSB_STAGES, hq = head(i), t0 = first(i);
-        const u32 parity = (i / WSB_STAGES) & 1;
-        bf16* ds_s = sds + (i & 1) * WSB_KEYS * TILE;
-        const bf16* q_s = sq + s * TILE * D;
-        const bf16* do_s = sdo + s * TILE * D;
-        u32 ap[NT / 2][4], ad[NT / 2][4];
-        if (meets(wg, t0)) {
-            float st[NT][4], dpt[NT][4];
-            auto& st_f = reinterpret_cast<float(&)[TILE / 2]>(st);
-            auto& dpt_f = reinterpret_cast<float(&)[TILE / 2]>(dpt);
-            mbar_wait(q_full + s, parity);
-            wg_arrive();
-#pragma unroll
-            for (int kk = 0; kk < KT; ++kk)
-                wgmma_ss<0, 0>(st_f, desc_k<WSB_KEYS>(k_s, kk), desc_k<TILE>(q_s, kk), kk > 0);
-            wg_commit();
-            mbar_wait(do_full + s, parity);
-            wg_arrive();
-#pragma unroll
-            for (int kk = 0; kk < KT; ++kk)
-                wgmma_ss<0, 0>(dpt_f, desc_k<WSB_KEYS>(v_s, kk), desc_k<TILE>(do_s, kk), kk > 0);
-            wg_commit();
-            wg_wait<0>();
-            wg_hold(st_f);
-            wg_hold(dpt_f);
-            bwd_probs(st, dpt, slse + s * TILE, sdelta + s * TILE, t0, key0,
-                      leaves_band(t0, TILE, s0 + 64 * wg, 64, window), window, scale * LOG2E);
-#pragma unroll
-            for (int kk = 0; kk < NT / 2; ++kk) {
-                c_to_a(st, kk, ap[kk]);
-                c_to_a(dpt, kk, ad[kk]);
-            }
-            wg_arrive();
-#pragma unroll
-            for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(dv_f, ap[kk], desc_mn<TILE>(do_s, kk));
-#pragma unroll
-            for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(dk_f, ad[kk], desc_mn<TILE>(q_s, kk));
-            wg_commit();
-            store_ds(ds_s, 64 * wg + 16 * wl + g, dpt);
-            fence_proxy_async();
-        }
-        if (leader) bulk_wait_read<0>();  // the last step's reduction has read dq_s
-        bar_sync(BAR_DS, WSB_CONSUMERS);
-
-        // This warpgroup's 64 columns of dQ = dS K, over the keys of the warpgroups that met the
-        // tile (a warpgroup that did not wrote no dS^T).
-        float dq[DQ / 8][4];
-        auto& dq_f = reinterpret_cast<float(&)[DQ / 2]>(dq);
-        const int kk0 = meets(0, t0) ? 0 : 4, kk1 = meets(1, t0) ? 8 : 4;
-        const bf16* kq_s = sk + wg * WSB_KEYS * 64;  // K's columns of this warpgroup's half of dQ
-        wg_arrive();
-        if (kk0 == 0 && kk1 == 8)
-            ds_k<0, 8>(dq_f, ds_s, kq_s);
-        else if (kk0 == 0)
-            ds_k<0, 4>(dq_f, ds_s, kq_s);
-        else
-            ds_k<4, 8>(dq_f, ds_s, kq_s);
-        wg_commit();
-        wg_wait<0>();  // and the dV, dK products before it
-        wg_hold(dq_f);
-        wg_hold(dk_f);
-        wg_hold(dv_f);
-        wg_keep(ap);
-        wg_keep(ad);
+    auto hand_back = [&](u64* bar) {
         __syncwarp();
-        if (lane == 0) mbar_arrive(empty + s);  // this warp no longer reads the stage's Q, dO, lse2, delta
+        if (lane == 0) mbar_arrive(bar);
+    };
+    u32 it = 0, used = 0;
+    for (int n = blockIdx.x; n < tiles; n += gridDim.x, ++used) {
+        const Work w = work(n);
+        const int key0 = w.s0 + 64 * wg + 16 * wl + g;  // this thread's keys: key0 and key0 + 8
+        // Whether warpgroup x's keys meet query tile t0's band.
+        auto meets = [&](int x, int t0) {
+            const int r = w.s0 + 64 * x;
+            return r < T && meets_band(t0, TILE, r, 64, window);
+        };
+        float dk_acc[DT][4], dv_acc[DT][4];
+#pragma unroll
+        for (int i = 0; i < DT; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dk_acc[i][e] = dv_acc[i][e] = 0.0f;
+        auto& dk_f = reinterpret_cast<float(&)[D / 2]>(dk_acc);
+        auto& dv_f = reinterpret_cast<float(&)[D / 2]>(dv_acc);
+        mbar_wait(kv_full, used & 1);
+
+        for (int i = 0; i < w.steps; ++i, ++it) {
+            const u32 s = it % WSB_STAGES, parity = (it / WSB_STAGES) & 1;
+            const int hq = head(w, i), t0 = first(w, i);
+            bf16* ds_s = sds + (it & 1) * WSB_KEYS * TILE;
+            const bf16* q_s = sq + s * TILE * D;
+            const bf16* do_s = sdo + s * TILE * D;
+            u32 ap[NT / 2][4], ad[NT / 2][4];
+            if (meets(wg, t0)) {
+                float st[NT][4], dpt[NT][4];
+                auto& st_f = reinterpret_cast<float(&)[TILE / 2]>(st);
+                auto& dpt_f = reinterpret_cast<float(&)[TILE / 2]>(dpt);
+                mbar_wait(q_full + s, parity);
+                wg_arrive();
+#pragma unroll
+                for (int kk = 0; kk < KT; ++kk)
+                    wgmma_ss<0, 0>(st_f, desc_k<WSB_KEYS>(k_s, kk), desc_k<TILE>(q_s, kk), kk > 0);
+                wg_commit();
+                mbar_wait(do_full + s, parity);
+                wg_arrive();
+#pragma unroll
+                for (int kk = 0; kk < KT; ++kk)
+                    wgmma_ss<0, 0>(dpt_f, desc_k<WSB_KEYS>(v_s, kk), desc_k<TILE>(do_s, kk), kk > 0);
+                wg_commit();
+                wg_wait<0>();
+                wg_hold(st_f);
+                wg_hold(dpt_f);
+                bwd_probs(st, dpt, slse + s * TILE, sdelta + s * TILE, t0, key0,
+                          leaves_band(t0, TILE, w.s0 + 64 * wg, 64, window), window, scale * LOG2E);
+#pragma unroll
+                for (int kk = 0; kk < NT / 2; ++kk) {
+                    c_to_a(st, kk, ap[kk]);
+                    c_to_a(dpt, kk, ad[kk]);
+                }
+                wg_arrive();
+#pragma unroll
+                for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(dv_f, ap[kk], desc_mn<TILE>(do_s, kk));
+#pragma unroll
+                for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(dk_f, ad[kk], desc_mn<TILE>(q_s, kk));
+                wg_commit();
+                store_ds(ds_s, 64 * wg + 16 * wl + g, dpt);
+                fence_proxy_async();
+            }
+            if (leader) bulk_wait_read<0>();  // the last step's reduction has read dq_s
+            bar_sync(BAR_DS, WSB_CONSUMERS);
+
+            // This warpgroup's 64 columns of dQ = dS K, over the keys of the warpgroups that met
+            // the tile (a warpgroup that did not wrote no dS^T).
+            float dq[DQ / 8][4];
+            auto& dq_f = reinterpret_cast<float(&)[DQ / 2]>(dq);
+            const bool all = meets(0, t0) && meets(1, t0);
+            wg_arrive();
+            if (all)
+                ds_k<0, 8>(dq_f, ds_s, kq_s);
+            else if (meets(0, t0))
+                ds_k<0, 4>(dq_f, ds_s, kq_s);
+            else
+                ds_k<4, 8>(dq_f, ds_s, kq_s);
+            wg_commit();
+            wg_wait<0>();  // and the dV, dK products before it
+            wg_hold(dq_f);
+            wg_hold(dk_f);
+            wg_hold(dv_f);
+            wg_keep(ap);
+            wg_keep(ad);
+            hand_back(empty + s);  // this warp no longer reads the stage's Q, dO, lse2, delta
 
 #pragma unroll
-        for (int n = 0; n < DQ / 8; ++n)
-            *reinterpret_cast<float4*>(dq_s + (n * 128 + tid) * 4) = make_float4(dq[n][0], dq[n][1], dq[n][2], dq[n][3]);
-        fence_proxy_async();
-        bar_sync(BAR_DQ + wg, 128);
-        if (leader) {
-            const u64 tile = ((u64)b * heads + hq) * (t_pad / TILE) + t0 / TILE;
-            bulk_reduce_add(dq_acc + (tile * 2 + wg) * TILE * DQ, dq_s, TILE * DQ * 4);
-            bulk_commit();
+            for (int j = 0; j < DQ / 8; ++j)
+                *reinterpret_cast<float4*>(dq_s + (j * 128 + tid) * 4) =
+                    make_float4(dq[j][0], dq[j][1], dq[j][2], dq[j][3]);
+            fence_proxy_async();
+            bar_sync(BAR_DQ + wg, 128);
+            if (leader) {
+                const u64 tile = ((u64)w.b * heads + hq) * (t_pad / TILE) + t0 / TILE;
+                bulk_reduce_add(dq_acc + (tile * 2 + wg) * TILE * DQ, dq_s, TILE * DQ * 4);
+                bulk_commit();
+            }
         }
+        hand_back(kv_empty);  // every product reading K and V is done
+        store_dkv<D>(dk_acc, dv_acc, key0, T, w.b, w.hk, kv_heads, scale, dk, dv);
     }
     if (leader) bulk_wait<0>();
-    store_dkv<D>(dk_acc, dv_acc, key0, T, b, hk, kv_heads, scale, dk, dv);
 }
 
 // dq [B, T, H, D] (O: f32 or bf16) = scale times the blocked accumulator of swa_bwd_ws; a
@@ -244,9 +279,9 @@ __device__ void swa_dq_unblock(const float* __restrict__ acc, O* __restrict__ dq
     extern "C" __global__ void __launch_bounds__(WSB_THREADS, 1) swa_bwd_ws_d##D(                            \
         const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tk,                              \
         const __grid_constant__ TensorMap tv, const __grid_constant__ TensorMap tdo, const float* lse2,          \
-        const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 window,   \
-        float scale) {                                                                                           \
-        swa_bwd_ws<D>(tq, tk, tv, tdo, lse2, delta, dq_acc, dk, dv, t_len, heads, kv_heads, window, scale);      \
+        const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 batch,    \
+        u32 window, float scale) {                                                                               \
+        swa_bwd_ws<D>(tq, tk, tv, tdo, lse2, delta, dq_acc, dk, dv, t_len, heads, kv_heads, batch, window, scale); \
     }                                                                                                            \
     extern "C" __global__ void swa_dq_unblock_f32_d##D(const float* acc, float* dq, u32 t_len, u32 heads,       \
                                                        u32 batch, float scale) {                                 \
