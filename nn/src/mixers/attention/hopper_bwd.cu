@@ -1,9 +1,10 @@
-// hopper_bwd.cu: the backward of sliding-window attention on Hopper at head dim 128 (sm_90a
-// only; elsewhere, and at head dim 64, attention.cu's swa_bwd runs, and this file uses its
-// helpers), warp-specialised as in FlashAttention-3 (arXiv 2407.08608):
+// hopper_bwd.cu: the backward of sliding-window attention on Hopper (sm_90a only; elsewhere
+// attention.cu's swa_bwd runs, and this file uses its helpers), warp-specialised as in
+// FlashAttention-3 (arXiv 2407.08608):
 // - Roles. A tile is 128 keys of one kv head: two consumer warpgroups of 64 keys each keep dK
-//   and dV of their keys in registers (240 registers a thread, given up by the producer
-//   warpgroup, which needs 24), and a producer warpgroup, of which one thread loads the tile's
+//   and dV of their keys in registers (240 registers a thread at head dim 128, given up by the
+//   producer warpgroup, which keeps 24; 232 and 40 at head dim 64, where 24 spilled), and a
+//   producer warpgroup, of which one thread loads the tile's
 //   K and V and then, for every q head of the group and query tile of the band, the tile's Q
 //   and dO (TMA) and its lse2 and delta rows (bulk copies of swa_bwd_prep's padded rows) into a
 //   ring of WSB_STAGES buffers; Q (with lse2) and dO (with delta) are signalled by separate
@@ -15,12 +16,14 @@
 // - A step (one query tile): each warpgroup forms S^T = K Q^T and dP^T = V dO^T for its 64
 //   keys, P^T and dS^T in registers (bwd_probs), issues dV += P^T dO and dK += dS^T Q with those
 //   as register operands, and stores dS^T into shared memory (double-buffered). After a barrier
-//   of both warpgroups, each forms half of the tile's dQ = dS K (64 of D's columns, over the
+//   of both warpgroups, each forms half of the tile's dQ = dS K (64 of D's 128 columns, over the
 //   128 keys, or the 64 of a warpgroup whose keys alone meet the tile), stages it in shared
 //   memory and adds it to the f32 accumulator in global memory by one bulk reduction issued by
 //   one thread (the TMA unit's atomic adds, not the threads'), waited for only before the buffer
 //   is rewritten a step later.
-// - The dQ accumulator is blocked: [B, H, T_pad / 64, 2, 64 x 64] with each 64 x 64 half-tile
+// - At head dim 64 each warpgroup forms all of dQ over its own keys, and both add it into the
+//   same block: no dS^T of the other's is read (the barrier stays, for the buffers' turns).
+// - The dQ accumulator is blocked: [B, H, T_pad / 64, D / 64, 64 x 64] with each 64 x 64 block
 //   in the order the accumulator fragments hold it (fragment j of thread i's four values at
 //   (j * 128 + i) * 4), so that staging it is a conflict-free float4 store a fragment;
 //   swa_dq_unblock scales it and writes dq in [B, T, H, D].
@@ -48,9 +51,9 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
                            const float* __restrict__ lse2, const float* __restrict__ delta, float* __restrict__ dq_acc,
                            bf16* __restrict__ dk, bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads,
                            u32 batch, u32 window, float scale) {
-    constexpr int NT = TILE / 8, DT = D / 8, KT = D / 16, DQ = D / 2;  // DQ: dQ columns a warpgroup
+    constexpr int NT = TILE / 8, DT = D / 8, KT = D / 16, DQ = 64;  // DQ: dQ columns a warpgroup
     constexpr u32 KV_BYTES = WSB_KEYS * D * 2, TILE_BYTES = TILE * D * 2, ROW_BYTES = TILE * 4;
-    static_assert(DQ == 64, "each warpgroup's dQ is one 64-column block of K");
+    static_assert(D == 64 || D == 128, "dQ in 64-column blocks, one or two");
     bf16* sk = aligned_smem();                                         // [WSB_KEYS][D]
     bf16* sv = sk + WSB_KEYS * D;                                      // [WSB_KEYS][D]
     bf16* sq = sv + WSB_KEYS * D;                                      // [WSB_STAGES][TILE][D]
@@ -102,7 +105,7 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
     auto first = [&](const Work& w, int i) { return (w.qt0 + i % w.nq) * TILE; };
 
     if (wg == WSB_CONSUMERS / 128) {
-        regs_lower<24>();
+        regs_lower<D == 64 ? 40 : 24>();
         if (threadIdx.x != WSB_CONSUMERS) return;
         tma_prefetch(tq);
         tma_prefetch(tk);
@@ -135,12 +138,12 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
         return;
     }
 
-    regs_raise<240>();
+    regs_raise<D == 64 ? 232 : 240>();
     const int wl = (threadIdx.x >> 5) & 3, g = lane >> 2, tid = threadIdx.x & 127;
     const bool leader = tid == 0;  // issues and waits for the warpgroup's dQ reductions
     const bf16* k_s = sk + 64 * wg * 64;  // this warpgroup's 64 rows of the 128-row tiles
     const bf16* v_s = sv + 64 * wg * 64;
-    const bf16* kq_s = sk + wg * WSB_KEYS * 64;  // K's columns of this warpgroup's half of dQ
+    const bf16* kq_s = sk + (D / 64 - 1) * wg * WSB_KEYS * 64;  // K's columns of this warpgroup's dQ
     float* dq_s = sdq + wg * TILE * DQ;
     auto hand_back = [&](u64* bar) {
         __syncwarp();
@@ -209,18 +212,20 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
             if (leader) bulk_wait_read<0>();  // the last step's reduction has read dq_s
             bar_sync(BAR_DS, WSB_CONSUMERS);
 
-            // This warpgroup's 64 columns of dQ = dS K, over the keys of the warpgroups that met
-            // the tile (a warpgroup that did not wrote no dS^T).
+            // At head dim 128, this warpgroup's 64 columns of dQ = dS K over the keys of the
+            // warpgroups that met the tile (one that did not wrote no dS^T); at 64, all of dQ's
+            // columns over this warpgroup's keys, where they met it (both warpgroups add into
+            // the same block).
             float dq[DQ / 8][4];
             auto& dq_f = reinterpret_cast<float(&)[DQ / 2]>(dq);
-            const bool all = meets(0, t0) && meets(1, t0);
+            const bool own = meets(wg, t0), reduce = D == 128 || own;
             wg_arrive();
-            if (all)
-                ds_k<0, 8>(dq_f, ds_s, kq_s);
-            else if (meets(0, t0))
+            if (D == 64 ? own && wg == 0 : meets(0, t0) && !meets(1, t0))
                 ds_k<0, 4>(dq_f, ds_s, kq_s);
-            else
+            else if (D == 64 ? own : !meets(0, t0))
                 ds_k<4, 8>(dq_f, ds_s, kq_s);
+            else if (D == 128)
+                ds_k<0, 8>(dq_f, ds_s, kq_s);
             wg_commit();
             wg_wait<0>();  // and the dV, dK products before it
             wg_hold(dq_f);
@@ -230,16 +235,19 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
             wg_keep(ad);
             hand_back(empty + s);  // this warp no longer reads the stage's Q, dO, lse2, delta
 
+            if (reduce) {
 #pragma unroll
-            for (int j = 0; j < DQ / 8; ++j)
-                *reinterpret_cast<float4*>(dq_s + (j * 128 + tid) * 4) =
-                    make_float4(dq[j][0], dq[j][1], dq[j][2], dq[j][3]);
-            fence_proxy_async();
-            bar_sync(BAR_DQ + wg, 128);
-            if (leader) {
-                const u64 tile = ((u64)w.b * heads + hq) * (t_pad / TILE) + t0 / TILE;
-                bulk_reduce_add(dq_acc + (tile * 2 + wg) * TILE * DQ, dq_s, TILE * DQ * 4);
-                bulk_commit();
+                for (int j = 0; j < DQ / 8; ++j)
+                    *reinterpret_cast<float4*>(dq_s + (j * 128 + tid) * 4) =
+                        make_float4(dq[j][0], dq[j][1], dq[j][2], dq[j][3]);
+                fence_proxy_async();
+                bar_sync(BAR_DQ + wg, 128);
+                if (leader) {
+                    const u64 tile = ((u64)w.b * heads + hq) * (t_pad / TILE) + t0 / TILE;
+                    bulk_reduce_add(dq_acc + (tile * (D / 64) + (D / 64 - 1) * wg) * TILE * DQ, dq_s,
+                                    TILE * DQ * 4);
+                    bulk_commit();
+                }
             }
         }
         hand_back(kv_empty);  // every product reading K and V is done
@@ -253,17 +261,18 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
 template <typename O, int D>
 __device__ void swa_dq_unblock(const float* __restrict__ acc, O* __restrict__ dq, u32 t_len, u32 heads, u32 batch,
                                float scale) {
-    constexpr int DQ = D / 2;
+    constexpr int DQ = 64;
     const u32 tiles = (t_len + TILE - 1) / TILE;
     const u64 pairs = (u64)batch * heads * tiles * TILE * D / 2;
     for (u64 p = global_thread(); p < pairs; p += grid_threads()) {
-        // p: pair e2 (values 2 e2, 2 e2 + 1) of thread i's fragment j, in half w of a tile.
+        // p: pair e2 (values 2 e2, 2 e2 + 1) of thread i's fragment j, in 64-column block w of a
+        // tile.
         const u32 e2 = p & 1, i = (p >> 1) & 127;
         u64 rest = p >> 8;
         const u32 j = rest % (DQ / 8);
         rest /= DQ / 8;
-        const u32 w = rest & 1;
-        rest >>= 1;
+        const u32 w = rest % (D / DQ);
+        rest /= D / DQ;
         const u32 tile = rest % tiles, bh = rest / tiles;
         const u32 row = tile * TILE + 16 * (i >> 5) + ((i & 31) >> 2) + 8 * e2;
         if (row >= t_len) continue;
@@ -292,5 +301,6 @@ __device__ void swa_dq_unblock(const float* __restrict__ acc, O* __restrict__ dq
         swa_dq_unblock<bf16, D>(acc, dq, t_len, heads, batch, scale);                                            \
     }
 
+INSTANTIATE_WS_BWD(64)
 INSTANTIATE_WS_BWD(128)
 #endif
