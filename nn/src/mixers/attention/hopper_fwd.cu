@@ -134,13 +134,11 @@ __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
             auto& acc_f = reinterpret_cast<float(&)[D / 2]>(acc);
             auto scores = [&](int j) {  // issued, not waited for
                 mbar_wait(k_full + stage(j), parity(j));
-#pragma unroll
-                for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
                 wg_arrive();
                 const bf16* k_s = sk + stage(j) * TILE * D;
 #pragma unroll
                 for (int kk = 0; kk < KT; ++kk)
-                    wgmma_ss<0, 0>(s_f, desc_k<WS_ROWS>(q_s, kk), desc_k<TILE>(k_s, kk));
+                    wgmma_ss<0, 0>(s_f, desc_k<WS_ROWS>(q_s, kk), desc_k<TILE>(k_s, kk), kk > 0);
                 wg_commit();
             };
             auto values = [&](int j) {  // acc += P V_j, issued
