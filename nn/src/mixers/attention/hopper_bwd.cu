@@ -9,10 +9,13 @@
 //   and dO (TMA) and its lse2 and delta rows (bulk copies of swa_bwd_prep's padded rows) into a
 //   ring of WSB_STAGES buffers; Q (with lse2) and dO (with delta) are signalled by separate
 //   barriers, so that S^T can start before dO has landed.
-// - Persistent: one block an SM walks the (key tile, kv head, sequence) tiles, the keys with
-//   the most queries first; the producer loads the next tile's K and V once the consumers hand
-//   the last back, and its first Q and dO tiles before, while the consumers store dK and dV (a
-//   narrow window's tiles have few steps, so this tail would otherwise be a good part of each).
+// - Persistent: one block an SM walks the (key tile, kv head, sequence) tiles, key tiles of one
+//   head next to each other (the blocks at work at once read the same Q and dO tiles, from L2:
+//   ordered head by head first, the tile order measured DRAM-bound and 10% slower); the
+//   producer loads the next tile's K and V once the consumers hand the last back, and its first
+//   Q and dO tiles before, while the consumers store dK and dV (a narrow window's tiles have few
+//   steps, so this tail would otherwise be a good part of each). dK and dV leave through shared
+//   memory (the dS^T and dQ buffers, free by then), in whole rows of 16-byte stores.
 // - A step (one query tile): each warpgroup forms S^T = K Q^T and dP^T = V dO^T for its 64
 //   keys, P^T and dS^T in registers (bwd_probs), issues dV += P^T dO and dK += dS^T Q with those
 //   as register operands, and stores dS^T into shared memory (double-buffered). After a barrier
@@ -44,6 +47,37 @@ __device__ __forceinline__ void ds_k(float (&dq)[N], const bf16* ds_s, const bf1
 #pragma unroll
     for (int kk = LO; kk < HI; ++kk)
         wgmma_ss<1, 1>(dq, desc_mn<WSB_KEYS>(ds_s, kk), desc_mn<WSB_KEYS>(k_s, kk), kk > LO);
+}
+
+// The end of a tile: dK (scaled) and dV of a warpgroup's 64 keys from key r0, through `stage`
+// (2 x 64 x D bf16 of shared memory: [dK, dV][key][D], 16-byte chunks XORed with the key's low
+// three bits, so that neither the fragments' 4-byte writes nor the rows' 16-byte reads conflict)
+// to whole rows of 16-byte global stores.
+template <int D>
+__device__ __forceinline__ void store_dkv_rows(const float (&dk_acc)[D / 8][4], const float (&dv_acc)[D / 8][4],
+                                               bf16* stage, int r0, int T, int b, int hk, u32 kv_heads, float scale,
+                                               bf16* __restrict__ dk, bf16* __restrict__ dv) {
+    constexpr int CHUNKS = D / 8;  // 16-byte chunks a row
+    const int tid = threadIdx.x & 127, g = (tid & 31) >> 2, tq = tid & 3;
+    auto at = [&](int x, int row, int chunk) { return (x * 64 + row) * D + ((chunk ^ (row & 7)) << 3); };
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = 16 * (tid >> 5) + g + 8 * r;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+            *reinterpret_cast<u32*>(stage + at(0, row, i) + 2 * tq) =
+                bf16x2_bits(dk_acc[i][2 * r] * scale, dk_acc[i][2 * r + 1] * scale);
+            *reinterpret_cast<u32*>(stage + at(1, row, i) + 2 * tq) = bf16x2_bits(dv_acc[i][2 * r], dv_acc[i][2 * r + 1]);
+        }
+    }
+    bar_sync(BAR_DQ + (threadIdx.x >> 7), 128);
+#pragma unroll
+    for (int j = 0; j < 2 * 64 * CHUNKS / 128; ++j) {
+        const int idx = j * 128 + tid, x = idx / (64 * CHUNKS), row = idx / CHUNKS % 64, chunk = idx % CHUNKS;
+        if (r0 + row >= T) continue;
+        bf16* out = (x == 0 ? dk : dv) + (((u64)b * T + r0 + row) * kv_heads + hk) * D + chunk * 8;
+        *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(stage + at(x, row, chunk));
+    }
 }
 
 template <int D>
@@ -91,10 +125,10 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
     };
     auto work = [&](int n) {
         Work w;
-        const int per = (int)(kv_heads * batch);
-        w.s0 = n / per * WSB_KEYS;
-        w.hk = n % (int)kv_heads;
-        w.b = n / (int)kv_heads % (int)batch;
+        const int key_tiles = (T + WSB_KEYS - 1) / WSB_KEYS;
+        w.s0 = n % key_tiles * WSB_KEYS;
+        w.hk = n / key_tiles % (int)kv_heads;
+        w.b = n / key_tiles / (int)kv_heads;
         const int q_end = (int)min((i64)T - 1, (i64)min(w.s0 + WSB_KEYS, T) - 1 + window - 1);
         w.qt0 = w.s0 / TILE;
         w.nq = q_end / TILE - w.qt0 + 1;
@@ -251,7 +285,12 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
             }
         }
         hand_back(kv_empty);  // every product reading K and V is done
-        store_dkv<D>(dk_acc, dv_acc, key0, T, w.b, w.hk, kv_heads, scale, dk, dv);
+        // The dS^T and dQ buffers hold dK and dV once both warpgroups' last dQ products and
+        // reductions have read them, and are dS^T and dQ again once both have stored them.
+        if (leader) bulk_wait_read<0>();
+        bar_sync(BAR_DS, WSB_CONSUMERS);
+        store_dkv_rows<D>(dk_acc, dv_acc, sds + wg * 2 * 64 * D, w.s0 + 64 * wg, T, w.b, w.hk, kv_heads, scale, dk, dv);
+        bar_sync(BAR_DS, WSB_CONSUMERS);
     }
     if (leader) bulk_wait<0>();
 }
