@@ -70,8 +70,10 @@ fn swa_matches_cpu_at_long_lengths() -> Result<()> {
         // More 128-query tiles than an H200 has SMs (512, 640 and 144). At head dim 128 each
         // block of Hopper's persistent forward walks several, reusing its Q buffers and K/V
         // ring across tiles (the third full causal, so tiles of every length); the second, full
-        // causal at head dim 64, runs swa_fwd. Hopper's backward walks up to 288 query tiles a
-        // block of keys (the third, group 4).
+        // causal at head dim 64, runs swa_fwd. Hopper's persistent backward takes the cases at
+        // head dim 128 with windows of 512 or more (here from the 2100-long one on) and walks
+        // several key tiles a block in the first of these three, up to 288 query tiles a key
+        // tile in the third (group 4).
         case(2, 4096, 8, 2, 128, 700),
         case(2, 2500, 16, 4, 64, 4096),
         case(1, 4608, 4, 1, 128, 5000),
@@ -83,11 +85,17 @@ fn swa_matches_cpu_at_long_lengths() -> Result<()> {
     Ok(())
 }
 
-/// f32 operands go through the same bf16 tensor cores (rounded on the way in).
+/// f32 operands go through the same bf16 tensor cores (rounded on the way in); on Hopper the
+/// third takes the warp-specialised backward (window 512 or more), whose dq leaves its f32
+/// accumulator as f32.
 #[test]
 fn swa_takes_f32_operands() -> Result<()> {
     let Some(gpu) = gpu() else { return Ok(()) };
-    for c in [case(1, 100, 4, 1, 64, 30), case(1, 77, 2, 2, 128, 500)] {
+    for c in [
+        case(1, 100, 4, 1, 64, 30),
+        case(1, 77, 2, 2, 128, 500),
+        case(1, 700, 4, 2, 128, 600),
+    ] {
         check(c, DType::F32, gpu)?;
     }
     Ok(())

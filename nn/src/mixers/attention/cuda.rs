@@ -44,11 +44,16 @@ const WS_STAGES: usize = 4;
 const WSB_KEYS: usize = 128;
 const WSB_THREADS: u32 = 384;
 const WSB_STAGES: usize = 2;
+/// The narrowest window (at most T) whose backward on Hopper is hopper_bwd.cu's: narrower
+/// windows give its 128-key tiles few query tiles to walk, and there swa_bwd's two blocks an SM
+/// hide more of each walk's latency (w = 128: 2.57 ms fwd+bwd against 2.23; w = 512: 3.90
+/// against 4.42; BENCHMARKS.md).
+const WS_BWD_MIN_WINDOW: u32 = 512;
 /// Threads a block of `swa_dq_unblock`.
 const UNBLOCK_THREADS: u32 = 256;
-/// The architecture whose backward is hopper_bwd.cu's and whose forward at head dim 128 is
-/// hopper_fwd.cu's (NVRTC compiles them for sm_90a; at head dim 64 that forward measured slower
-/// than swa_fwd, BENCHMARKS.md).
+/// The architecture whose forward and backward at head dim 128 are hopper_fwd.cu's and
+/// hopper_bwd.cu's (NVRTC compiles them for sm_90a; at head dim 64 both measured slower than
+/// swa_fwd and swa_bwd, BENCHMARKS.md).
 const HOPPER: (u32, u32) = (9, 0);
 
 /// What the kernels launch with at head dim `d`: positions and threads a block and shared
@@ -147,9 +152,6 @@ pub(crate) fn as_dtype(b: Buffer, dtype: DType) -> Result<CudaStorage, CudaError
 struct Checked {
     fwd: &'static str,
     bwd: &'static str,
-    hopper_bwd: &'static str,
-    /// `swa_dq_unblock`'s, writing bf16 and f32.
-    unblock: [&'static str; 2],
     t: u32,
     h: u32,
     hkv: u32,
@@ -160,25 +162,13 @@ struct Checked {
 impl Checked {
     fn new(op: &'static str, s: AttnShape, window: usize) -> Result<Checked, CudaError> {
         s.check(op)?;
-        let (fwd, bwd, hopper_bwd, unblock) = match s.d {
-            64 => (
-                "swa_fwd_d64",
-                "swa_bwd_d64",
-                "swa_bwd_ws_d64",
-                ["swa_dq_unblock_bf16_d64", "swa_dq_unblock_f32_d64"],
-            ),
-            _ => (
-                "swa_fwd_d128",
-                "swa_bwd_d128",
-                "swa_bwd_ws_d128",
-                ["swa_dq_unblock_bf16_d128", "swa_dq_unblock_f32_d128"],
-            ),
+        let (fwd, bwd) = match s.d {
+            64 => ("swa_fwd_d64", "swa_bwd_d64"),
+            _ => ("swa_fwd_d128", "swa_bwd_d128"),
         };
         Ok(Checked {
             fwd,
             bwd,
-            hopper_bwd,
-            unblock,
             t: to_u32(op, "t", s.t)?,
             h: to_u32(op, "h", s.h)?,
             hkv: to_u32(op, "hkv", s.hkv)?,
@@ -372,7 +362,7 @@ pub(super) fn backward(
         }
         let scale = scale as f32;
         let stats = [&lse2, &delta];
-        if dev.compute_capability() == HOPPER {
+        if dev.compute_capability() == HOPPER && s.d == 128 && c.window >= WS_BWD_MIN_WINDOW {
             backward_hopper(dev, &c, s, [q, k, v, dout], stats, [&dk, &dv], scale, dtype)?
         } else {
             let dq = dev.alloc_zeros(DType::F32, s.q_len())?;
@@ -403,7 +393,7 @@ pub(super) fn backward(
     })
 }
 
-/// The backward on Hopper: one persistent block an SM (or fewer, one a tile)
+/// The backward on Hopper at head dim 128: one persistent block an SM (or fewer, one a tile)
 /// walking the tiles of 128 keys of a kv head, its loads by TMA through tensor maps of q, k, v
 /// and dout, dq accumulated in f32 in tile blocks and then written out by `swa_dq_unblock`
 /// (bf16 where `dtype` is, else f32).
@@ -435,7 +425,7 @@ fn backward_hopper(
         block: (z.hopper_bwd_threads, 1, 1),
         shared: to_u32(OP, "shared", z.hopper_bwd_shared)?,
     };
-    // SAFETY: swa_bwd_ws_dD(TensorMap tq, TensorMap tk, TensorMap tv, TensorMap tdo, const
+    // SAFETY: swa_bwd_ws_d128(TensorMap tq, TensorMap tk, TensorMap tv, TensorMap tdo, const
     // float* lse2, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads,
     // u32 kv_heads, u32 batch, u32 window, float scale); the maps describe q, k, v, dout at
     // their checked sizes, lse2 and delta hold b*h*t_pad, dq_acc b*h*t_pad*d zeros, dk and dv
@@ -444,7 +434,7 @@ fn backward_hopper(
         launch(
             dev,
             &SOURCE,
-            c.hopper_bwd,
+            "swa_bwd_ws_d128",
             cfg,
             &[
                 &tq, &tk, &tv, &tdo, lse2, delta, &acc, dk, dv, &c.t, &c.h, &c.hkv, &c.b,
@@ -454,15 +444,15 @@ fn backward_hopper(
     }
     // dq in bf16 for bf16 operands, else f32 (as_dtype widens it further where asked).
     let (kernel, out) = match dtype {
-        DType::BF16 => (c.unblock[0], DType::BF16),
-        _ => (c.unblock[1], DType::F32),
+        DType::BF16 => ("swa_dq_unblock_bf16_d128", DType::BF16),
+        _ => ("swa_dq_unblock_f32_d128", DType::F32),
     };
     let dq = dev.alloc(out, s.q_len())?;
     let pairs = acc.len() / 2;
     let blocks = pairs
         .div_ceil(UNBLOCK_THREADS as usize)
         .min(dev.sm_count() as usize * 16);
-    // SAFETY: swa_dq_unblock_O_dD(const float* acc, O* dq, u32 t_len, u32 heads, u32 batch,
+    // SAFETY: swa_dq_unblock_O_d128(const float* acc, O* dq, u32 t_len, u32 heads, u32 batch,
     // float scale); acc holds b*h*t_pad*d (a grid-stride walk over its pairs), dq b*t*h*d of
     // dtype O (rows past t are skipped).
     unsafe {

@@ -1,14 +1,15 @@
-// hopper_bwd.cu: the backward of sliding-window attention on Hopper (sm_90a only; elsewhere
-// attention.cu's swa_bwd runs, and this file uses its helpers), warp-specialised as in
-// FlashAttention-3 (arXiv 2407.08608):
+// hopper_bwd.cu: the backward of sliding-window attention on Hopper at head dim 128 and windows
+// of 512 or more (sm_90a only; elsewhere, at head dim 64 and at narrower windows, where this
+// structure measured slower, attention.cu's swa_bwd runs, and this file uses its helpers),
+// warp-specialised as in FlashAttention-3 (arXiv 2407.08608):
 // - Roles. A tile is 128 keys of one kv head: two consumer warpgroups of 64 keys each keep dK
-//   and dV of their keys in registers (240 registers a thread at head dim 128, given up by the
-//   producer warpgroup, which keeps 24; 232 and 40 at head dim 64, where 24 spilled), and a
-//   producer warpgroup, of which one thread loads the tile's
+//   and dV of their keys in registers (240 registers a thread, given up by the producer
+//   warpgroup, which keeps 24), and a producer warpgroup, of which one thread loads the tile's
 //   K and V and then, for every q head of the group and query tile of the band, the tile's Q
 //   and dO (TMA) and its lse2 and delta rows (bulk copies of swa_bwd_prep's padded rows) into a
 //   ring of WSB_STAGES buffers; Q (with lse2) and dO (with delta) are signalled by separate
-//   barriers, so that S^T can start before dO has landed.
+//   barriers, so that S^T can start before dO has landed. Every consumer thread hands a buffer
+//   back by its own arrival (an arrival releases only its own thread's reads of lse2 and delta).
 // - Persistent: one block an SM walks the (key tile, kv head, sequence) tiles, key tiles of one
 //   head next to each other (the blocks at work at once read the same Q and dO tiles, from L2:
 //   ordered head by head first, the tile order measured DRAM-bound and 10% slower); the
@@ -24,9 +25,7 @@
 //   memory and adds it to the f32 accumulator in global memory by one bulk reduction issued by
 //   one thread (the TMA unit's atomic adds, not the threads'), waited for only before the buffer
 //   is rewritten a step later.
-// - At head dim 64 each warpgroup forms all of dQ over its own keys, and both add it into the
-//   same block: no dS^T of the other's is read (the barrier stays, for the buffers' turns).
-// - The dQ accumulator is blocked: [B, H, T_pad / 64, D / 64, 64 x 64] with each 64 x 64 block
+// - The dQ accumulator is blocked: [B, H, T_pad / 64, 2, 64 x 64] with each 64 x 64 block
 //   in the order the accumulator fragments hold it (fragment j of thread i's four values at
 //   (j * 128 + i) * 4), so that staging it is a conflict-free float4 store a fragment;
 //   swa_dq_unblock scales it and writes dq in [B, T, H, D].
@@ -87,7 +86,7 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
                            u32 batch, u32 window, float scale) {
     constexpr int NT = TILE / 8, DT = D / 8, KT = D / 16, DQ = 64;  // DQ: dQ columns a warpgroup
     constexpr u32 KV_BYTES = WSB_KEYS * D * 2, TILE_BYTES = TILE * D * 2, ROW_BYTES = TILE * 4;
-    static_assert(D == 64 || D == 128, "dQ in 64-column blocks, one or two");
+    static_assert(D == 128, "each warpgroup's dQ is one of D's two 64-column blocks");
     bf16* sk = aligned_smem();                                         // [WSB_KEYS][D]
     bf16* sv = sk + WSB_KEYS * D;                                      // [WSB_KEYS][D]
     bf16* sq = sv + WSB_KEYS * D;                                      // [WSB_STAGES][TILE][D]
@@ -109,11 +108,11 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
     const int wg = __shfl_sync(FULL_MASK, threadIdx.x >> 7, 0), lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
         mbar_init(kv_full, 1);
-        mbar_init(kv_empty, WSB_CONSUMERS / 32);
+        mbar_init(kv_empty, WSB_CONSUMERS);
         for (int i = 0; i < WSB_STAGES; ++i) {
             mbar_init(q_full + i, 1);
             mbar_init(do_full + i, 1);
-            mbar_init(empty + i, WSB_CONSUMERS / 32);
+            mbar_init(empty + i, WSB_CONSUMERS);
         }
         mbar_init_fence();
     }
@@ -139,7 +138,7 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
     auto first = [&](const Work& w, int i) { return (w.qt0 + i % w.nq) * TILE; };
 
     if (wg == WSB_CONSUMERS / 128) {
-        regs_lower<D == 64 ? 40 : 24>();
+        regs_lower<24>();
         if (threadIdx.x != WSB_CONSUMERS) return;
         tma_prefetch(tq);
         tma_prefetch(tk);
@@ -172,17 +171,13 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
         return;
     }
 
-    regs_raise<D == 64 ? 232 : 240>();
+    regs_raise<240>();
     const int wl = (threadIdx.x >> 5) & 3, g = lane >> 2, tid = threadIdx.x & 127;
     const bool leader = tid == 0;  // issues and waits for the warpgroup's dQ reductions
     const bf16* k_s = sk + 64 * wg * 64;  // this warpgroup's 64 rows of the 128-row tiles
     const bf16* v_s = sv + 64 * wg * 64;
-    const bf16* kq_s = sk + (D / 64 - 1) * wg * WSB_KEYS * 64;  // K's columns of this warpgroup's dQ
+    const bf16* kq_s = sk + wg * WSB_KEYS * 64;  // K's columns of this warpgroup's half of dQ
     float* dq_s = sdq + wg * TILE * DQ;
-    auto hand_back = [&](u64* bar) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar);
-    };
     u32 it = 0, used = 0;
     for (int n = blockIdx.x; n < tiles; n += gridDim.x, ++used) {
         const Work w = work(n);
@@ -246,19 +241,16 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
             if (leader) bulk_wait_read<0>();  // the last step's reduction has read dq_s
             bar_sync(BAR_DS, WSB_CONSUMERS);
 
-            // At head dim 128, this warpgroup's 64 columns of dQ = dS K over the keys of the
-            // warpgroups that met the tile (one that did not wrote no dS^T); at 64, all of dQ's
-            // columns over this warpgroup's keys, where they met it (both warpgroups add into
-            // the same block).
+            // This warpgroup's 64 columns of dQ = dS K, over the keys of the warpgroups that met
+            // the tile (one that did not wrote no dS^T).
             float dq[DQ / 8][4];
             auto& dq_f = reinterpret_cast<float(&)[DQ / 2]>(dq);
-            const bool own = meets(wg, t0), reduce = D == 128 || own;
             wg_arrive();
-            if (D == 64 ? own && wg == 0 : meets(0, t0) && !meets(1, t0))
+            if (!meets(1, t0))
                 ds_k<0, 4>(dq_f, ds_s, kq_s);
-            else if (D == 64 ? own : !meets(0, t0))
+            else if (!meets(0, t0))
                 ds_k<4, 8>(dq_f, ds_s, kq_s);
-            else if (D == 128)
+            else
                 ds_k<0, 8>(dq_f, ds_s, kq_s);
             wg_commit();
             wg_wait<0>();  // and the dV, dK products before it
@@ -267,24 +259,21 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
             wg_hold(dv_f);
             wg_keep(ap);
             wg_keep(ad);
-            hand_back(empty + s);  // this warp no longer reads the stage's Q, dO, lse2, delta
+            mbar_arrive(empty + s);  // this warp no longer reads the stage's Q, dO, lse2, delta
 
-            if (reduce) {
 #pragma unroll
-                for (int j = 0; j < DQ / 8; ++j)
-                    *reinterpret_cast<float4*>(dq_s + (j * 128 + tid) * 4) =
-                        make_float4(dq[j][0], dq[j][1], dq[j][2], dq[j][3]);
-                fence_proxy_async();
-                bar_sync(BAR_DQ + wg, 128);
-                if (leader) {
-                    const u64 tile = ((u64)w.b * heads + hq) * (t_pad / TILE) + t0 / TILE;
-                    bulk_reduce_add(dq_acc + (tile * (D / 64) + (D / 64 - 1) * wg) * TILE * DQ, dq_s,
-                                    TILE * DQ * 4);
-                    bulk_commit();
-                }
+            for (int j = 0; j < DQ / 8; ++j)
+                *reinterpret_cast<float4*>(dq_s + (j * 128 + tid) * 4) =
+                    make_float4(dq[j][0], dq[j][1], dq[j][2], dq[j][3]);
+            fence_proxy_async();
+            bar_sync(BAR_DQ + wg, 128);
+            if (leader) {
+                const u64 tile = ((u64)w.b * heads + hq) * (t_pad / TILE) + t0 / TILE;
+                bulk_reduce_add(dq_acc + (tile * 2 + wg) * TILE * DQ, dq_s, TILE * DQ * 4);
+                bulk_commit();
             }
         }
-        hand_back(kv_empty);  // every product reading K and V is done
+        mbar_arrive(kv_empty);  // every product reading K and V is done
         // The dS^T and dQ buffers hold dK and dV once both warpgroups' last dQ products and
         // reductions have read them, and are dS^T and dQ again once both have stored them.
         if (leader) bulk_wait_read<0>();
@@ -340,6 +329,5 @@ __device__ void swa_dq_unblock(const float* __restrict__ acc, O* __restrict__ dq
         swa_dq_unblock<bf16, D>(acc, dq, t_len, heads, batch, scale);                                            \
     }
 
-INSTANTIATE_WS_BWD(64)
 INSTANTIATE_WS_BWD(128)
 #endif
