@@ -1,11 +1,13 @@
 //! The mixers' CUDA kernels run on the CPU by the kernel emulator in cuda/emu (a fiber per GPU
-//! thread; ldmatrix, mma.sync, shuffles and cp.async emulated, and Hopper's wgmma, TMA copies
-//! and mbarriers; shared memory filled with NaNs before each block), against the CPU fused
+//! thread; ldmatrix, mma.sync, shuffles and cp.async emulated, and Hopper's wgmma, TMA and bulk
+//! copies, bulk reductions, mbarriers and named barriers; shared memory filled with NaNs before
+//! each block), against the CPU fused
 //! kernels on values, boundary states and every gradient: the gated delta rule's two families
 //! (gated_delta_parallel.cu and gated_delta.cu, in bf16), the mLSTM's kernels (mlstm.cu, in bf16
 //! and f32), sliding-window attention's on their mma.sync path (attention.cu, bf16: the path of
 //! every GPU but Hopper, which the H200's GPU tests never run) and on Hopper's (wgmma, and
-//! hopper_fwd.cu's TMA-fed forward), and RAttention's linear branch (rla.cu, bf16); and the
+//! hopper_fwd.cu's and hopper_bwd.cu's warp-specialised forward and backward), and RAttention's
+//! linear branch (rla.cu, bf16); and the
 //! fused SwiGLU
 //! (swiglu.cu, both instantiations, in bf16 and f32), the short convolution (short_conv.cu, both
 //! variants, in bf16 and f32), RMSNorm's backward (norm.cu, with and without a residual's
@@ -1251,11 +1253,13 @@ fn attention_operands(
     Ok((dir, x))
 }
 
-/// Sliding-window attention's kernels (forward, swa_bwd_delta, backward) at `dims` = [B, T, H,
+/// Sliding-window attention's kernels (forward, swa_bwd_prep, backward) at `dims` = [B, T, H,
 /// Hkv, D] and `window`, against the CPU fused kernel on the same bf16-rounded inputs: o, lse and
 /// every gradient. Twice: on the mma.sync path, the path of every GPU but Hopper's and so never
 /// run by the GPU tests on the H200, and as Hopper runs them (wgmma, and at head dim 128 the
-/// TMA-fed forward, in three persistent blocks so that each walks several tiles).
+/// warp-specialised forward and backward, each in three persistent blocks so that one walks
+/// several tiles where there are more than three; the backward at every window, though the
+/// wrapper takes it only from 512).
 fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Result<()> {
     let (Some(mma_sync), Some(hopper)) = (attention_harness(), attention_hopper_harness()) else {
         return Ok(());
