@@ -11,8 +11,8 @@
 //   barriers, so that S^T can start before dO has landed. Every consumer thread hands a buffer
 //   back by its own arrival (an arrival releases only its own thread's reads of lse2 and delta).
 // - Persistent: one block an SM walks the (key tile, kv head, sequence) tiles, key tiles of one
-//   head next to each other (the blocks at work at once read the same Q and dO tiles, from L2:
-//   ordered head by head first, the tile order measured DRAM-bound and 10% slower); the
+//   head next to each other (the blocks at work at once read the same Q and dO tiles, from L2;
+//   ordered head by head first, the kernel measured DRAM-bound, 72% busy); the
 //   producer loads the next tile's K and V once the consumers hand the last back, and its first
 //   Q and dO tiles before, while the consumers store dK and dV (a narrow window's tiles have few
 //   steps, so this tail would otherwise be a good part of each). dK and dV leave through shared
@@ -117,8 +117,9 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
         mbar_init_fence();
     }
     __syncthreads();
-    // Tile n: its first key s0, kv head and sequence (the keys with the most queries, the first,
-    // first), and its steps: step i is q head hk * group + i / nq, query tile qt0 + i % nq.
+    // Tile n: its first key s0, kv head and sequence (a head's key tiles in order, so the ones
+    // with the most queries first), and its steps: step i is q head hk * group + i / nq, query
+    // tile qt0 + i % nq.
     struct Work {
         int s0, hk, b, qt0, nq, steps;
     };
