@@ -321,6 +321,19 @@ __device__ __forceinline__ void bwd_probs(float (&st)[TILE / 8][4], float (&dpt)
         }
 }
 
+// dV += P^T dO and dK += dS^T Q on wgmma, P^T and dS^T as register operands (a warpgroup's 64
+// keys by a 64-query tile), issued and committed, not waited for.
+template <int N>
+__device__ __forceinline__ void dkv_products(float (&dk)[N], float (&dv)[N], const u32 (&ap)[TILE / 16][4],
+                                             const u32 (&ad)[TILE / 16][4], const bf16* q_s, const bf16* do_s) {
+    wg_arrive();
+#pragma unroll
+    for (int kk = 0; kk < TILE / 16; ++kk) wgmma_rs<1>(dv, ap[kk], desc_mn<TILE>(do_s, kk));
+#pragma unroll
+    for (int kk = 0; kk < TILE / 16; ++kk) wgmma_rs<1>(dk, ad[kk], desc_mn<TILE>(q_s, kk));
+    wg_commit();
+}
+
 // This thread's rows row, row + 8 of dS^T into a [keys][64 queries] bf16 tile (swizzled).
 __device__ __forceinline__ void store_ds(bf16* sds, int row, const float (&dpt)[TILE / 8][4]) {
     const int tq = threadIdx.x & 3;
@@ -453,14 +466,8 @@ __device__ void swa_bwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
             c_to_a(dpt, kk, ad[kk]);
         }
         if constexpr (WG) {
-            auto& dv_f = reinterpret_cast<float(&)[D / 2]>(dv_acc);
-            auto& dk_f = reinterpret_cast<float(&)[D / 2]>(dk_acc);
-            wg_arrive();
-#pragma unroll
-            for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(dv_f, ap[kk], desc_mn<TILE>(do_s, kk));
-#pragma unroll
-            for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(dk_f, ad[kk], desc_mn<TILE>(q_s, kk));
-            wg_commit();
+            dkv_products(reinterpret_cast<float(&)[D / 2]>(dk_acc), reinterpret_cast<float(&)[D / 2]>(dv_acc), ap,
+                         ad, q_s, do_s);
         } else {
             mma_tile<NT / 2, DT, D, false>(dv_acc, ap, do_s);
             mma_tile<NT / 2, DT, D, false>(dk_acc, ad, q_s);

@@ -198,6 +198,26 @@ impl Checked {
     }
 }
 
+/// The launch of a persistent kernel over `tiles` tiles: one block an SM, or one a tile where
+/// there are fewer.
+fn persistent(
+    op: &'static str,
+    dev: &Device,
+    tiles: usize,
+    threads: u32,
+    shared: usize,
+) -> Result<Launch, CudaError> {
+    Ok(Launch {
+        grid: (
+            to_u32(op, "blocks", tiles.min(dev.sm_count() as usize))?,
+            1,
+            1,
+        ),
+        block: (threads, 1, 1),
+        shared: to_u32(op, "shared", shared)?,
+    })
+}
+
 /// The forward: o (the operands' dtype) and each query row's natural log-sum-exp of its scaled
 /// scores, lse f32 `[b, h, t]`.
 pub(super) fn forward(
@@ -272,15 +292,7 @@ fn forward_hopper(
     let tk = TensorMap::bf16_rows(OP, k, &[s.b, s.t, s.hkv, s.d], 1, TILE)?;
     let tv = TensorMap::bf16_rows(OP, v, &[s.b, s.t, s.hkv, s.d], 1, TILE)?;
     let tiles = s.t.div_ceil(z.hopper_fwd_rows) * s.h * s.b;
-    let cfg = Launch {
-        grid: (
-            to_u32(OP, "blocks", tiles.min(dev.sm_count() as usize))?,
-            1,
-            1,
-        ),
-        block: (z.hopper_fwd_threads, 1, 1),
-        shared: to_u32(OP, "shared", z.hopper_fwd_shared)?,
-    };
+    let cfg = persistent(OP, dev, tiles, z.hopper_fwd_threads, z.hopper_fwd_shared)?;
 
     // SAFETY: swa_fwd_ws_d128(TensorMap tq, TensorMap tk, TensorMap tv, bf16* o, float* lse, u32
     // t_len, u32 heads, u32 kv_heads, u32 batch, u32 window, float scale_log2); the maps
@@ -416,15 +428,7 @@ fn backward_hopper(
     let tv = TensorMap::bf16_rows(OP, v, &[s.b, s.t, s.hkv, s.d], 1, z.hopper_bwd_keys)?;
     let acc = dev.alloc_zeros(DType::F32, s.b * s.h * s.t.next_multiple_of(TILE) * s.d)?;
     let tiles = s.t.div_ceil(z.hopper_bwd_keys) * s.hkv * s.b;
-    let cfg = Launch {
-        grid: (
-            to_u32(OP, "blocks", tiles.min(dev.sm_count() as usize))?,
-            1,
-            1,
-        ),
-        block: (z.hopper_bwd_threads, 1, 1),
-        shared: to_u32(OP, "shared", z.hopper_bwd_shared)?,
-    };
+    let cfg = persistent(OP, dev, tiles, z.hopper_bwd_threads, z.hopper_bwd_shared)?;
     // SAFETY: swa_bwd_ws_d128(TensorMap tq, TensorMap tk, TensorMap tv, TensorMap tdo, const
     // float* lse2, const float* delta, float* dq_acc, bf16* dk, bf16* dv, u32 t_len, u32 heads,
     // u32 kv_heads, u32 batch, u32 window, float scale); the maps describe q, k, v, dout at

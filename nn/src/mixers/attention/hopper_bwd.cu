@@ -230,12 +230,7 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
                     c_to_a(st, kk, ap[kk]);
                     c_to_a(dpt, kk, ad[kk]);
                 }
-                wg_arrive();
-#pragma unroll
-                for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(dv_f, ap[kk], desc_mn<TILE>(do_s, kk));
-#pragma unroll
-                for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(dk_f, ad[kk], desc_mn<TILE>(q_s, kk));
-                wg_commit();
+                dkv_products(dk_f, dv_f, ap, ad, q_s, do_s);
                 store_ds(ds_s, 64 * wg + 16 * wl + g, dpt);
                 fence_proxy_async();
             }
