@@ -82,10 +82,10 @@ template <int N> __device__ __forceinline__ void wg_keep(const u32 (&a)[N][4]) {
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 // After the accumulator: ss takes da, db, add, TA, TB; rs takes a[0..3], db, add, TB.
-#define WGMMA_PAIR(N, OUTS, REGS, SS_DA, SS_DB, SS_ONE, SS_TA, SS_TB, RS_A, RS_DB, RS_ONE, RS_TB)               \
+#define WGMMA_PAIR(N, OUTS, REGS, SS_DA, SS_DB, SS_ADD, SS_TA, SS_TB, RS_A, RS_DB, RS_ADD, RS_TB)               \
     template <int TA, int TB>                                                                                   \
     __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 da, u64 db, bool add = true) {              \
-        SM90A_ONLY(asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SS_ONE ", 0;\n"                           \
+        SM90A_ONLY(asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SS_ADD ", 0;\n"                           \
                                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" REGS "}, " SS_DA    \
                                 ", " SS_DB ", p, 1, 1, " SS_TA ", " SS_TB ";\n}\n"                              \
                                 : OUTS                                                                          \
@@ -93,7 +93,7 @@ template <int N> __device__ __forceinline__ void wg_keep(const u32 (&a)[N][4]) {
     }                                                                                                           \
     template <int TB>                                                                                           \
     __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 db, bool add = true) {   \
-        SM90A_ONLY(asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " RS_ONE ", 0;\n"                           \
+        SM90A_ONLY(asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " RS_ADD ", 0;\n"                           \
                                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" REGS "}, "          \
                                 "{" RS_A "}, " RS_DB ", p, 1, 1, " RS_TB ";\n}\n"                               \
                                 : OUTS                                                                          \
