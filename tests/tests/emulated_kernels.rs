@@ -1268,6 +1268,19 @@ fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Res
     let (dir, [q, k, v, dout]) = attention_operands(name, dims, window.min(dims[1].max(1)), seed)?;
     let d = dims[4];
     let z = attention::launch_sizes(d);
+    // The emulator checks each kernel's accesses against these sizes; the H200 would refuse a
+    // launch past its limit.
+    for (kernel, bytes) in [
+        ("forward", z.fwd_shared),
+        ("backward", z.bwd_shared),
+        ("Hopper's forward", z.hopper_fwd_shared),
+        ("Hopper's backward", z.hopper_bwd_shared),
+    ] {
+        assert!(
+            bytes <= SHARED_LIMIT,
+            "{kernel} at head dim {d}: {bytes} bytes of shared memory, past {SHARED_LIMIT}"
+        );
+    }
     let sizes = format!(
         "{} {} {} {} {} {} {} {} {} {} {} {} {}\n",
         z.fwd_rows,
