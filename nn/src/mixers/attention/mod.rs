@@ -17,7 +17,8 @@
 //! ops, the spec), `kernel.rs` (the fused kernel as two ops, forward and backward, over named
 //! operands, run by the device that holds them), its CPU version `cpu.rs` (flash style, on the
 //! strided tiles of `tile.rs`, which RAttention's linear branch shares) and CUDA version
-//! `cuda.rs` + `attention.cu`, and `node.rs` (`swa`, one tape node over the kernel). The
+//! `cuda.rs` + `attention.cu` (with Hopper's warp-specialised forward and backward,
+//! `hopper_fwd.cu` and `hopper_bwd.cu`), and `node.rs` (`swa`, one tape node over the kernel). The
 //! reference and the node take the same arguments and return o `[B, T, H, D]`.
 //!
 //! The sizes of a call are swax-cuda's `AttnShape`, read off and checked against the tensors by
