@@ -3,7 +3,8 @@
 // inputs tests/tests/emulated_kernels.rs wrote into DIR: q, k, v and the output's gradient dout
 // (raw f32, rounded to bf16 here), `dims` (B T H Hkv D window, the window under T) and `launch`
 // (the wrapper's sizes, swax-nn's rattention::launch_sizes: chunk, the scans' threads and shared
-// bytes, the chunk kernels' threads, rla_fwd's shared bytes and the backward chunk kernels').
+// bytes, the feature and chunk kernels' threads, rla_fwd's shared bytes and the backward chunk
+// kernels').
 // Writes o and the gradients dq, dk, dv there as emu_*.f32.
 //     rattention DIR bf16        (the kernels' only dtype)
 #include "kernels.cpp"  // the kernel sources as C++ over emu.h, written by the test
@@ -22,25 +23,35 @@ int main(int argc, char** argv) {
     std::vector<bf16> dk = as<bf16>(std::vector<float>(k.size(), 0.0f)), dv = dk;
     std::vector<bf16> states = nans<bf16>(nstates), dstates = nans<bf16>(nstates);
     const bool d64 = d == 64;
-    const EmuLaunch scan{{2 * d / 64, hkv, b}, {z[1], 1, 1}, z[2]};
+    const EmuLaunch scan{{(2 * d / 64) * (d / 64), hkv, b}, {z[1], 1, 1}, z[2]};
     const EmuDim block{z[3], 1, 1};
+    // phi of every row, a warp per row (NaN-filled first: every element must be written).
+    auto features = [&](const std::vector<bf16>& x) {
+        const unsigned long long rows = x.size() / d, per_block = z[3] / 32;
+        std::vector<bf16> f = nans<bf16>(2 * x.size());
+        emu_launch({{(unsigned)((rows + per_block - 1) / per_block), 1, 1}, block, 0},
+                   [&] { (d64 ? rla_phi_d64 : rla_phi_d128)(x.data(), f.data(), rows); });
+        return f;
+    };
+    const std::vector<bf16> fq = features(q), fk = features(k);
     emu_launch(scan, [&] {
-        (d64 ? rla_scan_fwd_d64 : rla_scan_fwd_d128)(k.data(), v.data(), states.data(), t, hkv, 1, window);
+        (d64 ? rla_scan_fwd_d64 : rla_scan_fwd_d128)(fk.data(), v.data(), states.data(), t, hkv, 1, window);
     });
     emu_launch({{chunks, h * (d / 64), b}, block, z[4]}, [&] {
-        (d64 ? rla_fwd_d64 : rla_fwd_d128)(q.data(), k.data(), v.data(), states.data(), o.data(), t, h, hkv,
+        (d64 ? rla_fwd_d64 : rla_fwd_d128)(fq.data(), fk.data(), v.data(), states.data(), o.data(), t, h, hkv,
                                            window);
     });
-    // The backward reads the forward's states (the wrapper scans them again, to the same values).
+    // The backward reads the forward's features and states (the wrapper makes them again, to the
+    // same values).
     emu_launch(scan, [&] {
-        (d64 ? rla_scan_bwd_d64 : rla_scan_bwd_d128)(q.data(), dout.data(), dstates.data(), t, h, group, 0);
+        (d64 ? rla_scan_bwd_d64 : rla_scan_bwd_d128)(fq.data(), dout.data(), dstates.data(), t, h, group, 0);
     });
     emu_launch({{chunks, h, b}, block, z[5]}, [&] {
-        (d64 ? rla_bwd_dq_d64 : rla_bwd_dq_d128)(q.data(), k.data(), v.data(), dout.data(), states.data(),
+        (d64 ? rla_bwd_dq_d64 : rla_bwd_dq_d128)(fq.data(), fk.data(), v.data(), dout.data(), states.data(),
                                                  dq.data(), t, h, hkv, window);
     });
     emu_launch({{chunks, hkv, b}, block, z[5]}, [&] {
-        (d64 ? rla_bwd_dkdv_d64 : rla_bwd_dkdv_d128)(q.data(), k.data(), v.data(), dout.data(), dstates.data(),
+        (d64 ? rla_bwd_dkdv_d64 : rla_bwd_dkdv_d128)(fq.data(), fk.data(), v.data(), dout.data(), dstates.data(),
                                                      dk.data(), dv.data(), t, h, hkv, window);
     });
     write_f32(dir + "/emu_o.f32", back(o));

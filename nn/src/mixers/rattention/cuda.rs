@@ -3,8 +3,9 @@
 //! how the kernels work). f32 operands are rounded to bf16 on the way in and the results
 //! widened back, as SWA's (`attention::cuda`).
 //!
-//! The chunk states live only for the call: the forward scans them, then reads them once; the
-//! backward scans them again and their gradients backwards, then forms dq and (dk, dv).
+//! The features phi(q), phi(k) and the chunk states live only for the call: the forward makes the
+//! features, scans the states, then reads them once; the backward makes both again, scans the
+//! states' gradients backwards, then forms dq and (dk, dv).
 use super::{RlaBackward, RlaGrads, RlaIn};
 use crate::mixers::attention::cuda::{as_dtype, bf16};
 use crate::mixers::attention::SwaIn;
@@ -18,14 +19,17 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
     source: &[MMA_CUH, include_str!("rla.cu")],
 };
 
-/// Time steps per chunk and threads per block of the chunk kernels (`CH`, `THREADS` in rla.cu).
-/// The caller's chunk size does not matter: every chunk size gives the same values.
+/// Time steps per chunk, threads per block of the feature and chunk kernels and of the scans
+/// (`CH`, `THREADS`, `SCAN_THREADS` in rla.cu). The caller's chunk size does not matter: every
+/// chunk size gives the same values.
 const CHUNK: usize = 64;
 const THREADS: u32 = 256;
+const SCAN_THREADS: u32 = 128;
 
 /// What the kernels launch with at head dim `d` (their grids follow from the shape: see the
-/// launches below): the chunk, the scans' threads and shared bytes, the chunk kernels' threads,
-/// and the shared bytes of `rla_fwd` and of the backward's chunk kernels. Public so that the
+/// launches below): the chunk, the scans' threads and shared bytes, the feature and chunk
+/// kernels' threads (a warp per row in `rla_phi`), and the shared bytes of `rla_fwd` and of the
+/// backward's chunk kernels. Public so that the
 /// kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as the wrappers do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
@@ -41,9 +45,9 @@ pub struct Sizes {
 pub fn sizes(d: usize) -> Sizes {
     Sizes {
         chunk: CHUNK,
-        scan_threads: 2 * d as u32,
-        // A feature tile [CHUNK, d] and two y tiles [CHUNK, 64], bf16.
-        scan_shared: 2 * (CHUNK * d + 2 * CHUNK * 64),
+        scan_threads: SCAN_THREADS,
+        // Two buffers of a feature tile and a y tile, each [CHUNK, 64], bf16.
+        scan_shared: 2 * (2 * 2 * CHUNK * 64),
         threads: THREADS,
         // Two feature tiles [CHUNK, 2d], 64 columns of v' and of the state, bf16.
         fwd_shared: 2 * (2 * CHUNK * 2 * d + 2 * d * 64 + CHUNK * 64),
@@ -93,6 +97,39 @@ impl Checked {
         dev.alloc(DType::BF16, b * hkv * t.div_ceil(CHUNK) * 2 * d * d)
     }
 
+    /// phi of every row of x (`[b, t, heads, d]`) into a new bf16 `[b, t, heads, 2d]`.
+    fn features(&self, dev: &Device, x: &Buffer, heads: u32) -> Result<Buffer, CudaError> {
+        let AttnShape { b, t, d, .. } = self.s;
+        let rows = (b * t * heads as usize) as u64;
+        let f = dev.alloc(DType::BF16, 2 * d * rows as usize)?;
+        let per_block = u64::from(THREADS / 32);
+        let name = if d == 64 {
+            "rla_phi_d64"
+        } else {
+            "rla_phi_d128"
+        };
+        // SAFETY: rla_phi_dD(const bf16* x, bf16* f, u64 rows); x holds rows * d elements
+        // (checked by the callers: b*t*heads*d), f rows * 2d; a warp per row.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                name,
+                Launch {
+                    grid: (
+                        to_u32("rla", "feature blocks", rows.div_ceil(per_block) as usize)?,
+                        1,
+                        1,
+                    ),
+                    block: (THREADS, 1, 1),
+                    shared: 0,
+                },
+                &[x, &f, &rows],
+            )?;
+        }
+        Ok(f)
+    }
+
     /// The backward's chunk kernels: a block per (chunk, head, batch).
     fn chunk_launch(&self, heads: u32) -> Launch {
         let z = sizes(self.s.d);
@@ -104,7 +141,8 @@ impl Checked {
     }
 }
 
-/// Launches `rla_scan_{fwd,bwd}_dD` over x and y (`[b, t, heads, d]`, `group` heads summed per
+/// Launches `rla_scan_{fwd,bwd}_dD` over the features x (`[b, t, heads, 2d]`) and y (`[b, t,
+/// heads, d]`), `group` heads summed per
 /// kv head, rows read `shift` steps late) into `out` (from [`Checked::states`]): the states
 /// (`reverse` false: sums over the chunks before each chunk) or their gradients (`reverse`: over
 /// the chunks after it).
@@ -124,12 +162,17 @@ fn scan(
     };
     let z = sizes(c.s.d);
     let cfg = Launch {
-        grid: (to_u32("rla", "column tiles", 2 * c.s.d / 64)?, c.hkv, c.b),
+        grid: (
+            to_u32("rla", "state tiles", (2 * c.s.d / 64) * (c.s.d / 64))?,
+            c.hkv,
+            c.b,
+        ),
         block: (z.scan_threads, 1, 1),
         shared: z.scan_shared as u32,
     };
     // SAFETY: rla_scan_*_dD(const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads,
-    // u32 group, u32 shift); x and y hold b*t*heads*d (checked by the callers), out
+    // u32 group, u32 shift); x holds b*t*heads*2d (Checked::features), y b*t*heads*d (checked
+    // by the callers), out
     // b*hkv*chunks*2d*d; the grid's y extent is hkv and heads = hkv * group.
     unsafe {
         launch(
@@ -160,17 +203,19 @@ pub(super) fn forward(
         dev.memset_zero(&mut o)?;
         return as_dtype(o, x.q.dtype());
     }
+    let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
     let mut states = c.states(dev)?;
-    scan(dev, &c, false, (k, v), (c.hkv, 1, c.shift), &mut states)?;
+    scan(dev, &c, false, (&fk, v), (c.hkv, 1, c.shift), &mut states)?;
     let name = if c.s.d == 64 {
         "rla_fwd_d64"
     } else {
         "rla_fwd_d128"
     };
     let z = sizes(s.d);
-    // SAFETY: rla_fwd_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* states,
-    // bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift); sizes checked above, states from
-    // Checked::states; a block per (chunk, q head and 64 columns, batch).
+    // SAFETY: rla_fwd_dD(const bf16* fq, const bf16* fk, const bf16* v, const bf16* states,
+    // bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift); sizes checked above, fq and fk
+    // from Checked::features, states from Checked::states; a block per (chunk, q head and 64
+    // columns, batch).
     unsafe {
         launch(
             dev,
@@ -181,7 +226,7 @@ pub(super) fn forward(
                 block: (z.threads, 1, 1),
                 shared: z.fwd_shared as u32,
             },
-            &[q, k, v, &states, &o, &c.t, &c.h, &c.hkv, &c.shift],
+            &[&fq, &fk, v, &states, &o, &c.t, &c.h, &c.hkv, &c.shift],
         )?;
     }
     as_dtype(o, x.q.dtype())
@@ -217,16 +262,17 @@ pub(super) fn backward(
         dev.memset_zero(&mut dq)?;
         return grads(dq, dk, dv);
     }
+    let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
     let mut states = c.states(dev)?;
-    scan(dev, &c, false, (k, v), (c.hkv, 1, c.shift), &mut states)?;
+    scan(dev, &c, false, (&fk, v), (c.hkv, 1, c.shift), &mut states)?;
     let mut dstates = c.states(dev)?;
-    scan(dev, &c, true, (q, dout), (c.h, c.group, 0), &mut dstates)?;
+    scan(dev, &c, true, (&fq, dout), (c.h, c.group, 0), &mut dstates)?;
     let (dq_name, dkdv_name) = if c.s.d == 64 {
         ("rla_bwd_dq_d64", "rla_bwd_dkdv_d64")
     } else {
         ("rla_bwd_dq_d128", "rla_bwd_dkdv_d128")
     };
-    // SAFETY: rla_bwd_dq_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+    // SAFETY: rla_bwd_dq_dD(const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout,
     // const bf16* states, bf16* dq, u32 t_len, u32 heads, u32 kv_heads, u32 shift); sizes
     // checked above; a block per (chunk, q head, batch).
     unsafe {
@@ -235,11 +281,13 @@ pub(super) fn backward(
             &SOURCE,
             dq_name,
             c.chunk_launch(c.h),
-            &[q, k, v, dout, &states, &dq, &c.t, &c.h, &c.hkv, &c.shift],
+            &[
+                &fq, &fk, v, dout, &states, &dq, &c.t, &c.h, &c.hkv, &c.shift,
+            ],
         )?;
     }
     drop(states);
-    // SAFETY: rla_bwd_dkdv_dD(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+    // SAFETY: rla_bwd_dkdv_dD(const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout,
     // const bf16* dstates, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 shift);
     // sizes checked above; a block per (chunk, kv head, batch).
     unsafe {
@@ -249,7 +297,7 @@ pub(super) fn backward(
             dkdv_name,
             c.chunk_launch(c.hkv),
             &[
-                q, k, v, dout, &dstates, &dk, &dv, &c.t, &c.h, &c.hkv, &c.shift,
+                &fq, &fk, v, dout, &dstates, &dk, &dv, &c.t, &c.h, &c.hkv, &c.shift,
             ],
         )?;
     }

@@ -5,13 +5,19 @@
 // Keys and values shifted W steps later (k'_t = k_{t-W}, zero for t < W) make it plain causal
 // linear attention of q against k', run in chunks of CH = 64 steps as in fla's chunk_linear_attn:
 //
+// - rla_phi: phi of every row of q and of k, once, into bf16 [B, T, heads, F] (a warp per row:
+//   max, min and both exponential sums by shuffles). Every later kernel loads feature tiles as
+//   it loads v (the shift and the sequence's ends give zero rows). Each used to run the
+//   softmaxes itself, and ncu found the forward's two kernels issue-bound on that ALU work
+//   (31% and 44% of the ALU's peak against 5.5% and 18% of the tensor pipe's).
 // - rla_scan: the state at every chunk boundary, h_c = sum over chunks before c of
 //   phi(k')^T v' ([F, D] per kv head), by a sequential walk over the chunks (as fla's
-//   chunk_fwd_h); a block owns one sign half of the features and 64 columns of v, so
-//   B·Hkv·2·(D/64) blocks walk in parallel, the state tile in registers (f32), each boundary
-//   stored as bf16 [B, Hkv, NC, F, D], the next step's rows fetched during the current one.
-//   Walked backwards over q and do, summed over a kv head's q heads, the same kernel gives the
-//   state gradients dh_c = sum over chunks after c of phi(q)^T do.
+//   chunk_fwd_h); a block owns 64 features and 64 columns of v, so B·Hkv·(F/64)·(D/64) small
+//   blocks walk in parallel (many an SM, to hide each step's latency), the state tile in
+//   registers (f32), each boundary stored as bf16 [B, Hkv, NC, F, D], the next step's tiles
+//   fetched during the current one. Walked backwards over phi(q) and do, summed over a kv
+//   head's q heads, the same kernel gives the state gradients dh_c = sum over chunks after c of
+//   phi(q)^T do.
 // - rla_fwd: a block per (chunk, q head and 64 columns, batch):
 //   o = phi(q) h_c + mask(phi(q) phi(k')^T) v'.
 // - rla_bwd_dq: a block per (chunk, q head, batch): dphi(q) = do h_c^T + mask(do v'^T) phi(k').
@@ -19,12 +25,11 @@
 //   dphi(k') = v' dh_c^T + sum_j mask(do_j v'^T)^T phi(q_j), dv' = phi(k') dh_c + sum_j
 //   mask(phi(q_j) phi(k')^T)^T do_j, written back W steps earlier.
 //
-// phi is computed as rows are loaded (a warp per row: max, min and both exponential sums by
-// shuffles) and kept in shared memory as bf16, never in global memory; the feature gradients go
-// back through phi in the same kernels. The chunk kernels run eight warps: warp w takes rows
-// 16 (w % 4) of the chunk and half w / 4 of the block's output columns (for dq and dk that half
-// is one sign of the features, whose softmax backward needs only its own row dot; the two halves
-// meet in shared memory). Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh).
+// The feature gradients go back through phi in the dq and dk/dv kernels, from the feature tiles
+// they loaded. The chunk kernels run eight warps: warp w takes rows 16 (w % 4) of the chunk and
+// half w / 4 of the block's output columns (for dq and dk that half is one sign of the features,
+// whose softmax backward needs only its own row dot; the two halves meet in shared memory).
+// Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh).
 //
 // swax-cuda's mma.cuh (cuda/kernels/) is prepended by cuda.rs beside this file. Equations and
 // layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is the reference these
@@ -32,148 +37,113 @@
 
 #define CH 64
 #define THREADS 256
+#define SCAN_THREADS 128
 
-// CH rows of x as one warp's share: with NW warps, warp w holds rows w, w + NW, ..., each lane
-// D/32 consecutive elements (packed bf16 pairs). Row r is time t0 + r - shift, zero unless
-// shift <= t0 + r < T; x's rows lie rs apart. Every row's load is issued before any is used, so
-// a warp waits for memory once per tile, not once per row.
-template <int D, int NW>
-struct Rows {
-    static constexpr int R = CH / NW, P = D / 64;  // rows per warp, u32 pairs per lane
-    u32 w[R][P];
-
-    __device__ __forceinline__ void load(const bf16* __restrict__ x, u64 rs, int t0, int shift, int T) {
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// phi of n rows of D (x, contiguous) into n rows of 2D (f): a warp per row, lane l holding
+// elements D/32 l .. +D/32 - 1 of it. Rows are phi(x) in full; the callers' tile loads give the
+// zeros of rows outside the sequence or before the shift.
+template <int D>
+__device__ void rla_phi(const bf16* __restrict__ x, bf16* __restrict__ f, u64 n) {
+    constexpr int P = D / 64, E = 2 * P;  // u32 pairs and elements per lane
+    const int lane = threadIdx.x & 31;
+    const u64 row = (u64)blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
+    if (row >= n) return;
+    const u32* src = reinterpret_cast<const u32*>(x + row * D + lane * E);
+    float xv[E], p[E], m[E];
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const int t = t0 + warp + i * NW;
-            const u32* src = reinterpret_cast<const u32*>(x + (u64)(t - shift) * rs + lane * 2 * P);
-#pragma unroll
-            for (int j = 0; j < P; ++j) w[i][j] = t >= shift && t < T ? src[j] : 0u;
-        }
+    for (int j = 0; j < P; ++j) {
+        const u32 w = src[j];
+        xv[2 * j] = __uint_as_float(w << 16);
+        xv[2 * j + 1] = __uint_as_float(w & 0xffff0000u);
     }
-
-    // phi of the rows into a shared tile of OCOLS columns: the features of sign s in [S0, S1] at
-    // columns (s - S0) D + i, where sign 0 is softmax(x) and 1 is softmax(-x); rows outside
-    // [shift, T) get zeros (not the softmax of zeros).
-    template <int OCOLS>
-    __device__ __forceinline__ void phi(bf16* out, int t0, int shift, int T, int s0, int s1) const {
-        constexpr int E = 2 * P;
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float mx = xv[0], mn = xv[0];
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const int r = warp + i * NW, t = t0 + r;
-            float p[E], n[E];
-            if (t >= shift && t < T) {
-                float xv[E];
-#pragma unroll
-                for (int j = 0; j < P; ++j) {
-                    xv[2 * j] = __uint_as_float(w[i][j] << 16);
-                    xv[2 * j + 1] = __uint_as_float(w[i][j] & 0xffff0000u);
-                }
-                float mx = xv[0], mn = xv[0];
-#pragma unroll
-                for (int e = 1; e < E; ++e) {
-                    mx = fmaxf(mx, xv[e]);
-                    mn = fminf(mn, xv[e]);
-                }
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) {
-                    mx = fmaxf(mx, shfl_xor(mx, o));
-                    mn = fminf(mn, shfl_xor(mn, o));
-                }
-                float sp = 0.0f, sn = 0.0f;
-#pragma unroll
-                for (int e = 0; e < E; ++e) {
-                    p[e] = fast_exp2((xv[e] - mx) * LOG2E);
-                    n[e] = fast_exp2((mn - xv[e]) * LOG2E);
-                    sp += p[e];
-                    sn += n[e];
-                }
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) {
-                    sp += shfl_xor(sp, o);
-                    sn += shfl_xor(sn, o);
-                }
-                const float ip = 1.0f / sp, in = 1.0f / sn;
-#pragma unroll
-                for (int e = 0; e < E; ++e) {
-                    p[e] *= ip;
-                    n[e] *= in;
-                }
-            } else {
-#pragma unroll
-                for (int e = 0; e < E; ++e) p[e] = n[e] = 0.0f;
-            }
-            for (int s = s0; s <= s1; ++s)
-#pragma unroll
-                for (int j = 0; j < P; ++j)
-                    *reinterpret_cast<u32*>(out + swz<OCOLS>(r, (s - s0) * D + lane * E + 2 * j)) =
-                        s == 0 ? bf16x2_bits(p[2 * j], p[2 * j + 1]) : bf16x2_bits(n[2 * j], n[2 * j + 1]);
-        }
+    for (int e = 1; e < E; ++e) {
+        mx = fmaxf(mx, xv[e]);
+        mn = fminf(mn, xv[e]);
     }
-};
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        mx = fmaxf(mx, shfl_xor(mx, o));
+        mn = fminf(mn, shfl_xor(mn, o));
+    }
+    float sp = 0.0f, sm = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        p[e] = fast_exp2((xv[e] - mx) * LOG2E);
+        m[e] = fast_exp2((mn - xv[e]) * LOG2E);
+        sp += p[e];
+        sm += m[e];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        sp += shfl_xor(sp, o);
+        sm += shfl_xor(sm, o);
+    }
+    const float ip = 1.0f / sp, im = 1.0f / sm;
+    u32* dst = reinterpret_cast<u32*>(f + row * 2 * D + lane * E);
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+        dst[j] = bf16x2_bits(p[2 * j] * ip, p[2 * j + 1] * ip);
+        dst[D / 2 + j] = bf16x2_bits(m[2 * j] * im, m[2 * j + 1] * im);
+    }
+}
 
 // The states at every chunk boundary (REV false) or their gradients (REV true); see the top.
-// Block (blockIdx.x = sign * D/64 + column tile, kv head, batch), D/16 warps, warp w owning
-// feature rows 16w.. of its sign half. x and y are [B, T, heads, D]; the block sums the heads
-// kv head * group .. + group - 1 (one head for the states, a group of q heads for their
-// gradients), x's and y's row t' read at time t' - shift. out [B, Hkv, NC, 2D, D]: the value
-// before chunk c (REV: after it) is added.
+// Block (blockIdx.x = feature tile * D/64 + column tile, kv head, batch), 4 warps, warp w owning
+// feature rows 64 ft + 16 w .. +15 and the block's 64 columns. x holds feature rows [B, T,
+// heads, 2D], y [B, T, heads, D]; the block sums the heads kv head * group .. + group - 1 (one
+// head for the states, a group of q heads for their gradients), the rows of x and y at time
+// t' read at t' - shift. out [B, Hkv, NC, 2D, D]: the value before chunk c (REV: after it).
 template <int D, bool REV>
 __device__ void rla_scan(const bf16* __restrict__ x, const bf16* __restrict__ y, bf16* __restrict__ out, u32 t_len,
                          u32 heads, u32 group, u32 shift) {
-    constexpr int NTH = 2 * D, NW = D / 16;
+    constexpr int F = 2 * D, TILE = CH * 64;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16* sx = reinterpret_cast<bf16*>(smem);  // phi of one sign, [CH][D]: phi^T read k-major
-    bf16* sy = sx + CH * D;                     // [2][CH][64]
+    bf16* sx = reinterpret_cast<bf16*>(smem);  // [2][CH][64] of x: phi^T read k-major
+    bf16* sy = sx + 2 * TILE;                   // [2][CH][64] of y
 
     const int T = (int)t_len, nc = (T + CH - 1) / CH, sh = (int)shift;
-    const int sign = blockIdx.x / (D / 64), vt = blockIdx.x % (D / 64);
+    const int ft = blockIdx.x / (D / 64), vt = blockIdx.x % (D / 64);
     const int g = blockIdx.y, b = blockIdx.z, hkv = gridDim.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
-    const u64 rs = (u64)heads * D;
-    bf16* og = out + ((u64)b * hkv + g) * nc * (2 * D * D) + (u64)(sign * D + warp * 16 + gq) * D + vt * 64 + 2 * tq;
+    bf16* og = out + ((u64)b * hkv + g) * nc * (F * D) + (u64)(ft * 64 + warp * 16 + gq) * D + vt * 64 + 2 * tq;
 
-    // Step i reads head j = i % group of chunk i / group (walked backwards with REV); each
-    // step's x rows (registers) and y tile (cp.async, double-buffered) are fetched during the
-    // step before.
+    // Step i reads head j = i % group of chunk i / group (walked backwards with REV), its tiles
+    // fetched into buffer i % 2 during the step before.
     const int steps = nc * (int)group;
     auto chunk_of = [&](int i) { return REV ? nc - 1 - i / (int)group : i / (int)group; };
-    auto offset_of = [&](int i) { return ((u64)b * T * heads + g * group + i % (int)group) * D; };
-    Rows<D, NW> rows;
-    rows.load(x + offset_of(0), rs, chunk_of(0) * CH, sh, T);
-    load_tile<64, CH, NTH, true>(sy, y + offset_of(0) + vt * 64, rs, chunk_of(0) * CH, T, sh);
-    cp_async_commit();
+    auto fetch = [&](int i) {
+        const u64 row = (u64)b * T * heads + g * group + i % (int)group;
+        const int c0 = chunk_of(i) * CH;
+        load_tile<64, CH, SCAN_THREADS, true>(sx + (i & 1) * TILE, x + row * F + ft * 64, (u64)heads * F, c0, T, sh);
+        load_tile<64, CH, SCAN_THREADS, true>(sy + (i & 1) * TILE, y + row * D + vt * 64, (u64)heads * D, c0, T, sh);
+        cp_async_commit();
+    };
+    fetch(0);
 
     float st[8][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n) st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.0f;
 
     for (int i = 0; i < steps; ++i) {
-        const int c = chunk_of(i), c0 = c * CH;
         if (i % (int)group == 0) {  // the value before the chunk (REV: after it)
-            bf16* oc = og + (u64)c * (2 * D * D);
+            bf16* oc = og + (u64)chunk_of(i) * (F * D);
 #pragma unroll
             for (int n = 0; n < 8; ++n) {
                 *reinterpret_cast<u32*>(oc + n * 8) = bf16x2_bits(st[n][0], st[n][1]);
                 *reinterpret_cast<u32*>(oc + 8 * D + n * 8) = bf16x2_bits(st[n][2], st[n][3]);
             }
         }
-        rows.template phi<D>(sx, c0, sh, T, sign, sign);
         cp_async_wait<0>();
-        __syncthreads();
-        const bf16* y_s = sy + (i & 1) * CH * 64;
-        if (i + 1 < steps) {
-            const int cn = chunk_of(i + 1) * CH;
-            rows.load(x + offset_of(i + 1), rs, cn, sh, T);
-            load_tile<64, CH, NTH, true>(sy + ((i + 1) & 1) * CH * 64, y + offset_of(i + 1) + vt * 64, rs, cn, T, sh);
-            cp_async_commit();
-        }
+        __syncthreads();  // step i's tiles landed; step i - 1's reads of the other buffer are done
+        if (i + 1 < steps) fetch(i + 1);
+        const bf16* x_s = sx + (i & 1) * TILE;
+        const bf16* y_s = sy + (i & 1) * TILE;
 #pragma unroll
         for (int kk = 0; kk < CH / 16; ++kk) {
             u32 a[4];
-            ldsm_x4<true>(a, lane_ptr<D, false>(sx, kk * 16, warp * 16));
+            ldsm_x4<true>(a, lane_ptr<64, false>(x_s, kk * 16, warp * 16));
 #pragma unroll
             for (int nn = 0; nn < 4; ++nn) {
                 u32 f[4];
@@ -182,28 +152,7 @@ __device__ void rla_scan(const bf16* __restrict__ x, const bf16* __restrict__ y,
                 mma(st[2 * nn + 1], a, f[2], f[3]);
             }
         }
-        __syncthreads();  // the next step rewrites sx and the other y buffer
     }
-}
-
-// Both signs' features of a chunk's rows into a [CH][2D] shared tile, by the THREADS threads of
-// a chunk kernel.
-template <int D>
-__device__ __forceinline__ void phi_tile(const bf16* __restrict__ x, u64 rs, int t0, int shift, int T, bf16* out) {
-    Rows<D, THREADS / 32> r;
-    r.load(x, rs, t0, shift, T);
-    r.template phi<2 * D>(out, t0, shift, T, 0, 1);
-}
-
-// phi of q's rows (unshifted) and k's rows (shifted), both loads in flight together.
-template <int D>
-__device__ __forceinline__ void phi_pair(const bf16* __restrict__ q, u64 qrs, const bf16* __restrict__ k, u64 krs,
-                                         int t0, int shift, int T, bf16* sq, bf16* sk) {
-    Rows<D, THREADS / 32> rq, rk;
-    rq.load(q, qrs, t0, 0, T);
-    rk.load(k, krs, t0, shift, T);
-    rq.template phi<2 * D>(sq, t0, 0, T, 0, 1);
-    rk.template phi<2 * D>(sk, t0, shift, T, 0, 1);
 }
 
 // Zeroes rows c0 .. c0 + CH - 1 (those below T) of head `head` of a [B, T, heads, D] bf16 tensor.
@@ -228,7 +177,7 @@ __device__ __forceinline__ void causal_mask(float (&s)[8][4], int row0) {
 // Each block computes 64 columns of o (part blockIdx.y % (D / 64)), so that it holds only those
 // columns of v' and h_c and two blocks fit on an SM.
 template <int D>
-__device__ void rla_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+__device__ void rla_fwd(const bf16* __restrict__ fq, const bf16* __restrict__ fk, const bf16* __restrict__ v,
                         const bf16* __restrict__ states, bf16* __restrict__ o, u32 t_len, u32 heads, u32 kv_heads,
                         u32 shift) {
     constexpr int F = 2 * D, PARTS = D / 64;
@@ -245,11 +194,12 @@ __device__ void rla_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
         if (cb == 0) zero_rows<D>(o, T, heads, b, h, c0);
         return;
     }
-    const u64 krs = (u64)kv_heads * D, qrs = (u64)heads * D, koff = ((u64)b * T * kv_heads + g) * D;
-    load_tile<64, CH, THREADS, true>(sv, v + koff + cb, krs, c0, T, sf);
+    const u64 qrow = (u64)b * T * heads + h, krow = (u64)b * T * kv_heads + g;
+    load_tile<64, CH, THREADS, true>(sv, v + krow * D + cb, (u64)kv_heads * D, c0, T, sf);
     load_tile<64, F, THREADS, false>(sh, states + (((u64)b * kv_heads + g) * nc + c) * F * D + cb, D, 0, F, 0);
+    load_tile<F, CH, THREADS, false>(sq, fq + qrow * F, (u64)heads * F, c0, T, 0);
+    load_tile<F, CH, THREADS, true>(sk, fk + krow * F, (u64)kv_heads * F, c0, T, sf);
     cp_async_commit();
-    phi_pair<D>(q + ((u64)b * T * heads + h) * D, qrs, k + koff, krs, c0, sf, T, sq, sk);
     cp_async_wait<0>();
     __syncthreads();
 
@@ -272,7 +222,7 @@ __device__ void rla_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
     for (int r = 0; r < 2; ++r) {
         const int t = c0 + r0 + gq + 8 * r;
         if (t >= T) continue;
-        bf16* out = o + ((u64)b * T + t) * qrs + (u64)h * D + cb + n0 + 2 * tq;
+        bf16* out = o + (((u64)b * T + t) * heads + h) * D + cb + n0 + 2 * tq;
 #pragma unroll
         for (int n = 0; n < 4; ++n) *reinterpret_cast<u32*>(out + n * 8) = bf16x2_bits(acc[n][2 * r], acc[n][2 * r + 1]);
     }
@@ -340,7 +290,7 @@ __device__ __forceinline__ void sum_halves_store(const float (&gr)[D / 8][4], fl
 }
 
 template <int D>
-__device__ void rla_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+__device__ void rla_bwd_dq(const bf16* __restrict__ fq, const bf16* __restrict__ fk, const bf16* __restrict__ v,
                            const bf16* __restrict__ dout, const bf16* __restrict__ states, bf16* __restrict__ dq,
                            u32 t_len, u32 heads, u32 kv_heads, u32 shift) {
     constexpr int F = 2 * D;
@@ -358,13 +308,13 @@ __device__ void rla_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__ 
         zero_rows<D>(dq, T, heads, b, h, c0);
         return;
     }
-    const u64 krs = (u64)kv_heads * D, qrs = (u64)heads * D;
-    const u64 qoff = ((u64)b * T * heads + h) * D, koff = ((u64)b * T * kv_heads + g) * D;
-    load_tile<D, CH, THREADS, true>(sv, v + koff, krs, c0, T, sf);
-    load_tile<D, CH, THREADS, false>(sdo, dout + qoff, qrs, c0, T, 0);
+    const u64 qrow = (u64)b * T * heads + h, krow = (u64)b * T * kv_heads + g;
+    load_tile<D, CH, THREADS, true>(sv, v + krow * D, (u64)kv_heads * D, c0, T, sf);
+    load_tile<D, CH, THREADS, false>(sdo, dout + qrow * D, (u64)heads * D, c0, T, 0);
     load_tile<D, F, THREADS, false>(sh, states + (((u64)b * kv_heads + g) * nc + c) * F * D, D, 0, F, 0);
+    load_tile<F, CH, THREADS, false>(sq, fq + qrow * F, (u64)heads * F, c0, T, 0);
+    load_tile<F, CH, THREADS, true>(sk, fk + krow * F, (u64)kv_heads * F, c0, T, sf);
     cp_async_commit();
-    phi_pair<D>(q + qoff, qrs, k + koff, krs, c0, sf, T, sq, sk);
     cp_async_wait<0>();
     __syncthreads();
 
@@ -389,7 +339,7 @@ __device__ void rla_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__ 
 }
 
 template <int D>
-__device__ void rla_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+__device__ void rla_bwd_dkdv(const bf16* __restrict__ fq, const bf16* __restrict__ fk, const bf16* __restrict__ v,
                              const bf16* __restrict__ dout, const bf16* __restrict__ dstates, bf16* __restrict__ dk,
                              bf16* __restrict__ dv, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {
     constexpr int F = 2 * D, NV = D / 16;  // n8-tiles of a half row of dv
@@ -404,11 +354,11 @@ __device__ void rla_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict_
     const int c = blockIdx.x, c0 = c * CH, g = blockIdx.y, b = blockIdx.z;
     const int group = heads / kv_heads;
     if (c0 + CH <= sf) return;  // no key of the chunk exists; dk, dv come zeroed
-    const u64 krs = (u64)kv_heads * D, qrs = (u64)heads * D, koff = ((u64)b * T * kv_heads + g) * D;
-    load_tile<D, CH, THREADS, true>(sv, v + koff, krs, c0, T, sf);
+    const u64 krs = (u64)kv_heads * D, krow = (u64)b * T * kv_heads + g;
+    load_tile<D, CH, THREADS, true>(sv, v + krow * D, krs, c0, T, sf);
     load_tile<D, F, THREADS, false>(sds, dstates + (((u64)b * kv_heads + g) * nc + c) * F * D, D, 0, F, 0);
+    load_tile<F, CH, THREADS, true>(sk, fk + krow * F, (u64)kv_heads * F, c0, T, sf);
     cp_async_commit();
-    phi_tile<D>(k + koff, krs, c0, sf, T, sk);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     const int half = warp >> 2, r0 = (warp & 3) * 16;
@@ -418,13 +368,13 @@ __device__ void rla_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict_
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) gr[n][0] = gr[n][1] = gr[n][2] = gr[n][3] = 0.0f;
 
-    // group >= 1, so the loop's first wait also lands dh_c and its barrier publishes phi(k').
+    // group >= 1, so the loop's first wait also lands v', dh_c and phi(k').
     for (int j = 0; j < group; ++j) {
-        const u64 qoff = ((u64)b * T * heads + g * group + j) * D;
+        const u64 qrow = (u64)b * T * heads + g * group + j;
         if (j > 0) __syncthreads();  // the last head's reads of sq, sdo are done
-        load_tile<D, CH, THREADS, false>(sdo, dout + qoff, qrs, c0, T, 0);
+        load_tile<D, CH, THREADS, false>(sdo, dout + qrow * D, (u64)heads * D, c0, T, 0);
+        load_tile<F, CH, THREADS, false>(sq, fq + qrow * F, (u64)heads * F, c0, T, 0);
         cp_async_commit();
-        phi_tile<D>(q + qoff, qrs, c0, 0, T, sq);
         cp_async_wait<0>();
         __syncthreads();
         // Keys along rows: a^T = phi(k') phi(q)^T, then dv' += mask(a^T) do.
@@ -471,28 +421,31 @@ __device__ void rla_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict_
 }
 
 #define INSTANTIATE(D)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(2 * D) rla_scan_fwd_d##D(                                     \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_phi_d##D(const bf16* x, bf16* f, u64 rows) {     \
+        rla_phi<D>(x, f, rows);                                                                                 \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(SCAN_THREADS) rla_scan_fwd_d##D(                              \
         const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads, u32 group, u32 shift) {                 \
         rla_scan<D, false>(x, y, out, t_len, heads, group, shift);                                              \
     }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(2 * D) rla_scan_bwd_d##D(                                     \
+    extern "C" __global__ void __launch_bounds__(SCAN_THREADS) rla_scan_bwd_d##D(                              \
         const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads, u32 group, u32 shift) {                 \
         rla_scan<D, true>(x, y, out, t_len, heads, group, shift);                                               \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_fwd_d##D(                                        \
-        const bf16* q, const bf16* k, const bf16* v, const bf16* states, bf16* o, u32 t_len, u32 heads,        \
+        const bf16* fq, const bf16* fk, const bf16* v, const bf16* states, bf16* o, u32 t_len, u32 heads,      \
         u32 kv_heads, u32 shift) {                                                                              \
-        rla_fwd<D>(q, k, v, states, o, t_len, heads, kv_heads, shift);                                          \
+        rla_fwd<D>(fq, fk, v, states, o, t_len, heads, kv_heads, shift);                                        \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dq_d##D(                                     \
-        const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const bf16* states, bf16* dq,           \
+        const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout, const bf16* states, bf16* dq,         \
         u32 t_len, u32 heads, u32 kv_heads, u32 shift) {                                                        \
-        rla_bwd_dq<D>(q, k, v, dout, states, dq, t_len, heads, kv_heads, shift);                                \
+        rla_bwd_dq<D>(fq, fk, v, dout, states, dq, t_len, heads, kv_heads, shift);                              \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dkdv_d##D(                                   \
-        const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const bf16* dstates, bf16* dk,          \
+        const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout, const bf16* dstates, bf16* dk,        \
         bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {                                              \
-        rla_bwd_dkdv<D>(q, k, v, dout, dstates, dk, dv, t_len, heads, kv_heads, shift);                         \
+        rla_bwd_dkdv<D>(fq, fk, v, dout, dstates, dk, dv, t_len, heads, kv_heads, shift);                       \
     }
 
 INSTANTIATE(64)
