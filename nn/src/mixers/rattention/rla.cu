@@ -175,7 +175,8 @@ __device__ __forceinline__ void causal_mask(float (&s)[8][4], int row0) {
 }
 
 // Each block computes 64 columns of o (part blockIdx.y % (D / 64)), so that it holds only those
-// columns of v' and h_c and two blocks fit on an SM.
+// columns of v' and h_c and two blocks fit on an SM (its launch bounds hold its registers to that
+// too: left free, ptxas took 138 at D 128, one block an SM).
 template <int D>
 __device__ void rla_fwd(const bf16* __restrict__ fq, const bf16* __restrict__ fk, const bf16* __restrict__ v,
                         const bf16* __restrict__ states, bf16* __restrict__ o, u32 t_len, u32 heads, u32 kv_heads,
@@ -432,7 +433,7 @@ __device__ void rla_bwd_dkdv(const bf16* __restrict__ fq, const bf16* __restrict
         const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads, u32 group, u32 shift) {                 \
         rla_scan<D, true>(x, y, out, t_len, heads, group, shift);                                               \
     }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_fwd_d##D(                                        \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2) rla_fwd_d##D(                                     \
         const bf16* fq, const bf16* fk, const bf16* v, const bf16* states, bf16* o, u32 t_len, u32 heads,      \
         u32 kv_heads, u32 shift) {                                                                              \
         rla_fwd<D>(fq, fk, v, states, o, t_len, heads, kv_heads, shift);                                        \
