@@ -8,6 +8,7 @@
 //   addresses then fall in distinct banks with no padding. A column offset that is a multiple of
 //   64 is a plain pointer offset (the swizzle only mixes the low three chunk bits).
 // - tf32 conversion and mma.sync m16n8k8 on tf32 (f32 operands at 10 bits of significand).
+// - Named barriers, for some warps of a block.
 // - mma.sync m16n8k16 (bf16 in, f32 accumulate) fed by ldmatrix: A fragments from a row-major
 //   tile, from a k-major (transposed) tile, or from an accumulator in registers; B fragments from
 //   an n-major ([n][k]) or a k-major ([k][n]) tile, starting at any multiple of 8 columns.
@@ -25,6 +26,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// A barrier of `threads` threads (whole warps) named `id` (1 to 15; 0 is __syncthreads'), for
+// some warps of a block while the others run on.
+__device__ __forceinline__ void bar_sync(u32 id, u32 threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Four 8x8 b16 matrices; lane l addresses row l % 8 of matrix l / 8 and receives, from matrix i,

@@ -89,12 +89,6 @@ template <int N> __device__ __forceinline__ void bulk_wait() {
     asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// A barrier of `threads` threads (whole warps) named `id` (1 to 15; 0 is __syncthreads'), for
-// the warps of one role while another role runs on.
-__device__ __forceinline__ void bar_sync(u32 id, u32 threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // The registers a thread of this warpgroup may use, lowered (a producer that only issues copies)
 // or raised (consumers that hold accumulators) from the launch's even share; every thread of
 // the warpgroup executes it.

@@ -19,12 +19,13 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
     source: &[MMA_CUH, include_str!("rla.cu")],
 };
 
-/// Time steps per chunk, threads per block of the feature and chunk kernels and of the scans
-/// (`CH`, `THREADS`, `SCAN_THREADS` in rla.cu). The caller's chunk size does not matter: every
+/// Time steps per chunk, threads per block of the feature and chunk kernels and of the scans, and
+/// the scans' ring of tiles (`CH`, `THREADS`, `SCAN_THREADS`, `SCAN_STAGES` in rla.cu). The caller's chunk size does not matter: every
 /// chunk size gives the same values.
 const CHUNK: usize = 64;
 const THREADS: u32 = 256;
 const SCAN_THREADS: u32 = 128;
+const SCAN_STAGES: usize = 2;
 
 /// What the kernels launch with at head dim `d` (their grids follow from the shape: see the
 /// launches below): the chunk, the scans' threads and shared bytes, the feature and chunk
@@ -46,13 +47,15 @@ pub fn sizes(d: usize) -> Sizes {
     Sizes {
         chunk: CHUNK,
         scan_threads: SCAN_THREADS,
-        // Two buffers of a feature tile and a y tile, each [CHUNK, 64], bf16.
-        scan_shared: 2 * (2 * 2 * CHUNK * 64),
+        // SCAN_STAGES buffers of a feature tile and a y tile, each [CHUNK, 64], bf16.
+        scan_shared: 2 * (SCAN_STAGES * 2 * CHUNK * 64),
         threads: THREADS,
-        // Two feature tiles [CHUNK, 2d], 64 columns of v' and of the state, bf16.
-        fwd_shared: 2 * (2 * CHUNK * 2 * d + 2 * d * 64 + CHUNK * 64),
-        // Two feature tiles [CHUNK, 2d], a state [2d, d] and two tiles [CHUNK, d], bf16.
-        bwd_shared: 2 * (2 * CHUNK * 2 * d + 2 * d * d + 2 * CHUNK * d),
+        // Two feature tiles [CHUNK, 2d], 64 columns of v' and of the state, a masked product
+        // [CHUNK, CHUNK], bf16.
+        fwd_shared: 2 * (2 * CHUNK * 2 * d + 2 * d * 64 + CHUNK * 64 + CHUNK * CHUNK),
+        // Two feature tiles [CHUNK, 2d], a state [2d, d], two tiles [CHUNK, d] and two masked
+        // products [CHUNK, CHUNK], bf16.
+        bwd_shared: 2 * (2 * CHUNK * 2 * d + 2 * d * d + 2 * CHUNK * d + 2 * CHUNK * CHUNK),
     }
 }
 

@@ -38,6 +38,7 @@
 #define CH 64
 #define THREADS 256
 #define SCAN_THREADS 128
+#define SCAN_STAGES 2  // the scans' ring of tiles in flight
 
 // phi of n rows of D (x, contiguous) into n rows of 2D (f): a warp per row, lane l holding
 // elements D/32 l .. +D/32 - 1 of it. Rows are phi(x) in full; the callers' tile loads give the
@@ -100,8 +101,8 @@ __device__ void rla_scan(const bf16* __restrict__ x, const bf16* __restrict__ y,
                          u32 heads, u32 group, u32 shift) {
     constexpr int F = 2 * D, TILE = CH * 64;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16* sx = reinterpret_cast<bf16*>(smem);  // [2][CH][64] of x: phi^T read k-major
-    bf16* sy = sx + 2 * TILE;                   // [2][CH][64] of y
+    bf16* sx = reinterpret_cast<bf16*>(smem);  // [SCAN_STAGES][CH][64] of x: phi^T read k-major
+    bf16* sy = sx + SCAN_STAGES * TILE;         // [SCAN_STAGES][CH][64] of y
 
     const int T = (int)t_len, nc = (T + CH - 1) / CH, sh = (int)shift;
     const int ft = blockIdx.x / (D / 64), vt = blockIdx.x % (D / 64);
@@ -110,17 +111,21 @@ __device__ void rla_scan(const bf16* __restrict__ x, const bf16* __restrict__ y,
     bf16* og = out + ((u64)b * hkv + g) * nc * (F * D) + (u64)(ft * 64 + warp * 16 + gq) * D + vt * 64 + 2 * tq;
 
     // Step i reads head j = i % group of chunk i / group (walked backwards with REV), its tiles
-    // fetched into buffer i % 2 during the step before.
+    // fetched into buffer i % SCAN_STAGES SCAN_STAGES - 1 steps before. Every step commits one
+    // group of copies, empty past the end, so that the wait below always means step i's.
     const int steps = nc * (int)group;
     auto chunk_of = [&](int i) { return REV ? nc - 1 - i / (int)group : i / (int)group; };
     auto fetch = [&](int i) {
-        const u64 row = (u64)b * T * heads + g * group + i % (int)group;
-        const int c0 = chunk_of(i) * CH;
-        load_tile<64, CH, SCAN_THREADS, true>(sx + (i & 1) * TILE, x + row * F + ft * 64, (u64)heads * F, c0, T, sh);
-        load_tile<64, CH, SCAN_THREADS, true>(sy + (i & 1) * TILE, y + row * D + vt * 64, (u64)heads * D, c0, T, sh);
+        if (i < steps) {
+            const u64 row = (u64)b * T * heads + g * group + i % (int)group;
+            const int c0 = chunk_of(i) * CH, at = (i % SCAN_STAGES) * TILE;
+            load_tile<64, CH, SCAN_THREADS, true>(sx + at, x + row * F + ft * 64, (u64)heads * F, c0, T, sh);
+            load_tile<64, CH, SCAN_THREADS, true>(sy + at, y + row * D + vt * 64, (u64)heads * D, c0, T, sh);
+        }
         cp_async_commit();
     };
-    fetch(0);
+#pragma unroll
+    for (int i = 0; i < SCAN_STAGES - 1; ++i) fetch(i);
 
     float st[8][4];
 #pragma unroll
@@ -135,11 +140,11 @@ __device__ void rla_scan(const bf16* __restrict__ x, const bf16* __restrict__ y,
                 *reinterpret_cast<u32*>(oc + 8 * D + n * 8) = bf16x2_bits(st[n][2], st[n][3]);
             }
         }
-        cp_async_wait<0>();
-        __syncthreads();  // step i's tiles landed; step i - 1's reads of the other buffer are done
-        if (i + 1 < steps) fetch(i + 1);
-        const bf16* x_s = sx + (i & 1) * TILE;
-        const bf16* y_s = sy + (i & 1) * TILE;
+        cp_async_wait<SCAN_STAGES - 2>();
+        __syncthreads();  // step i's tiles landed; step i - 1's reads of the buffer refilled next are done
+        fetch(i + SCAN_STAGES - 1);
+        const bf16* x_s = sx + (i % SCAN_STAGES) * TILE;
+        const bf16* y_s = sy + (i % SCAN_STAGES) * TILE;
 #pragma unroll
         for (int kk = 0; kk < CH / 16; ++kk) {
             u32 a[4];
@@ -164,19 +169,37 @@ __device__ __forceinline__ void zero_rows(bf16* __restrict__ o, int T, u32 heads
     }
 }
 
-// Keeps the lower triangle of a warp's 16 x 64 score fragment: row i sees columns s <= i.
-__device__ __forceinline__ void causal_mask(float (&s)[8][4], int row0) {
+// The chunk kernels' masked 16 x 64 products (a warp's rows against the chunk's 64 steps) are
+// needed whole by both warps of a pair, w and w ^ 4, which take the two halves of the output
+// columns: each makes 32 of the 64 columns, stores them as bf16 into a shared [CH][64] tile, and
+// after pair_sync both read the rows whole. (Each warp used to make all 64 columns itself.)
+// store_half writes columns 32 half .. + 31 of rows r0 .. r0 + 15; LOWER keeps column <= row
+// (queries against keys), else column >= row (keys against queries).
+template <bool LOWER>
+__device__ __forceinline__ void store_half(const float (&s)[4][4], bf16* p, int r0, int half) {
     const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < 4; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-            if (n * 8 + 2 * tq + (e & 1) > row0 + gq + (e >> 1) * 8) s[n][e] = 0.0f;
+        for (int r = 0; r < 2; ++r) {
+            const int row = r0 + gq + 8 * r, col = 32 * half + 8 * n + 2 * tq;
+            const bool k0 = LOWER ? col <= row : col >= row, k1 = LOWER ? col + 1 <= row : col + 1 >= row;
+            *reinterpret_cast<u32*>(p + swz<64>(row, col)) =
+                bf16x2_bits(k0 ? s[n][2 * r] : 0.0f, k1 ? s[n][2 * r + 1] : 0.0f);
+        }
+}
+
+__device__ __forceinline__ void pair_sync() { bar_sync(1 + ((threadIdx.x >> 5) & 3), 64); }
+
+// Zeroed accumulators.
+template <int N> __device__ __forceinline__ void zero(float (&c)[N][4]) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
 }
 
 // Each block computes 64 columns of o (part blockIdx.y % (D / 64)), so that it holds only those
-// columns of v' and h_c and two blocks fit on an SM (its launch bounds hold its registers to that
-// too: left free, ptxas took 138 at D 128, one block an SM).
+// columns of v' and h_c and two blocks fit on an SM (its launch bounds keep its registers to that
+// share too).
 template <int D>
 __device__ void rla_fwd(const bf16* __restrict__ fq, const bf16* __restrict__ fk, const bf16* __restrict__ v,
                         const bf16* __restrict__ states, bf16* __restrict__ o, u32 t_len, u32 heads, u32 kv_heads,
@@ -187,6 +210,7 @@ __device__ void rla_fwd(const bf16* __restrict__ fq, const bf16* __restrict__ fk
     bf16* sk = sq + CH * F;                     // phi(k') [CH][F]
     bf16* sv = sk + CH * F;                     // v' [CH][64]
     bf16* sh = sv + CH * 64;                    // h_c [F][64]
+    bf16* sp = sh + F * 64;                     // mask(phi(q) phi(k')^T) [CH][64]
 
     const int T = (int)t_len, nc = (T + CH - 1) / CH, sf = (int)shift;
     const int c = blockIdx.x, c0 = c * CH, h = blockIdx.y / PARTS, cb = (blockIdx.y % PARTS) * 64, b = blockIdx.z;
@@ -205,19 +229,14 @@ __device__ void rla_fwd(const bf16* __restrict__ fq, const bf16* __restrict__ fk
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
-    const int r0 = (warp & 3) * 16, n0 = (warp >> 2) * 32;
-    float s[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    mma_smem_a<F / 16, 8, F, F>(s, sq, r0, sk);
-    causal_mask(s, r0);
-    u32 pf[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) c_to_a(s, kk, pf[kk]);
+    const int r0 = (warp & 3) * 16, half = warp >> 2, n0 = half * 32;
     float acc[4][4];
-#pragma unroll
-    for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    mma_tile<4, 4, 64, false>(acc, pf, sv, n0);
+    zero(acc);
+    mma_smem_a<F / 16, 4, F, F>(acc, sq, r0, sk, n0);
+    store_half<true>(acc, sp, r0, half);
+    zero(acc);
+    pair_sync();
+    mma_smem_a<CH / 16, 4, 64, 64, false>(acc, sp, r0, sv, n0);
     mma_smem_a<F / 16, 4, F, 64, false>(acc, sq, r0, sh, n0);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -301,6 +320,7 @@ __device__ void rla_bwd_dq(const bf16* __restrict__ fq, const bf16* __restrict__
     bf16* sv = sk + CH * F;                     // v' [CH][D]
     bf16* sdo = sv + CH * D;                    // do [CH][D]
     bf16* sh = sdo + CH * D;                    // h_c [F][D], then the halves' sum (f32 [CH][D])
+    bf16* sp = sh + F * D;                      // mask(do v'^T) [CH][64]
 
     const int T = (int)t_len, nc = (T + CH - 1) / CH, sf = (int)shift;
     const int c = blockIdx.x, c0 = c * CH, h = blockIdx.y, b = blockIdx.z;
@@ -320,20 +340,16 @@ __device__ void rla_bwd_dq(const bf16* __restrict__ fq, const bf16* __restrict__
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, half = warp >> 2, r0 = (warp & 3) * 16;
-    float gr[D / 8][4];
     {
-        float ds[8][4];
-#pragma unroll
-        for (int n = 0; n < 8; ++n) ds[n][0] = ds[n][1] = ds[n][2] = ds[n][3] = 0.0f;
-        mma_smem_a<D / 16, 8, D, D>(ds, sdo, r0, sv);
-        causal_mask(ds, r0);
-        u32 af[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) c_to_a(ds, kk, af[kk]);
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) gr[n][0] = gr[n][1] = gr[n][2] = gr[n][3] = 0.0f;
-        mma_tile<4, D / 8, F, false>(gr, af, sk, half * D);
+        float ds[4][4];
+        zero(ds);
+        mma_smem_a<D / 16, 4, D, D>(ds, sdo, r0, sv, 32 * half);
+        store_half<true>(ds, sp, r0, half);
     }
+    float gr[D / 8][4];
+    zero(gr);
+    pair_sync();
+    mma_smem_a<CH / 16, D / 8, 64, F, false>(gr, sp, r0, sk, half * D);
     mma_smem_a<D / 16, D / 8, D, D>(gr, sdo, r0, sh, half * D);
     phi_backward<D>(gr, sq, r0, half);
     sum_halves_store<D>(gr, reinterpret_cast<float*>(sh), r0, half, dq, T, heads, b, h, c0, 0);
@@ -350,6 +366,8 @@ __device__ void rla_bwd_dkdv(const bf16* __restrict__ fq, const bf16* __restrict
     bf16* sds = sv + CH * D;                    // dh_c [F][D], then the halves' sum (f32 [CH][D])
     bf16* sq = sds + F * D;                     // phi(q_j) [CH][F]
     bf16* sdo = sq + CH * F;                    // do_j [CH][D]
+    bf16* sa = sdo + CH * D;                    // mask(phi(k') phi(q_j)^T) [CH][64]
+    bf16* sda = sa + CH * 64;                   // mask(v' do_j^T) [CH][64]
 
     const int T = (int)t_len, nc = (T + CH - 1) / CH, sf = (int)shift;
     const int c = blockIdx.x, c0 = c * CH, g = blockIdx.y, b = blockIdx.z;
@@ -364,10 +382,8 @@ __device__ void rla_bwd_dkdv(const bf16* __restrict__ fq, const bf16* __restrict
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     const int half = warp >> 2, r0 = (warp & 3) * 16;
     float dva[NV][4], gr[D / 8][4];
-#pragma unroll
-    for (int n = 0; n < NV; ++n) dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.0f;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) gr[n][0] = gr[n][1] = gr[n][2] = gr[n][3] = 0.0f;
+    zero(dva);
+    zero(gr);
 
     // group >= 1, so the loop's first wait also lands v', dh_c and phi(k').
     for (int j = 0; j < group; ++j) {
@@ -378,33 +394,20 @@ __device__ void rla_bwd_dkdv(const bf16* __restrict__ fq, const bf16* __restrict
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
-        // Keys along rows: a^T = phi(k') phi(q)^T, then dv' += mask(a^T) do.
-        float s[8][4];
-        u32 af[4][4];
-#pragma unroll
-        for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        mma_smem_a<F / 16, 8, F, F>(s, sk, r0, sq);
-        // Key row i sees query columns >= i: the upper triangle.
-#pragma unroll
-        for (int n = 0; n < 8; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                if (n * 8 + 2 * tq + (e & 1) < r0 + gq + (e >> 1) * 8) s[n][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) c_to_a(s, kk, af[kk]);
-        mma_tile<4, NV, D, false>(dva, af, sdo, half * (D / 2));
-        // da^T = v' do^T, then dphi(k') += mask(da^T) phi(q).
-#pragma unroll
-        for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        mma_smem_a<D / 16, 8, D, D>(s, sv, r0, sdo);
-#pragma unroll
-        for (int n = 0; n < 8; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                if (n * 8 + 2 * tq + (e & 1) < r0 + gq + (e >> 1) * 8) s[n][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) c_to_a(s, kk, af[kk]);
-        mma_tile<4, D / 8, F, false>(gr, af, sq, half * D);
+        // Keys along rows (key row i sees query columns >= i): a^T = phi(k') phi(q)^T and
+        // da^T = v' do^T, then dv' += mask(a^T) do and dphi(k') += mask(da^T) phi(q).
+        {
+            float s[4][4];
+            zero(s);
+            mma_smem_a<F / 16, 4, F, F>(s, sk, r0, sq, 32 * half);
+            store_half<false>(s, sa, r0, half);
+            zero(s);
+            mma_smem_a<D / 16, 4, D, D>(s, sv, r0, sdo, 32 * half);
+            store_half<false>(s, sda, r0, half);
+        }
+        pair_sync();
+        mma_smem_a<CH / 16, NV, 64, D, false>(dva, sa, r0, sdo, half * (D / 2));
+        mma_smem_a<CH / 16, D / 8, 64, F, false>(gr, sda, r0, sq, half * D);
     }
     // What later chunks read through the state: dphi(k') += v' dh^T, dv' += phi(k') dh.
     mma_smem_a<D / 16, D / 8, D, D>(gr, sv, r0, sds, half * D);
