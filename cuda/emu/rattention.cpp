@@ -34,15 +34,13 @@ int main(int argc, char** argv) {
         return f;
     };
     const std::vector<bf16> fq = features(q), fk = features(k);
+    emu_launch({{d / 64, h, b}, block, z[4]}, [&] {
+        (d64 ? rla_fwd_d64 : rla_fwd_d128)(fq.data(), fk.data(), v.data(), o.data(), t, h, hkv, window);
+    });
+    // The backward reads the forward's features (the wrapper makes them again, to the same values).
     emu_launch(scan, [&] {
         (d64 ? rla_scan_fwd_d64 : rla_scan_fwd_d128)(fk.data(), v.data(), states.data(), t, hkv, 1, window);
     });
-    emu_launch({{chunks, h * (d / 64), b}, block, z[4]}, [&] {
-        (d64 ? rla_fwd_d64 : rla_fwd_d128)(fq.data(), fk.data(), v.data(), states.data(), o.data(), t, h, hkv,
-                                           window);
-    });
-    // The backward reads the forward's features and states (the wrapper makes them again, to the
-    // same values).
     emu_launch(scan, [&] {
         (d64 ? rla_scan_bwd_d64 : rla_scan_bwd_d128)(fq.data(), dout.data(), dstates.data(), t, h, group, 0);
     });

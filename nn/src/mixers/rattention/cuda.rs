@@ -4,8 +4,9 @@
 //! widened back, as SWA's (`attention::cuda`).
 //!
 //! The features phi(q), phi(k) and the chunk states live only for the call: the forward makes the
-//! features, scans the states, then reads them once; the backward makes both again, scans the
-//! states' gradients backwards, then forms dq and (dk, dv).
+//! features and carries the states through one walk over the chunks; the backward makes the
+//! features again, scans the states and their gradients (backwards) into memory, then forms dq
+//! and (dk, dv).
 use super::{RlaBackward, RlaGrads, RlaIn};
 use crate::mixers::attention::cuda::{as_dtype, bf16};
 use crate::mixers::attention::SwaIn;
@@ -50,9 +51,9 @@ pub fn sizes(d: usize) -> Sizes {
         // SCAN_STAGES buffers of a feature tile and a y tile, each [CHUNK, 64], bf16.
         scan_shared: 2 * (SCAN_STAGES * 2 * CHUNK * 64),
         threads: THREADS,
-        // Two feature tiles [CHUNK, 2d], 64 columns of v' and of the state, a masked product
-        // [CHUNK, CHUNK], bf16.
-        fwd_shared: 2 * (2 * CHUNK * 2 * d + 2 * d * 64 + CHUNK * 64 + CHUNK * CHUNK),
+        // Two stages of two feature tiles [CHUNK, 2d] and 64 columns of v', 64 columns of the
+        // state and a masked product [CHUNK, CHUNK], bf16.
+        fwd_shared: 2 * (2 * (2 * CHUNK * 2 * d + CHUNK * 64) + 2 * d * 64 + CHUNK * CHUNK),
         // Two feature tiles [CHUNK, 2d], a state [2d, d], two tiles [CHUNK, d] and two masked
         // products [CHUNK, CHUNK], bf16.
         bwd_shared: 2 * (2 * CHUNK * 2 * d + 2 * d * d + 2 * CHUNK * d + 2 * CHUNK * CHUNK),
@@ -207,29 +208,26 @@ pub(super) fn forward(
         return as_dtype(o, x.q.dtype());
     }
     let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
-    let mut states = c.states(dev)?;
-    scan(dev, &c, false, (&fk, v), (c.hkv, 1, c.shift), &mut states)?;
     let name = if c.s.d == 64 {
         "rla_fwd_d64"
     } else {
         "rla_fwd_d128"
     };
     let z = sizes(s.d);
-    // SAFETY: rla_fwd_dD(const bf16* fq, const bf16* fk, const bf16* v, const bf16* states,
-    // bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift); sizes checked above, fq and fk
-    // from Checked::features, states from Checked::states; a block per (chunk, q head and 64
-    // columns, batch).
+    // SAFETY: rla_fwd_dD(const bf16* fq, const bf16* fk, const bf16* v, bf16* o, u32 t_len,
+    // u32 heads, u32 kv_heads, u32 shift); sizes checked above, fq and fk from
+    // Checked::features; a block per (64 columns, q head, batch).
     unsafe {
         launch(
             dev,
             &SOURCE,
             name,
             Launch {
-                grid: (c.chunks, c.h * (s.d / 64) as u32, c.b),
+                grid: ((s.d / 64) as u32, c.h, c.b),
                 block: (z.threads, 1, 1),
                 shared: z.fwd_shared as u32,
             },
-            &[&fq, &fk, v, &states, &o, &c.t, &c.h, &c.hkv, &c.shift],
+            &[&fq, &fk, v, &o, &c.t, &c.h, &c.hkv, &c.shift],
         )?;
     }
     as_dtype(o, x.q.dtype())

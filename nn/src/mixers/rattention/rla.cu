@@ -197,54 +197,102 @@ template <int N> __device__ __forceinline__ void zero(float (&c)[N][4]) {
     for (int n = 0; n < N; ++n) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
 }
 
-// Each block computes 64 columns of o (part blockIdx.y % (D / 64)), so that it holds only those
-// columns of v' and h_c and two blocks fit on an SM (its launch bounds keep its registers to that
-// share too).
+// The forward in one walk over the chunks: a block per (64 columns of o, q head, batch) carries
+// those columns of its kv head's state through the sequence in registers (f32; warp w owns
+// feature rows F/8 w .. +F/8 - 1) and each chunk's output comes from the state before it, so
+// the states never go to global memory (fla's fused_chunk). Each step: the chunk's tiles landed
+// (fetched during the step before), the masked phi(q) phi(k')^T made once (store_half), o =
+// P v' + phi(q) h_c from the state's bf16 copy in shared memory, then h_{c+1} = h_c + phi(k')^T v'
+// in registers, copied to shared memory for the next step once every warp has read h_c.
 template <int D>
 __device__ void rla_fwd(const bf16* __restrict__ fq, const bf16* __restrict__ fk, const bf16* __restrict__ v,
-                        const bf16* __restrict__ states, bf16* __restrict__ o, u32 t_len, u32 heads, u32 kv_heads,
-                        u32 shift) {
-    constexpr int F = 2 * D, PARTS = D / 64;
+                        bf16* __restrict__ o, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {
+    constexpr int F = 2 * D, MT = F / 128;  // m-tiles of state rows a warp
+    constexpr int STAGE = 2 * CH * F + CH * 64;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16* sq = reinterpret_cast<bf16*>(smem);  // phi(q) [CH][F]
-    bf16* sk = sq + CH * F;                     // phi(k') [CH][F]
-    bf16* sv = sk + CH * F;                     // v' [CH][64]
-    bf16* sh = sv + CH * 64;                    // h_c [F][64]
-    bf16* sp = sh + F * 64;                     // mask(phi(q) phi(k')^T) [CH][64]
+    bf16* stages = reinterpret_cast<bf16*>(smem);  // [2] x (phi(q) [CH][F], phi(k') [CH][F], v' [CH][64])
+    bf16* sh = stages + 2 * STAGE;                   // h_c [F][64]
+    bf16* sp = sh + F * 64;                          // mask(phi(q) phi(k')^T) [CH][64]
 
     const int T = (int)t_len, nc = (T + CH - 1) / CH, sf = (int)shift;
-    const int c = blockIdx.x, c0 = c * CH, h = blockIdx.y / PARTS, cb = (blockIdx.y % PARTS) * 64, b = blockIdx.z;
+    const int cb = blockIdx.x * 64, h = blockIdx.y, b = blockIdx.z;
     const int g = h / (heads / kv_heads);
-    if (c0 + CH <= sf) {
-        if (cb == 0) zero_rows<D>(o, T, heads, b, h, c0);
-        return;
-    }
-    const u64 qrow = (u64)b * T * heads + h, krow = (u64)b * T * kv_heads + g;
-    load_tile<64, CH, THREADS, true>(sv, v + krow * D + cb, (u64)kv_heads * D, c0, T, sf);
-    load_tile<64, F, THREADS, false>(sh, states + (((u64)b * kv_heads + g) * nc + c) * F * D + cb, D, 0, F, 0);
-    load_tile<F, CH, THREADS, false>(sq, fq + qrow * F, (u64)heads * F, c0, T, 0);
-    load_tile<F, CH, THREADS, true>(sk, fk + krow * F, (u64)kv_heads * F, c0, T, sf);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     const int r0 = (warp & 3) * 16, half = warp >> 2, n0 = half * 32;
-    float acc[4][4];
-    zero(acc);
-    mma_smem_a<F / 16, 4, F, F>(acc, sq, r0, sk, n0);
-    store_half<true>(acc, sp, r0, half);
-    zero(acc);
-    pair_sync();
-    mma_smem_a<CH / 16, 4, 64, 64, false>(acc, sp, r0, sv, n0);
-    mma_smem_a<F / 16, 4, F, 64, false>(acc, sq, r0, sh, n0);
+    const u64 qrow = (u64)b * T * heads + h, krow = (u64)b * T * kv_heads + g;
+
+    // Chunks that end before the first key have no output but zeros.
+    const int first = sf / CH;
+    for (int i = threadIdx.x; i < first * CH * 8; i += THREADS) {
+        const int t = i / 8;
+        if (t < T) reinterpret_cast<uint4*>(o + (qrow + (u64)t * heads) * D + cb)[i % 8] = make_uint4(0, 0, 0, 0);
+    }
+    auto fetch = [&](int c) {
+        if (c < nc) {
+            bf16* st = stages + (c & 1) * STAGE;
+            load_tile<F, CH, THREADS, false>(st, fq + qrow * F, (u64)heads * F, c * CH, T, 0);
+            load_tile<F, CH, THREADS, true>(st + CH * F, fk + krow * F, (u64)kv_heads * F, c * CH, T, sf);
+            load_tile<64, CH, THREADS, true>(st + 2 * CH * F, v + krow * D + cb, (u64)kv_heads * D, c * CH, T, sf);
+        }
+        cp_async_commit();
+    };
+    fetch(first);
+    for (int i = threadIdx.x; i < F * 64 / 2; i += THREADS) reinterpret_cast<u32*>(sh)[i] = 0u;
+    float st[MT][8][4];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int t = c0 + r0 + gq + 8 * r;
-        if (t >= T) continue;
-        bf16* out = o + (((u64)b * T + t) * heads + h) * D + cb + n0 + 2 * tq;
+    for (int m = 0; m < MT; ++m) zero(st[m]);
+
+    for (int c = first; c < nc; ++c) {
+        cp_async_wait<0>();
+        __syncthreads();  // chunk c's tiles and h_c are in; the last step's reads are done
+        fetch(c + 1);
+        const bf16* sq = stages + (c & 1) * STAGE;
+        const bf16* sk = sq + CH * F;
+        const bf16* sv = sk + CH * F;
+        float acc[4][4];
+        zero(acc);
+        mma_smem_a<F / 16, 4, F, F>(acc, sq, r0, sk, n0);
+        store_half<true>(acc, sp, r0, half);
+        zero(acc);
+        pair_sync();
+        mma_smem_a<CH / 16, 4, 64, 64, false>(acc, sp, r0, sv, n0);
+        mma_smem_a<F / 16, 4, F, 64, false>(acc, sq, r0, sh, n0);
 #pragma unroll
-        for (int n = 0; n < 4; ++n) *reinterpret_cast<u32*>(out + n * 8) = bf16x2_bits(acc[n][2 * r], acc[n][2 * r + 1]);
+        for (int r = 0; r < 2; ++r) {
+            const int t = c * CH + r0 + gq + 8 * r;
+            if (t >= T) continue;
+            bf16* out = o + (qrow + (u64)t * heads) * D + cb + n0 + 2 * tq;
+#pragma unroll
+            for (int n = 0; n < 4; ++n)
+                *reinterpret_cast<u32*>(out + n * 8) = bf16x2_bits(acc[n][2 * r], acc[n][2 * r + 1]);
+        }
+        // h_{c+1} = h_c + phi(k')^T v': phi(k') read k-major as the A operand.
+#pragma unroll
+        for (int kk = 0; kk < CH / 16; ++kk) {
+            u32 a[MT][4];
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+                ldsm_x4<true>(a[m], lane_ptr<F, false>(sk, kk * 16, warp * (F / 8) + 16 * m));
+#pragma unroll
+            for (int nn = 0; nn < 4; ++nn) {
+                u32 f[4];
+                b_frag<64, false>(f, sv, kk, nn);
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    mma(st[m][2 * nn], a[m], f[0], f[1]);
+                    mma(st[m][2 * nn + 1], a[m], f[2], f[3]);
+                }
+            }
+        }
+        __syncthreads();  // every warp has read h_c and the masked product
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int n = 0; n < 8; ++n)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    *reinterpret_cast<u32*>(sh + swz<64>(warp * (F / 8) + 16 * m + gq + 8 * r, n * 8 + 2 * tq)) =
+                        bf16x2_bits(st[m][n][2 * r], st[m][n][2 * r + 1]);
     }
 }
 
@@ -436,10 +484,9 @@ __device__ void rla_bwd_dkdv(const bf16* __restrict__ fq, const bf16* __restrict
         const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads, u32 group, u32 shift) {                 \
         rla_scan<D, true>(x, y, out, t_len, heads, group, shift);                                               \
     }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS, 2) rla_fwd_d##D(                                     \
-        const bf16* fq, const bf16* fk, const bf16* v, const bf16* states, bf16* o, u32 t_len, u32 heads,      \
-        u32 kv_heads, u32 shift) {                                                                              \
-        rla_fwd<D>(fq, fk, v, states, o, t_len, heads, kv_heads, shift);                                        \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_fwd_d##D(                                        \
+        const bf16* fq, const bf16* fk, const bf16* v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift) { \
+        rla_fwd<D>(fq, fk, v, o, t_len, heads, kv_heads, shift);                                                \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dq_d##D(                                     \
         const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout, const bf16* states, bf16* dq,         \
