@@ -10,24 +10,23 @@
 //   it loads v (the shift and the sequence's ends give zero rows). Each used to run the
 //   softmaxes itself, and ncu found the forward's two kernels issue-bound on that ALU work
 //   (31% and 44% of the ALU's peak against 5.5% and 18% of the tensor pipe's).
-// - rla_scan: the state at every chunk boundary, h_c = sum over chunks before c of
-//   phi(k')^T v' ([F, D] per kv head), by a sequential walk over the chunks (as fla's
+// - rla_fwd: the output in one walk over the chunks, the state carried in registers (below).
+// - rla_scan, for the backward: the state at every chunk boundary, h_c = sum over chunks before
+//   c of phi(k')^T v' ([F, D] per kv head), by a sequential walk over the chunks (as fla's
 //   chunk_fwd_h); a block owns 64 features and 64 columns of v, so B·Hkv·(F/64)·(D/64) small
 //   blocks walk in parallel (many an SM, to hide each step's latency), the state tile in
 //   registers (f32), each boundary stored as bf16 [B, Hkv, NC, F, D], the next step's tiles
 //   fetched during the current one. Walked backwards over phi(q) and do, summed over a kv
 //   head's q heads, the same kernel gives the state gradients dh_c = sum over chunks after c of
 //   phi(q)^T do.
-// - rla_fwd: a block per (chunk, q head and 64 columns, batch):
-//   o = phi(q) h_c + mask(phi(q) phi(k')^T) v'.
 // - rla_bwd_dq: a block per (chunk, q head, batch): dphi(q) = do h_c^T + mask(do v'^T) phi(k').
 // - rla_bwd_dkdv: a block per (chunk, kv head, batch), over the group's q heads:
 //   dphi(k') = v' dh_c^T + sum_j mask(do_j v'^T)^T phi(q_j), dv' = phi(k') dh_c + sum_j
 //   mask(phi(q_j) phi(k')^T)^T do_j, written back W steps earlier.
 //
 // The feature gradients go back through phi in the dq and dk/dv kernels, from the feature tiles
-// they loaded. The chunk kernels run eight warps: warp w takes rows 16 (w % 4) of the chunk and
-// half w / 4 of the block's output columns (for dq and dk that half is one sign of the features,
+// they loaded. These kernels and rla_fwd's steps run eight warps: warp w takes rows 16 (w % 4)
+// of the chunk and half w / 4 of the block's output columns (for dq and dk that half is one sign of the features,
 // whose softmax backward needs only its own row dot; the two halves meet in shared memory).
 // Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh).
 //
