@@ -1364,9 +1364,9 @@ fn attention_tile_window_d128() -> Result<()> {
     attention_case("attention_tile_window_d128", [1, 200, 4, 2, 128], 64, 530)
 }
 
-/// RAttention's linear-branch kernels (the chunk-state scans, the output, dq and dk/dv) at
-/// `dims` = [B, T, H, Hkv, D] with keys `window` steps late, against the CPU fused kernel on the
-/// same bf16-rounded inputs: o and every gradient.
+/// RAttention's linear-branch kernels (the features, the output's walk, the chunk-state scans, dq
+/// and dk/dv) at `dims` = [B, T, H, Hkv, D] with keys `window` steps late, against the CPU fused
+/// kernel on the same bf16-rounded inputs: o and every gradient.
 fn rattention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Result<()> {
     let Some(exe) = rattention_harness() else {
         return Ok(());

@@ -21,8 +21,8 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 };
 
 /// Time steps per chunk, threads per block of the feature and chunk kernels and of the scans, and
-/// the scans' ring of tiles (`CH`, `THREADS`, `SCAN_THREADS`, `SCAN_STAGES` in rla.cu). The caller's chunk size does not matter: every
-/// chunk size gives the same values.
+/// the scans' ring of tiles (`CH`, `THREADS`, `SCAN_THREADS`, `SCAN_STAGES` in rla.cu). The
+/// caller's chunk size does not matter: every chunk size gives the same values.
 const CHUNK: usize = 64;
 const THREADS: u32 = 256;
 const SCAN_THREADS: u32 = 128;
@@ -31,8 +31,8 @@ const SCAN_STAGES: usize = 2;
 /// What the kernels launch with at head dim `d` (their grids follow from the shape: see the
 /// launches below): the chunk, the scans' threads and shared bytes, the feature and chunk
 /// kernels' threads (a warp per row in `rla_phi`), and the shared bytes of `rla_fwd` and of the
-/// backward's chunk kernels. Public so that the
-/// kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as the wrappers do.
+/// backward's chunk kernels. Public so that the kernels' CPU emulation
+/// (tests/tests/emulated_kernels.rs) launches them as the wrappers do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub chunk: usize,
@@ -146,10 +146,9 @@ impl Checked {
 }
 
 /// Launches `rla_scan_{fwd,bwd}_dD` over the features x (`[b, t, heads, 2d]`) and y (`[b, t,
-/// heads, d]`), `group` heads summed per
-/// kv head, rows read `shift` steps late) into `out` (from [`Checked::states`]): the states
-/// (`reverse` false: sums over the chunks before each chunk) or their gradients (`reverse`: over
-/// the chunks after it).
+/// heads, d]`; `group` heads summed per kv head, rows read `shift` steps late) into `out` (from
+/// [`Checked::states`]): the states (`reverse` false: sums over the chunks before each chunk)
+/// or their gradients (`reverse`: over the chunks after it).
 fn scan(
     dev: &Device,
     c: &Checked,
@@ -176,8 +175,7 @@ fn scan(
     };
     // SAFETY: rla_scan_*_dD(const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads,
     // u32 group, u32 shift); x holds b*t*heads*2d (Checked::features), y b*t*heads*d (checked
-    // by the callers), out
-    // b*hkv*chunks*2d*d; the grid's y extent is hkv and heads = hkv * group.
+    // by the callers), out b*hkv*chunks*2d*d; the grid's y extent is hkv and heads = hkv * group.
     unsafe {
         launch(
             dev,

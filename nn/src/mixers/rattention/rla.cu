@@ -26,9 +26,9 @@
 //
 // The feature gradients go back through phi in the dq and dk/dv kernels, from the feature tiles
 // they loaded. These kernels and rla_fwd's steps run eight warps: warp w takes rows 16 (w % 4)
-// of the chunk and half w / 4 of the block's output columns (for dq and dk that half is one sign of the features,
-// whose softmax backward needs only its own row dot; the two halves meet in shared memory).
-// Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh).
+// of the chunk and half w / 4 of the block's output columns (for dq and dk that half is one
+// sign of the features, whose softmax backward needs only its own row dot; the two halves meet
+// in shared memory). Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh).
 //
 // swax-cuda's mma.cuh (cuda/kernels/) is prepended by cuda.rs beside this file. Equations and
 // layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is the reference these
