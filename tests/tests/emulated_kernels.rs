@@ -1423,3 +1423,15 @@ fn rattention_gqa_d128() -> Result<()> {
 fn rattention_one_key() -> Result<()> {
     rattention_case("rattention_one_key", [1, 17, 2, 1, 64], 16, 620)
 }
+
+/// Four q heads to one kv head at head dim 128, a window of more than two chunks (the forward's
+/// walk starts at its third chunk, the ones before it all zeros) and a last chunk of 13 steps.
+#[test]
+fn rattention_gqa4_long_window_d128() -> Result<()> {
+    rattention_case(
+        "rattention_gqa4_long_window_d128",
+        [1, 333, 4, 1, 128],
+        150,
+        630,
+    )
+}
