@@ -228,10 +228,10 @@ __device__ void rla_fwd(const bf16* __restrict__ fq, const bf16* __restrict__ fk
     }
     auto fetch = [&](int c) {
         if (c < nc) {
-            bf16* st = stages + (c & 1) * STAGE;
-            load_tile<F, CH, THREADS, false>(st, fq + qrow * F, (u64)heads * F, c * CH, T, 0);
-            load_tile<F, CH, THREADS, true>(st + CH * F, fk + krow * F, (u64)kv_heads * F, c * CH, T, sf);
-            load_tile<64, CH, THREADS, true>(st + 2 * CH * F, v + krow * D + cb, (u64)kv_heads * D, c * CH, T, sf);
+            bf16* at = stages + (c & 1) * STAGE;
+            load_tile<F, CH, THREADS, false>(at, fq + qrow * F, (u64)heads * F, c * CH, T, 0);
+            load_tile<F, CH, THREADS, true>(at + CH * F, fk + krow * F, (u64)kv_heads * F, c * CH, T, sf);
+            load_tile<64, CH, THREADS, true>(at + 2 * CH * F, v + krow * D + cb, (u64)kv_heads * D, c * CH, T, sf);
         }
         cp_async_commit();
     };
