@@ -101,17 +101,22 @@ impl Checked {
         dev.alloc(DType::BF16, b * hkv * t.div_ceil(CHUNK) * 2 * d * d)
     }
 
+    /// The kernel of this head dim among its two instantiations (rla.cu's `_d64`, `_d128`).
+    fn kernel(&self, [d64, d128]: [&'static str; 2]) -> &'static str {
+        if self.s.d == 64 {
+            d64
+        } else {
+            d128
+        }
+    }
+
     /// phi of every row of x (`[b, t, heads, d]`) into a new bf16 `[b, t, heads, 2d]`.
     fn features(&self, dev: &Device, x: &Buffer, heads: u32) -> Result<Buffer, CudaError> {
         let AttnShape { b, t, d, .. } = self.s;
         let rows = (b * t * heads as usize) as u64;
         let f = dev.alloc(DType::BF16, 2 * d * rows as usize)?;
         let per_block = u64::from(THREADS / 32);
-        let name = if d == 64 {
-            "rla_phi_d64"
-        } else {
-            "rla_phi_d128"
-        };
+        let name = self.kernel(["rla_phi_d64", "rla_phi_d128"]);
         // SAFETY: rla_phi_dD(const bf16* x, bf16* f, u64 rows); x holds rows * d elements
         // (checked by the callers: b*t*heads*d), f rows * 2d; a warp per row.
         unsafe {
@@ -157,11 +162,10 @@ fn scan(
     (heads, group, shift): (u32, u32, u32),
     out: &mut Buffer,
 ) -> Result<(), CudaError> {
-    let name = match (reverse, c.s.d) {
-        (false, 64) => "rla_scan_fwd_d64",
-        (false, _) => "rla_scan_fwd_d128",
-        (true, 64) => "rla_scan_bwd_d64",
-        (true, _) => "rla_scan_bwd_d128",
+    let name = if reverse {
+        c.kernel(["rla_scan_bwd_d64", "rla_scan_bwd_d128"])
+    } else {
+        c.kernel(["rla_scan_fwd_d64", "rla_scan_fwd_d128"])
     };
     let z = sizes(c.s.d);
     let cfg = Launch {
@@ -206,11 +210,7 @@ pub(super) fn forward(
         return as_dtype(o, x.q.dtype());
     }
     let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
-    let name = if c.s.d == 64 {
-        "rla_fwd_d64"
-    } else {
-        "rla_fwd_d128"
-    };
+    let name = c.kernel(["rla_fwd_d64", "rla_fwd_d128"]);
     let z = sizes(s.d);
     // SAFETY: rla_fwd_dD(const bf16* fq, const bf16* fk, const bf16* v, bf16* o, u32 t_len,
     // u32 heads, u32 kv_heads, u32 shift); sizes checked above, fq and fk from
@@ -266,11 +266,8 @@ pub(super) fn backward(
     scan(dev, &c, false, (&fk, v), (c.hkv, 1, c.shift), &mut states)?;
     let mut dstates = c.states(dev)?;
     scan(dev, &c, true, (&fq, dout), (c.h, c.group, 0), &mut dstates)?;
-    let (dq_name, dkdv_name) = if c.s.d == 64 {
-        ("rla_bwd_dq_d64", "rla_bwd_dkdv_d64")
-    } else {
-        ("rla_bwd_dq_d128", "rla_bwd_dkdv_d128")
-    };
+    let dq_name = c.kernel(["rla_bwd_dq_d64", "rla_bwd_dq_d128"]);
+    let dkdv_name = c.kernel(["rla_bwd_dkdv_d64", "rla_bwd_dkdv_d128"]);
     // SAFETY: rla_bwd_dq_dD(const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout,
     // const bf16* states, bf16* dq, u32 t_len, u32 heads, u32 kv_heads, u32 shift); sizes
     // checked above; a block per (chunk, q head, batch).

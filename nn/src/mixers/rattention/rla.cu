@@ -220,12 +220,11 @@ __device__ void rla_fwd(const bf16* __restrict__ fq, const bf16* __restrict__ fk
     const int r0 = (warp & 3) * 16, half = warp >> 2, n0 = half * 32;
     const u64 qrow = (u64)b * T * heads + h, krow = (u64)b * T * kv_heads + g;
 
-    // Chunks that end before the first key have no output but zeros.
+    // Chunks that end before the first key have no output but zeros (all D columns, written by
+    // the head's first column block).
     const int first = sf / CH;
-    for (int i = threadIdx.x; i < first * CH * 8; i += THREADS) {
-        const int t = i / 8;
-        if (t < T) reinterpret_cast<uint4*>(o + (qrow + (u64)t * heads) * D + cb)[i % 8] = make_uint4(0, 0, 0, 0);
-    }
+    if (blockIdx.x == 0)
+        for (int c = 0; c < first; ++c) zero_rows<D>(o, T, heads, b, h, c * CH);
     auto fetch = [&](int c) {
         if (c < nc) {
             bf16* at = stages + (c & 1) * STAGE;
