@@ -26,7 +26,7 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 const CHUNK: usize = 64;
 const THREADS: u32 = 256;
 const SCAN_THREADS: u32 = 128;
-const SCAN_STAGES: usize = 2;
+const SCAN_STAGES: usize = 3;
 
 /// What the kernels launch with at head dim `d` (their grids follow from the shape: see the
 /// launches below): the chunk, the scans' threads and shared bytes, the feature and chunk

@@ -37,7 +37,7 @@
 #define CH 64
 #define THREADS 256
 #define SCAN_THREADS 128
-#define SCAN_STAGES 2  // the scans' ring of tiles in flight
+#define SCAN_STAGES 3  // the scans' ring of tiles in flight
 
 // phi of n rows of D (x, contiguous) into n rows of 2D (f): a warp per row, lane l holding
 // elements D/32 l .. +D/32 - 1 of it. Rows are phi(x) in full; the callers' tile loads give the
