@@ -1364,8 +1364,8 @@ fn attention_tile_window_d128() -> Result<()> {
     attention_case("attention_tile_window_d128", [1, 200, 4, 2, 128], 64, 530)
 }
 
-/// RAttention's linear-branch kernels (the features, the output's walk, the chunk-state scans, dq
-/// and dk/dv) at `dims` = [B, T, H, Hkv, D] with keys `window` steps late, against the CPU fused
+/// RAttention's linear-branch kernels (the features, the walks for the output, dq, dk and dv, and
+/// the sum of dq's and dk's sign halves) at `dims` = [B, T, H, Hkv, D] with keys `window` steps late, against the CPU fused
 /// kernel on the same bf16-rounded inputs: o and every gradient.
 fn rattention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Result<()> {
     let Some(exe) = rattention_harness() else {
@@ -1374,8 +1374,8 @@ fn rattention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Re
     let (dir, [q, k, v, dout]) = attention_operands(name, dims, window, seed)?;
     let z = rattention::launch_sizes(dims[4]);
     let sizes = format!(
-        "{} {} {} {} {} {}\n",
-        z.chunk, z.scan_threads, z.scan_shared, z.threads, z.fwd_shared, z.bwd_shared
+        "{} {} {} {}\n",
+        z.chunk, z.threads, z.feature_shared, z.grad_shared
     );
     emulate(exe, &dir, name, ("launch", &sizes), "bf16")?;
     let x = SwaIn {

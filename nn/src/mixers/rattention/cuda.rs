@@ -3,10 +3,10 @@
 //! how the kernels work). f32 operands are rounded to bf16 on the way in and the results
 //! widened back, as SWA's (`attention::cuda`).
 //!
-//! The features phi(q), phi(k) and the chunk states live only for the call: the forward makes the
-//! features and carries the states through one walk over the chunks; the backward makes the
-//! features again, scans the states and their gradients (backwards) into memory, then forms dq
-//! and (dk, dv).
+//! The features phi(q), phi(k) live only for the call, the chunk states only in the walks'
+//! registers: the forward makes the features and walks the chunks once for o; the backward makes
+//! the features again and walks them three times, for dq, dk (each sign of the features into its
+//! half of a `[.., 2d]` buffer, then summed) and dv.
 use super::{RlaBackward, RlaGrads, RlaIn};
 use crate::mixers::attention::cuda::{as_dtype, bf16};
 use crate::mixers::attention::SwaIn;
@@ -20,44 +20,41 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
     source: &[MMA_CUH, include_str!("rla.cu")],
 };
 
-/// Time steps per chunk, threads per block of the feature and chunk kernels and of the scans, and
-/// the scans' ring of tiles (`CH`, `THREADS`, `SCAN_THREADS`, `SCAN_STAGES` in rla.cu). The
+/// Time steps per chunk and threads per block of every kernel (`CH`, `THREADS` in rla.cu). The
 /// caller's chunk size does not matter: every chunk size gives the same values.
 const CHUNK: usize = 64;
 const THREADS: u32 = 256;
-const SCAN_THREADS: u32 = 128;
-const SCAN_STAGES: usize = 3;
 
 /// What the kernels launch with at head dim `d` (their grids follow from the shape: see the
-/// launches below): the chunk, the scans' threads and shared bytes, the feature and chunk
-/// kernels' threads (a warp per row in `rla_phi`), and the shared bytes of `rla_fwd` and of the
-/// backward's chunk kernels. Public so that the kernels' CPU emulation
-/// (tests/tests/emulated_kernels.rs) launches them as the wrappers do.
+/// launches below): the chunk, the threads of every kernel (a warp per row in `rla_phi`), and the
+/// shared bytes of the walks over features (`rla_fwd`, `rla_bwd_dv`) and of those that carry a
+/// feature gradient back through phi (`rla_bwd_dq`, `rla_bwd_dk`). Public so that the kernels'
+/// CPU emulation (tests/tests/emulated_kernels.rs) launches them as the wrappers do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub chunk: usize,
-    pub scan_threads: u32,
-    pub scan_shared: usize,
     pub threads: u32,
-    pub fwd_shared: usize,
-    pub bwd_shared: usize,
+    pub feature_shared: usize,
+    pub grad_shared: usize,
 }
 
 /// The sizes at head dim `d`.
 pub fn sizes(d: usize) -> Sizes {
     Sizes {
         chunk: CHUNK,
-        scan_threads: SCAN_THREADS,
-        // SCAN_STAGES buffers of a feature tile and a y tile, each [CHUNK, 64], bf16.
-        scan_shared: 2 * (SCAN_STAGES * 2 * CHUNK * 64),
         threads: THREADS,
-        // Two stages of two feature tiles [CHUNK, 2d] and 64 columns of v', 64 columns of the
-        // state and a masked product [CHUNK, CHUNK], bf16.
-        fwd_shared: 2 * (2 * (2 * CHUNK * 2 * d + CHUNK * 64) + 2 * d * 64 + CHUNK * CHUNK),
-        // Two feature tiles [CHUNK, 2d], a state [2d, d], two tiles [CHUNK, d] and two masked
-        // products [CHUNK, CHUNK], bf16.
-        bwd_shared: 2 * (2 * CHUNK * 2 * d + 2 * d * d + 2 * CHUNK * d + 2 * CHUNK * CHUNK),
+        feature_shared: walk_shared(2 * d, 64, false),
+        grad_shared: walk_shared(d, d, true),
     }
+}
+
+/// rla_walk's shared bytes with rows of `k` and `n` columns: two stages of two [CHUNK, k] tiles
+/// and one [CHUNK, n] tile (two with `phi`), the state [k, n] and a masked product [CHUNK,
+/// CHUNK], bf16; with `phi` two f32 row dots a row.
+fn walk_shared(k: usize, n: usize, phi: bool) -> usize {
+    let tiles = if phi { 2 } else { 1 };
+    2 * (2 * (2 * CHUNK * k + tiles * CHUNK * n) + k * n + CHUNK * CHUNK)
+        + if phi { 2 * CHUNK * 4 } else { 0 }
 }
 
 /// What a launch needs, checked: the sizes (as u32 where a kernel takes them).
@@ -68,9 +65,7 @@ struct Checked {
     h: u32,
     hkv: u32,
     b: u32,
-    group: u32,
     shift: u32,
-    chunks: u32,
 }
 
 impl Checked {
@@ -84,21 +79,13 @@ impl Checked {
             h: to_u32(op, "h", n.h)?,
             hkv: to_u32(op, "hkv", n.hkv)?,
             b: to_u32(op, "b", n.b)?,
-            group: to_u32(op, "group", n.h / n.hkv)?,
             shift: to_u32(op, "window", window.min(n.t))?,
-            chunks: to_u32(op, "chunks", n.t.div_ceil(CHUNK))?,
         })
     }
 
     /// Whether no query reads any key (every output and gradient is zero).
     fn empty(&self) -> bool {
         self.s.q_len() == 0 || self.window >= self.s.t
-    }
-
-    /// The chunk states (or their gradients) of every kv head: bf16 `[b, hkv, chunks, 2d, d]`.
-    fn states(&self, dev: &Device) -> Result<Buffer, CudaError> {
-        let AttnShape { b, t, hkv, d, .. } = self.s;
-        dev.alloc(DType::BF16, b * hkv * t.div_ceil(CHUNK) * 2 * d * d)
     }
 
     /// The kernel of this head dim among its two instantiations (rla.cu's `_d64`, `_d128`).
@@ -139,55 +126,41 @@ impl Checked {
         Ok(f)
     }
 
-    /// The backward's chunk kernels: a block per (chunk, head, batch).
-    fn chunk_launch(&self, heads: u32) -> Launch {
-        let z = sizes(self.s.d);
-        Launch {
-            grid: (self.chunks, heads, self.b),
-            block: (z.threads, 1, 1),
-            shared: z.bwd_shared as u32,
+    /// y (bf16 `[rows, d]`) = the sum of the two d-column halves of every row of x (`[rows,
+    /// 2d]`): a gradient from its two signs of features.
+    fn sum_halves(&self, dev: &Device, x: &Buffer, y: &Buffer) -> Result<(), CudaError> {
+        let d = self.s.d;
+        let rows = y.len() / d;
+        let name = self.kernel(["rla_sum_halves_d64", "rla_sum_halves_d128"]);
+        let threads = rows * d / 8;
+        // SAFETY: rla_sum_halves_dD(const bf16* x, bf16* y, u64 rows); y holds rows * d
+        // elements, x rows * 2d (the callers' walk outputs); a thread per 8 elements of y.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                name,
+                Launch {
+                    grid: (
+                        to_u32("rla", "sum blocks", threads.div_ceil(THREADS as usize))?,
+                        1,
+                        1,
+                    ),
+                    block: (THREADS, 1, 1),
+                    shared: 0,
+                },
+                &[x, y, &(rows as u64)],
+            )
         }
     }
-}
 
-/// Launches `rla_scan_{fwd,bwd}_dD` over the features x (`[b, t, heads, 2d]`) and y (`[b, t,
-/// heads, d]`; `group` heads summed per kv head, rows read `shift` steps late) into `out` (from
-/// [`Checked::states`]): the states (`reverse` false: sums over the chunks before each chunk)
-/// or their gradients (`reverse`: over the chunks after it).
-fn scan(
-    dev: &Device,
-    c: &Checked,
-    reverse: bool,
-    (x, y): (&Buffer, &Buffer),
-    (heads, group, shift): (u32, u32, u32),
-    out: &mut Buffer,
-) -> Result<(), CudaError> {
-    let name = if reverse {
-        c.kernel(["rla_scan_bwd_d64", "rla_scan_bwd_d128"])
-    } else {
-        c.kernel(["rla_scan_fwd_d64", "rla_scan_fwd_d128"])
-    };
-    let z = sizes(c.s.d);
-    let cfg = Launch {
-        grid: (
-            to_u32("rla", "state tiles", (2 * c.s.d / 64) * (c.s.d / 64))?,
-            c.hkv,
-            c.b,
-        ),
-        block: (z.scan_threads, 1, 1),
-        shared: z.scan_shared as u32,
-    };
-    // SAFETY: rla_scan_*_dD(const bf16* x, const bf16* y, bf16* out, u32 t_len, u32 heads,
-    // u32 group, u32 shift); x holds b*t*heads*2d (Checked::features), y b*t*heads*d (checked
-    // by the callers), out b*hkv*chunks*2d*d; the grid's y extent is hkv and heads = hkv * group.
-    unsafe {
-        launch(
-            dev,
-            &SOURCE,
-            name,
-            cfg,
-            &[x, y, out, &c.t, &heads, &group, &shift],
-        )
+    /// A walk's launch: a block per (column block, head, batch).
+    fn walk(&self, blocks: usize, heads: u32, shared: usize) -> Result<Launch, CudaError> {
+        Ok(Launch {
+            grid: (to_u32("rla", "column blocks", blocks)?, heads, self.b),
+            block: (THREADS, 1, 1),
+            shared: to_u32("rla", "shared bytes", shared)?,
+        })
     }
 }
 
@@ -211,7 +184,7 @@ pub(super) fn forward(
     }
     let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
     let name = c.kernel(["rla_fwd_d64", "rla_fwd_d128"]);
-    let z = sizes(s.d);
+    let cfg = c.walk(s.d / 64, c.h, sizes(s.d).feature_shared)?;
     // SAFETY: rla_fwd_dD(const bf16* fq, const bf16* fk, const bf16* v, bf16* o, u32 t_len,
     // u32 heads, u32 kv_heads, u32 shift); sizes checked above, fq and fk from
     // Checked::features; a block per (64 columns, q head, batch).
@@ -220,11 +193,7 @@ pub(super) fn forward(
             dev,
             &SOURCE,
             name,
-            Launch {
-                grid: ((s.d / 64) as u32, c.h, c.b),
-                block: (z.threads, 1, 1),
-                shared: z.fwd_shared as u32,
-            },
+            cfg,
             &[&fq, &fk, v, &o, &c.t, &c.h, &c.hkv, &c.shift],
         )?;
     }
@@ -246,8 +215,8 @@ pub(super) fn backward(
     let (q, k, v, dout) = (bf16(i.q)?, bf16(i.k)?, bf16(i.v)?, bf16(x.dout)?);
     let (q, k, v, dout) = (&*q, &*k, &*v, &*dout);
     let mut dq = dev.alloc(DType::BF16, s.q_len())?;
-    // Keys in the last `window` steps feed no query: their rows are never written.
-    let dk = dev.alloc_zeros(DType::BF16, s.kv_len())?;
+    let mut dk = dev.alloc(DType::BF16, s.kv_len())?;
+    // Keys in the last `window` steps feed no query: their rows of dk and dv are never written.
     let dv = dev.alloc_zeros(DType::BF16, s.kv_len())?;
     s.check_io(OP, &[q, dout, &dq], &[k, v, &dk, &dv])?;
     let grads = |dq: Buffer, dk: Buffer, dv: Buffer| -> Result<RlaGrads<CudaStorage>, CudaError> {
@@ -259,43 +228,37 @@ pub(super) fn backward(
     };
     if c.empty() {
         dev.memset_zero(&mut dq)?;
+        dev.memset_zero(&mut dk)?;
         return grads(dq, dk, dv);
     }
     let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
-    let mut states = c.states(dev)?;
-    scan(dev, &c, false, (&fk, v), (c.hkv, 1, c.shift), &mut states)?;
-    let mut dstates = c.states(dev)?;
-    scan(dev, &c, true, (&fq, dout), (c.h, c.group, 0), &mut dstates)?;
-    let dq_name = c.kernel(["rla_bwd_dq_d64", "rla_bwd_dq_d128"]);
-    let dkdv_name = c.kernel(["rla_bwd_dkdv_d64", "rla_bwd_dkdv_d128"]);
-    // SAFETY: rla_bwd_dq_dD(const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout,
-    // const bf16* states, bf16* dq, u32 t_len, u32 heads, u32 kv_heads, u32 shift); sizes
-    // checked above; a block per (chunk, q head, batch).
+    let z = sizes(s.d);
+    // The walks for dq and dk write one sign of the features' gradient each, into its half of
+    // every row of a [.., 2d] buffer (dk2's rows of the last `window` keys stay zero).
+    let dq2 = dev.alloc(DType::BF16, 2 * s.q_len())?;
+    let dk2 = dev.alloc_zeros(DType::BF16, 2 * s.kv_len())?;
+    let (dq_name, dk_name, dv_name) = (
+        c.kernel(["rla_bwd_dq_d64", "rla_bwd_dq_d128"]),
+        c.kernel(["rla_bwd_dk_d64", "rla_bwd_dk_d128"]),
+        c.kernel(["rla_bwd_dv_d64", "rla_bwd_dv_d128"]),
+    );
+    // SAFETY: rla_bwd_{dq,dk}_dD(const bf16* fq, const bf16* fk, const bf16* v, const bf16*
+    // dout, bf16* out2, u32 t_len, u32 heads, u32 kv_heads, u32 shift) and rla_bwd_dv_dD(const
+    // bf16* fq, const bf16* fk, const bf16* dout, bf16* dv, u32 t_len, u32 heads, u32 kv_heads,
+    // u32 shift); sizes checked above, fq and fk from Checked::features, dq2 and dk2 twice dq's
+    // and dk's; a block per (sign, q head, batch) for dq, (sign, kv head, batch) for dk, (64
+    // columns, kv head, batch) for dv.
     unsafe {
-        launch(
-            dev,
-            &SOURCE,
-            dq_name,
-            c.chunk_launch(c.h),
-            &[
-                &fq, &fk, v, dout, &states, &dq, &c.t, &c.h, &c.hkv, &c.shift,
-            ],
-        )?;
+        let (t, h, hkv, sh) = (&c.t, &c.h, &c.hkv, &c.shift);
+        let cfg = c.walk(2, c.h, z.grad_shared)?;
+        launch(dev, &SOURCE, dq_name, cfg, &[&fq, &fk, v, dout, &dq2, t, h, hkv, sh])?;
+        let cfg = c.walk(2, c.hkv, z.grad_shared)?;
+        launch(dev, &SOURCE, dk_name, cfg, &[&fq, &fk, v, dout, &dk2, t, h, hkv, sh])?;
+        let cfg = c.walk(s.d / 64, c.hkv, z.feature_shared)?;
+        launch(dev, &SOURCE, dv_name, cfg, &[&fq, &fk, dout, &dv, t, h, hkv, sh])?;
     }
-    drop(states);
-    // SAFETY: rla_bwd_dkdv_dD(const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout,
-    // const bf16* dstates, bf16* dk, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 shift);
-    // sizes checked above; a block per (chunk, kv head, batch).
-    unsafe {
-        launch(
-            dev,
-            &SOURCE,
-            dkdv_name,
-            c.chunk_launch(c.hkv),
-            &[
-                &fq, &fk, v, dout, &dstates, &dk, &dv, &c.t, &c.h, &c.hkv, &c.shift,
-            ],
-        )?;
-    }
+    drop((fq, fk));
+    c.sum_halves(dev, &dq2, &dq)?;
+    c.sum_halves(dev, &dk2, &dk)?;
     grads(dq, dk, dv)
 }
