@@ -452,13 +452,10 @@ fn backward_hopper(
         _ => ("swa_dq_unblock_f32_d128", DType::F32),
     };
     let dq = dev.alloc(out, s.q_len())?;
-    let pairs = acc.len() / 2;
-    let blocks = pairs
-        .div_ceil(UNBLOCK_THREADS as usize)
-        .min(dev.sm_count() as usize * 16);
+    let blocks = (acc.len() / (64 * 64)).min(dev.sm_count() as usize * 16);
     // SAFETY: swa_dq_unblock_O_d128(const float* acc, O* dq, u32 t_len, u32 heads, u32 batch,
-    // float scale); acc holds b*h*t_pad*d (a grid-stride walk over its pairs), dq b*t*h*d of
-    // dtype O (rows past t are skipped).
+    // float scale); acc holds b*h*t_pad*d (a grid-stride walk over its 64 x 64 blocks), dq
+    // b*t*h*d of dtype O (rows past t are skipped).
     unsafe {
         launch(
             dev,
