@@ -104,25 +104,10 @@ impl Checked {
         let f = dev.alloc(DType::BF16, 2 * d * rows as usize)?;
         let per_block = u64::from(THREADS / 32);
         let name = self.kernel(["rla_phi_d64", "rla_phi_d128"]);
+        let cfg = line_launch("feature blocks", rows.div_ceil(per_block) as usize)?;
         // SAFETY: rla_phi_dD(const bf16* x, bf16* f, u64 rows); x holds rows * d elements
         // (checked by the callers: b*t*heads*d), f rows * 2d; a warp per row.
-        unsafe {
-            launch(
-                dev,
-                &SOURCE,
-                name,
-                Launch {
-                    grid: (
-                        to_u32("rla", "feature blocks", rows.div_ceil(per_block) as usize)?,
-                        1,
-                        1,
-                    ),
-                    block: (THREADS, 1, 1),
-                    shared: 0,
-                },
-                &[x, &f, &rows],
-            )?;
-        }
+        unsafe { launch(dev, &SOURCE, name, cfg, &[x, &f, &rows])? };
         Ok(f)
     }
 
@@ -132,26 +117,10 @@ impl Checked {
         let d = self.s.d;
         let rows = y.len() / d;
         let name = self.kernel(["rla_sum_halves_d64", "rla_sum_halves_d128"]);
-        let threads = rows * d / 8;
+        let cfg = line_launch("sum blocks", (rows * d / 8).div_ceil(THREADS as usize))?;
         // SAFETY: rla_sum_halves_dD(const bf16* x, bf16* y, u64 rows); y holds rows * d
         // elements, x rows * 2d (the callers' walk outputs); a thread per 8 elements of y.
-        unsafe {
-            launch(
-                dev,
-                &SOURCE,
-                name,
-                Launch {
-                    grid: (
-                        to_u32("rla", "sum blocks", threads.div_ceil(THREADS as usize))?,
-                        1,
-                        1,
-                    ),
-                    block: (THREADS, 1, 1),
-                    shared: 0,
-                },
-                &[x, y, &(rows as u64)],
-            )
-        }
+        unsafe { launch(dev, &SOURCE, name, cfg, &[x, y, &(rows as u64)]) }
     }
 
     /// A walk's launch: a block per (column block, head, batch).
@@ -162,6 +131,15 @@ impl Checked {
             shared: to_u32("rla", "shared bytes", shared)?,
         })
     }
+}
+
+/// A launch of `blocks` blocks in a line (the feature and sum kernels).
+fn line_launch(what: &'static str, blocks: usize) -> Result<Launch, CudaError> {
+    Ok(Launch {
+        grid: (to_u32("rla", what, blocks)?, 1, 1),
+        block: (THREADS, 1, 1),
+        shared: 0,
+    })
 }
 
 /// The forward: o (the operands' dtype).
@@ -251,11 +229,29 @@ pub(super) fn backward(
     unsafe {
         let (t, h, hkv, sh) = (&c.t, &c.h, &c.hkv, &c.shift);
         let cfg = c.walk(2, c.h, z.grad_shared)?;
-        launch(dev, &SOURCE, dq_name, cfg, &[&fq, &fk, v, dout, &dq2, t, h, hkv, sh])?;
+        launch(
+            dev,
+            &SOURCE,
+            dq_name,
+            cfg,
+            &[&fq, &fk, v, dout, &dq2, t, h, hkv, sh],
+        )?;
         let cfg = c.walk(2, c.hkv, z.grad_shared)?;
-        launch(dev, &SOURCE, dk_name, cfg, &[&fq, &fk, v, dout, &dk2, t, h, hkv, sh])?;
+        launch(
+            dev,
+            &SOURCE,
+            dk_name,
+            cfg,
+            &[&fq, &fk, v, dout, &dk2, t, h, hkv, sh],
+        )?;
         let cfg = c.walk(s.d / 64, c.hkv, z.feature_shared)?;
-        launch(dev, &SOURCE, dv_name, cfg, &[&fq, &fk, dout, &dv, t, h, hkv, sh])?;
+        launch(
+            dev,
+            &SOURCE,
+            dv_name,
+            cfg,
+            &[&fq, &fk, dout, &dv, t, h, hkv, sh],
+        )?;
     }
     drop((fq, fk));
     c.sum_halves(dev, &dq2, &dq)?;
