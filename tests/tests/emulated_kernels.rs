@@ -1365,8 +1365,8 @@ fn attention_tile_window_d128() -> Result<()> {
 }
 
 /// RAttention's linear-branch kernels (the features, the walks for the output, dq, dk and dv, and
-/// the sum of dq's and dk's sign halves) at `dims` = [B, T, H, Hkv, D] with keys `window` steps late, against the CPU fused
-/// kernel on the same bf16-rounded inputs: o and every gradient.
+/// the sum of dq's and dk's sign halves) at `dims` = [B, T, H, Hkv, D] with keys `window` steps
+/// late, against the CPU fused kernel on the same bf16-rounded inputs: o and every gradient.
 fn rattention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Result<()> {
     let Some(exe) = rattention_harness() else {
         return Ok(());

@@ -314,14 +314,10 @@ __device__ void swa_dq_unblock(const float* __restrict__ acc, O* __restrict__ dq
             const u32 row = tile * TILE + r;
             if (row >= t_len) continue;
             O* out = dq + (((u64)(bh / heads) * t_len + row) * heads + bh % heads) * D + w * DQ + c;
-            const float* x = rows + r * PAD + c;
-            if constexpr (E == 8) {
-                *reinterpret_cast<uint4*>(out) =
-                    make_uint4(bf16x2_bits(x[0] * scale, x[1] * scale), bf16x2_bits(x[2] * scale, x[3] * scale),
-                               bf16x2_bits(x[4] * scale, x[5] * scale), bf16x2_bits(x[6] * scale, x[7] * scale));
-            } else {
-                *reinterpret_cast<float4*>(out) = make_float4(x[0] * scale, x[1] * scale, x[2] * scale, x[3] * scale);
-            }
+            float x[E];
+#pragma unroll
+            for (int e = 0; e < E; ++e) x[e] = rows[r * PAD + c + e] * scale;
+            store_vec(out, x);
         }
     }
 }

@@ -89,13 +89,12 @@ __device__ void rla_sum_halves(const bf16* __restrict__ x, bf16* __restrict__ y,
     if (i >= rows * (D / 8)) return;
     const u64 row = i / (D / 8);
     const int c = (int)(i % (D / 8)) * 8;
-    const uint4 p = *reinterpret_cast<const uint4*>(x + row * 2 * D + c);
-    const uint4 n = *reinterpret_cast<const uint4*>(x + row * 2 * D + D + c);
-    auto add = [](u32 a, u32 b) {
-        return bf16x2_bits(__uint_as_float(a << 16) + __uint_as_float(b << 16),
-                           __uint_as_float(a & 0xffff0000u) + __uint_as_float(b & 0xffff0000u));
-    };
-    *reinterpret_cast<uint4*>(y + row * D + c) = make_uint4(add(p.x, n.x), add(p.y, n.y), add(p.z, n.z), add(p.w, n.w));
+    float p[8], n[8];
+    load_vec(x + row * 2 * D + c, p);
+    load_vec(x + row * 2 * D + D + c, n);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) p[e] += n[e];
+    store_vec(y + row * D + c, p);
 }
 
 // Rows of a [B, T, heads, width] bf16 tensor as a walk reads them: row t' of a chunk is time
