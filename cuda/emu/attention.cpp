@@ -4,7 +4,7 @@
 // (raw f32, rounded to bf16 here), `dims` (B T H Hkv D window) and `launch` (the wrapper's sizes,
 // swax-nn's attention::launch_sizes: forward rows, threads and shared bytes, the backward's,
 // swa_bwd_prep's rows a block, then Hopper's forward's rows, threads and shared bytes and its
-// backward's keys, threads and shared bytes). Writes o, lse and the gradients dq, dk, dv there
+// backward's keys, threads and shared bytes, then swa_bwd_prep's threads a block). Writes o, lse and the gradients dq, dk, dv there
 // as emu_*.f32. Built as it is, the kernels take their mma.sync path (as on Ampere, Ada and
 // Blackwell); built by attention_hopper.cpp, Hopper's (wgmma, and at head dim 128 hopper_fwd.cu's
 // forward and hopper_bwd.cu's backward, at every window: the wrapper takes the latter only from
@@ -14,7 +14,7 @@
 #include "io.h"
 
 int main(int argc, char** argv) {
-    const auto& [dir, b, t, h, hkv, d, window, q, k, v, dout, z] = attn_case<bf16>(argc, argv, "attention", 13);
+    const auto& [dir, b, t, h, hkv, d, window, q, k, v, dout, z] = attn_case<bf16>(argc, argv, "attention", 14);
     const size_t rows = (size_t)b * t * h;
     std::vector<bf16> o = nans<bf16>(q.size()), dk = nans<bf16>(k.size()), dv = nans<bf16>(v.size());
     // The backward's row statistics, [B, H, T] padded to whole 64-row tiles.
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
             (d64 ? swa_fwd_d64 : swa_fwd_d128)(q.data(), k.data(), v.data(), o.data(), lse.data(), t, h, hkv,
                                                window, scale_log2);
         });
-    emu_launch({{(stat_rows + z[6] - 1) / z[6], 1, 1}, {32 * z[6], 1, 1}, 0}, [&] {
+    emu_launch({{(stat_rows + z[6] - 1) / z[6], 1, 1}, {z[13], 1, 1}, 0}, [&] {
         swa_bwd_prep(o.data(), dout.data(), lse.data(), delta.data(), lse2.data(), stat_rows, t, t_pad, h, d);
     });
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -1282,7 +1282,7 @@ fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Res
         );
     }
     let sizes = format!(
-        "{} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+        "{} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
         z.fwd_rows,
         z.fwd_threads,
         z.fwd_shared,
@@ -1295,7 +1295,8 @@ fn attention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Res
         z.hopper_fwd_shared,
         z.hopper_bwd_keys,
         z.hopper_bwd_threads,
-        z.hopper_bwd_shared
+        z.hopper_bwd_shared,
+        z.prep_threads
     );
     let scale = attention::default_scale(d);
     let x = SwaIn {

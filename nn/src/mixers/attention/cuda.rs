@@ -32,8 +32,8 @@ const TILE: usize = 64;
 const FWD_ROWS: usize = 128;
 const FWD_THREADS: u32 = 128;
 const BWD_THREADS: u32 = 128;
-/// Rows of `swa_bwd_prep` per block, a warp each.
-const PREP_ROWS: u32 = 8;
+/// Rows of `swa_bwd_prep` per block, d / 8 threads each.
+const PREP_ROWS: u32 = 32;
 /// Hopper's forward (hopper_fwd.cu): query rows a block (two consumer warpgroups of 64),
 /// threads (and a producer warp), K/V buffers.
 const WS_ROWS: usize = 128;
@@ -57,8 +57,8 @@ const UNBLOCK_THREADS: u32 = 256;
 const HOPPER: (u32, u32) = (9, 0);
 
 /// What the kernels launch with at head dim `d`: positions and threads a block and shared
-/// bytes of the forward (query rows) and the backward (keys), `swa_bwd_prep`'s rows a block, and
-/// the same of Hopper's forward and backward.
+/// bytes of the forward (query rows) and the backward (keys), `swa_bwd_prep`'s rows and threads
+/// a block, and the same of Hopper's forward and backward.
 /// Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches them as
 /// the wrappers do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +70,7 @@ pub struct Sizes {
     pub bwd_threads: u32,
     pub bwd_shared: usize,
     pub prep_rows: u32,
+    pub prep_threads: u32,
     pub hopper_fwd_rows: usize,
     pub hopper_fwd_threads: u32,
     pub hopper_fwd_shared: usize,
@@ -92,6 +93,7 @@ pub fn sizes(d: usize) -> Sizes {
         // query tiles (f32); 1024 bytes to align the tiles as wgmma reads them.
         bwd_shared: (6 * TILE * d + TILE * TILE) * 2 + 4 * TILE * 4 + 1024,
         prep_rows: PREP_ROWS,
+        prep_threads: PREP_ROWS * d as u32 / 8,
         hopper_fwd_rows: WS_ROWS,
         hopper_fwd_threads: WS_THREADS,
         // Two tiles' Q rows and the ring of K and V tiles, bf16; the barriers (two each for Q,
@@ -356,7 +358,8 @@ pub(super) fn backward(
         let lse2 = dev.alloc(DType::F32, stat_rows as usize)?;
         // SAFETY: swa_bwd_prep(const bf16* o, const bf16* dout, const float* lse, float* delta,
         // float* lse2, u32 rows, u32 t_len, u32 t_pad, u32 heads, u32 d); o and dout hold
-        // b*t*h*d, lse b*h*t (checked above), delta and lse2 rows = b*h*t_pad; a warp a row.
+        // b*t*h*d, lse b*h*t (checked above), delta and lse2 rows = b*h*t_pad; d / 8 threads a
+        // row.
         unsafe {
             launch(
                 dev,
@@ -364,7 +367,7 @@ pub(super) fn backward(
                 "swa_bwd_prep",
                 Launch {
                     grid: (stat_rows.div_ceil(z.prep_rows), 1, 1),
-                    block: (32 * z.prep_rows, 1, 1),
+                    block: (z.prep_threads, 1, 1),
                     shared: 0,
                 },
                 &[
