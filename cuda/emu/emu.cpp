@@ -509,21 +509,27 @@ void emu_bulk_wait(int n) {
     ++progress;
 }
 
-void bar_sync(unsigned id, unsigned threads) {
+// A thread's arrival at named barrier id, of `threads`; true where it completes the barrier.
+static bool named_arrive(unsigned id, unsigned threads) {
     if (id == 0 || id >= 16 || threads % 32) {
         fprintf(stderr, "emu: named barrier %u of %u threads\n", id, threads);
         abort();
     }
     ++progress;
     Named& n = named[id];
-    const int g = n.gen;
-    if (++n.arrived == (int)threads) {
-        n.arrived = 0;
-        ++n.gen;
-    } else {
-        while (n.gen == g) emu_yield();
-    }
+    if (++n.arrived < (int)threads) return false;
+    n.arrived = 0;
+    ++n.gen;
+    return true;
 }
+
+void bar_sync(unsigned id, unsigned threads) {
+    const int g = named[id % 16].gen;
+    if (!named_arrive(id, threads))
+        while (named[id].gen == g) emu_yield();
+}
+
+void bar_arrive(unsigned id, unsigned threads) { named_arrive(id, threads); }
 
 void emu_launch(EmuLaunch L, std::function<void()> kernel) {
     const int nthreads = L.block.x * L.block.y * L.block.z;

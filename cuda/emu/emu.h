@@ -217,6 +217,7 @@ void emu_bulk_wait(int n);
 template <int N> inline void bulk_wait_read() { emu_bulk_wait(N); }
 template <int N> inline void bulk_wait() { emu_bulk_wait(N); }
 void bar_sync(unsigned id, unsigned threads);
+void bar_arrive(unsigned id, unsigned threads);
 template <unsigned N> inline void regs_lower() {}
 template <unsigned N> inline void regs_raise() {}
 

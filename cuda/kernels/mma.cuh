@@ -33,6 +33,10 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ void bar_sync(u32 id, u32 threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives at barrier `id` without waiting for it (a signal to the warps that sync on it).
+__device__ __forceinline__ void bar_arrive(u32 id, u32 threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // Four 8x8 b16 matrices; lane l addresses row l % 8 of matrix l / 8 and receives, from matrix i,
 // elements (l / 4, 2 (l % 4) .. +1) into r[i] (with TRANS, the transposed matrix's).

@@ -10,7 +10,8 @@
 //   arrived on its `empty` barrier.
 // - Overlap inside a warpgroup: it issues the scores of the next K tile before the P V product
 //   of the current one, and runs the online softmax of those scores while P V runs on the tensor
-//   cores; the warpgroups interleave on the SM by themselves.
+//   cores. Between the warpgroups, ping-pong: they take turns issuing their products (named
+//   barriers), so that one's softmax runs under the other's products.
 // - Persistent: one block an SM walks the (query block, q head, sequence) tiles, so the
 //   producer loads the next tile's Q and K/V while the consumers finish the last one. A
 //   warpgroup whose rows do not meet a K/V tile of its block's band (the band's edges) only
@@ -20,6 +21,7 @@
 #define WS_ROWS 128  // two consumer warpgroups of 64 rows
 #define WS_CONSUMER_WARPS 8
 #define WS_STAGES 4
+#define WS_BAR_TURN 1  // named barriers 1 and 2: warpgroup 0's and 1's turn to issue products
 
 template <int D>
 __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const TensorMap& tv, bf16* __restrict__ o,
@@ -97,17 +99,24 @@ __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
         return;
     }
 
-    const int wg = warp >> 2, wl = warp & 3, g = lane >> 2;
+    // The warpgroup, as a value the compiler knows is uniform over a warp (so that wgmma under a
+    // condition on it is not taken for divergent code and serialised).
+    const int wg = __shfl_sync(FULL_MASK, warp >> 2, 0), wl = warp & 3, g = lane >> 2;
     // Each consumer warp hands a buffer back once its share of the products reading it is done.
     auto hand_back = [&](u64* bar) {
         __syncwarp();
         if (lane == 0) mbar_arrive(bar);
     };
-    auto pass = [&](u32 i) {  // a K/V tile this warpgroup's rows do not meet
-        mbar_wait(k_full + i % WS_STAGES, (i / WS_STAGES) & 1);
-        mbar_wait(v_full + i % WS_STAGES, (i / WS_STAGES) & 1);
-        hand_back(empty + i % WS_STAGES);
+    // The two warpgroups take turns issuing their products (FlashAttention-3's ping-pong), so
+    // that one's softmax runs under the other's products rather than both at once: a turn waits
+    // for the other warpgroup's last turn and hands the next to it. Both take a turn at every
+    // step of a block's band, with or without products of their own, so that they stay in step.
+    auto turn = [&](auto issue) {
+        bar_sync(WS_BAR_TURN + wg, 256);
+        issue();
+        bar_arrive(WS_BAR_TURN + (wg ^ 1), 256);
     };
+    if (wg == 1) bar_arrive(WS_BAR_TURN, 256);  // the first turn is warpgroup 0's
     u32 it = 0, used = 0;
     for (int n = blockIdx.x; n < tiles; n += gridDim.x, ++used) {
         const Work w = work(n);
@@ -118,60 +127,71 @@ __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
             a = max(0, r0 - (int)window + 1) / TILE;
             z = (min(r0 + 64, T) - 1) / TILE;
         }
+        auto stage = [&](int j) { return (it + (j - w.kt0)) % WS_STAGES; };
+        auto parity = [&](int j) { return ((it + (j - w.kt0)) / WS_STAGES) & 1; };
         const u32 qb = used & 1;
         mbar_wait(q_full + qb, (used >> 1) & 1);
-        for (int j = w.kt0; j < a; ++j) pass(it + (j - w.kt0));
+        const bf16* q_s = sq + qb * WS_ROWS * D + 64 * wg * 64;
+        float acc[DT][4], s[NT][4], m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f}, alpha[2];
+        u32 pf[NT / 2][4];
+#pragma unroll
+        for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+        auto& s_f = reinterpret_cast<float(&)[TILE / 2]>(s);
+        auto& acc_f = reinterpret_cast<float(&)[D / 2]>(acc);
+        auto scores = [&](int j) {  // issued, not waited for
+            wg_arrive();
+            const bf16* k_s = sk + stage(j) * TILE * D;
+#pragma unroll
+            for (int kk = 0; kk < KT; ++kk)
+                wgmma_ss<0, 0>(s_f, desc_k<WS_ROWS>(q_s, kk), desc_k<TILE>(k_s, kk), kk > 0);
+            wg_commit();
+        };
+        auto values = [&](int j) {  // acc += P V_j, issued
+            wg_arrive();
+            const bf16* v_s = sv + stage(j) * TILE * D;
+#pragma unroll
+            for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(acc_f, pf[kk], desc_mn<TILE>(v_s, kk));
+            wg_commit();
+        };
 
+        // Step j (kt0 .. kt1 + 1) is a turn: the scores of tile j and P V of tile j - 1, those
+        // of them that this warpgroup's rows meet. A tile they do not meet is only waited for
+        // and handed back.
+        auto pass = [&](int j) {
+            mbar_wait(k_full + stage(j), parity(j));
+            mbar_wait(v_full + stage(j), parity(j));
+            hand_back(empty + stage(j));
+            turn([] {});
+        };
+        auto values_done = [&](int j) {
+            wg_wait<0>();
+            wg_hold(acc_f);
+            wg_keep(pf);
+            hand_back(empty + stage(j));
+        };
+        auto to_a = [&] {
+#pragma unroll
+            for (int kk = 0; kk < NT / 2; ++kk) c_to_a(s, kk, pf[kk]);
+        };
+        auto softmax = [&](int j) {
+            softmax_scores(s, m, l, alpha, row0, j * TILE, leaves_band(r0, 64, j * TILE, TILE, window), window,
+                           scale_log2);
+        };
+        for (int j = w.kt0; j < a; ++j) pass(j);
         if (a <= z) {
-            const bf16* q_s = sq + qb * WS_ROWS * D + 64 * wg * 64;
-            auto stage = [&](int j) { return (it + (j - w.kt0)) % WS_STAGES; };
-            auto parity = [&](int j) { return ((it + (j - w.kt0)) / WS_STAGES) & 1; };
-            float acc[DT][4], s[NT][4], m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f}, alpha[2];
-            u32 pf[NT / 2][4];
-#pragma unroll
-            for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-            auto& s_f = reinterpret_cast<float(&)[TILE / 2]>(s);
-            auto& acc_f = reinterpret_cast<float(&)[D / 2]>(acc);
-            auto scores = [&](int j) {  // issued, not waited for
-                mbar_wait(k_full + stage(j), parity(j));
-                wg_arrive();
-                const bf16* k_s = sk + stage(j) * TILE * D;
-#pragma unroll
-                for (int kk = 0; kk < KT; ++kk)
-                    wgmma_ss<0, 0>(s_f, desc_k<WS_ROWS>(q_s, kk), desc_k<TILE>(k_s, kk), kk > 0);
-                wg_commit();
-            };
-            auto values = [&](int j) {  // acc += P V_j, issued
-                mbar_wait(v_full + stage(j), parity(j));
-                wg_arrive();
-                const bf16* v_s = sv + stage(j) * TILE * D;
-#pragma unroll
-                for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<1>(acc_f, pf[kk], desc_mn<TILE>(v_s, kk));
-                wg_commit();
-            };
-            auto softmax = [&](int j) {
-                softmax_scores(s, m, l, alpha, row0, j * TILE, leaves_band(r0, 64, j * TILE, TILE, window), window,
-                               scale_log2);
-            };
-            auto to_a = [&] {
-#pragma unroll
-                for (int kk = 0; kk < NT / 2; ++kk) c_to_a(s, kk, pf[kk]);
-            };
-            auto values_done = [&](int j) {
-                wg_wait<0>();
-                wg_hold(acc_f);
-                wg_keep(pf);
-                hand_back(empty + stage(j));
-            };
-
-            scores(a);
+            mbar_wait(k_full + stage(a), parity(a));
+            turn([&] { scores(a); });
             wg_wait<0>();
             wg_hold(s_f);
             softmax(a);
             to_a();
             for (int j = a + 1; j <= z; ++j) {
-                scores(j);
-                values(j - 1);
+                mbar_wait(k_full + stage(j), parity(j));
+                mbar_wait(v_full + stage(j - 1), parity(j - 1));
+                turn([&] {
+                    scores(j);
+                    values(j - 1);
+                });
                 wg_wait<1>();  // the scores of tile j; P V of tile j - 1 may still run
                 wg_hold(s_f);
                 softmax(j);
@@ -181,14 +201,17 @@ __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
                 if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) rescale(acc, alpha);
                 to_a();
             }
-            values(z);
+            mbar_wait(v_full + stage(z), parity(z));
+            turn([&] { values(z); });
             values_done(z);
-            hand_back(q_empty + qb);  // every product reading this Q is done
-            store_rows<D>(acc, m, l, row0, T, w.b, w.h, heads, o, lse);
         } else {
-            hand_back(q_empty + qb);
+            turn([] {});
         }
-        for (int j = z + 1; j <= w.kt1; ++j) pass(it + (j - w.kt0));
+        hand_back(q_empty + qb);  // every product reading this Q is done
+        // The tiles past this warpgroup's rows before its output, so that the other's last turns
+        // do not wait for the stores.
+        for (int j = z + 1; j <= w.kt1; ++j) pass(j);
+        if (a <= z) store_rows<D>(acc, m, l, row0, T, w.b, w.h, heads, o, lse);
         it += w.kt1 - w.kt0 + 1;
     }
 }
