@@ -111,12 +111,9 @@ __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
     // that one's softmax runs under the other's products rather than both at once: a turn waits
     // for the other warpgroup's last turn and hands the next to it. Both take a turn at every
     // step of a block's band, with or without products of their own, so that they stay in step.
-    auto turn = [&](auto issue) {
-        bar_sync(WS_BAR_TURN + wg, 256);
-        issue();
-        bar_arrive(WS_BAR_TURN + (wg ^ 1), 256);
-    };
-    if (wg == 1) bar_arrive(WS_BAR_TURN, 256);  // the first turn is warpgroup 0's
+    auto take_turn = [&] { bar_sync(WS_BAR_TURN + wg, 256); };
+    auto pass_turn = [&] { bar_arrive(WS_BAR_TURN + (wg ^ 1), 256); };
+    if (wg == 1) pass_turn();  // the first turn is warpgroup 0's
     u32 it = 0, used = 0;
     for (int n = blockIdx.x; n < tiles; n += gridDim.x, ++used) {
         const Work w = work(n);
@@ -161,7 +158,8 @@ __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
             mbar_wait(k_full + stage(j), parity(j));
             mbar_wait(v_full + stage(j), parity(j));
             hand_back(empty + stage(j));
-            turn([] {});
+            take_turn();
+            pass_turn();
         };
         auto values_done = [&](int j) {
             wg_wait<0>();
@@ -180,7 +178,9 @@ __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
         for (int j = w.kt0; j < a; ++j) pass(j);
         if (a <= z) {
             mbar_wait(k_full + stage(a), parity(a));
-            turn([&] { scores(a); });
+            take_turn();
+            scores(a);
+            pass_turn();
             wg_wait<0>();
             wg_hold(s_f);
             softmax(a);
@@ -188,10 +188,10 @@ __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
             for (int j = a + 1; j <= z; ++j) {
                 mbar_wait(k_full + stage(j), parity(j));
                 mbar_wait(v_full + stage(j - 1), parity(j - 1));
-                turn([&] {
-                    scores(j);
-                    values(j - 1);
-                });
+                take_turn();
+                scores(j);
+                values(j - 1);
+                pass_turn();
                 wg_wait<1>();  // the scores of tile j; P V of tile j - 1 may still run
                 wg_hold(s_f);
                 softmax(j);
@@ -202,10 +202,13 @@ __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
                 to_a();
             }
             mbar_wait(v_full + stage(z), parity(z));
-            turn([&] { values(z); });
+            take_turn();
+            values(z);
+            pass_turn();
             values_done(z);
         } else {
-            turn([] {});
+            take_turn();
+            pass_turn();
         }
         hand_back(q_empty + qb);  // every product reading this Q is done
         // The tiles past this warpgroup's rows before its output, so that the other's last turns
