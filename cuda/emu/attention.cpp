@@ -4,11 +4,12 @@
 // (raw f32, rounded to bf16 here), `dims` (B T H Hkv D window) and `launch` (the wrapper's sizes,
 // swax-nn's attention::launch_sizes: forward rows, threads and shared bytes, the backward's,
 // swa_bwd_prep's rows a block, then Hopper's forward's rows, threads and shared bytes and its
-// backward's keys, threads and shared bytes, then swa_bwd_prep's threads a block). Writes o, lse and the gradients dq, dk, dv there
-// as emu_*.f32. Built as it is, the kernels take their mma.sync path (as on Ampere, Ada and
-// Blackwell); built by attention_hopper.cpp, Hopper's (wgmma, and at head dim 128 hopper_fwd.cu's
-// forward and hopper_bwd.cu's backward, at every window: the wrapper takes the latter only from
-// window 512, a dispatch of speed, not of correctness).
+// backward's keys, threads and shared bytes, then swa_bwd_prep's threads a block). Writes o,
+// lse and the gradients dq, dk, dv there as emu_*.f32. Built as it is, the kernels take their
+// mma.sync path (as on Ampere, Ada and Blackwell); built by attention_hopper.cpp, Hopper's
+// (wgmma, and at head dim 128 hopper_fwd.cu's forward and hopper_bwd.cu's backward, at every
+// window: the wrapper takes the latter only from window 512, a dispatch of speed, not of
+// correctness).
 //     attention DIR bf16        (the kernels' only dtype)
 #include "kernels.cpp"  // the kernel sources as C++ over emu.h, written by the test
 #include "io.h"

@@ -509,14 +509,18 @@ void emu_bulk_wait(int n) {
     ++progress;
 }
 
-// A thread's arrival at named barrier id, of `threads`; true where it completes the barrier.
-static bool named_arrive(unsigned id, unsigned threads) {
+// Named barrier id of `threads` threads, checked.
+static Named& named_barrier(unsigned id, unsigned threads) {
     if (id == 0 || id >= 16 || threads % 32) {
         fprintf(stderr, "emu: named barrier %u of %u threads\n", id, threads);
         abort();
     }
     ++progress;
-    Named& n = named[id];
+    return named[id];
+}
+
+// A thread's arrival; true where it completes the barrier's phase.
+static bool named_arrive(Named& n, unsigned threads) {
     if (++n.arrived < (int)threads) return false;
     n.arrived = 0;
     ++n.gen;
@@ -524,12 +528,13 @@ static bool named_arrive(unsigned id, unsigned threads) {
 }
 
 void bar_sync(unsigned id, unsigned threads) {
-    const int g = named[id % 16].gen;
-    if (!named_arrive(id, threads))
-        while (named[id].gen == g) emu_yield();
+    Named& n = named_barrier(id, threads);
+    const int g = n.gen;
+    if (!named_arrive(n, threads))
+        while (n.gen == g) emu_yield();
 }
 
-void bar_arrive(unsigned id, unsigned threads) { named_arrive(id, threads); }
+void bar_arrive(unsigned id, unsigned threads) { named_arrive(named_barrier(id, threads), threads); }
 
 void emu_launch(EmuLaunch L, std::function<void()> kernel) {
     const int nthreads = L.block.x * L.block.y * L.block.z;
