@@ -339,8 +339,8 @@ pub fn compile_for_every_architecture(sources: &[&KernelSource]) -> Result<(), C
 mod tests {
     use super::*;
 
-    /// Skips where libnvrtc is missing (CI), fails there under SWAX_REQUIRE_CUDA=1 like every
-    /// GPU test.
+    /// Skips where libnvrtc is missing (`.ci/run` installs it), fails there under
+    /// SWAX_REQUIRE_CUDA=1 like every GPU test.
     #[test]
     fn every_kernel_compiles_for_every_architecture() {
         let sources = [

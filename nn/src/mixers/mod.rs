@@ -12,8 +12,8 @@ mod tests {
     use swax_cuda::CudaError;
 
     /// Every fused mixer's CUDA source compiles for every architecture (see
-    /// `compile_for_every_architecture`). Skips where libnvrtc is missing (CI), fails there under
-    /// SWAX_REQUIRE_CUDA=1 like every GPU test.
+    /// `compile_for_every_architecture`). Skips where libnvrtc is missing (`.ci/run` installs
+    /// it), fails there under SWAX_REQUIRE_CUDA=1 like every GPU test.
     #[test]
     fn every_mixer_kernel_compiles_for_every_architecture() {
         match compile_for_every_architecture(&[
