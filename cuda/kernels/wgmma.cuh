@@ -21,6 +21,13 @@
 #define SM90A_ONLY(...)
 #endif
 
+// The block's dynamic shared memory from a 1024-byte boundary, where wgmma's swizzle pattern
+// starts (the launch leaves 1024 bytes to round up).
+__device__ __forceinline__ bf16* aligned_smem() {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    return reinterpret_cast<bf16*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+}
+
 // A shared-memory matrix descriptor with 128-byte swizzling: the start address, the leading
 // byte offset (MN-major: from one 64-column block to the next) and the stride byte offset (from
 // one group of eight rows to the next), each in 16-byte units.

@@ -120,7 +120,13 @@ const ATTENTION_HOPPER: Driver = Driver {
 
 const RATTENTION: Driver = Driver {
     name: "rattention",
-    sources: &["nn/src/mixers/rattention/rla.cu"],
+    sources: &["cuda/kernels/wgmma.cuh", "nn/src/mixers/rattention/rla.cu"],
+};
+
+/// The same kernels as Hopper runs them: the walks on wgmma.
+const RATTENTION_HOPPER: Driver = Driver {
+    name: "rattention_hopper",
+    sources: &["cuda/kernels/wgmma.cuh", "nn/src/mixers/rattention/rla.cu"],
 };
 
 const CROSS_ENTROPY: Driver = Driver {
@@ -187,6 +193,12 @@ fn attention_hopper_harness() -> Option<&'static Path> {
 fn rattention_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| build(&RATTENTION)).as_deref()
+}
+
+/// RAttention's linear branch's Hopper harness, likewise.
+fn rattention_hopper_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&RATTENTION_HOPPER)).as_deref()
 }
 
 /// The functions of the kernel sources that wrap PTX; emu.h has their CPU versions.
@@ -1371,16 +1383,10 @@ fn attention_tile_window_d128() -> Result<()> {
 /// the sum of dq's and dk's sign halves) at `dims` = [B, T, H, Hkv, D] with keys `window` steps
 /// late, against the CPU fused kernel on the same bf16-rounded inputs: o and every gradient.
 fn rattention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Result<()> {
-    let Some(exe) = rattention_harness() else {
+    let (Some(mma_sync), Some(hopper)) = (rattention_harness(), rattention_hopper_harness()) else {
         return Ok(());
     };
     let (dir, [q, k, v, dout]) = attention_operands(name, dims, window, seed)?;
-    let z = rattention::launch_sizes(dims[4]);
-    let sizes = format!(
-        "{} {} {} {}\n",
-        z.chunk, z.threads, z.feature_shared, z.grad_shared
-    );
-    emulate(exe, &dir, name, ("launch", &sizes), "bf16")?;
     let x = SwaIn {
         q: &q,
         k: &k,
@@ -1396,17 +1402,27 @@ fn rattention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Re
         window,
         48,
     )?;
-    check_outputs(
-        &dir,
-        name,
-        &[
-            ("o", &o),
-            ("dq", &grads.q),
-            ("dk", &grads.k),
-            ("dv", &grads.v),
-        ],
-        TIGHT,
-    )
+    for (path, exe, on_hopper) in [("mma.sync", mma_sync, false), ("Hopper", hopper, true)] {
+        let z = rattention::launch_sizes(dims[4], on_hopper);
+        let sizes = format!(
+            "{} {} {} {}\n",
+            z.chunk, z.threads, z.feature_shared, z.grad_shared
+        );
+        let label = format!("{name} ({path})");
+        emulate(exe, &dir, &label, ("launch", &sizes), "bf16")?;
+        check_outputs(
+            &dir,
+            &label,
+            &[
+                ("o", &o),
+                ("dq", &grads.q),
+                ("dk", &grads.k),
+                ("dv", &grads.v),
+            ],
+            TIGHT,
+        )?;
+    }
+    Ok(())
 }
 
 /// T not a multiple of a chunk, the window not a multiple either (keys arrive mid-chunk).

@@ -51,13 +51,6 @@
 #define USE_WGMMA false
 #endif
 
-// The block's dynamic shared memory from a 1024-byte boundary, where wgmma's swizzle pattern
-// starts (the launch leaves 1024 bytes to round up).
-__device__ __forceinline__ bf16* aligned_smem() {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    return reinterpret_cast<bf16*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
-}
-
 // Whether key s is in query t's band.
 __device__ __forceinline__ bool visible(int t, int s, u32 window) { return s <= t && (u32)(t - s) < window; }
 

@@ -1,6 +1,6 @@
 //! RAttention's residual linear attention on CUDA, chunkwise on bf16 tensor cores with the
-//! feature map fused in, forward and backward (`rla.cu`, after swax-cuda's `mma.cuh`; it says
-//! how the kernels work). f32 operands are rounded to bf16 on the way in and the results
+//! feature map fused in, forward and backward (`rla.cu`, after swax-cuda's `mma.cuh` and
+//! `wgmma.cuh`; it says how the kernels work; on Hopper its walks run on wgmma). f32 operands are rounded to bf16 on the way in and the results
 //! widened back, as SWA's (`attention::cuda`).
 //!
 //! The features phi(q), phi(k) live only for the call, the chunk states only in the walks'
@@ -11,14 +11,17 @@ use super::{RlaBackward, RlaGrads, RlaIn};
 use crate::mixers::attention::cuda::{as_dtype, bf16};
 use crate::mixers::attention::SwaIn;
 use swax_cuda::kernels::attention::AttnShape;
-use swax_cuda::kernels::{check_device, launch, to_u32, Launch, MMA_CUH};
+use swax_cuda::kernels::{check_device, launch, to_u32, Launch, MMA_CUH, WGMMA_CUH};
 use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "rla",
-    source: &[MMA_CUH, include_str!("rla.cu")],
+    source: &[MMA_CUH, WGMMA_CUH, include_str!("rla.cu")],
 };
+
+/// The architecture whose walks are rla.cu's wgmma walk (NVRTC compiles it for sm_90a).
+const HOPPER: (u32, u32) = (9, 0);
 
 /// Time steps per chunk and threads per block of every kernel (`CH`, `THREADS` in rla.cu). The
 /// caller's chunk size does not matter: every chunk size gives the same values.
@@ -38,14 +41,28 @@ pub struct Sizes {
     pub grad_shared: usize,
 }
 
-/// The sizes at head dim `d`.
-pub fn sizes(d: usize) -> Sizes {
+/// The sizes at head dim `d`, of the mma.sync walk or (`hopper`) the wgmma walk.
+pub fn sizes(d: usize, hopper: bool) -> Sizes {
+    let shared = |k, n, phi| {
+        if hopper {
+            walk_shared_wg(k, n)
+        } else {
+            walk_shared(k, n, phi)
+        }
+    };
     Sizes {
         chunk: CHUNK,
         threads: THREADS,
-        feature_shared: walk_shared(2 * d, 64, false),
-        grad_shared: walk_shared(d, d, true),
+        feature_shared: shared(2 * d, 64, false),
+        grad_shared: shared(d, d, true),
     }
+}
+
+/// rla_walk_wg's shared bytes with rows of `k` and `n` columns: two stages of two [CHUNK, k]
+/// tiles and one [CHUNK, n] tile, two copies of the state [k, n], bf16; 1024 bytes to align the
+/// tiles as wgmma reads them (phi's values come from global memory).
+fn walk_shared_wg(k: usize, n: usize) -> usize {
+    2 * (2 * (2 * CHUNK * k + CHUNK * n) + 2 * k * n) + 1024
 }
 
 /// rla_walk's shared bytes with rows of `k` and `n` columns: two stages of two [CHUNK, k] tiles
@@ -162,7 +179,11 @@ pub(super) fn forward(
     }
     let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
     let name = c.kernel(["rla_fwd_d64", "rla_fwd_d128"]);
-    let cfg = c.walk(s.d / 64, c.h, sizes(s.d).feature_shared)?;
+    let cfg = c.walk(
+        s.d / 64,
+        c.h,
+        sizes(s.d, dev.compute_capability() == HOPPER).feature_shared,
+    )?;
     // SAFETY: rla_fwd_dD(const bf16* fq, const bf16* fk, const bf16* v, bf16* o, u32 t_len,
     // u32 heads, u32 kv_heads, u32 shift); sizes checked above, fq and fk from
     // Checked::features; a block per (64 columns, q head, batch).
@@ -210,7 +231,7 @@ pub(super) fn backward(
         return grads(dq, dk, dv);
     }
     let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
-    let z = sizes(s.d);
+    let z = sizes(s.d, dev.compute_capability() == HOPPER);
     // The walks for dq and dk write one sign of the features' gradient each, into its half of
     // every row of a [.., 2d] buffer (dk2's rows of the last `window` keys stay zero).
     let dq2 = dev.alloc(DType::BF16, 2 * s.q_len())?;

@@ -23,9 +23,10 @@
 //   per row: max, min and both exponential sums by shuffles). The walks load feature tiles as
 //   they load v (the shift and the sequence's ends give zero rows); each used to run the
 //   softmaxes itself, and ncu found that ALU work the limit.
-// - rla_walk: below. Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh).
+// - rla_walk: below. Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh); on
+//   Hopper rla_walk_wg, the same walk on wgmma, takes its place (below it).
 //
-// swax-cuda's mma.cuh (cuda/kernels/) is prepended by cuda.rs beside this file. Equations and
+// swax-cuda's mma.cuh and wgmma.cuh (cuda/kernels/) are prepended by cuda.rs beside this file. Equations and
 // layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is the reference these
 // kernels are tested against.
 
@@ -296,6 +297,167 @@ __device__ void rla_walk(const Rows a, const Rows b, const Rows v, const Rows ph
     }
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// rla_walk on Hopper (sm_90a), the same walk on wgmma with the two warpgroups at different
+// work, so that the state's chain no longer waits for the rows' products: warpgroup 1 holds the
+// state S (f32, K/64 m64 blocks of N columns) and adds b_c^T v_c to it each step; warpgroup 0
+// makes the chunk's rows, mask(a_c b_c^T) v_c plus a_c . S from the bf16 copy of S that
+// warpgroup 1 left in shared memory after the chunk before (two copies, by chunk parity). All
+// of a step's operands are in shared memory in the 128-byte-swizzle layout wgmma reads (a two-
+// stage ring filled by cp.async), so no thread computes a fragment's address; the masked
+// product goes from registers straight into P v. PHI: warpgroup 0 holds all N columns of a row,
+// so the row dot is its own lanes' (phi's values read from global memory).
+template <int K, int N, bool REV, bool PHI>
+__device__ void rla_walk_wg(const Rows a, const Rows b, const Rows v, const Rows ph, bf16* __restrict__ o,
+                            u32 o_width, u32 t_len, u32 group) {
+    constexpr int STAGE = 2 * CH * K + CH * N, MB = K / 64;  // MB: the state's m64 blocks
+    bf16* stages = aligned_smem();                           // [2] x (a [CH][K], b [CH][K], v [CH][N])
+    bf16* copies = stages + 2 * STAGE;                       // [2] x S [K][N]
+
+    const int T = (int)t_len, nc = (T + CH - 1) / CH, G = REV ? (int)group : 1;
+    const int col = blockIdx.x * N, ha = blockIdx.y, bz = blockIdx.z;
+    const int wg = __shfl_sync(FULL_MASK, threadIdx.x >> 7, 0), wl = (threadIdx.x >> 5) & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, r0 = 16 * wl + g;
+    const u64 o_rs = (u64)gridDim.y * o_width;
+    bf16* go = o + ((u64)bz * T * gridDim.y + ha) * o_width + col;
+    const bf16* ga = a.at(bz, T, ha);
+
+    const int first = (int)(REV ? a.shift : b.shift) / CH;
+    if (!REV)
+        for (int c = 0; c < first; ++c) zero_rows<N>(go, o_rs, T, c * CH);
+    const int steps = (nc - first) * G;
+    auto chunk_of = [&](int i) { return REV ? nc - 1 - i / G : first + i / G; };
+    auto fetch = [&](int i) {
+        if (i < steps) {
+            const int c0 = chunk_of(i) * CH, hb = REV ? ha * (int)group + i % G : ha / (int)group;
+            bf16* at = stages + (i & 1) * STAGE;
+            load_tile<K, CH, THREADS, true, true>(at, ga, (u64)a.heads * a.width, c0, T, a.shift);
+            load_tile<K, CH, THREADS, true, true>(at + CH * K, b.at(bz, T, hb), (u64)b.heads * b.width, c0, T,
+                                                  b.shift);
+            load_tile<N, CH, THREADS, true, true>(at + 2 * CH * K, v.at(bz, T, hb) + col, (u64)v.heads * v.width, c0,
+                                                  T, v.shift);
+        }
+        cp_async_commit();
+    };
+    fetch(0);
+    for (int i = threadIdx.x; i < K * N / 2; i += THREADS) reinterpret_cast<u32*>(copies)[i] = 0u;
+    float acc[N / 8][4], st[MB][N / 2];
+    auto& acc_f = reinterpret_cast<float(&)[N / 2]>(acc);
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+#pragma unroll
+        for (int e = 0; e < N / 2; ++e) st[m][e] = 0.0f;
+
+    for (int i = 0; i < steps; ++i) {
+        const int ci = i / G, c0 = chunk_of(i) * CH, j = i % G;
+        cp_async_wait<0>();
+        fence_proxy_async();  // the tiles and S's copy, written by threads, are read by wgmma
+        __syncthreads();      // step i's tiles and S's copy are in; the last step's reads are done
+        fetch(i + 1);
+        const bf16* sa = stages + (i & 1) * STAGE;
+        const bf16* sb = sa + CH * K;
+        const bf16* sv = sb + CH * K;
+        if (wg == 1) {
+            // S += b^T v: b read MN-major as the A operand, an m64 block of features at a time.
+            wg_arrive();
+#pragma unroll
+            for (int m = 0; m < MB; ++m)
+#pragma unroll
+                for (int kk = 0; kk < CH / 16; ++kk)
+                    wgmma_ss<1, 1>(st[m], desc_mn<CH>(sb + m * CH * 64, kk), desc_mn<CH>(sv, kk));
+            wg_commit();
+            wg_wait<0>();
+#pragma unroll
+            for (int m = 0; m < MB; ++m) wg_hold(st[m]);
+            if (j < G - 1) continue;
+            // The copy the next chunk's rows read (the other one is the one this chunk's read).
+            bf16* cp = copies + ((ci + 1) & 1) * K * N;
+#pragma unroll
+            for (int m = 0; m < MB; ++m)
+#pragma unroll
+                for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        *reinterpret_cast<u32*>(cp + swz_blocks<K>(64 * m + r0 + 8 * r, 8 * n + 2 * tq)) =
+                            bf16x2_bits(st[m][4 * n + 2 * r], st[m][4 * n + 2 * r + 1]);
+            continue;
+        }
+        // Warpgroup 0: the masked product, and at a chunk's first head its rows' a_c . S.
+        float p[CH / 8][4];
+        auto& p_f = reinterpret_cast<float(&)[CH / 2]>(p);
+        wg_arrive();
+#pragma unroll
+        for (int kk = 0; kk < K / 16; ++kk) wgmma_ss<0, 0>(p_f, desc_k<CH>(sa, kk), desc_k<CH>(sb, kk), kk > 0);
+        if (j == 0) {
+            const bf16* cp = copies + (ci & 1) * K * N;
+#pragma unroll
+            for (int kk = 0; kk < K / 16; ++kk)
+                wgmma_ss<0, 1>(acc_f, desc_k<CH>(sa, kk), desc_mn<K>(cp, kk), kk > 0);
+        }
+        wg_commit();
+        wg_wait<0>();
+        wg_hold(p_f);
+        wg_hold(acc_f);
+        u32 pa[CH / 16][4];
+#pragma unroll
+        for (int n = 0; n < CH / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = r0 + 8 * (e >> 1), c = 8 * n + 2 * tq + (e & 1);
+                if (REV ? c < row : c > row) p[n][e] = 0.0f;
+            }
+#pragma unroll
+        for (int kk = 0; kk < CH / 16; ++kk) c_to_a(p, kk, pa[kk]);
+        wg_arrive();
+#pragma unroll
+        for (int kk = 0; kk < CH / 16; ++kk) wgmma_rs<1>(acc_f, pa[kk], desc_mn<CH>(sv, kk));
+        wg_commit();
+        wg_wait<0>();
+        wg_hold(acc_f);
+        wg_keep(pa);
+        if (j < G - 1) continue;
+        // The rows out; PHI: as sgn p (g - <p, g>) over this sign's N columns, phi's values p
+        // (bf16 pairs) read from global memory (acc is left as the products wrote it: a value
+        // written into it here would make ptxas serialise the next chunk's products on it).
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int tp = c0 + r0 + 8 * r;
+            u32 pw[N / 8];
+            float dot = 0.0f;
+            if constexpr (PHI) {
+                const bf16* gp = ph.at(bz, T, ha) + col;
+                const bool in = tp >= (int)ph.shift && tp < T;
+#pragma unroll
+                for (int n = 0; n < N / 8; ++n) {
+                    pw[n] = in ? *reinterpret_cast<const u32*>(gp + (u64)(tp - (int)ph.shift) * ph.heads * ph.width +
+                                                              8 * n + 2 * tq)
+                               : 0u;
+                    dot += __uint_as_float(pw[n] << 16) * acc[n][2 * r] +
+                           __uint_as_float(pw[n] & 0xffff0000u) * acc[n][2 * r + 1];
+                }
+                dot += shfl_xor(dot, 1);
+                dot += shfl_xor(dot, 2);
+            }
+            if (tp < (int)a.shift || tp >= T) continue;
+            bf16* out = go + (u64)(tp - (int)a.shift) * o_rs + 2 * tq;
+#pragma unroll
+            for (int n = 0; n < N / 8; ++n) {
+                float y0 = acc[n][2 * r], y1 = acc[n][2 * r + 1];
+                if constexpr (PHI) {
+                    const float sgn = blockIdx.x ? -1.0f : 1.0f;
+                    y0 = sgn * __uint_as_float(pw[n] << 16) * (y0 - dot);
+                    y1 = sgn * __uint_as_float(pw[n] & 0xffff0000u) * (y1 - dot);
+                }
+                *reinterpret_cast<u32*>(out + n * 8) = bf16x2_bits(y0, y1);
+            }
+        }
+    }
+}
+#define RLA_WALK rla_walk_wg
+#else
+#define RLA_WALK rla_walk
+#endif
+
 // The four walks (see the top), by the operands' roles; group = H / Hkv.
 #define INSTANTIATE(D)                                                                                          \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_phi_d##D(const bf16* x, bf16* f, u64 rows) {     \
@@ -306,27 +468,27 @@ __device__ void rla_walk(const Rows a, const Rows b, const Rows v, const Rows ph
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_fwd_d##D(                                        \
         const bf16* fq, const bf16* fk, const bf16* v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift) { \
-        rla_walk<2 * D, 64, false, false>(Rows{fq, heads, 2 * D, 0}, Rows{fk, kv_heads, 2 * D, shift},         \
+        RLA_WALK<2 * D, 64, false, false>(Rows{fq, heads, 2 * D, 0}, Rows{fk, kv_heads, 2 * D, shift},         \
                                           Rows{v, kv_heads, D, shift}, Rows{}, o, D, t_len, heads / kv_heads);  \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dq_d##D(                                     \
         const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout, bf16* dq2, u32 t_len, u32 heads,      \
         u32 kv_heads, u32 shift) {                                                                              \
-        rla_walk<D, D, false, true>(Rows{dout, heads, D, 0}, Rows{v, kv_heads, D, shift},                      \
+        RLA_WALK<D, D, false, true>(Rows{dout, heads, D, 0}, Rows{v, kv_heads, D, shift},                      \
                                     Rows{fk, kv_heads, 2 * D, shift}, Rows{fq, heads, 2 * D, 0}, dq2, 2 * D,    \
                                     t_len, heads / kv_heads);                                                   \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dk_d##D(                                     \
         const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout, bf16* dk2, u32 t_len, u32 heads,      \
         u32 kv_heads, u32 shift) {                                                                              \
-        rla_walk<D, D, true, true>(Rows{v, kv_heads, D, shift}, Rows{dout, heads, D, 0},                       \
+        RLA_WALK<D, D, true, true>(Rows{v, kv_heads, D, shift}, Rows{dout, heads, D, 0},                       \
                                    Rows{fq, heads, 2 * D, 0}, Rows{fk, kv_heads, 2 * D, shift}, dk2, 2 * D,     \
                                    t_len, heads / kv_heads);                                                    \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dv_d##D(                                     \
         const bf16* fq, const bf16* fk, const bf16* dout, bf16* dv, u32 t_len, u32 heads, u32 kv_heads,        \
         u32 shift) {                                                                                            \
-        rla_walk<2 * D, 64, true, false>(Rows{fk, kv_heads, 2 * D, shift}, Rows{fq, heads, 2 * D, 0},          \
+        RLA_WALK<2 * D, 64, true, false>(Rows{fk, kv_heads, 2 * D, shift}, Rows{fq, heads, 2 * D, 0},          \
                                          Rows{dout, heads, D, 0}, Rows{}, dv, D, t_len, heads / kv_heads);      \
     }
 
