@@ -31,20 +31,32 @@ int main(int argc, char** argv) {
         return f;
     };
     const std::vector<bf16> fq = features(q), fk = features(k);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    // Hopper's walks take tensor maps (as emu.h reads them: address, sizes and box, innermost
+    // first) of boxes of a chunk's rows by 64 columns where the others take pointers.
+    const auto map = [&](const std::vector<bf16>& x, unsigned heads) {
+        TensorMap m{};
+        const unsigned long long w[9] = {
+            (unsigned long long)x.data(), x.size() / ((size_t)b * t * heads), heads, t, b, 64, 1, z[0], 1};
+        memcpy(&m, w, sizeof w);
+        return m;
+    };
+    const TensorMap mq = map(fq, h), mk = map(fk, hkv), mv = map(v, hkv), mdo = map(dout, h);
+#else
+    const bf16 *mq = fq.data(), *mk = fk.data(), *mv = v.data(), *mdo = dout.data();
+#endif
     emu_launch({{d / 64, h, b}, block, z[2]}, [&] {
-        (d64 ? rla_fwd_d64 : rla_fwd_d128)(fq.data(), fk.data(), v.data(), o.data(), t, h, hkv, window);
+        (d64 ? rla_fwd_d64 : rla_fwd_d128)(mq, mk, mv, o.data(), t, h, hkv, window);
     });
     // The backward reads the forward's features (the wrapper makes them again, to the same values).
     emu_launch({{2, h, b}, block, z[3]}, [&] {
-        (d64 ? rla_bwd_dq_d64 : rla_bwd_dq_d128)(fq.data(), fk.data(), v.data(), dout.data(), dq2.data(), t, h, hkv,
-                                                 window);
+        (d64 ? rla_bwd_dq_d64 : rla_bwd_dq_d128)(mq, mk, mv, mdo, dq2.data(), t, h, hkv, window);
     });
     emu_launch({{2, hkv, b}, block, z[3]}, [&] {
-        (d64 ? rla_bwd_dk_d64 : rla_bwd_dk_d128)(fq.data(), fk.data(), v.data(), dout.data(), dk2.data(), t, h, hkv,
-                                                 window);
+        (d64 ? rla_bwd_dk_d64 : rla_bwd_dk_d128)(mq, mk, mv, mdo, dk2.data(), t, h, hkv, window);
     });
     emu_launch({{d / 64, hkv, b}, block, z[2]}, [&] {
-        (d64 ? rla_bwd_dv_d64 : rla_bwd_dv_d128)(fq.data(), fk.data(), dout.data(), dv.data(), t, h, hkv, window);
+        (d64 ? rla_bwd_dv_d64 : rla_bwd_dv_d128)(mq, mk, mdo, dv.data(), t, h, hkv, window);
     });
     auto sum_halves = [&](const std::vector<bf16>& x, std::vector<bf16>& y) {
         const unsigned long long rows = y.size() / d, threads = y.size() / 8;

@@ -123,10 +123,14 @@ const RATTENTION: Driver = Driver {
     sources: &["cuda/kernels/wgmma.cuh", "nn/src/mixers/rattention/rla.cu"],
 };
 
-/// The same kernels as Hopper runs them: the walks on wgmma.
+/// The same kernels as Hopper runs them: the walks on wgmma, their tiles loaded by TMA.
 const RATTENTION_HOPPER: Driver = Driver {
     name: "rattention_hopper",
-    sources: &["cuda/kernels/wgmma.cuh", "nn/src/mixers/rattention/rla.cu"],
+    sources: &[
+        "cuda/kernels/wgmma.cuh",
+        "cuda/kernels/tma.cuh",
+        "nn/src/mixers/rattention/rla.cu",
+    ],
 };
 
 const CROSS_ENTROPY: Driver = Driver {

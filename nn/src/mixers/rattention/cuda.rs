@@ -11,13 +11,16 @@ use super::{RlaBackward, RlaGrads, RlaIn};
 use crate::mixers::attention::cuda::{as_dtype, bf16};
 use crate::mixers::attention::SwaIn;
 use swax_cuda::kernels::attention::AttnShape;
-use swax_cuda::kernels::{check_device, launch, to_u32, Launch, MMA_CUH, WGMMA_CUH};
+use swax_cuda::kernels::{
+    check_device, launch, to_u32, KernelArg, Launch, MMA_CUH, TMA_CUH, WGMMA_CUH,
+};
+use swax_cuda::tma::TensorMap;
 use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "rla",
-    source: &[MMA_CUH, WGMMA_CUH, include_str!("rla.cu")],
+    source: &[MMA_CUH, WGMMA_CUH, TMA_CUH, include_str!("rla.cu")],
 };
 
 /// The architecture whose walks are rla.cu's wgmma walk (NVRTC compiles it for sm_90a).
@@ -45,7 +48,7 @@ pub struct Sizes {
 pub fn sizes(d: usize, hopper: bool) -> Sizes {
     let shared = |k, n, phi| {
         if hopper {
-            walk_shared_wg(k, n)
+            walk_shared_wg(k, n, phi)
         } else {
             walk_shared(k, n, phi)
         }
@@ -59,10 +62,11 @@ pub fn sizes(d: usize, hopper: bool) -> Sizes {
 }
 
 /// rla_walk_wg's shared bytes with rows of `k` and `n` columns: two stages of two [CHUNK, k]
-/// tiles and one [CHUNK, n] tile, two copies of the state [k, n], bf16; 1024 bytes to align the
-/// tiles as wgmma reads them (phi's values come from global memory).
-fn walk_shared_wg(k: usize, n: usize) -> usize {
-    2 * (2 * (2 * CHUNK * k + CHUNK * n) + 2 * k * n) + 1024
+/// tiles and one [CHUNK, n] tile (two with `phi`), two copies of the state [k, n], bf16; the
+/// stages' two mbarriers; 1024 bytes to align the tiles as TMA writes them.
+fn walk_shared_wg(k: usize, n: usize, phi: bool) -> usize {
+    let tiles = if phi { 2 } else { 1 };
+    2 * (2 * (2 * CHUNK * k + tiles * CHUNK * n) + 2 * k * n) + 2 * 8 + 1024
 }
 
 /// rla_walk's shared bytes with rows of `k` and `n` columns: two stages of two [CHUNK, k] tiles
@@ -140,6 +144,27 @@ impl Checked {
         unsafe { launch(dev, &SOURCE, name, cfg, &[x, y, &(rows as u64)]) }
     }
 
+    /// The walks' operands as their kernels take them: pointers, or on Hopper (whose walks load
+    /// their tiles by TMA) tensor maps with boxes of a chunk's rows by 64 columns. Each operand
+    /// is a `[b, t, heads, width]` bf16 tensor.
+    fn operands<'a>(
+        &self,
+        op: &'static str,
+        hopper: bool,
+        xs: &[(&'a Buffer, u32, usize)],
+    ) -> Result<Operands<'a>, CudaError> {
+        if !hopper {
+            return Ok(Operands::Pointers(xs.iter().map(|x| x.0).collect()));
+        }
+        let AttnShape { b, t, .. } = self.s;
+        xs.iter()
+            .map(|&(x, heads, width)| {
+                TensorMap::bf16_rows(op, x, &[b, t, heads as usize, width], 1, CHUNK)
+            })
+            .collect::<Result<_, _>>()
+            .map(Operands::Maps)
+    }
+
     /// A walk's launch: a block per (column block, head, batch).
     fn walk(&self, blocks: usize, heads: u32, shared: usize) -> Result<Launch, CudaError> {
         Ok(Launch {
@@ -147,6 +172,25 @@ impl Checked {
             block: (THREADS, 1, 1),
             shared: to_u32("rla", "shared bytes", shared)?,
         })
+    }
+}
+
+/// The walks' operands as their kernels take them (see `Checked::operands`).
+enum Operands<'a> {
+    Pointers(Vec<&'a Buffer>),
+    Maps(Vec<TensorMap>),
+}
+
+impl Operands<'_> {
+    /// The kernel arguments of operands `which` (indices into the list they were made from).
+    fn args(&self, which: &[usize]) -> Vec<&dyn KernelArg> {
+        which
+            .iter()
+            .map(|&i| match self {
+                Operands::Pointers(p) => p[i] as &dyn KernelArg,
+                Operands::Maps(m) => &m[i] as &dyn KernelArg,
+            })
+            .collect()
     }
 }
 
@@ -178,24 +222,22 @@ pub(super) fn forward(
         return as_dtype(o, x.q.dtype());
     }
     let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
-    let name = c.kernel(["rla_fwd_d64", "rla_fwd_d128"]);
-    let cfg = c.walk(
-        s.d / 64,
-        c.h,
-        sizes(s.d, dev.compute_capability() == HOPPER).feature_shared,
+    let hopper = dev.compute_capability() == HOPPER;
+    let (d, d2) = (s.d, 2 * s.d);
+    let ops = c.operands(
+        OP,
+        hopper,
+        &[(&fq, c.h, d2), (&fk, c.hkv, d2), (v, c.hkv, d)],
     )?;
-    // SAFETY: rla_fwd_dD(const bf16* fq, const bf16* fk, const bf16* v, bf16* o, u32 t_len,
-    // u32 heads, u32 kv_heads, u32 shift); sizes checked above, fq and fk from
-    // Checked::features; a block per (64 columns, q head, batch).
-    unsafe {
-        launch(
-            dev,
-            &SOURCE,
-            name,
-            cfg,
-            &[&fq, &fk, v, &o, &c.t, &c.h, &c.hkv, &c.shift],
-        )?;
-    }
+    let name = c.kernel(["rla_fwd_d64", "rla_fwd_d128"]);
+    let cfg = c.walk(s.d / 64, c.h, sizes(s.d, hopper).feature_shared)?;
+    let mut args = ops.args(&[0, 1, 2]);
+    args.extend([&o as &dyn KernelArg, &c.t, &c.h, &c.hkv, &c.shift]);
+    // SAFETY: rla_fwd_dD(fq, fk, v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift),
+    // the operands as pointers or (Hopper) tensor maps of their buffers, made by
+    // Checked::operands; sizes checked above, fq and fk from Checked::features; a block per
+    // (64 columns, q head, batch).
+    unsafe { launch(dev, &SOURCE, name, cfg, &args)? };
     as_dtype(o, x.q.dtype())
 }
 
@@ -231,49 +273,46 @@ pub(super) fn backward(
         return grads(dq, dk, dv);
     }
     let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
-    let z = sizes(s.d, dev.compute_capability() == HOPPER);
+    let hopper = dev.compute_capability() == HOPPER;
+    let z = sizes(s.d, hopper);
     // The walks for dq and dk write one sign of the features' gradient each, into its half of
     // every row of a [.., 2d] buffer (dk2's rows of the last `window` keys stay zero).
     let dq2 = dev.alloc(DType::BF16, 2 * s.q_len())?;
     let dk2 = dev.alloc_zeros(DType::BF16, 2 * s.kv_len())?;
-    let (dq_name, dk_name, dv_name) = (
-        c.kernel(["rla_bwd_dq_d64", "rla_bwd_dq_d128"]),
-        c.kernel(["rla_bwd_dk_d64", "rla_bwd_dk_d128"]),
-        c.kernel(["rla_bwd_dv_d64", "rla_bwd_dv_d128"]),
-    );
-    // SAFETY: rla_bwd_{dq,dk}_dD(const bf16* fq, const bf16* fk, const bf16* v, const bf16*
-    // dout, bf16* out2, u32 t_len, u32 heads, u32 kv_heads, u32 shift) and rla_bwd_dv_dD(const
-    // bf16* fq, const bf16* fk, const bf16* dout, bf16* dv, u32 t_len, u32 heads, u32 kv_heads,
-    // u32 shift); sizes checked above, fq and fk from Checked::features, dq2 and dk2 twice dq's
-    // and dk's; a block per (sign, q head, batch) for dq, (sign, kv head, batch) for dk, (64
-    // columns, kv head, batch) for dv.
+    let (d, d2) = (s.d, 2 * s.d);
+    let ops = c.operands(
+        OP,
+        hopper,
+        &[
+            (&fq, c.h, d2),
+            (&fk, c.hkv, d2),
+            (v, c.hkv, d),
+            (dout, c.h, d),
+        ],
+    )?;
+    let args = |which: &[usize], out| {
+        let mut args = ops.args(which);
+        args.extend([out as &dyn KernelArg, &c.t, &c.h, &c.hkv, &c.shift]);
+        args
+    };
+    // SAFETY: rla_bwd_{dq,dk}_dD(fq, fk, v, dout, bf16* out2, u32 t_len, u32 heads, u32
+    // kv_heads, u32 shift) and rla_bwd_dv_dD(fq, fk, dout, bf16* dv, u32 t_len, u32 heads, u32
+    // kv_heads, u32 shift), the operands as pointers or (Hopper) tensor maps of their buffers,
+    // made by Checked::operands; sizes checked above, fq and fk from Checked::features, dq2 and
+    // dk2 twice dq's and dk's; a block per (sign, q head, batch) for dq, (sign, kv head, batch)
+    // for dk, (64 columns, kv head, batch) for dv.
     unsafe {
-        let (t, h, hkv, sh) = (&c.t, &c.h, &c.hkv, &c.shift);
         let cfg = c.walk(2, c.h, z.grad_shared)?;
-        launch(
-            dev,
-            &SOURCE,
-            dq_name,
-            cfg,
-            &[&fq, &fk, v, dout, &dq2, t, h, hkv, sh],
-        )?;
+        let name = c.kernel(["rla_bwd_dq_d64", "rla_bwd_dq_d128"]);
+        launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 2, 3], &dq2))?;
         let cfg = c.walk(2, c.hkv, z.grad_shared)?;
-        launch(
-            dev,
-            &SOURCE,
-            dk_name,
-            cfg,
-            &[&fq, &fk, v, dout, &dk2, t, h, hkv, sh],
-        )?;
+        let name = c.kernel(["rla_bwd_dk_d64", "rla_bwd_dk_d128"]);
+        launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 2, 3], &dk2))?;
         let cfg = c.walk(s.d / 64, c.hkv, z.feature_shared)?;
-        launch(
-            dev,
-            &SOURCE,
-            dv_name,
-            cfg,
-            &[&fq, &fk, dout, &dv, t, h, hkv, sh],
-        )?;
+        let name = c.kernel(["rla_bwd_dv_d64", "rla_bwd_dv_d128"]);
+        launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 3], &dv))?;
     }
+    drop(ops);
     drop((fq, fk));
     c.sum_halves(dev, &dq2, &dq)?;
     c.sum_halves(dev, &dk2, &dk)?;

@@ -24,9 +24,10 @@
 //   they load v (the shift and the sequence's ends give zero rows); each used to run the
 //   softmaxes itself, and ncu found that ALU work the limit.
 // - rla_walk: below. Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh); on
-//   Hopper rla_walk_wg, the same walk on wgmma, takes its place (below it).
+//   Hopper rla_walk_wg, the same walk on wgmma with its tiles loaded by TMA, takes its place
+//   (below it), and the four walks' kernels take tensor maps of their operands.
 //
-// swax-cuda's mma.cuh and wgmma.cuh (cuda/kernels/) are prepended by cuda.rs beside this file. Equations and
+// swax-cuda's mma.cuh, wgmma.cuh and tma.cuh (cuda/kernels/) are prepended by cuda.rs beside this file. Equations and
 // layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is the reference these
 // kernels are tested against.
 
@@ -298,21 +299,33 @@ __device__ void rla_walk(const Rows a, const Rows b, const Rows v, const Rows ph
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// A walk's operand on Hopper: its tensor map (boxes of CH rows by 64 columns of one head, swax-
+// cuda's tma.rs) and its shift. Tile row t' of a chunk is time t' - shift, so a box starts at
+// time c0 - shift, and the TMA unit fills the rows before time 0 and from T on with zeros.
+struct Tiles {
+    const TensorMap* map;
+    u32 shift;
+};
+
 // rla_walk on Hopper (sm_90a), the same walk on wgmma with the two warpgroups at different
 // work, so that the state's chain no longer waits for the rows' products: warpgroup 1 holds the
 // state S (f32, K/64 m64 blocks of N columns) and adds b_c^T v_c to it each step; warpgroup 0
 // makes the chunk's rows, mask(a_c b_c^T) v_c plus a_c . S from the bf16 copy of S that
-// warpgroup 1 left in shared memory after the chunk before (two copies, by chunk parity). All
-// of a step's operands are in shared memory in the 128-byte-swizzle layout wgmma reads (a two-
-// stage ring filled by cp.async), so no thread computes a fragment's address; the masked
-// product goes from registers straight into P v. PHI: warpgroup 0 holds all N columns of a row,
-// so the row dot is its own lanes' (phi's values read from global memory).
+// warpgroup 1 left in shared memory after the chunk before (two copies, by chunk parity). A
+// step's tiles come by TMA, issued by one thread a step ahead into a two-stage ring and counted
+// on the stage's mbarrier, in the 128-byte-swizzle layout wgmma reads: no thread computes a
+// load's address (the cp.async loads this replaced took a third of the ALU pipe's issue). The
+// masked product goes from registers straight into P v. PHI: warpgroup 0 holds all N columns
+// of a row, so the row dot is its own lanes'; phi's values come as a fourth tile at a chunk's
+// last head.
 template <int K, int N, bool REV, bool PHI>
-__device__ void rla_walk_wg(const Rows a, const Rows b, const Rows v, const Rows ph, bf16* __restrict__ o,
+__device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const Tiles ph, bf16* __restrict__ o,
                             u32 o_width, u32 t_len, u32 group) {
-    constexpr int STAGE = 2 * CH * K + CH * N, MB = K / 64;  // MB: the state's m64 blocks
-    bf16* stages = aligned_smem();                           // [2] x (a [CH][K], b [CH][K], v [CH][N])
-    bf16* copies = stages + 2 * STAGE;                       // [2] x S [K][N]
+    constexpr int STAGE = 2 * CH * K + (PHI ? 2 : 1) * CH * N, MB = K / 64;  // MB: the state's m64 blocks
+    constexpr int LOADER = 128;  // warpgroup 1's first thread: warpgroup 0's products are the longer chain
+    bf16* stages = aligned_smem();        // [2] x (a [CH][K], b [CH][K], v [CH][N], PHI: ph [CH][N])
+    bf16* copies = stages + 2 * STAGE;    // [2] x S [K][N]
+    u64* full = reinterpret_cast<u64*>(copies + 2 * K * N);  // [2]: a stage's tiles have landed
 
     const int T = (int)t_len, nc = (T + CH - 1) / CH, G = REV ? (int)group : 1;
     const int col = blockIdx.x * N, ha = blockIdx.y, bz = blockIdx.z;
@@ -320,27 +333,46 @@ __device__ void rla_walk_wg(const Rows a, const Rows b, const Rows v, const Rows
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, r0 = 16 * wl + g;
     const u64 o_rs = (u64)gridDim.y * o_width;
     bf16* go = o + ((u64)bz * T * gridDim.y + ha) * o_width + col;
-    const bf16* ga = a.at(bz, T, ha);
 
     const int first = (int)(REV ? a.shift : b.shift) / CH;
     if (!REV)
         for (int c = 0; c < first; ++c) zero_rows<N>(go, o_rs, T, c * CH);
     const int steps = (nc - first) * G;
     auto chunk_of = [&](int i) { return REV ? nc - 1 - i / G : first + i / G; };
-    auto fetch = [&](int i) {
-        if (i < steps) {
-            const int c0 = chunk_of(i) * CH, hb = REV ? ha * (int)group + i % G : ha / (int)group;
-            bf16* at = stages + (i & 1) * STAGE;
-            load_tile<K, CH, THREADS, true, true>(at, ga, (u64)a.heads * a.width, c0, T, a.shift);
-            load_tile<K, CH, THREADS, true, true>(at + CH * K, b.at(bz, T, hb), (u64)b.heads * b.width, c0, T,
-                                                  b.shift);
-            load_tile<N, CH, THREADS, true, true>(at + 2 * CH * K, v.at(bz, T, hb) + col, (u64)v.heads * v.width, c0,
-                                                  T, v.shift);
-        }
-        cp_async_commit();
+    auto box = [&](bf16* dst, const Tiles& x, int c, int head, int c0, u64* bar) {
+        tma_load_4d(dst, *x.map, c, head, c0 - (int)x.shift, bz, bar);
     };
-    fetch(0);
+    // Step i's tiles, by the loader alone (phi's only at a chunk's last head, where they are read).
+    auto fetch = [&](int i) {
+        if (i >= steps) return;
+        const int c0 = chunk_of(i) * CH, hb = REV ? ha * (int)group + i % G : ha / (int)group;
+        const bool with_phi = PHI && i % G == G - 1;
+        bf16* at = stages + (i & 1) * STAGE;
+        u64* bar = full + (i & 1);
+        mbar_expect(bar, 2 * CH * (2 * K + (with_phi ? 2 : 1) * N));
+#pragma unroll
+        for (int c = 0; c < K / 64; ++c) {
+            box(at + c * CH * 64, a, 64 * c, ha, c0, bar);
+            box(at + CH * K + c * CH * 64, b, 64 * c, hb, c0, bar);
+        }
+#pragma unroll
+        for (int c = 0; c < N / 64; ++c) {
+            box(at + 2 * CH * K + c * CH * 64, v, col + 64 * c, hb, c0, bar);
+            if (with_phi) box(at + 2 * CH * K + CH * N + c * CH * 64, ph, col + 64 * c, ha, c0, bar);
+        }
+    };
+    if (threadIdx.x == LOADER) {
+        mbar_init(full, 1);
+        mbar_init(full + 1, 1);
+        mbar_init_fence();
+        tma_prefetch(*a.map);
+        tma_prefetch(*b.map);
+        tma_prefetch(*v.map);
+        if constexpr (PHI) tma_prefetch(*ph.map);
+    }
     for (int i = threadIdx.x; i < K * N / 2; i += THREADS) reinterpret_cast<u32*>(copies)[i] = 0u;
+    __syncthreads();  // the barriers are set up
+    if (threadIdx.x == LOADER) fetch(0);
     float acc[N / 8][4], st[MB][N / 2];
     auto& acc_f = reinterpret_cast<float(&)[N / 2]>(acc);
 #pragma unroll
@@ -350,10 +382,10 @@ __device__ void rla_walk_wg(const Rows a, const Rows b, const Rows v, const Rows
 
     for (int i = 0; i < steps; ++i) {
         const int ci = i / G, c0 = chunk_of(i) * CH, j = i % G;
-        cp_async_wait<0>();
-        fence_proxy_async();  // the tiles and S's copy, written by threads, are read by wgmma
-        __syncthreads();      // step i's tiles and S's copy are in; the last step's reads are done
-        fetch(i + 1);
+        mbar_wait(full + (i & 1), (i >> 1) & 1);
+        fence_proxy_async();  // S's copy, written by threads, is read by wgmma
+        __syncthreads();      // S's copy is in; the last step's reads of the other stage are done
+        if (threadIdx.x == LOADER) fetch(i + 1);
         const bf16* sa = stages + (i & 1) * STAGE;
         const bf16* sb = sa + CH * K;
         const bf16* sv = sb + CH * K;
@@ -417,21 +449,18 @@ __device__ void rla_walk_wg(const Rows a, const Rows b, const Rows v, const Rows
         wg_keep(pa);
         if (j < G - 1) continue;
         // The rows out; PHI: as sgn p (g - <p, g>) over this sign's N columns, phi's values p
-        // (bf16 pairs) read from global memory (acc is left as the products wrote it: a value
+        // (bf16 pairs) from the stage's phi tile (acc is left as the products wrote it: a value
         // written into it here would make ptxas serialise the next chunk's products on it).
+        const bf16* sph = sv + CH * N;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int tp = c0 + r0 + 8 * r;
             u32 pw[N / 8];
             float dot = 0.0f;
             if constexpr (PHI) {
-                const bf16* gp = ph.at(bz, T, ha) + col;
-                const bool in = tp >= (int)ph.shift && tp < T;
 #pragma unroll
                 for (int n = 0; n < N / 8; ++n) {
-                    pw[n] = in ? *reinterpret_cast<const u32*>(gp + (u64)(tp - (int)ph.shift) * ph.heads * ph.width +
-                                                              8 * n + 2 * tq)
-                               : 0u;
+                    pw[n] = *reinterpret_cast<const u32*>(sph + swz_blocks<CH>(r0 + 8 * r, 8 * n + 2 * tq));
                     dot += __uint_as_float(pw[n] << 16) * acc[n][2 * r] +
                            __uint_as_float(pw[n] & 0xffff0000u) * acc[n][2 * r + 1];
                 }
@@ -453,12 +482,61 @@ __device__ void rla_walk_wg(const Rows a, const Rows b, const Rows v, const Rows
         }
     }
 }
-#define RLA_WALK rla_walk_wg
+
+// The four walks (see the top), by the operands' roles; group = H / Hkv. On Hopper they take the
+// operands' tensor maps (boxes of CH rows by 64 columns, made by the wrapper) in place of their
+// pointers.
+#define MAP const __grid_constant__ TensorMap
+#define WALKS(D)                                                                                                \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                                       \
+        rla_fwd_d##D(MAP fq, MAP fk, MAP v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {           \
+        rla_walk_wg<2 * D, 64, false, false>(Tiles{&fq, 0}, Tiles{&fk, shift}, Tiles{&v, shift}, Tiles{}, o, D,   \
+                                             t_len, heads / kv_heads);                                          \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dq_d##D(                                     \
+        MAP fq, MAP fk, MAP v, MAP dout, bf16* dq2, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {           \
+        rla_walk_wg<D, D, false, true>(Tiles{&dout, 0}, Tiles{&v, shift}, Tiles{&fk, shift}, Tiles{&fq, 0}, dq2, \
+                                       2 * D, t_len, heads / kv_heads);                                         \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dk_d##D(                                     \
+        MAP fq, MAP fk, MAP v, MAP dout, bf16* dk2, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {           \
+        rla_walk_wg<D, D, true, true>(Tiles{&v, shift}, Tiles{&dout, 0}, Tiles{&fq, 0}, Tiles{&fk, shift}, dk2,  \
+                                      2 * D, t_len, heads / kv_heads);                                          \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dv_d##D(                                     \
+        MAP fq, MAP fk, MAP dout, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {                   \
+        rla_walk_wg<2 * D, 64, true, false>(Tiles{&fk, shift}, Tiles{&fq, 0}, Tiles{&dout, 0}, Tiles{}, dv, D,    \
+                                            t_len, heads / kv_heads);                                           \
+    }
 #else
-#define RLA_WALK rla_walk
+#define WALKS(D)                                                                                                \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_fwd_d##D(                                        \
+        const bf16* fq, const bf16* fk, const bf16* v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift) { \
+        rla_walk<2 * D, 64, false, false>(Rows{fq, heads, 2 * D, 0}, Rows{fk, kv_heads, 2 * D, shift},            \
+                                          Rows{v, kv_heads, D, shift}, Rows{}, o, D, t_len, heads / kv_heads);  \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dq_d##D(                                     \
+        const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout, bf16* dq2, u32 t_len, u32 heads,      \
+        u32 kv_heads, u32 shift) {                                                                              \
+        rla_walk<D, D, false, true>(Rows{dout, heads, D, 0}, Rows{v, kv_heads, D, shift},                         \
+                                    Rows{fk, kv_heads, 2 * D, shift}, Rows{fq, heads, 2 * D, 0}, dq2, 2 * D,    \
+                                    t_len, heads / kv_heads);                                                   \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dk_d##D(                                     \
+        const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout, bf16* dk2, u32 t_len, u32 heads,      \
+        u32 kv_heads, u32 shift) {                                                                              \
+        rla_walk<D, D, true, true>(Rows{v, kv_heads, D, shift}, Rows{dout, heads, D, 0},                          \
+                                   Rows{fq, heads, 2 * D, 0}, Rows{fk, kv_heads, 2 * D, shift}, dk2, 2 * D,     \
+                                   t_len, heads / kv_heads);                                                    \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dv_d##D(                                     \
+        const bf16* fq, const bf16* fk, const bf16* dout, bf16* dv, u32 t_len, u32 heads, u32 kv_heads,        \
+        u32 shift) {                                                                                            \
+        rla_walk<2 * D, 64, true, false>(Rows{fk, kv_heads, 2 * D, shift}, Rows{fq, heads, 2 * D, 0},             \
+                                         Rows{dout, heads, D, 0}, Rows{}, dv, D, t_len, heads / kv_heads);      \
+    }
 #endif
 
-// The four walks (see the top), by the operands' roles; group = H / Hkv.
 #define INSTANTIATE(D)                                                                                          \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_phi_d##D(const bf16* x, bf16* f, u64 rows) {     \
         rla_phi<D>(x, f, rows);                                                                                 \
@@ -466,31 +544,7 @@ __device__ void rla_walk_wg(const Rows a, const Rows b, const Rows v, const Rows
     extern "C" __global__ void __launch_bounds__(THREADS) rla_sum_halves_d##D(const bf16* x, bf16* y, u64 rows) { \
         rla_sum_halves<D>(x, y, rows);                                                                          \
     }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_fwd_d##D(                                        \
-        const bf16* fq, const bf16* fk, const bf16* v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift) { \
-        RLA_WALK<2 * D, 64, false, false>(Rows{fq, heads, 2 * D, 0}, Rows{fk, kv_heads, 2 * D, shift},         \
-                                          Rows{v, kv_heads, D, shift}, Rows{}, o, D, t_len, heads / kv_heads);  \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dq_d##D(                                     \
-        const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout, bf16* dq2, u32 t_len, u32 heads,      \
-        u32 kv_heads, u32 shift) {                                                                              \
-        RLA_WALK<D, D, false, true>(Rows{dout, heads, D, 0}, Rows{v, kv_heads, D, shift},                      \
-                                    Rows{fk, kv_heads, 2 * D, shift}, Rows{fq, heads, 2 * D, 0}, dq2, 2 * D,    \
-                                    t_len, heads / kv_heads);                                                   \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dk_d##D(                                     \
-        const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout, bf16* dk2, u32 t_len, u32 heads,      \
-        u32 kv_heads, u32 shift) {                                                                              \
-        RLA_WALK<D, D, true, true>(Rows{v, kv_heads, D, shift}, Rows{dout, heads, D, 0},                       \
-                                   Rows{fq, heads, 2 * D, 0}, Rows{fk, kv_heads, 2 * D, shift}, dk2, 2 * D,     \
-                                   t_len, heads / kv_heads);                                                    \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dv_d##D(                                     \
-        const bf16* fq, const bf16* fk, const bf16* dout, bf16* dv, u32 t_len, u32 heads, u32 kv_heads,        \
-        u32 shift) {                                                                                            \
-        RLA_WALK<2 * D, 64, true, false>(Rows{fk, kv_heads, 2 * D, shift}, Rows{fq, heads, 2 * D, 0},          \
-                                         Rows{dout, heads, D, 0}, Rows{}, dv, D, t_len, heads / kv_heads);      \
-    }
+    WALKS(D)
 
 INSTANTIATE(64)
 INSTANTIATE(128)
