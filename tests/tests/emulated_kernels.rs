@@ -1402,6 +1402,7 @@ fn rattention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Re
         &RlaBackward {
             input: x,
             dout: &dout,
+            features: None,
         },
         window,
         48,
@@ -1409,8 +1410,8 @@ fn rattention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Re
     for (path, exe, on_hopper) in [("mma.sync", mma_sync, false), ("Hopper", hopper, true)] {
         let z = rattention::launch_sizes(dims[4], on_hopper);
         let sizes = format!(
-            "{} {} {} {}\n",
-            z.chunk, z.threads, z.feature_shared, z.grad_shared
+            "{} {} {} {} {}\n",
+            z.chunk, z.threads, z.feature_shared, z.grad_shared, z.phi_rows
         );
         let label = format!("{name} ({path})");
         emulate(exe, &dir, &label, ("launch", &sizes), "bf16")?;

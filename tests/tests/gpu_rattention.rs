@@ -1,22 +1,46 @@
 //! RAttention on CUDA against the CPU fused kernels. The linear branch alone (`rla`, its output
-//! and dq, dk, dv) at lengths and windows that are not multiples of the 64-step chunk (T = 1, 7,
+//! and dq, dk, dv, the backward with the forward's features and with its own) at lengths and windows that are not multiples of the 64-step chunk (T = 1, 7,
 //! 64, 1000 and more; windows 1, 3, 64, 128 and larger than T, where the branch sees nothing),
 //! head dims 64 and 128, grouped-query ratios 1 and 4; then the whole fused RAttention node (SWA
 //! with RoPE, the linear branch, both RMSNorms, the sum): output and the gradients of q, k, v
 //! and both norm scales. Skips without a GPU (see `swax_tests::gpu`).
 use swax_autograd::Tape;
 use swax_nn::mixers::attention::SwaIn;
-use swax_nn::mixers::rattention::{self, node, Config, RlaBackward};
+use swax_nn::mixers::rattention::{self, node, Config, Features, RlaBackward};
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::attention::{assert_close, case, input, short_cases, Case};
 use swax_tests::gpu;
 
-/// The linear branch's fused kernel: o, dq, dk, dv for q, k, v and the gradient `dout` of o.
+/// The linear branch's fused kernel: o, dq, dk, dv for q, k, v and the gradient `dout` of o,
+/// the backward reading the features the forward kept. Where it kept them (CUDA), a backward
+/// that makes its own must give the same gradients, bit for bit.
 fn rla(x: [&Tensor; 4], window: usize, chunk: usize) -> Result<[Tensor; 4]> {
     let [q, k, v, dout] = x;
     let input = SwaIn { q, k, v };
-    let o = rattention::forward(&input, window, chunk)?;
-    let g = rattention::backward(&RlaBackward { input, dout }, window, chunk)?;
+    let (o, features) = rattention::forward_keeping_features(&input, window, chunk)?;
+    let backward = |features: Option<Features<&Tensor>>| {
+        let x = RlaBackward {
+            input: input.clone(),
+            dout,
+            features,
+        };
+        rattention::backward(&x, window, chunk)
+    };
+    let g = backward(features.as_ref().map(|f| Features { q: &f.q, k: &f.k }))?;
+    if features.is_some() {
+        let own = backward(None)?;
+        for (name, a, b) in [
+            ("dq", &g.q, &own.q),
+            ("dk", &g.k, &own.k),
+            ("dv", &g.v, &own.v),
+        ] {
+            let (a, b) = (a.to_f64_vec()?, b.to_f64_vec()?);
+            assert!(
+                a == b,
+                "{name}: the kept features give other gradients than the backward's own"
+            );
+        }
+    }
     Ok([o, g.q, g.k, g.v])
 }
 

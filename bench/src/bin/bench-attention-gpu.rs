@@ -24,7 +24,7 @@ use swax_bench::kernel_report::{KernelArgs, Measured, Report, HEADER};
 use swax_bench::shape::Shape;
 use swax_cuda::timing::median_ms;
 use swax_nn::mixers::attention::{self, SwaBackward, SwaIn};
-use swax_nn::mixers::rattention::{self as ra, node, Config, RlaBackward};
+use swax_nn::mixers::rattention::{self as ra, node, Config, Features, RlaBackward};
 use swax_tensor::{DType, Device, Result, Tensor};
 
 const REPS: usize = 20;
@@ -162,10 +162,11 @@ fn rattention(dev: &swax_cuda::Device, x: &Inputs) -> Result<Measured> {
     };
     let rla_fwd = median_ms(dev, 3, REPS, || ra::forward(&input, w, 64).map(drop))?;
     let rla_both = median_ms(dev, 3, REPS, || {
-        ra::forward(&input, w, 64)?;
+        let (_, features) = ra::forward_keeping_features(&input, w, 64)?;
         let b = RlaBackward {
             input: input.clone(),
             dout: &x.dout,
+            features: features.as_ref().map(|f| Features { q: &f.q, k: &f.k }),
         };
         ra::backward(&b, w, 64).map(drop)
     })?;

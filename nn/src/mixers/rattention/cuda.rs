@@ -8,7 +8,7 @@
 //! the features again and walks them three times, for dq, dk (each sign of the features into its
 //! half of a `[.., 2d]` buffer, then summed) and dv.
 use super::{RlaBackward, RlaGrads, RlaIn};
-use crate::mixers::attention::cuda::{as_dtype, bf16};
+use crate::mixers::attention::cuda::{as_dtype, bf16, Bf16};
 use crate::mixers::attention::SwaIn;
 use swax_cuda::kernels::attention::AttnShape;
 use swax_cuda::kernels::{
@@ -32,16 +32,18 @@ const CHUNK: usize = 64;
 const THREADS: u32 = 256;
 
 /// What the kernels launch with at head dim `d` (their grids follow from the shape: see the
-/// launches below): the chunk, the threads of every kernel (a warp per row in `rla_phi`), and the
-/// shared bytes of the walks over features (`rla_fwd`, `rla_bwd_dv`) and of those that carry a
-/// feature gradient back through phi (`rla_bwd_dq`, `rla_bwd_dk`). Public so that the kernels'
-/// CPU emulation (tests/tests/emulated_kernels.rs) launches them as the wrappers do.
+/// launches below): the chunk, the threads of every kernel, the shared bytes of the walks over
+/// features (`rla_fwd`, `rla_bwd_dv`) and of those that carry a feature gradient back through
+/// phi (`rla_bwd_dq`, `rla_bwd_dk`), and the rows of a block of `rla_phi` (d / 8 threads a
+/// row). Public so that the kernels' CPU emulation (tests/tests/emulated_kernels.rs) launches
+/// them as the wrappers do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub chunk: usize,
     pub threads: u32,
     pub feature_shared: usize,
     pub grad_shared: usize,
+    pub phi_rows: usize,
 }
 
 /// The sizes at head dim `d`, of the mma.sync walk or (`hopper`) the wgmma walk.
@@ -58,6 +60,7 @@ pub fn sizes(d: usize, hopper: bool) -> Sizes {
         threads: THREADS,
         feature_shared: shared(2 * d, 64, false),
         grad_shared: shared(d, d, true),
+        phi_rows: THREADS as usize / (d / 8),
     }
 }
 
@@ -123,25 +126,42 @@ impl Checked {
         let AttnShape { b, t, d, .. } = self.s;
         let rows = (b * t * heads as usize) as u64;
         let f = dev.alloc(DType::BF16, 2 * d * rows as usize)?;
-        let per_block = u64::from(THREADS / 32);
+        let per_block = sizes(d, false).phi_rows as u64;
         let name = self.kernel(["rla_phi_d64", "rla_phi_d128"]);
         let cfg = line_launch("feature blocks", rows.div_ceil(per_block) as usize)?;
         // SAFETY: rla_phi_dD(const bf16* x, bf16* f, u64 rows); x holds rows * d elements
-        // (checked by the callers: b*t*heads*d), f rows * 2d; a warp per row.
+        // (checked by the callers: b*t*heads*d), f rows * 2d; d / 8 threads a row.
         unsafe { launch(dev, &SOURCE, name, cfg, &[x, &f, &rows])? };
         Ok(f)
     }
 
-    /// y (bf16 `[rows, d]`) = the sum of the two d-column halves of every row of x (`[rows,
-    /// 2d]`): a gradient from its two signs of features.
-    fn sum_halves(&self, dev: &Device, x: &Buffer, y: &Buffer) -> Result<(), CudaError> {
+    /// y (bf16 `[b, t, heads, d]`) = the sum of the two d-column halves of every row of x (`[..,
+    /// 2d]`): a gradient from its two signs of features; zero at times from `limit` on, where x
+    /// is not read (the rows no walk wrote).
+    fn sum_halves(
+        &self,
+        dev: &Device,
+        x: &Buffer,
+        y: &Buffer,
+        heads: u32,
+        limit: u32,
+    ) -> Result<(), CudaError> {
         let d = self.s.d;
         let rows = y.len() / d;
         let name = self.kernel(["rla_sum_halves_d64", "rla_sum_halves_d128"]);
         let cfg = line_launch("sum blocks", (rows * d / 8).div_ceil(THREADS as usize))?;
-        // SAFETY: rla_sum_halves_dD(const bf16* x, bf16* y, u64 rows); y holds rows * d
-        // elements, x rows * 2d (the callers' walk outputs); a thread per 8 elements of y.
-        unsafe { launch(dev, &SOURCE, name, cfg, &[x, y, &(rows as u64)]) }
+        // SAFETY: rla_sum_halves_dD(const bf16* x, bf16* y, u64 rows, u32 t_len, u32 heads, u32
+        // limit); y holds rows * d elements, rows = b * t * heads, x rows * 2d (the callers' walk
+        // outputs); a thread per 8 elements of y.
+        unsafe {
+            launch(
+                dev,
+                &SOURCE,
+                name,
+                cfg,
+                &[x, y, &(rows as u64), &self.t, &heads, &limit],
+            )
+        }
     }
 
     /// The walks' operands as their kernels take them: pointers, or on Hopper (whose walks load
@@ -203,12 +223,13 @@ fn line_launch(what: &'static str, blocks: usize) -> Result<Launch, CudaError> {
     })
 }
 
-/// The forward: o (the operands' dtype).
+/// The forward: o (the operands' dtype), and the features phi(q), phi(k) it made (none where
+/// no query reads a key), which the backward can read instead of making them again.
 pub(super) fn forward(
     x: &RlaIn<&Buffer>,
     s: AttnShape,
     window: usize,
-) -> Result<CudaStorage, CudaError> {
+) -> Result<(CudaStorage, Option<[Buffer; 2]>), CudaError> {
     const OP: &str = "rla_forward";
     let dev = x.q.device();
     check_device(OP, dev, &[x.q, x.k, x.v])?;
@@ -219,30 +240,33 @@ pub(super) fn forward(
     s.check_io(OP, &[q, &o], &[k, v])?;
     if c.empty() {
         dev.memset_zero(&mut o)?;
-        return as_dtype(o, x.q.dtype());
+        return Ok((as_dtype(o, x.q.dtype())?, None));
     }
     let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
     let hopper = dev.compute_capability() == HOPPER;
     let (d, d2) = (s.d, 2 * s.d);
-    let ops = c.operands(
-        OP,
-        hopper,
-        &[(&fq, c.h, d2), (&fk, c.hkv, d2), (v, c.hkv, d)],
-    )?;
-    let name = c.kernel(["rla_fwd_d64", "rla_fwd_d128"]);
-    let cfg = c.walk(s.d / 64, c.h, sizes(s.d, hopper).feature_shared)?;
-    let mut args = ops.args(&[0, 1, 2]);
-    args.extend([&o as &dyn KernelArg, &c.t, &c.h, &c.hkv, &c.shift]);
-    // SAFETY: rla_fwd_dD(fq, fk, v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift),
-    // the operands as pointers or (Hopper) tensor maps of their buffers, made by
-    // Checked::operands; sizes checked above, fq and fk from Checked::features; a block per
-    // (64 columns, q head, batch).
-    unsafe { launch(dev, &SOURCE, name, cfg, &args)? };
-    as_dtype(o, x.q.dtype())
+    {
+        let ops = c.operands(
+            OP,
+            hopper,
+            &[(&fq, c.h, d2), (&fk, c.hkv, d2), (v, c.hkv, d)],
+        )?;
+        let name = c.kernel(["rla_fwd_d64", "rla_fwd_d128"]);
+        let cfg = c.walk(s.d / 64, c.h, sizes(s.d, hopper).feature_shared)?;
+        let mut args = ops.args(&[0, 1, 2]);
+        args.extend([&o as &dyn KernelArg, &c.t, &c.h, &c.hkv, &c.shift]);
+        // SAFETY: rla_fwd_dD(fq, fk, v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift),
+        // the operands as pointers or (Hopper) tensor maps of their buffers, made by
+        // Checked::operands; sizes checked above, fq and fk from Checked::features; a block per
+        // (64 columns, q head, batch).
+        unsafe { launch(dev, &SOURCE, name, cfg, &args)? };
+    }
+    Ok((as_dtype(o, x.q.dtype())?, Some([fq, fk])))
 }
 
 /// The backward: dq, dk, dv (the operands' dtype; dk and dv summed over the q heads that share a
-/// kv head) from the forward's inputs and the gradient of o.
+/// kv head) from the forward's inputs, its features if it kept them (bf16, checked by the
+/// caller) and the gradient of o.
 pub(super) fn backward(
     x: &RlaBackward<&Buffer>,
     s: AttnShape,
@@ -272,20 +296,27 @@ pub(super) fn backward(
         dev.memset_zero(&mut dk)?;
         return grads(dq, dk, dv);
     }
-    let (fq, fk) = (c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?);
+    let features = match &x.features {
+        Some(f) => [Bf16::Same(f.q), Bf16::Same(f.k)],
+        None => [
+            Bf16::Copy(c.features(dev, q, c.h)?),
+            Bf16::Copy(c.features(dev, k, c.hkv)?),
+        ],
+    };
+    let (fq, fk) = (&*features[0], &*features[1]);
     let hopper = dev.compute_capability() == HOPPER;
     let z = sizes(s.d, hopper);
     // The walks for dq and dk write one sign of the features' gradient each, into its half of
-    // every row of a [.., 2d] buffer (dk2's rows of the last `window` keys stay zero).
+    // every row of a [.., 2d] buffer (none into dk2's rows of the last `window` keys).
     let dq2 = dev.alloc(DType::BF16, 2 * s.q_len())?;
-    let dk2 = dev.alloc_zeros(DType::BF16, 2 * s.kv_len())?;
+    let dk2 = dev.alloc(DType::BF16, 2 * s.kv_len())?;
     let (d, d2) = (s.d, 2 * s.d);
     let ops = c.operands(
         OP,
         hopper,
         &[
-            (&fq, c.h, d2),
-            (&fk, c.hkv, d2),
+            (fq, c.h, d2),
+            (fk, c.hkv, d2),
             (v, c.hkv, d),
             (dout, c.h, d),
         ],
@@ -298,8 +329,8 @@ pub(super) fn backward(
     // SAFETY: rla_bwd_{dq,dk}_dD(fq, fk, v, dout, bf16* out2, u32 t_len, u32 heads, u32
     // kv_heads, u32 shift) and rla_bwd_dv_dD(fq, fk, dout, bf16* dv, u32 t_len, u32 heads, u32
     // kv_heads, u32 shift), the operands as pointers or (Hopper) tensor maps of their buffers,
-    // made by Checked::operands; sizes checked above, fq and fk from Checked::features, dq2 and
-    // dk2 twice dq's and dk's; a block per (sign, q head, batch) for dq, (sign, kv head, batch)
+    // made by Checked::operands; sizes checked above, fq and fk the forward's (their shapes
+    // checked by kernel.rs) or from Checked::features, dq2 and dk2 twice dq's and dk's; a block per (sign, q head, batch) for dq, (sign, kv head, batch)
     // for dk, (64 columns, kv head, batch) for dv.
     unsafe {
         let cfg = c.walk(2, c.h, z.grad_shared)?;
@@ -313,8 +344,8 @@ pub(super) fn backward(
         launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 3], &dv))?;
     }
     drop(ops);
-    drop((fq, fk));
-    c.sum_halves(dev, &dq2, &dq)?;
-    c.sum_halves(dev, &dk2, &dk)?;
+    drop(features);
+    c.sum_halves(dev, &dq2, &dq, c.h, c.t)?;
+    c.sum_halves(dev, &dk2, &dk, c.hkv, c.t - c.shift)?;
     grads(dq, dk, dv)
 }

@@ -15,12 +15,22 @@ pub type RlaIn<T = Tensor> = SwaIn<T>;
 /// The gradients of the inputs, named as the inputs.
 pub type RlaGrads<T = Tensor> = SwaIn<T>;
 
-/// What the backward reads: the forward's inputs and the gradient dout of its output (nothing
-/// saved: the chunk states are recomputed).
+/// The feature maps the forward made, phi(q) `[B, T, H, 2D]` and phi(k) `[B, T, Hkv, 2D]`
+/// (bf16), where its device's backward reads them (CUDA's) rather than making them again.
+#[derive(Clone, Debug)]
+pub struct Features<T = Tensor> {
+    pub q: T,
+    pub k: T,
+}
+
+/// What the backward reads: the forward's inputs, the gradient dout of its output, and the
+/// features if the forward kept them (the chunk states are recomputed; the CPU's backward
+/// makes its own features).
 #[derive(Clone, Debug)]
 pub struct RlaBackward<T = Tensor> {
     pub input: RlaIn<T>,
     pub dout: T,
+    pub features: Option<Features<T>>,
 }
 
 impl<T> RlaBackward<T> {
@@ -32,6 +42,13 @@ impl<T> RlaBackward<T> {
         Ok(RlaBackward {
             input: self.input.try_map(&mut f)?,
             dout: f(&self.dout)?,
+            features: match &self.features {
+                Some(x) => Some(Features {
+                    q: f(&x.q)?,
+                    k: f(&x.k)?,
+                }),
+                None => None,
+            },
         })
     }
 }
@@ -52,6 +69,16 @@ fn check(op: &'static str, x: &RlaIn<&Tensor>, window: usize, chunk: usize) -> R
 /// steps at a time on the CPU (the CUDA kernels run chunks of their own; every chunk size gives
 /// the same values).
 pub fn forward(x: &RlaIn<&Tensor>, window: usize, chunk: usize) -> Result<Tensor> {
+    Ok(forward_keeping_features(x, window, chunk)?.0)
+}
+
+/// `forward`, and the features it made where its device's backward reads them (to pass on in
+/// `RlaBackward::features`).
+pub fn forward_keeping_features(
+    x: &RlaIn<&Tensor>,
+    window: usize,
+    chunk: usize,
+) -> Result<(Tensor, Option<Features>)> {
     let dims = check(Forward::NAME, x, window, chunk)?;
     Tensor::apply(
         &Forward {
@@ -73,6 +100,20 @@ pub fn backward(x: &RlaBackward<&Tensor>, window: usize, chunk: usize) -> Result
             lhs: x.input.q.shape().clone(),
             rhs: x.dout.shape().clone(),
         });
+    }
+    if let Some(f) = &x.features {
+        for (name, feature, input) in [("q", &f.q, x.input.q), ("k", &f.k, x.input.k)] {
+            let mut want = input.dims().to_vec();
+            want[3] *= 2;
+            if feature.dims() != want || feature.dtype() != DType::BF16 {
+                let msg = format!(
+                    "features of {name}: {:?} {:?}, want bf16 {want:?} (the forward's)",
+                    feature.dtype(),
+                    feature.dims()
+                );
+                return Err(Error::Invalid { op, msg });
+            }
+        }
     }
     Tensor::apply(
         &Backward {
@@ -100,7 +141,7 @@ struct Forward {
 impl DeviceOp for Forward {
     const NAME: &'static str = "rla::forward";
     type In<T> = RlaIn<T>;
-    type Out = Tensor;
+    type Out = (Tensor, Option<Features>);
 
     fn map_in<'a, A: 'a, B>(
         x: &'a RlaIn<A>,
@@ -109,17 +150,23 @@ impl DeviceOp for Forward {
         x.try_map(f)
     }
 
-    fn cpu(&self, x: RlaIn<&CpuStorage>) -> Result<Tensor> {
+    fn cpu(&self, x: RlaIn<&CpuStorage>) -> Result<Self::Out> {
         let o = cpu::forward(Self::NAME, &x, &self.dims, self.window, self.chunk)?;
-        Tensor::from_storage(o, q_shape(&self.dims))
+        Ok((Tensor::from_storage(o, q_shape(&self.dims))?, None))
     }
 
-    fn cuda(&self, _device: Device, x: RlaIn<&CudaStorage>) -> Result<Tensor> {
+    fn cuda(&self, _device: Device, x: RlaIn<&CudaStorage>) -> Result<Self::Out> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
-        Tensor::from_storage(
-            cuda::forward(&x, self.dims, self.window)?,
-            q_shape(&self.dims),
-        )
+        let s = &self.dims;
+        let (o, features) = cuda::forward(&x, *s, self.window)?;
+        let features = match features {
+            Some([q, k]) => Some(Features {
+                q: Tensor::from_storage(CudaStorage::from(q), vec![s.b, s.t, s.h, 2 * s.d])?,
+                k: Tensor::from_storage(CudaStorage::from(k), vec![s.b, s.t, s.hkv, 2 * s.d])?,
+            }),
+            None => None,
+        };
+        Ok((Tensor::from_storage(o, q_shape(s))?, features))
     }
 }
 
@@ -153,5 +200,43 @@ impl DeviceOp for Backward {
     fn cuda(&self, _device: Device, x: RlaBackward<&CudaStorage>) -> Result<RlaGrads> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
         cuda::backward(&x, self.dims, self.window)?.tensors(&self.dims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backward_rejects_features_not_the_forwards() -> Result<()> {
+        let x = |heads, d| Tensor::zeros(vec![1, 8, heads, d], DType::BF16, Device::Cpu);
+        let (q, k, v, dout) = (x(2, 64)?, x(1, 64)?, x(1, 64)?, x(2, 64)?);
+        let input = SwaIn {
+            q: &q,
+            k: &k,
+            v: &v,
+        };
+        let good = (x(2, 128)?, x(1, 128)?);
+        let wide = x(2, 256)?;
+        let f32_k = Tensor::zeros(vec![1, 8, 1, 128], DType::F32, Device::Cpu)?;
+        let run = |fq: &Tensor, fk: &Tensor| {
+            let b = RlaBackward {
+                input: input.clone(),
+                dout: &dout,
+                features: Some(Features { q: fq, k: fk }),
+            };
+            backward(&b, 2, 4)
+        };
+        run(&good.0, &good.1)?;
+        for (fq, fk, what) in [
+            (&wide, &good.1, "features of q"),
+            (&good.0, &f32_k, "features of k"),
+        ] {
+            match run(fq, fk) {
+                Err(Error::Invalid { msg, .. }) => assert!(msg.contains(what), "{msg}"),
+                other => panic!("{what}: want an error, got {other:?}"),
+            }
+        }
+        Ok(())
     }
 }

@@ -27,8 +27,8 @@
 //! S_{c+1} = S_c + phi(K'_c)^T V'_c                           [2D, D] per kv head
 //! ```
 //!
-//! Its backward recomputes the chunk states from k and v; with grouped queries dk and dv sum
-//! over the q heads sharing a kv head.
+//! Its backward recomputes the chunk states from k and v (on CUDA it reads the features the
+//! forward made); with grouped queries dk and dv sum over the q heads sharing a kv head.
 pub mod carry;
 mod cpu;
 mod cuda;
@@ -37,7 +37,9 @@ pub mod node;
 pub mod reference;
 
 pub use cuda::{sizes as launch_sizes, Sizes as LaunchSizes};
-pub use kernel::{backward, forward, has_kernel, RlaBackward, RlaGrads, RlaIn};
+pub use kernel::{
+    backward, forward, forward_keeping_features, has_kernel, Features, RlaBackward, RlaGrads, RlaIn,
+};
 
 #[cfg(test)]
 pub(crate) use cuda::SOURCE;

@@ -2,10 +2,11 @@
 //! (feature map fused), both RMSNorms (their fused kernels) and the sum, forward and backward.
 //!
 //! The node saves q, k, v, the roped q and k, both branch outputs before their norms, the SWA
-//! log-sum-exp `[B, H, T]`, the norms' scales and per-row rstd. Nothing of size T × W or T × D²
-//! is kept: the backward recomputes attention probabilities from the lse and the linear branch's
-//! chunk states from k and v.
-use super::kernel::{self as rla, RlaBackward};
+//! log-sum-exp `[B, H, T]`, the norms' scales and per-row rstd, and on CUDA the linear branch's
+//! features phi(q), phi(k) (bf16 `[.., 2D]`: making them again cost its backward about 5%).
+//! Nothing of size T × W or T × D² is kept: the backward recomputes attention probabilities
+//! from the lse and the linear branch's chunk states from k and v.
+use super::kernel::{self as rla, Features, RlaBackward};
 use super::Config;
 use crate::mixers::attention::{self as swa, default_scale, shape, SwaBackward, SwaIn};
 use swax_autograd::Tape;
@@ -37,7 +38,7 @@ pub fn rattention(
     let swa_in = SwaIn { q: &qr, k: &kr, v };
     let out_swa = swa::forward(&swa_in, window, scale)?;
     let o_swa = out_swa.o.clone();
-    let o_rla = rla::forward(&SwaIn { q, k, v }, window, chunk)?;
+    let (o_rla, features) = rla::forward_keeping_features(&SwaIn { q, k, v }, window, chunk)?;
     let (y_swa, stats_swa) = o_swa.rms_norm(norm_swa, eps)?;
     let (y_rla, stats_rla) = o_rla.rms_norm(norm_rla, eps)?;
     let y = y_swa.add(&y_rla)?;
@@ -69,6 +70,7 @@ pub fn rattention(
             &RlaBackward {
                 input: saved.try_map(Ok)?,
                 dout: &do_rla,
+                features: features.as_ref().map(|f| Features { q: &f.q, k: &f.k }),
             },
             window,
             chunk,

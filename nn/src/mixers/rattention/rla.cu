@@ -19,8 +19,8 @@
 // of the features a block (a softmax's backward needs only its own row dot), each half into its
 // own D columns of a [B, T, heads, 2D] buffer that rla_sum_halves adds up.
 //
-// - rla_phi: phi of every row of q and of k, once per pass, into bf16 [B, T, heads, F] (a warp
-//   per row: max, min and both exponential sums by shuffles). The walks load feature tiles as
+// - rla_phi: phi of every row of q and of k, once per pass, into bf16 [B, T, heads, F] (D/8
+//   threads a row: max, min and both exponential sums by shuffles). The walks load feature tiles as
 //   they load v (the shift and the sequence's ends give zero rows); each used to run the
 //   softmaxes itself, and ncu found that ALU work the limit.
 // - rla_walk: below. Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh); on
@@ -34,68 +34,78 @@
 #define CH 64
 #define THREADS 256
 
-// phi of n rows of D (x, contiguous) into n rows of 2D (f): a warp per row, lane l holding
-// elements D/32 l .. +D/32 - 1 of it. Rows are phi(x) in full; the callers' tile loads give the
-// zeros of rows outside the sequence or before the shift.
+// phi of n rows of D (x, contiguous) into n rows of 2D (f): D/8 lanes a row (PHI_ROWS rows a
+// block), each holding 8 consecutive elements, read and written 16 bytes at a time (a warp a
+// row with 8-byte pieces kept too few bytes in flight to reach DRAM's bandwidth). Rows are
+// phi(x) in full; the callers' tile loads give the zeros of rows outside the sequence or before
+// the shift.
 template <int D>
 __device__ void rla_phi(const bf16* __restrict__ x, bf16* __restrict__ f, u64 n) {
-    constexpr int P = D / 64, E = 2 * P;  // u32 pairs and elements per lane
-    const int lane = threadIdx.x & 31;
-    const u64 row = (u64)blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
-    if (row >= n) return;
-    const u32* src = reinterpret_cast<const u32*>(x + row * D + lane * E);
-    float xv[E], p[E], m[E];
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-        const u32 w = src[j];
-        xv[2 * j] = __uint_as_float(w << 16);
-        xv[2 * j + 1] = __uint_as_float(w & 0xffff0000u);
-    }
+    constexpr int L = D / 8;  // lanes a row: an aligned group of a warp, so xor shuffles stay in it
+    const int lane = threadIdx.x % L;
+    const u64 row = (u64)blockIdx.x * (THREADS / L) + threadIdx.x / L;
+    // Whole warps stay to the shuffles (a block's rows past n only skip their loads and stores).
+    const bool in = row < n;
+    float xv[8], p[8], m[8];
+    if (in)
+        load_vec(x + row * D + lane * 8, xv);
+    else
+        for (int e = 0; e < 8; ++e) xv[e] = 0.0f;
     float mx = xv[0], mn = xv[0];
 #pragma unroll
-    for (int e = 1; e < E; ++e) {
+    for (int e = 1; e < 8; ++e) {
         mx = fmaxf(mx, xv[e]);
         mn = fminf(mn, xv[e]);
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
+    for (int o = L / 2; o > 0; o >>= 1) {
         mx = fmaxf(mx, shfl_xor(mx, o));
         mn = fminf(mn, shfl_xor(mn, o));
     }
     float sp = 0.0f, sm = 0.0f;
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
+    for (int e = 0; e < 8; ++e) {
         p[e] = fast_exp2((xv[e] - mx) * LOG2E);
         m[e] = fast_exp2((mn - xv[e]) * LOG2E);
         sp += p[e];
         sm += m[e];
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
+    for (int o = L / 2; o > 0; o >>= 1) {
         sp += shfl_xor(sp, o);
         sm += shfl_xor(sm, o);
     }
     const float ip = 1.0f / sp, im = 1.0f / sm;
-    u32* dst = reinterpret_cast<u32*>(f + row * 2 * D + lane * E);
 #pragma unroll
-    for (int j = 0; j < P; ++j) {
-        dst[j] = bf16x2_bits(p[2 * j] * ip, p[2 * j + 1] * ip);
-        dst[D / 2 + j] = bf16x2_bits(m[2 * j] * im, m[2 * j + 1] * im);
+    for (int e = 0; e < 8; ++e) {
+        p[e] *= ip;
+        m[e] *= im;
     }
+    if (!in) return;
+    store_vec(f + row * 2 * D + lane * 8, p);
+    store_vec(f + row * 2 * D + D + lane * 8, m);
 }
 
-// y = the sum of the two D-column halves of each row of x ([rows, 2D]): a thread per 8 elements.
+// y = the sum of the two D-column halves of each row of x ([rows, 2D], rows of [B, T, heads]),
+// zero at times from `limit` on, whose rows of x are not read (the walk for dk writes none for
+// the last `window` keys, which feed no query): a thread per 8 elements.
 template <int D>
-__device__ void rla_sum_halves(const bf16* __restrict__ x, bf16* __restrict__ y, u64 rows) {
+__device__ void rla_sum_halves(const bf16* __restrict__ x, bf16* __restrict__ y, u64 rows, u32 t_len, u32 heads,
+                               u32 limit) {
     const u64 i = (u64)blockIdx.x * THREADS + threadIdx.x;
     if (i >= rows * (D / 8)) return;
     const u64 row = i / (D / 8);
     const int c = (int)(i % (D / 8)) * 8;
     float p[8], n[8];
-    load_vec(x + row * 2 * D + c, p);
-    load_vec(x + row * 2 * D + D + c, n);
+    if (row / heads % t_len < limit) {
+        load_vec(x + row * 2 * D + c, p);
+        load_vec(x + row * 2 * D + D + c, n);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) p[e] += n[e];
+        for (int e = 0; e < 8; ++e) p[e] += n[e];
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) p[e] = 0.0f;
+    }
     store_vec(y + row * D + c, p);
 }
 
@@ -541,8 +551,9 @@ __device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const T
     extern "C" __global__ void __launch_bounds__(THREADS) rla_phi_d##D(const bf16* x, bf16* f, u64 rows) {     \
         rla_phi<D>(x, f, rows);                                                                                 \
     }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_sum_halves_d##D(const bf16* x, bf16* y, u64 rows) { \
-        rla_sum_halves<D>(x, y, rows);                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                                       \
+        rla_sum_halves_d##D(const bf16* x, bf16* y, u64 rows, u32 t_len, u32 heads, u32 limit) {              \
+        rla_sum_halves<D>(x, y, rows, t_len, heads, limit);                                                     \
     }                                                                                                           \
     WALKS(D)
 
