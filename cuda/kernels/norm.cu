@@ -5,7 +5,7 @@
 // `center` switches the mean (and the bias) on. Weights, biases and the saved statistics are
 // f32; x, y, dy, dx are f32 or bf16.
 //   forward:  xh = (x - mean) * rstd,  rstd = 1 / sqrt(mean((x - mean)^2) + eps),
-//             y = xh * w (+ b);         mean = 0 for RMSNorm
+//             y = xh * w (+ b) (+ res); mean = 0 for RMSNorm
 //   backward: g = dy * w,  dx = rstd * (g - mean(g) - xh * mean(g * xh))   (no mean(g) for RMS)
 //             dw = sum over rows of dy * xh,  db = sum over rows of dy
 // Rows are laid out by `Launch::rows` in register tiles (common.cuh's Tile): a row that is one
@@ -61,10 +61,12 @@ __device__ __forceinline__ void row_stats(Tile<T, VEC>& t, const T* __restrict__
     rstd = rsqrtf(row_reduce(dev, SumOp()) / (float)n + eps);
 }
 
+// A non-null res (like x) is added to y before its one rounding: a sum of the norm and another
+// path (RAttention's two normed branches) in the norm's pass.
 template <typename T, bool VEC>
 __device__ void norm_fwd(const T* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-                         T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
-                         u32 rows, u32 n, float eps, int center) {
+                         const T* __restrict__ res, T* __restrict__ y, float* __restrict__ mean_out,
+                         float* __restrict__ rstd_out, u32 rows, u32 n, float eps, int center) {
     using Row = Tile<T, VEC>;
     const u32 row = row_index();
     const u32 len = row < rows ? n : 0;  // an inactive row reads and writes nothing, but reduces
@@ -80,11 +82,13 @@ __device__ void norm_fwd(const T* __restrict__ x, const float* __restrict__ w, c
         // Unit by unit, each stored at once: its registers then take the next unit's weights.
 #pragma unroll
         for (int k = 0; k < Row::K; ++k) {
-            float wu[Row::V], bu[Row::V];
+            float wu[Row::V], bu[Row::V], ru[Row::V];
             Row::load_unit(w + start, tl, k, wu, 0.0f);
             if (b) Row::load_unit(b + start, tl, k, bu, 0.0f);
+            if (res) Row::load_unit(res + base + start, tl, k, ru, 0.0f);
 #pragma unroll
-            for (int e = 0; e < Row::V; ++e) t.v[k][e] = (t.v[k][e] - mean) * rstd * wu[e] + (b ? bu[e] : 0.0f);
+            for (int e = 0; e < Row::V; ++e)
+                t.v[k][e] = (t.v[k][e] - mean) * rstd * wu[e] + (b ? bu[e] : 0.0f) + (res ? ru[e] : 0.0f);
             Row::store_unit(y + base + start, tl, k, t.v[k]);
         }
     }
@@ -288,9 +292,9 @@ __device__ void gated_head_norm_bwd(const T* __restrict__ x, const T* __restrict
 
 #define INSTANTIATE(NAME, T, VEC)                                                                  \
     extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
-        norm_fwd_##NAME(const T* x, const float* w, const float* b, T* y, float* mean_out,         \
-                        float* rstd_out, u32 rows, u32 n, float eps, int center) {                 \
-        norm_fwd<T, VEC>(x, w, b, y, mean_out, rstd_out, rows, n, eps, center);                    \
+        norm_fwd_##NAME(const T* x, const float* w, const float* b, const T* res, T* y,            \
+                        float* mean_out, float* rstd_out, u32 rows, u32 n, float eps, int center) { \
+        norm_fwd<T, VEC>(x, w, b, res, y, mean_out, rstd_out, rows, n, eps, center);               \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
         norm_bwd_##NAME(const T* x, const float* w, const float* mean, const float* rstd,          \

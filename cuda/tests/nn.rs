@@ -123,7 +123,8 @@ fn norms_forward_and_backward() {
             for center in [false, true] {
                 let x = rounded(dt, &rng.vec(rows * n, -2.0, 2.0));
                 let dy = rounded(dt, &rng.vec(rows * n, -1.0, 1.0));
-                // RMSNorm's backward adds a residual's gradient into dx; LayerNorm's has none.
+                // RMSNorm adds a residual into y, and its backward a residual's gradient into dx
+                // (the same values serve as both); LayerNorm has neither.
                 let dres = match center {
                     true => vec![0.0; rows * n],
                     false => rounded(dt, &rng.vec(rows * n, -1.0, 1.0)),
@@ -131,6 +132,7 @@ fn norms_forward_and_backward() {
                 let w = rng.vec(n, 0.5, 1.5);
                 let b = rng.vec(n, -0.5, 0.5);
                 let (gx, gdy) = (upload(&dev, dt, &x), upload(&dev, dt, &dy));
+                let gres = upload(&dev, dt, &dres);
                 let (gw, gb) = (dev.htod(&w).unwrap(), dev.htod(&b).unwrap());
                 let mut gy = poisoned(&dev, dt, x.len());
                 let mut grstd = poisoned(&dev, DType::F32, rows);
@@ -139,14 +141,14 @@ fn norms_forward_and_backward() {
                     layer_norm(&dev, &gx, n, &gw, &gb, eps, &mut gy, &mut gmean, &mut grstd)
                         .unwrap();
                 } else {
-                    rms_norm(&dev, &gx, n, &gw, eps, &mut gy, &mut grstd).unwrap();
+                    rms_norm(&dev, &gx, n, &gw, eps, Some(&gres), &mut gy, &mut grstd).unwrap();
                 }
                 let (mut want_y, mut want_mean, mut want_rstd) = (vec![], vec![], vec![]);
                 let (mut want_dx, mut want_dw, mut want_db) =
                     (vec![], vec![0.0f64; n], vec![0.0f64; n]);
                 for ((xr, gr), rr) in x.chunks(n).zip(dy.chunks(n)).zip(dres.chunks(n)) {
                     let (y, mean, rstd) = norm_row(xr, &w, center.then_some(&b[..]), eps as f64);
-                    want_y.extend(y);
+                    want_y.extend(y.iter().zip(rr).map(|(y, &r)| y + r as f64));
                     want_mean.push(mean);
                     want_rstd.push(rstd);
                     let xh: Vec<f64> = xr.iter().map(|&v| (v as f64 - mean) * rstd).collect();
@@ -186,7 +188,6 @@ fn norms_forward_and_backward() {
                         tol_db,
                     );
                 } else {
-                    let gres = upload(&dev, dt, &dres);
                     rms_norm_backward(
                         &dev,
                         &gx,
@@ -327,7 +328,7 @@ fn cross_entropy_forward_and_backward() {
 }
 
 /// Head dims whose half is odd (the scalar kernel), 4 (vectors of f32, single bf16), 8 and 32
-/// (vectors of both).
+/// (vectors of both); the backward with and without a gradient to add.
 #[test]
 fn rope_rotates_and_unrotates() {
     let dev = gpu!();
@@ -371,11 +372,25 @@ fn rope_rotates_and_unrotates() {
             tol(dt),
         );
         let mut gdx = poisoned(&dev, dt, x.len());
-        rope_backward(&dev, r, &gx, &mut gdx).unwrap();
+        rope_backward(&dev, r, &gx, None, &mut gdx).unwrap();
         assert_close(
             &format!("rope backward {dt} d {d}"),
             &download(&dev, &gdx),
             &rotate(&x, -1.0),
+            tol(dt),
+        );
+        // With dres, the backward adds it.
+        let dres = rounded(dt, &rng.vec(x.len(), -1.0, 1.0));
+        let want: Vec<f64> = rotate(&x, -1.0)
+            .iter()
+            .zip(&dres)
+            .map(|(a, &b)| a + b as f64)
+            .collect();
+        rope_backward(&dev, r, &gx, Some(&upload(&dev, dt, &dres)), &mut gdx).unwrap();
+        assert_close(
+            &format!("rope backward + dres {dt} d {d}"),
+            &download(&dev, &gdx),
+            &want,
             tol(dt),
         );
     }

@@ -90,8 +90,15 @@ pub trait Backend: Sized {
     fn masked_fill_band(&self, rows: usize, cols: usize, window: usize, value: f64)
         -> Result<Self>;
 
-    /// RMSNorm over rows of length `n`: returns `(y, rstd)`, rstd per row.
-    fn rms_norm(&self, weight: &Self, n: usize, eps: f64) -> Result<(Self, Self)>;
+    /// RMSNorm over rows of length `n`: returns `(y, rstd)`, rstd per row; with `res` (like x),
+    /// y is `res` plus the norm's, in the same pass.
+    fn rms_norm(
+        &self,
+        weight: &Self,
+        res: Option<&Self>,
+        n: usize,
+        eps: f64,
+    ) -> Result<(Self, Self)>;
     /// Returns `(dx, dweight)` given x (`self`), the weight, the saved rstd and dy; with `dres`
     /// (like x), dx is `dres` plus the norm's, in the same pass.
     fn rms_norm_backward(
@@ -194,8 +201,8 @@ pub trait Backend: Sized {
     fn swiglu_backward(&self, dh: &Self, f: usize) -> Result<(Self, Self)>;
 
     /// Rotary embedding on `[B, T, H, D]` pairs `(i, i + D/2)`; `inverse` rotates back (the
-    /// backward).
-    fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self>;
+    /// backward); with `add` (like x), the result is `add` plus the rotation, in the same pass.
+    fn rope(&self, dims: RopeDims, inverse: bool, add: Option<&Self>) -> Result<Self>;
 
     /// One AdamW step (see [`AdamWStep`]) in place over every parameter of `params`: each
     /// slot's param, m and v are written, its grad read; all f32, one length per slot. With

@@ -447,11 +447,27 @@ impl Backend for CudaStorage {
         })
     }
 
-    fn rms_norm(&self, weight: &Self, n: usize, eps: f64) -> Result<(Self, Self)> {
+    fn rms_norm(
+        &self,
+        weight: &Self,
+        res: Option<&Self>,
+        n: usize,
+        eps: f64,
+    ) -> Result<(Self, Self)> {
         let w = self.read_as(&weight.buf, DType::F32)?;
         let mut y = self.alloc_like(self.buf.len())?;
         let mut rstd = self.alloc(DType::F32, self.buf.len() / n.max(1))?;
-        k::norm::rms_norm(self.dev(), &self.buf, n, &w, eps as f32, &mut y, &mut rstd)?;
+        let res = res.map(|r| &r.buf);
+        k::norm::rms_norm(
+            self.dev(),
+            &self.buf,
+            n,
+            &w,
+            eps as f32,
+            res,
+            &mut y,
+            &mut rstd,
+        )?;
         Ok((Self::wrap(y), Self::wrap(rstd)))
     }
 
@@ -691,13 +707,16 @@ impl Backend for CudaStorage {
         Ok((Self::wrap(dgu), Self::wrap(h)))
     }
 
-    fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {
-        let rotate = if inverse {
-            k::rope::rope_backward
-        } else {
-            k::rope::rope
-        };
-        self.output_like(self.buf.len(), |y| rotate(self.dev(), dims, &self.buf, y))
+    fn rope(&self, dims: RopeDims, inverse: bool, add: Option<&Self>) -> Result<Self> {
+        let add = add.map(|a| &a.buf);
+        self.output_like(self.buf.len(), |y| match (inverse, add) {
+            (false, None) => k::rope::rope(self.dev(), dims, &self.buf, y),
+            (true, add) => k::rope::rope_backward(self.dev(), dims, &self.buf, add, y),
+            (false, Some(_)) => Err(swax_cuda::CudaError::invalid(
+                "rope",
+                "an addend is the backward's (dres) only".to_string(),
+            )),
+        })
     }
 
     fn short_conv(&self, w: &Self, bias: &Self, dims: ConvDims) -> Result<Self> {

@@ -378,8 +378,23 @@ impl Backend for Storage {
             .masked_fill_band(rows, cols, window, value))
     }
 
-    fn rms_norm(&self, weight: &Self, n: usize, eps: f64) -> Result<(Self, Self)> {
-        forward!("rms_norm", self, [weight], |s| s.rms_norm(weight, n, eps))
+    fn rms_norm(
+        &self,
+        weight: &Self,
+        res: Option<&Self>,
+        n: usize,
+        eps: f64,
+    ) -> Result<(Self, Self)> {
+        match res {
+            None => forward!("rms_norm", self, [weight], |s| s
+                .rms_norm(weight, None, n, eps)),
+            Some(r) => forward!("rms_norm", self, [weight, r], |s| s.rms_norm(
+                weight,
+                Some(r),
+                n,
+                eps
+            )),
+        }
     }
 
     fn rms_norm_backward(
@@ -530,8 +545,11 @@ impl Backend for Storage {
         forward!("swiglu_backward", self, [dh], |s| s.swiglu_backward(dh, f))
     }
 
-    fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {
-        forward!("rope", self, [], |s| s.rope(dims, inverse))
+    fn rope(&self, dims: RopeDims, inverse: bool, add: Option<&Self>) -> Result<Self> {
+        match add {
+            None => forward!("rope", self, [], |s| s.rope(dims, inverse, None)),
+            Some(a) => forward!("rope", self, [a], |s| s.rope(dims, inverse, Some(a))),
+        }
     }
 
     fn adamw(

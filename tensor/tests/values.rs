@@ -291,6 +291,38 @@ fn norms_match_their_formulas() {
 }
 
 #[test]
+fn rms_norm_add_is_the_norm_plus_res_in_one_rounding() {
+    let x = randn(&[3, 7], 5, DType::F64);
+    let w = randn(&[7], 6, DType::F64);
+    let res = randn(&[3, 7], 8, DType::F64);
+    let (y, stats) = x.rms_norm(&w, 1e-6).unwrap();
+    let (sum, sum_stats) = x.rms_norm_add(&w, 1e-6, &res).unwrap();
+    let want: Vec<f64> = y
+        .to_f64_vec()
+        .unwrap()
+        .iter()
+        .zip(res.to_f64_vec().unwrap())
+        .map(|(y, r)| y + r)
+        .collect();
+    close(&sum.to_f64_vec().unwrap(), &want, 1e-15);
+    assert_eq!(
+        sum_stats.rstd.to_f64_vec().unwrap(),
+        stats.rstd.to_f64_vec().unwrap()
+    );
+    // bf16: within its rounding of the f64 sum.
+    let xb = x.to_dtype(DType::BF16).unwrap();
+    let (wb, rb) = (
+        w.to_dtype(DType::BF16).unwrap(),
+        res.to_dtype(DType::BF16).unwrap(),
+    );
+    let (sb, _) = xb.rms_norm_add(&wb, 1e-6, &rb).unwrap();
+    close(&sb.to_f64_vec().unwrap(), &want, 1e-2);
+    let wrong = randn(&[3, 6], 9, DType::F64);
+    assert!(x.rms_norm_add(&w, 1e-6, &wrong).is_err());
+    assert!(x.rms_norm_add(&w, 1e-6, &rb).is_err());
+}
+
+#[test]
 fn cross_entropy_is_the_mean_negative_log_likelihood() {
     let logits = randn(&[4, 5], 9, DType::F64);
     let targets = Tensor::from_vec(vec![1u32, 4, 7, 0], [4], Device::Cpu).unwrap();
@@ -349,8 +381,22 @@ fn cross_entropy_summed_adds_the_sum_and_returns_its_gradient() {
 fn rope_rotates_and_its_backward_undoes_it() {
     let x = randn(&[2, 5, 3, 8], 4, DType::F64);
     let y = x.rope(3, 10000.0).unwrap();
-    let back = y.rope_backward(3, 10000.0).unwrap();
+    let back = y.rope_backward(3, 10000.0, None).unwrap();
     close(&back.to_f64_vec().unwrap(), &x.to_f64_vec().unwrap(), 1e-12);
+    // With dres, the backward adds it.
+    let dres = randn(&[2, 5, 3, 8], 7, DType::F64);
+    let with = y.rope_backward(3, 10000.0, Some(&dres)).unwrap();
+    let want: Vec<f64> = x
+        .to_f64_vec()
+        .unwrap()
+        .iter()
+        .zip(dres.to_f64_vec().unwrap())
+        .map(|(a, b)| a + b)
+        .collect();
+    close(&with.to_f64_vec().unwrap(), &want, 1e-12);
+    assert!(y
+        .rope_backward(3, 10000.0, Some(&x.narrow(1, 0, 4).unwrap()))
+        .is_err());
     // Position 0 (offset 0, t 0) is not rotated; a rotation keeps each pair's length.
     let y0 = x.rope(0, 10000.0).unwrap().to_f64_vec().unwrap();
     let xv = x.to_f64_vec().unwrap();

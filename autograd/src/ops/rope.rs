@@ -6,7 +6,7 @@ impl Tape {
     pub fn rope(&self, x: &Tensor, offset: usize, theta: f64) -> Result<Tensor> {
         let y = x.rope(offset, theta)?;
         Ok(self.record("rope", &[x], y, move |dy, _| {
-            Ok(vec![Some(dy.rope_backward(offset, theta)?)])
+            Ok(vec![Some(dy.rope_backward(offset, theta, None)?)])
         }))
     }
 }

@@ -213,7 +213,7 @@ fn bench_memory(dev: &Device, rows: &mut Vec<Row>, reps: usize) -> Result<()> {
         let w = random(dev, DType::F32, row, 6)?;
         let mut rstd = dev.alloc(DType::F32, n / row)?;
         let ms = time_ms(dev, 3, reps, || {
-            rms_norm(dev, &x, row, &w, 1e-5, &mut y, &mut rstd)
+            rms_norm(dev, &x, row, &w, 1e-5, None, &mut y, &mut rstd)
         })?;
         push("rms_norm rows of 4096", size, 2.0 * bytes, ms);
     }

@@ -57,12 +57,17 @@ fn forward(
     x: &Buffer,
     n: usize,
     p: Params<'_>,
+    res: Option<&Buffer>,
     y: &mut Buffer,
     mean: Option<&mut Buffer>,
     rstd: &mut Buffer,
 ) -> Result<(), CudaError> {
     check_device(op, dev, &[x, y])?;
     check_like(op, "y", y, x)?;
+    if let Some(r) = res {
+        check_device(op, dev, &[r])?;
+        check_like(op, "res", r, x)?;
+    }
     check_params(op, dev, &p, n)?;
     let rows = rows_of(op, x, n)?;
     check_stat(op, dev, "rstd", rstd, rows)?;
@@ -70,31 +75,34 @@ fn forward(
         check_stat(op, dev, "mean", m, rows)?;
     }
     let n = to_u32(op, "n", n)?;
-    let (b, mean_ptr, center) = (
+    let (b, res_ptr, mean_ptr, center) = (
         ptr_or_null(p.b),
+        ptr_or_null(res),
         ptr_or_null(mean.as_deref()),
         i32::from(p.center),
     );
     let vec = vector_rows(
         n,
         x.dtype(),
-        &[x.device_ptr(), y.device_ptr(), p.w.device_ptr(), b],
+        &[x.device_ptr(), y.device_ptr(), p.w.device_ptr(), b, res_ptr],
     );
     let name = row_kernel!(op, "norm_fwd", x.dtype(), vec)?;
     if rows == 0 {
         return Ok(());
     }
-    // SAFETY: norm_fwd_T(const T* x, const float* w, const float* b, T* y, float* mean_out,
-    // float* rstd_out, u32 rows, u32 n, float eps, int center); x and y hold rows * n, w and b
-    // (or null) n, mean (or null) and rstd rows; the vectorised instantiation only where
-    // vector_rows holds.
+    // SAFETY: norm_fwd_T(const T* x, const float* w, const float* b, const T* res, T* y,
+    // float* mean_out, float* rstd_out, u32 rows, u32 n, float eps, int center); x, res (or
+    // null) and y hold rows * n, w and b (or null) n, mean (or null) and rstd rows; the
+    // vectorised instantiation only where vector_rows holds.
     unsafe {
         launch(
             dev,
             &SOURCE,
             name,
             Launch::rows(rows, n, x.dtype()),
-            &[x, p.w, &b, y, &mean_ptr, rstd, &rows, &n, &p.eps, &center],
+            &[
+                x, p.w, &b, &res_ptr, y, &mean_ptr, rstd, &rows, &n, &p.eps, &center,
+            ],
         )
     }
 }
@@ -211,13 +219,15 @@ fn backward(
 }
 
 /// RMSNorm over rows of `n`: `y = x * rstd * w` with `rstd = 1 / sqrt(mean(x^2) + eps)`,
-/// saved per row in `rstd` (f32). `x`, `y` f32 or bf16; `w` f32 of length n.
+/// saved per row in `rstd` (f32). `x`, `y` f32 or bf16; `w` f32 of length n. With `res` (like
+/// `x`), y is `res` plus the norm's, in the same pass.
 pub fn rms_norm(
     dev: &Device,
     x: &Buffer,
     n: usize,
     w: &Buffer,
     eps: f32,
+    res: Option<&Buffer>,
     y: &mut Buffer,
     rstd: &mut Buffer,
 ) -> Result<(), CudaError> {
@@ -227,7 +237,7 @@ pub fn rms_norm(
         eps,
         center: false,
     };
-    forward("rms_norm", dev, x, n, p, y, None, rstd)
+    forward("rms_norm", dev, x, n, p, res, y, None, rstd)
 }
 
 /// Backward of [`rms_norm`]: `dx` (like `x`) and `dw` (f32, length n, overwritten: the sum
@@ -277,7 +287,7 @@ pub fn layer_norm(
         eps,
         center: true,
     };
-    forward("layer_norm", dev, x, n, p, y, Some(mean), rstd)
+    forward("layer_norm", dev, x, n, p, None, y, Some(mean), rstd)
 }
 
 /// Backward of [`layer_norm`]: `dx` (like `x`), and `dw`, `db` (f32, length n, overwritten:

@@ -1,6 +1,6 @@
 //! Rotary position embedding on [B, T, H, D], forward and backward (`kernels/rope.cu`).
 
-use super::{check_device, check_like, launch, row_kernel, to_u32, Launch};
+use super::{check_device, check_like, launch, ptr_or_null, row_kernel, to_u32, Launch};
 use crate::nvrtc::KernelSource;
 use crate::{Buffer, CudaError, DType, Device};
 
@@ -25,17 +25,19 @@ pub struct RopeDims {
 /// `y = rotate(x)`: pair (i, i + d/2) at position p turned by `p * theta^(-2i/d)`
 /// ("rotate_half", as in Llama / GPT-NeoX). `x`, `y` f32 or bf16, same length.
 pub fn rope(dev: &Device, r: RopeDims, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
-    run("rope", dev, r, x, y, 1.0)
+    run("rope", dev, r, x, None, y, 1.0)
 }
 
-/// Backward of [`rope`]: the inverse rotation of `dy` into `dx`.
+/// Backward of [`rope`]: the inverse rotation of `dy` into `dx`. With `dres` (like `dy`: the
+/// gradient reaching x by another path), dx is that plus the rotation's, in the same pass.
 pub fn rope_backward(
     dev: &Device,
     r: RopeDims,
     dy: &Buffer,
+    dres: Option<&Buffer>,
     dx: &mut Buffer,
 ) -> Result<(), CudaError> {
-    run("rope_backward", dev, r, dy, dx, -1.0)
+    run("rope_backward", dev, r, dy, dres, dx, -1.0)
 }
 
 fn run(
@@ -43,11 +45,16 @@ fn run(
     dev: &Device,
     r: RopeDims,
     x: &Buffer,
+    add: Option<&Buffer>,
     y: &mut Buffer,
     sign: f32,
 ) -> Result<(), CudaError> {
     check_device(op, dev, &[x, y])?;
     check_like(op, "output", y, x)?;
+    if let Some(a) = add {
+        check_device(op, dev, &[a])?;
+        check_like(op, "dres", a, x)?;
+    }
     let len = [r.b, r.t, r.h, r.d]
         .iter()
         .try_fold(1usize, |acc, &v| acc.checked_mul(v));
@@ -86,14 +93,17 @@ fn run(
     // Groups of one 16-byte vector of pairs where d/2 is a whole number of them and the buffers
     // are 16-byte aligned (pool blocks are), else single pairs.
     let per_vec = 16 / x.dtype().size_bytes();
+    let add_ptr = ptr_or_null(add);
     let vec = (r.d / 2).is_multiple_of(per_vec)
         && [x, &*y, &cos, &sin]
             .iter()
-            .all(|b| b.device_ptr().is_multiple_of(16));
+            .all(|b| b.device_ptr().is_multiple_of(16))
+        && add_ptr.is_multiple_of(16);
     let name = row_kernel!(op, "rope", x.dtype(), vec)?;
     let groups = (x.len() / 2 / if vec { per_vec } else { 1 }) as u64;
-    // SAFETY: rope_T[_scalar](const T* x, T* y, const float* cos_t, const float* sin_t,
-    // u64 groups, u32 t_len, u32 heads, u32 half, float sign); x and y hold b*t*h*d elements,
+    // SAFETY: rope_T[_scalar](const T* x, const T* add, T* y, const float* cos_t, const float*
+    // sin_t, u64 groups, u32 t_len, u32 heads, u32 half, float sign); x, add (or null) and y hold
+    // b*t*h*d elements,
     // 2 * groups * V for the kernel's group of V pairs (V divides half in the vector kernel, whose
     // x, y and tables (fresh pool blocks) are 16-byte aligned), the tables t_len * half.
     unsafe {
@@ -102,7 +112,9 @@ fn run(
             &SOURCE,
             name,
             Launch::elementwise(dev, groups),
-            &[x, y, &cos, &sin, &groups, &t_len, &heads, &half, &sign],
+            &[
+                x, &add_ptr, y, &cos, &sin, &groups, &t_len, &heads, &half, &sign,
+            ],
         )
     }
 }

@@ -446,11 +446,25 @@ impl Backend for CpuStorage {
         )))
     }
 
-    fn rms_norm(&self, weight: &Self, n: usize, eps: f64) -> Result<(Self, Self)> {
-        Ok(with_floats!("rms_norm", [self, weight], |x, out, stat| {
-            let (y, rstd) = norm::rms_norm(&x[0], &x[1], n, eps);
-            (out(y), stat(rstd))
-        }))
+    fn rms_norm(
+        &self,
+        weight: &Self,
+        res: Option<&Self>,
+        n: usize,
+        eps: f64,
+    ) -> Result<(Self, Self)> {
+        const OP: &str = "rms_norm";
+        // x, w and, where given, res: the reference adds it before the one rounding.
+        Ok(match res {
+            None => with_floats!(OP, [self, weight], |x, out, stat| {
+                let (y, rstd) = norm::rms_norm(&x[0], &x[1], None, n, eps);
+                (out(y), stat(rstd))
+            }),
+            Some(r) => with_floats!(OP, [self, weight, r], |x, out, stat| {
+                let (y, rstd) = norm::rms_norm(&x[0], &x[1], Some(&x[2]), n, eps);
+                (out(y), stat(rstd))
+            }),
+        })
     }
 
     fn rms_norm_backward(
@@ -674,10 +688,18 @@ impl Backend for CpuStorage {
         )))
     }
 
-    fn rope(&self, dims: RopeDims, inverse: bool) -> Result<Self> {
-        Ok(with_floats!("rope", [self], |x, out, _s| out(rope::rope(
-            &x[0], dims, inverse
-        ))))
+    fn rope(&self, dims: RopeDims, inverse: bool, add: Option<&Self>) -> Result<Self> {
+        Ok(match add {
+            None => with_floats!("rope", [self], |x, out, _s| out(rope::rope(
+                &x[0], dims, inverse, None
+            ))),
+            Some(a) => with_floats!("rope", [self, a], |x, out, _s| out(rope::rope(
+                &x[0],
+                dims,
+                inverse,
+                Some(&x[1])
+            ))),
+        })
     }
 
     fn adamw(

@@ -16,7 +16,14 @@ fn column_sums<T: Real>(rows: usize, n: usize, f: impl Fn(usize, usize) -> T) ->
     acc
 }
 
-pub(crate) fn rms_norm<T: Real>(x: &[T], w: &[T], n: usize, eps: f64) -> (Vec<T>, Vec<T>) {
+/// y = x·rstd·w, plus `res` where given; rstd = 1 / sqrt(mean(x²) + eps) per row.
+pub(crate) fn rms_norm<T: Real>(
+    x: &[T],
+    w: &[T],
+    res: Option<&[T]>,
+    n: usize,
+    eps: f64,
+) -> (Vec<T>, Vec<T>) {
     let rows = x.len().checked_div(n).unwrap_or(0);
     let rstd: Vec<T> = (0..rows)
         .map(|r| {
@@ -27,7 +34,8 @@ pub(crate) fn rms_norm<T: Real>(x: &[T], w: &[T], n: usize, eps: f64) -> (Vec<T>
         .collect();
     let y = for_rows(x.len(), n, |r, out| {
         for k in 0..n {
-            out[k] = x[r * n + k] * rstd[r] * w[k];
+            let i = r * n + k;
+            out[k] = x[i] * rstd[r] * w[k] + res.map_or(T::zero(), |res| res[i]);
         }
     });
     (y, rstd)

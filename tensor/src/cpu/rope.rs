@@ -4,7 +4,8 @@ use super::softmax::for_rows;
 use super::Real;
 use crate::backend::RopeDims;
 
-pub(crate) fn rope<T: Real>(x: &[T], d: RopeDims, inverse: bool) -> Vec<T> {
+/// The rotation of x (`inverse`: back), plus `add` where given.
+pub(crate) fn rope<T: Real>(x: &[T], d: RopeDims, inverse: bool, add: Option<&[T]>) -> Vec<T> {
     let half = d.d / 2;
     // Angles in f64 so f32 and f64 runs see the same rotation up to their own rounding.
     let freqs: Vec<f64> = (0..half)
@@ -18,8 +19,9 @@ pub(crate) fn rope<T: Real>(x: &[T], d: RopeDims, inverse: bool) -> Vec<T> {
             let (sin, cos) = (pos * freqs[i]).sin_cos();
             let (s, c) = (T::of(sign * sin), T::of(cos));
             let (a, b) = (row[i], row[i + half]);
-            out[i] = a * c - b * s;
-            out[i + half] = b * c + a * s;
+            let at = |k: usize| add.map_or(T::zero(), |add| add[r * d.d + k]);
+            out[i] = a * c - b * s + at(i);
+            out[i + half] = b * c + a * s + at(i + half);
         }
     })
 }

@@ -29,8 +29,31 @@ impl Tensor {
 
     /// `x · rsqrt(mean(x²) + eps) · weight` over the last axis.
     pub fn rms_norm(&self, weight: &Tensor, eps: f64) -> Result<(Tensor, NormStats)> {
+        self.rms_norm_with(weight, eps, None)
+    }
+
+    /// `res + rms_norm(x)` in the norm's one pass (the statistics are the norm's own): a sum of
+    /// a normed tensor and another (RAttention's two normed branches).
+    pub fn rms_norm_add(
+        &self,
+        weight: &Tensor,
+        eps: f64,
+        res: &Tensor,
+    ) -> Result<(Tensor, NormStats)> {
+        self.same_shape("rms_norm_add", res)?;
+        self.same_dtype("rms_norm_add", res)?;
+        self.rms_norm_with(weight, eps, Some(res))
+    }
+
+    fn rms_norm_with(
+        &self,
+        weight: &Tensor,
+        eps: f64,
+        res: Option<&Tensor>,
+    ) -> Result<(Tensor, NormStats)> {
         let (n, rows) = self.norm_rows("rms_norm", weight)?;
-        let (y, rstd) = self.storage().rms_norm(weight.storage(), n, eps)?;
+        let res = res.map(Tensor::storage);
+        let (y, rstd) = self.storage().rms_norm(weight.storage(), res, n, eps)?;
         let y = self.with_storage(y, self.shape().clone());
         let rstd = self.with_storage(rstd, rows);
         Ok((y, NormStats { mean: None, rstd }))

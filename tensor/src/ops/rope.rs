@@ -24,12 +24,27 @@ impl Tensor {
     /// Rotates pairs `(i, i + D/2)` of each head by `(offset + t) · theta^(-2i/D)`.
     pub fn rope(&self, offset: usize, theta: f64) -> Result<Tensor> {
         let dims = self.rope_dims(offset, theta)?;
-        Ok(self.with_storage(self.storage().rope(dims, false)?, self.shape().clone()))
+        Ok(self.with_storage(
+            self.storage().rope(dims, false, None)?,
+            self.shape().clone(),
+        ))
     }
 
     /// The inverse rotation: the backward of `rope` (a rotation's transpose is its inverse).
-    pub fn rope_backward(&self, offset: usize, theta: f64) -> Result<Tensor> {
+    /// With `dres` (like self: the gradient that reaches x by another path), the result is
+    /// `dres` plus the rotation's, in one pass.
+    pub fn rope_backward(
+        &self,
+        offset: usize,
+        theta: f64,
+        dres: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let dims = self.rope_dims(offset, theta)?;
-        Ok(self.with_storage(self.storage().rope(dims, true)?, self.shape().clone()))
+        if let Some(r) = dres {
+            self.same_shape("rope_backward", r)?;
+            self.same_dtype("rope_backward", r)?;
+        }
+        let dx = self.storage().rope(dims, true, dres.map(Tensor::storage))?;
+        Ok(self.with_storage(dx, self.shape().clone()))
     }
 }

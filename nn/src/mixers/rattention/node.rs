@@ -1,5 +1,7 @@
 //! RAttention as one tape node: RoPE, the tiled SWA kernel, the chunkwise linear-branch kernel
 //! (feature map fused), both RMSNorms (their fused kernels) and the sum, forward and backward.
+//! The sums ride in other passes: the second norm adds the first's output, and RoPE's backward
+//! adds the linear branch's dq and dk (each a pass over [B, T, H, D] saved).
 //!
 //! The node saves q, k, v, the roped q and k, both branch outputs before their norms, the SWA
 //! log-sum-exp `[B, H, T]`, the norms' scales and per-row rstd, and on CUDA the linear branch's
@@ -40,8 +42,7 @@ pub fn rattention(
     let o_swa = out_swa.o.clone();
     let (o_rla, features) = rla::forward_keeping_features(&SwaIn { q, k, v }, window, chunk)?;
     let (y_swa, stats_swa) = o_swa.rms_norm(norm_swa, eps)?;
-    let (y_rla, stats_rla) = o_rla.rms_norm(norm_rla, eps)?;
-    let y = y_swa.add(&y_rla)?;
+    let (y, stats_rla) = o_rla.rms_norm_add(norm_rla, eps, &y_swa)?;
     let saved_swa: SwaIn = swa_in.try_map(|t| Ok((*t).clone()))?;
     let saved: SwaIn = SwaIn { q, k, v }.try_map(|t| Ok((*t).clone()))?;
     let (w_swa, w_rla) = (norm_swa.clone(), norm_rla.clone());
@@ -58,14 +59,6 @@ pub fn rattention(
             window,
             scale,
         )?;
-        let (dqr, dkr, dv_swa) = (g_swa.q, g_swa.k, g_swa.v);
-        let (dq_swa, dk_swa) = match rope {
-            Some(r) => (
-                dqr.rope_backward(r.offset, r.theta)?,
-                dkr.rope_backward(r.offset, r.theta)?,
-            ),
-            None => (dqr, dkr),
-        };
         let g_rla = rla::backward(
             &RlaBackward {
                 input: saved.try_map(Ok)?,
@@ -75,11 +68,18 @@ pub fn rattention(
             window,
             chunk,
         )?;
-        let (dq_rla, dk_rla, dv_rla) = (g_rla.q, g_rla.k, g_rla.v);
+        // The linear branch's dq and dk join SWA's in RoPE's backward pass.
+        let (dq, dk) = match rope {
+            Some(r) => (
+                g_swa.q.rope_backward(r.offset, r.theta, Some(&g_rla.q))?,
+                g_swa.k.rope_backward(r.offset, r.theta, Some(&g_rla.k))?,
+            ),
+            None => (g_swa.q.add(&g_rla.q)?, g_swa.k.add(&g_rla.k)?),
+        };
         Ok(vec![
-            Some(dq_swa.add(&dq_rla)?),
-            Some(dk_swa.add(&dk_rla)?),
-            Some(dv_swa.add(&dv_rla)?),
+            Some(dq),
+            Some(dk),
+            Some(g_swa.v.add(&g_rla.v)?),
             Some(dw_swa),
             Some(dw_rla),
         ])
