@@ -200,9 +200,11 @@ pub trait Backend: Sized {
     /// silu(gate)]`, and the forward's h again, which the caller's next gradient needs.
     fn swiglu_backward(&self, dh: &Self, f: usize) -> Result<(Self, Self)>;
 
-    /// Rotary embedding on `[B, T, H, D]` pairs `(i, i + D/2)`; `inverse` rotates back (the
-    /// backward); with `add` (like x), the result is `add` plus the rotation, in the same pass.
-    fn rope(&self, dims: RopeDims, inverse: bool, add: Option<&Self>) -> Result<Self>;
+    /// Rotary embedding on `[B, T, H, D]` pairs `(i, i + D/2)`.
+    fn rope(&self, dims: RopeDims) -> Result<Self>;
+    /// The inverse rotation (rope's backward); with `dres` (like x), `dres` plus it, in the same
+    /// pass.
+    fn rope_backward(&self, dims: RopeDims, dres: Option<&Self>) -> Result<Self>;
 
     /// One AdamW step (see [`AdamWStep`]) in place over every parameter of `params`: each
     /// slot's param, m and v are written, its grad read; all f32, one length per slot. With

@@ -707,15 +707,16 @@ impl Backend for CudaStorage {
         Ok((Self::wrap(dgu), Self::wrap(h)))
     }
 
-    fn rope(&self, dims: RopeDims, inverse: bool, add: Option<&Self>) -> Result<Self> {
-        let add = add.map(|a| &a.buf);
-        self.output_like(self.buf.len(), |y| match (inverse, add) {
-            (false, None) => k::rope::rope(self.dev(), dims, &self.buf, y),
-            (true, add) => k::rope::rope_backward(self.dev(), dims, &self.buf, add, y),
-            (false, Some(_)) => Err(swax_cuda::CudaError::invalid(
-                "rope",
-                "an addend is the backward's (dres) only".to_string(),
-            )),
+    fn rope(&self, dims: RopeDims) -> Result<Self> {
+        self.output_like(self.buf.len(), |y| {
+            k::rope::rope(self.dev(), dims, &self.buf, y)
+        })
+    }
+
+    fn rope_backward(&self, dims: RopeDims, dres: Option<&Self>) -> Result<Self> {
+        let dres = dres.map(|r| &r.buf);
+        self.output_like(self.buf.len(), |y| {
+            k::rope::rope_backward(self.dev(), dims, &self.buf, dres, y)
         })
     }
 

@@ -545,10 +545,15 @@ impl Backend for Storage {
         forward!("swiglu_backward", self, [dh], |s| s.swiglu_backward(dh, f))
     }
 
-    fn rope(&self, dims: RopeDims, inverse: bool, add: Option<&Self>) -> Result<Self> {
-        match add {
-            None => forward!("rope", self, [], |s| s.rope(dims, inverse, None)),
-            Some(a) => forward!("rope", self, [a], |s| s.rope(dims, inverse, Some(a))),
+    fn rope(&self, dims: RopeDims) -> Result<Self> {
+        forward!("rope", self, [], |s| s.rope(dims))
+    }
+
+    fn rope_backward(&self, dims: RopeDims, dres: Option<&Self>) -> Result<Self> {
+        match dres {
+            None => forward!("rope_backward", self, [], |s| s.rope_backward(dims, None)),
+            Some(r) => forward!("rope_backward", self, [r], |s| s
+                .rope_backward(dims, Some(r))),
         }
     }
 

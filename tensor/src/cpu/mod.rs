@@ -688,15 +688,22 @@ impl Backend for CpuStorage {
         )))
     }
 
-    fn rope(&self, dims: RopeDims, inverse: bool, add: Option<&Self>) -> Result<Self> {
-        Ok(match add {
-            None => with_floats!("rope", [self], |x, out, _s| out(rope::rope(
-                &x[0], dims, inverse, None
+    fn rope(&self, dims: RopeDims) -> Result<Self> {
+        Ok(with_floats!("rope", [self], |x, out, _s| out(rope::rope(
+            &x[0], dims, false, None
+        ))))
+    }
+
+    fn rope_backward(&self, dims: RopeDims, dres: Option<&Self>) -> Result<Self> {
+        const OP: &str = "rope_backward";
+        Ok(match dres {
+            None => with_floats!(OP, [self], |x, out, _s| out(rope::rope(
+                &x[0], dims, true, None
             ))),
-            Some(a) => with_floats!("rope", [self, a], |x, out, _s| out(rope::rope(
+            Some(r) => with_floats!(OP, [self, r], |x, out, _s| out(rope::rope(
                 &x[0],
                 dims,
-                inverse,
+                true,
                 Some(&x[1])
             ))),
         })

@@ -24,10 +24,7 @@ impl Tensor {
     /// Rotates pairs `(i, i + D/2)` of each head by `(offset + t) · theta^(-2i/D)`.
     pub fn rope(&self, offset: usize, theta: f64) -> Result<Tensor> {
         let dims = self.rope_dims(offset, theta)?;
-        Ok(self.with_storage(
-            self.storage().rope(dims, false, None)?,
-            self.shape().clone(),
-        ))
+        Ok(self.with_storage(self.storage().rope(dims)?, self.shape().clone()))
     }
 
     /// The inverse rotation: the backward of `rope` (a rotation's transpose is its inverse).
@@ -44,7 +41,9 @@ impl Tensor {
             self.same_shape("rope_backward", r)?;
             self.same_dtype("rope_backward", r)?;
         }
-        let dx = self.storage().rope(dims, true, dres.map(Tensor::storage))?;
+        let dx = self
+            .storage()
+            .rope_backward(dims, dres.map(Tensor::storage))?;
         Ok(self.with_storage(dx, self.shape().clone()))
     }
 }

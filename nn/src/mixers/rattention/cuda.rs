@@ -1,11 +1,12 @@
-//! RAttention's residual linear attention on CUDA, chunkwise on bf16 tensor cores with the
-//! feature map fused in, forward and backward (`rla.cu`, after swax-cuda's `mma.cuh` and
-//! `wgmma.cuh`; it says how the kernels work; on Hopper its walks run on wgmma). f32 operands are rounded to bf16 on the way in and the results
-//! widened back, as SWA's (`attention::cuda`).
+//! RAttention's residual linear attention on CUDA, chunkwise on bf16 tensor cores, forward and
+//! backward (`rla.cu`, after swax-cuda's `mma.cuh`, `wgmma.cuh` and `tma.cuh`; it says how the
+//! kernels work; on Hopper the walks run on wgmma, their tiles loaded by TMA from tensor maps
+//! made here). f32 operands are rounded to bf16 on the way in and the results widened back, as
+//! SWA's (`attention::cuda`).
 //!
-//! The features phi(q), phi(k) live only for the call, the chunk states only in the walks'
-//! registers: the forward makes the features and walks the chunks once for o; the backward makes
-//! the features again and walks them three times, for dq, dk (each sign of the features into its
+//! The chunk states live only in the walks' registers: the forward makes the features phi(q),
+//! phi(k) and walks the chunks once for o, returning the features; the backward reads them (or
+//! makes them again) and walks them three times, for dq, dk (each sign of the features into its
 //! half of a `[.., 2d]` buffer, then summed) and dv.
 use super::{RlaBackward, RlaGrads, RlaIn};
 use crate::mixers::attention::cuda::{as_dtype, bf16, Bf16};

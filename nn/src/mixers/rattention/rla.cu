@@ -19,23 +19,24 @@
 // of the features a block (a softmax's backward needs only its own row dot), each half into its
 // own D columns of a [B, T, heads, 2D] buffer that rla_sum_halves adds up.
 //
-// - rla_phi: phi of every row of q and of k, once per pass, into bf16 [B, T, heads, F] (D/8
-//   threads a row: max, min and both exponential sums by shuffles). The walks load feature tiles as
-//   they load v (the shift and the sequence's ends give zero rows); each used to run the
-//   softmaxes itself, and ncu found that ALU work the limit.
+// - rla_phi: phi of every row of q and of k, into bf16 [B, T, heads, F], in the forward (and in
+//   a backward not given the forward's), D/8 threads a row: max, min and both exponential sums
+//   by shuffles. The walks load feature tiles as they load v (the shift and the sequence's ends
+//   give zero rows); each used to run the softmaxes itself, and ncu found that ALU work the
+//   limit.
 // - rla_walk: below. Products run on mma.sync m16n8k16 with f32 accumulation (mma.cuh); on
 //   Hopper rla_walk_wg, the same walk on wgmma with its tiles loaded by TMA, takes its place
 //   (below it), and the four walks' kernels take tensor maps of their operands.
 //
-// swax-cuda's mma.cuh, wgmma.cuh and tma.cuh (cuda/kernels/) are prepended by cuda.rs beside this file. Equations and
-// layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is the reference these
-// kernels are tested against.
+// swax-cuda's mma.cuh, wgmma.cuh and tma.cuh (cuda/kernels/) are prepended by cuda.rs beside
+// this file. Equations and layouts: mod.rs beside this file; the CPU kernel cpu.rs beside it is
+// the reference these kernels are tested against.
 
 #define CH 64
 #define THREADS 256
 
-// phi of n rows of D (x, contiguous) into n rows of 2D (f): D/8 lanes a row (PHI_ROWS rows a
-// block), each holding 8 consecutive elements, read and written 16 bytes at a time (a warp a
+// phi of n rows of D (x, contiguous) into n rows of 2D (f): D/8 lanes a row (THREADS / (D/8)
+// rows a block), each holding 8 consecutive elements, read and written 16 bytes at a time (a warp a
 // row with 8-byte pieces kept too few bytes in flight to reach DRAM's bandwidth). Rows are
 // phi(x) in full; the callers' tile loads give the zeros of rows outside the sequence or before
 // the shift.
@@ -324,7 +325,8 @@ struct Tiles {
 // warpgroup 1 left in shared memory after the chunk before (two copies, by chunk parity). A
 // step's tiles come by TMA, issued by one thread a step ahead into a two-stage ring and counted
 // on the stage's mbarrier, in the 128-byte-swizzle layout wgmma reads: no thread computes a
-// load's address (the cp.async loads this replaced took a third of the ALU pipe's issue). The
+// load's address (every thread's cp.async, which this replaced, had the walks at 0.77-1.19 ms
+// at the paper shape, against 0.46-0.64 with TMA). The
 // masked product goes from registers straight into P v. PHI: warpgroup 0 holds all N columns
 // of a row, so the row dot is its own lanes'; phi's values come as a fourth tile at a chunk's
 // last head.
