@@ -7,11 +7,14 @@ Kernels that differ only in their template arguments or suffix share a row with 
 --category they are summed by what they do (GEMM, copy, elementwise, each mixer, ...).
 With --marker NAME, only the kernels of one training step are summed: those after the K-th launch
 of NAME up to and including the (K+1)-th (AdamW's `mt_adamw` ends every step), so the table is
-one whole step and not the first, which compiles and allocates.
+one whole step and not the first, which compiles and allocates. With --tail NAME:N, those from
+the N-th last launch of NAME to the end: a benchmark's last iteration, where each iteration holds
+N launches of NAME, the first of them opening it (RAttention's forward + backward: rope_table:4).
 
     ncu --metrics gpu__time_duration.sum --clock-control none --csv --page raw \\
         --launch-skip 2000 --launch-count 5000 .gpu/bin/swax train ... > step.csv
     tools/kernel-profile.py step.csv --marker mt_adamw --step 1 [--family] [--top 40]
+    tools/kernel-profile.py all.csv --tail rope_table:4 --category
 """
 import argparse
 import csv
@@ -72,6 +75,7 @@ def main():
     p.add_argument("csv")
     p.add_argument("--marker", help="a kernel launched once per step, last in it")
     p.add_argument("--step", type=int, default=1, help="which whole step after the first marker")
+    p.add_argument("--tail", help="NAME:N, from the N-th last launch of NAME to the end")
     p.add_argument("--family", action="store_true", help="merge kernels that differ by suffix")
     p.add_argument("--category", action="store_true", help="sum kernels by what they do")
     p.add_argument("--top", type=int, default=40)
@@ -84,6 +88,14 @@ def main():
         if len(ends) < a.step + 1:
             sys.exit(f"{a.csv}: {len(ends)} launches of {a.marker}, a whole step {a.step} needs {a.step + 1}")
         kernels = kernels[ends[a.step - 1] + 1 : ends[a.step] + 1]
+    if a.tail:
+        name, _, n = a.tail.rpartition(":")
+        if not name or not n.isdigit() or int(n) == 0:
+            sys.exit(f"--tail {a.tail}: want NAME:N with N at least 1")
+        starts = [i for i, (k, _) in enumerate(kernels) if name in k]
+        if len(starts) < int(n):
+            sys.exit(f"{a.csv}: {len(starts)} launches of {name}, --tail needs {n}")
+        kernels = kernels[starts[-int(n)] :]
     total = defaultdict(float)
     count = defaultdict(int)
     for name, ns in kernels:
