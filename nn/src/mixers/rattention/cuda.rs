@@ -9,7 +9,7 @@
 //! makes them again) and walks them three times, for dq, dk (each sign of the features into its
 //! half of a `[.., 2d]` buffer, then summed) and dv.
 use super::{RlaBackward, RlaGrads, RlaIn};
-use crate::mixers::attention::cuda::{as_dtype, bf16, Bf16};
+use crate::mixers::attention::cuda::{as_dtype, bf16};
 use crate::mixers::attention::SwaIn;
 use swax_cuda::kernels::attention::AttnShape;
 use swax_cuda::kernels::{
@@ -297,55 +297,57 @@ pub(super) fn backward(
         dev.memset_zero(&mut dk)?;
         return grads(dq, dk, dv);
     }
-    let features = match &x.features {
-        Some(f) => [Bf16::Same(f.q), Bf16::Same(f.k)],
-        None => [
-            Bf16::Copy(c.features(dev, q, c.h)?),
-            Bf16::Copy(c.features(dev, k, c.hkv)?),
-        ],
-    };
-    let (fq, fk) = (&*features[0], &*features[1]);
     let hopper = dev.compute_capability() == HOPPER;
     let z = sizes(s.d, hopper);
     // The walks for dq and dk write one sign of the features' gradient each, into its half of
     // every row of a [.., 2d] buffer (none into dk2's rows of the last `window` keys).
     let dq2 = dev.alloc(DType::BF16, 2 * s.q_len())?;
     let dk2 = dev.alloc(DType::BF16, 2 * s.kv_len())?;
-    let (d, d2) = (s.d, 2 * s.d);
-    let ops = c.operands(
-        OP,
-        hopper,
-        &[
-            (fq, c.h, d2),
-            (fk, c.hkv, d2),
-            (v, c.hkv, d),
-            (dout, c.h, d),
-        ],
-    )?;
-    let args = |which: &[usize], out| {
-        let mut args = ops.args(which);
-        args.extend([out as &dyn KernelArg, &c.t, &c.h, &c.hkv, &c.shift]);
-        args
-    };
-    // SAFETY: rla_bwd_{dq,dk}_dD(fq, fk, v, dout, bf16* out2, u32 t_len, u32 heads, u32
-    // kv_heads, u32 shift) and rla_bwd_dv_dD(fq, fk, dout, bf16* dv, u32 t_len, u32 heads, u32
-    // kv_heads, u32 shift), the operands as pointers or (Hopper) tensor maps of their buffers,
-    // made by Checked::operands; sizes checked above, fq and fk the forward's (their shapes
-    // checked by kernel.rs) or from Checked::features, dq2 and dk2 twice dq's and dk's; a block per (sign, q head, batch) for dq, (sign, kv head, batch)
-    // for dk, (64 columns, kv head, batch) for dv.
-    unsafe {
-        let cfg = c.walk(2, c.h, z.grad_shared)?;
-        let name = c.kernel(["rla_bwd_dq_d64", "rla_bwd_dq_d128"]);
-        launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 2, 3], &dq2))?;
-        let cfg = c.walk(2, c.hkv, z.grad_shared)?;
-        let name = c.kernel(["rla_bwd_dk_d64", "rla_bwd_dk_d128"]);
-        launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 2, 3], &dk2))?;
-        let cfg = c.walk(s.d / 64, c.hkv, z.feature_shared)?;
-        let name = c.kernel(["rla_bwd_dv_d64", "rla_bwd_dv_d128"]);
-        launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 3], &dv))?;
+    {
+        // Features made here (the forward kept none) live for the walks only.
+        let made;
+        let (fq, fk) = match &x.features {
+            Some(f) => (f.q, f.k),
+            None => {
+                made = [c.features(dev, q, c.h)?, c.features(dev, k, c.hkv)?];
+                (&made[0], &made[1])
+            }
+        };
+        let (d, d2) = (s.d, 2 * s.d);
+        let ops = c.operands(
+            OP,
+            hopper,
+            &[
+                (fq, c.h, d2),
+                (fk, c.hkv, d2),
+                (v, c.hkv, d),
+                (dout, c.h, d),
+            ],
+        )?;
+        let args = |which: &[usize], out| {
+            let mut args = ops.args(which);
+            args.extend([out as &dyn KernelArg, &c.t, &c.h, &c.hkv, &c.shift]);
+            args
+        };
+        // SAFETY: rla_bwd_{dq,dk}_dD(fq, fk, v, dout, bf16* out2, u32 t_len, u32 heads, u32
+        // kv_heads, u32 shift) and rla_bwd_dv_dD(fq, fk, dout, bf16* dv, u32 t_len, u32 heads,
+        // u32 kv_heads, u32 shift), the operands as pointers or (Hopper) tensor maps of their
+        // buffers, made by Checked::operands; sizes checked above, fq and fk the forward's
+        // (their shapes checked by kernel.rs) or from Checked::features, dq2 and dk2 twice dq's
+        // and dk's; a block per (sign, q head, batch) for dq, (sign, kv head, batch) for dk, (64
+        // columns, kv head, batch) for dv.
+        unsafe {
+            let cfg = c.walk(2, c.h, z.grad_shared)?;
+            let name = c.kernel(["rla_bwd_dq_d64", "rla_bwd_dq_d128"]);
+            launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 2, 3], &dq2))?;
+            let cfg = c.walk(2, c.hkv, z.grad_shared)?;
+            let name = c.kernel(["rla_bwd_dk_d64", "rla_bwd_dk_d128"]);
+            launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 2, 3], &dk2))?;
+            let cfg = c.walk(s.d / 64, c.hkv, z.feature_shared)?;
+            let name = c.kernel(["rla_bwd_dv_d64", "rla_bwd_dv_d128"]);
+            launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 3], &dv))?;
+        }
     }
-    drop(ops);
-    drop(features);
     c.sum_halves(dev, &dq2, &dq, c.h, c.t)?;
     c.sum_halves(dev, &dk2, &dk, c.hkv, c.t - c.shift)?;
     grads(dq, dk, dv)

@@ -495,59 +495,45 @@ __device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const T
     }
 }
 
-// The four walks (see the top), by the operands' roles; group = H / Hkv. On Hopper they take the
-// operands' tensor maps (boxes of CH rows by 64 columns, made by the wrapper) in place of their
-// pointers.
-#define MAP const __grid_constant__ TensorMap
-#define WALKS(D)                                                                                                \
-    extern "C" __global__ void __launch_bounds__(THREADS)                                                       \
-        rla_fwd_d##D(MAP fq, MAP fk, MAP v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {           \
-        rla_walk_wg<2 * D, 64, false, false>(Tiles{&fq, 0}, Tiles{&fk, shift}, Tiles{&v, shift}, Tiles{}, o, D,   \
-                                             t_len, heads / kv_heads);                                          \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dq_d##D(                                     \
-        MAP fq, MAP fk, MAP v, MAP dout, bf16* dq2, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {           \
-        rla_walk_wg<D, D, false, true>(Tiles{&dout, 0}, Tiles{&v, shift}, Tiles{&fk, shift}, Tiles{&fq, 0}, dq2, \
-                                       2 * D, t_len, heads / kv_heads);                                         \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dk_d##D(                                     \
-        MAP fq, MAP fk, MAP v, MAP dout, bf16* dk2, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {           \
-        rla_walk_wg<D, D, true, true>(Tiles{&v, shift}, Tiles{&dout, 0}, Tiles{&fq, 0}, Tiles{&fk, shift}, dk2,  \
-                                      2 * D, t_len, heads / kv_heads);                                          \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dv_d##D(                                     \
-        MAP fq, MAP fk, MAP dout, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {                   \
-        rla_walk_wg<2 * D, 64, true, false>(Tiles{&fk, shift}, Tiles{&fq, 0}, Tiles{&dout, 0}, Tiles{}, dv, D,    \
-                                            t_len, heads / kv_heads);                                           \
-    }
+// How a walk kernel takes its operands: on Hopper their tensor maps (boxes of CH rows by 64
+// columns, made by the wrapper), elsewhere their pointers. ROWS(x, heads, width, shift) is operand
+// x as the walk reads it; NO_ROWS an operand the walk does not read.
+#define OPERAND const __grid_constant__ TensorMap
+#define ROWS(x, heads, width, shift) Tiles{&x, shift}
+#define NO_ROWS Tiles{}
+#define WALK rla_walk_wg
 #else
+#define OPERAND const bf16*
+#define ROWS(x, heads, width, shift) Rows{x, heads, width, shift}
+#define NO_ROWS Rows{}
+#define WALK rla_walk
+#endif
+
+// The four walks (see the top), by the operands' roles; group = H / Hkv.
 #define WALKS(D)                                                                                                \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_fwd_d##D(                                        \
-        const bf16* fq, const bf16* fk, const bf16* v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift) { \
-        rla_walk<2 * D, 64, false, false>(Rows{fq, heads, 2 * D, 0}, Rows{fk, kv_heads, 2 * D, shift},            \
-                                          Rows{v, kv_heads, D, shift}, Rows{}, o, D, t_len, heads / kv_heads);  \
+        OPERAND fq, OPERAND fk, OPERAND v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {            \
+        WALK<2 * D, 64, false, false>(ROWS(fq, heads, 2 * D, 0), ROWS(fk, kv_heads, 2 * D, shift),              \
+                                      ROWS(v, kv_heads, D, shift), NO_ROWS, o, D, t_len, heads / kv_heads);     \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dq_d##D(                                     \
-        const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout, bf16* dq2, u32 t_len, u32 heads,      \
-        u32 kv_heads, u32 shift) {                                                                              \
-        rla_walk<D, D, false, true>(Rows{dout, heads, D, 0}, Rows{v, kv_heads, D, shift},                         \
-                                    Rows{fk, kv_heads, 2 * D, shift}, Rows{fq, heads, 2 * D, 0}, dq2, 2 * D,    \
-                                    t_len, heads / kv_heads);                                                   \
+        OPERAND fq, OPERAND fk, OPERAND v, OPERAND dout, bf16* dq2, u32 t_len, u32 heads, u32 kv_heads,         \
+        u32 shift) {                                                                                            \
+        WALK<D, D, false, true>(ROWS(dout, heads, D, 0), ROWS(v, kv_heads, D, shift),                           \
+                                ROWS(fk, kv_heads, 2 * D, shift), ROWS(fq, heads, 2 * D, 0), dq2, 2 * D, t_len, \
+                                heads / kv_heads);                                                              \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dk_d##D(                                     \
-        const bf16* fq, const bf16* fk, const bf16* v, const bf16* dout, bf16* dk2, u32 t_len, u32 heads,      \
-        u32 kv_heads, u32 shift) {                                                                              \
-        rla_walk<D, D, true, true>(Rows{v, kv_heads, D, shift}, Rows{dout, heads, D, 0},                          \
-                                   Rows{fq, heads, 2 * D, 0}, Rows{fk, kv_heads, 2 * D, shift}, dk2, 2 * D,     \
-                                   t_len, heads / kv_heads);                                                    \
+        OPERAND fq, OPERAND fk, OPERAND v, OPERAND dout, bf16* dk2, u32 t_len, u32 heads, u32 kv_heads,         \
+        u32 shift) {                                                                                            \
+        WALK<D, D, true, true>(ROWS(v, kv_heads, D, shift), ROWS(dout, heads, D, 0), ROWS(fq, heads, 2 * D, 0),  \
+                               ROWS(fk, kv_heads, 2 * D, shift), dk2, 2 * D, t_len, heads / kv_heads);          \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dv_d##D(                                     \
-        const bf16* fq, const bf16* fk, const bf16* dout, bf16* dv, u32 t_len, u32 heads, u32 kv_heads,        \
-        u32 shift) {                                                                                            \
-        rla_walk<2 * D, 64, true, false>(Rows{fk, kv_heads, 2 * D, shift}, Rows{fq, heads, 2 * D, 0},             \
-                                         Rows{dout, heads, D, 0}, Rows{}, dv, D, t_len, heads / kv_heads);      \
+        OPERAND fq, OPERAND fk, OPERAND dout, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {       \
+        WALK<2 * D, 64, true, false>(ROWS(fk, kv_heads, 2 * D, shift), ROWS(fq, heads, 2 * D, 0),              \
+                                     ROWS(dout, heads, D, 0), NO_ROWS, dv, D, t_len, heads / kv_heads);         \
     }
-#endif
 
 #define INSTANTIATE(D)                                                                                          \
     extern "C" __global__ void __launch_bounds__(THREADS) rla_phi_d##D(const bf16* x, bf16* f, u64 rows) {     \
