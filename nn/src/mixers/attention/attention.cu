@@ -114,25 +114,37 @@ template <int DT> __device__ __forceinline__ void rescale(float (&acc)[DT][4], c
     }
 }
 
-// The end of a forward for one m16 tile's rows row0, row0 + 8 of q head h, sequence b: o = acc
-// over the row's sum (its four lanes' shares added), and the natural log-sum-exp.
-template <int D>
-__device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const float (&m)[2], const float (&l)[2],
-                                           int row0, int T, int b, int h, u32 heads, bf16* __restrict__ o,
-                                           float* __restrict__ lse) {
-    const int tq = threadIdx.x & 3;
+// The end of a forward for one m16 tile's rows row0, row0 + 8 of q head h, sequence b: each
+// row's sum (its four lanes' shares added), its natural log-sum-exp stored, 1 / sum into inv.
+__device__ __forceinline__ void finish_rows(const float (&m)[2], const float (&l)[2], int row0, int T, int b, int h,
+                                            u32 heads, float* __restrict__ lse, float (&inv)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float sum = l[r];
         sum += shfl_xor(sum, 1);
         sum += shfl_xor(sum, 2);
+        inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int row = row0 + 8 * r;
+        if (row < T && (threadIdx.x & 3) == 0) lse[((u64)b * heads + h) * T + row] = (m[r] + __log2f(sum)) / LOG2E;
+    }
+}
+
+// ... and o = acc over the row's sum, from the fragments.
+template <int D>
+__device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const float (&m)[2], const float (&l)[2],
+                                           int row0, int T, int b, int h, u32 heads, bf16* __restrict__ o,
+                                           float* __restrict__ lse) {
+    const int tq = threadIdx.x & 3;
+    float inv[2];
+    finish_rows(m, l, row0, T, b, h, heads, lse, inv);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
         const int row = row0 + 8 * r;
         if (row >= T) continue;
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         u32* out = reinterpret_cast<u32*>(o + (((u64)b * T + row) * heads + h) * D);
 #pragma unroll
-        for (int n = 0; n < D / 8; ++n) out[n * 4 + tq] = bf16x2_bits(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
-        if (tq == 0) lse[((u64)b * heads + h) * T + row] = (m[r] + __log2f(sum)) / LOG2E;
+        for (int n = 0; n < D / 8; ++n)
+            out[n * 4 + tq] = bf16x2_bits(acc[n][2 * r] * inv[r], acc[n][2 * r + 1] * inv[r]);
     }
 }
 

@@ -49,34 +49,18 @@ __device__ __forceinline__ void ds_k(float (&dq)[N], const bf16* ds_s, const bf1
 }
 
 // The end of a tile: dK (scaled) and dV of a warpgroup's 64 keys from key r0, through `stage`
-// (2 x 64 x D bf16 of shared memory: [dK, dV][key][D], 16-byte chunks XORed with the key's low
-// three bits, so that neither the fragments' 4-byte writes nor the rows' 16-byte reads conflict)
-// to whole rows of 16-byte global stores.
+// (2 x 64 x D bf16 of shared memory: dK's then dV's, each in stage_rows' pieces).
 template <int D>
 __device__ __forceinline__ void store_dkv_rows(const float (&dk_acc)[D / 8][4], const float (&dv_acc)[D / 8][4],
                                                bf16* stage, int r0, int T, int b, int hk, u32 kv_heads, float scale,
                                                bf16* __restrict__ dk, bf16* __restrict__ dv) {
-    constexpr int CHUNKS = D / 8;  // 16-byte chunks a row
-    const int tid = threadIdx.x & 127, g = (tid & 31) >> 2, tq = tid & 3;
-    auto at = [&](int x, int row, int chunk) { return (x * 64 + row) * D + ((chunk ^ (row & 7)) << 3); };
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = 16 * (tid >> 5) + g + 8 * r;
-#pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-            *reinterpret_cast<u32*>(stage + at(0, row, i) + 2 * tq) =
-                bf16x2_bits(dk_acc[i][2 * r] * scale, dk_acc[i][2 * r + 1] * scale);
-            *reinterpret_cast<u32*>(stage + at(1, row, i) + 2 * tq) = bf16x2_bits(dv_acc[i][2 * r], dv_acc[i][2 * r + 1]);
-        }
-    }
+    const float dk_mul[2] = {scale, scale}, dv_mul[2] = {1.0f, 1.0f};
+    stage_rows<D>(dk_acc, dk_mul, stage, 64 * 64);
+    stage_rows<D>(dv_acc, dv_mul, stage + 64 * D, 64 * 64);
     bar_sync(BAR_DQ + (threadIdx.x >> 7), 128);
-#pragma unroll
-    for (int j = 0; j < 2 * 64 * CHUNKS / 128; ++j) {
-        const int idx = j * 128 + tid, x = idx / (64 * CHUNKS), row = idx / CHUNKS % 64, chunk = idx % CHUNKS;
-        if (r0 + row >= T) continue;
-        bf16* out = (x == 0 ? dk : dv) + (((u64)b * T + r0 + row) * kv_heads + hk) * D + chunk * 8;
-        *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(stage + at(x, row, chunk));
-    }
+    auto at = [&](int row) { return (((u64)b * T + r0 + row) * kv_heads + hk) * D; };
+    store_staged<D>(stage, 64 * 64, [&](int row) { return r0 + row < T ? dk + at(row) : nullptr; });
+    store_staged<D>(stage + 64 * D, 64 * 64, [&](int row) { return r0 + row < T ? dv + at(row) : nullptr; });
 }
 
 template <int D>

@@ -13,7 +13,8 @@
 //   cores. Between the warpgroups, ping-pong: they take turns issuing their products (named
 //   barriers), so that one's softmax runs under the other's products.
 // - Persistent: one block an SM walks the (query block, q head, sequence) tiles, so the
-//   producer loads the next tile's Q and K/V while the consumers finish the last one. A
+//   producer loads the next tile's Q and K/V while the consumers finish the last one; a
+//   warpgroup's output leaves through its rows of the Q buffer (stage_rows) in whole rows. A
 //   warpgroup whose rows do not meet a K/V tile of its block's band (the band's edges) only
 //   waits for it and hands it back.
 // The arithmetic is swa_fwd's on wgmma, in the same order: acc = alpha acc + P V tile by tile.
@@ -22,6 +23,7 @@
 #define WS_CONSUMER_WARPS 8
 #define WS_STAGES 4
 #define WS_BAR_TURN 1  // named barriers 1 and 2: warpgroup 0's and 1's turn to issue products
+#define WS_BAR_STAGE 3  // 3 and 4: a warpgroup's output is staged
 
 template <int D>
 __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const TensorMap& tv, bf16* __restrict__ o,
@@ -210,11 +212,22 @@ __device__ void swa_fwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
             take_turn();
             pass_turn();
         }
-        hand_back(q_empty + qb);  // every product reading this Q is done
         // The tiles past this warpgroup's rows before its output, so that the other's last turns
         // do not wait for the stores.
         for (int j = z + 1; j <= w.kt1; ++j) pass(j);
-        if (a <= z) store_rows<D>(acc, m, l, row0, T, w.b, w.h, heads, o, lse);
+        if (a <= z) {
+            // Every product reading this warpgroup's Q rows is done: o leaves through them.
+            bf16* stage = sq + qb * WS_ROWS * D + 64 * wg * 64;
+            float inv[2];
+            finish_rows(m, l, row0, T, w.b, w.h, heads, lse, inv);
+            stage_rows<D>(acc, inv, stage, WS_ROWS * 64);
+            bar_sync(WS_BAR_STAGE + wg, 128);
+            store_staged<D>(stage, WS_ROWS * 64, [&](int row) {
+                return r0 + row < T ? o + (((u64)w.b * T + r0 + row) * heads + w.h) * D : nullptr;
+            });
+            fence_proxy_async();  // before the next Q's TMA writes over the stage
+        }
+        hand_back(q_empty + qb);
         it += w.kt1 - w.kt0 + 1;
     }
 }

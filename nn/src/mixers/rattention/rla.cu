@@ -464,9 +464,11 @@ __device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const T
         // (bf16 pairs) from the stage's phi tile (acc is left as the products wrote it: a value
         // written into it here would make ptxas serialise the next chunk's products on it).
         const bf16* sph = sv + CH * N;
+        // The rows leave through the stage's a tile (this warpgroup's products, its only
+        // readers, are done; the loader refills it after the next step's block barrier).
+        bf16* stage = stages + (i & 1) * STAGE;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const int tp = c0 + r0 + 8 * r;
             u32 pw[N / 8];
             float dot = 0.0f;
             if constexpr (PHI) {
@@ -479,8 +481,6 @@ __device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const T
                 dot += shfl_xor(dot, 1);
                 dot += shfl_xor(dot, 2);
             }
-            if (tp < (int)a.shift || tp >= T) continue;
-            bf16* out = go + (u64)(tp - (int)a.shift) * o_rs + 2 * tq;
 #pragma unroll
             for (int n = 0; n < N / 8; ++n) {
                 float y0 = acc[n][2 * r], y1 = acc[n][2 * r + 1];
@@ -489,9 +489,14 @@ __device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const T
                     y0 = sgn * __uint_as_float(pw[n] << 16) * (y0 - dot);
                     y1 = sgn * __uint_as_float(pw[n] & 0xffff0000u) * (y1 - dot);
                 }
-                *reinterpret_cast<u32*>(out + n * 8) = bf16x2_bits(y0, y1);
+                stage_pair(stage, 64 * 64, n, r, y0, y1);
             }
         }
+        bar_sync(1, 128);
+        store_staged<N>(stage, 64 * 64, [&](int row) {
+            const int tp = c0 + row;
+            return tp < (int)a.shift || tp >= T ? nullptr : go + (u64)(tp - (int)a.shift) * o_rs;
+        });
     }
 }
 
