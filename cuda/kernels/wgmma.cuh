@@ -59,32 +59,16 @@ __device__ __forceinline__ void stage_rows(const float (&acc)[D / 8][4], const f
         for (int j = 0; j < D / 8; ++j) stage_pair(stage, stride, j, r, acc[j][2 * r] * mul[r], acc[j][2 * r + 1] * mul[r]);
 }
 // The stage's rows to out(row) (a row's D elements in global memory; null: the row is not
-// stored), after a barrier of the warpgroup's writes; plus res(row) where that is not null (a row
-// like out's: another path's gradient, added in f32 and rounded once more).
-struct NoRes {
-    __device__ const bf16* operator()(int) const { return nullptr; }
-};
-template <int D, typename Out, typename Res = NoRes>
-__device__ __forceinline__ void store_staged(const bf16* stage, int stride, Out out, Res res = Res()) {
+// stored), after a barrier of the warpgroup's writes.
+template <int D, typename Out>
+__device__ __forceinline__ void store_staged(const bf16* stage, int stride, Out out) {
     constexpr int CHUNKS = D / 8;
     const int tid = threadIdx.x & 127;
 #pragma unroll
     for (int j = 0; j < 64 * CHUNKS / 128; ++j) {
         const int idx = j * 128 + tid, row = idx / CHUNKS, chunk = idx % CHUNKS;
         bf16* dst = out(row);
-        if (!dst) continue;
-        const bf16* src = stage + staged(row, chunk, stride);
-        const bf16* add = res(row);
-        if (add) {
-            float x[8], y[8];
-            load_vec(src, x);
-            load_vec(add + chunk * 8, y);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) x[e] += y[e];
-            store_vec(dst + chunk * 8, x);
-        } else {
-            *reinterpret_cast<uint4*>(dst + chunk * 8) = *reinterpret_cast<const uint4*>(src);
-        }
+        if (dst) *reinterpret_cast<uint4*>(dst + chunk * 8) = *reinterpret_cast<const uint4*>(stage + staged(row, chunk, stride));
     }
 }
 

@@ -259,39 +259,6 @@ impl Device {
         self.copy_bytes(src.device_ptr(), dst.device_ptr(), src.size_bytes())
     }
 
-    /// Copies `len` elements of `src` from element `from` into `dst` from element `to` (same
-    /// dtype), queued on the stream.
-    pub fn copy_range(
-        &self,
-        src: &Buffer,
-        from: usize,
-        dst: &mut Buffer,
-        to: usize,
-        len: usize,
-    ) -> Result<(), CudaError> {
-        self.check_owner("copy_range", src)?;
-        self.check_owner("copy_range", dst)?;
-        let fits = |b: &Buffer, at: usize| at.checked_add(len).is_some_and(|end| end <= b.len());
-        if src.dtype() != dst.dtype() || !fits(src, from) || !fits(dst, to) {
-            return Err(CudaError::invalid(
-                "copy_range",
-                format!(
-                    "{len} elements from {from} of {} x {} into {to} of {} x {}",
-                    src.len(),
-                    src.dtype(),
-                    dst.len(),
-                    dst.dtype()
-                ),
-            ));
-        }
-        let e = src.dtype().size_bytes();
-        self.copy_bytes(
-            src.device_ptr() + (from * e) as u64,
-            dst.device_ptr() + (to * e) as u64,
-            len * e,
-        )
-    }
-
     /// Device-to-device copy of `bytes` bytes between raw addresses of this device's pool.
     pub(crate) fn copy_bytes(&self, src: u64, dst: u64, bytes: usize) -> Result<(), CudaError> {
         if bytes == 0 {

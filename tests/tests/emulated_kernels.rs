@@ -1403,8 +1403,6 @@ fn rattention_case(name: &str, dims: [usize; 5], window: usize, seed: u64) -> Re
             input: x,
             dout: &dout,
             features: None,
-            // The harness adds v in the dv walk, as the node adds SWA's dv.
-            dv_res: Some(&v),
         },
         window,
         48,

@@ -167,7 +167,6 @@ fn rattention(dev: &swax_cuda::Device, x: &Inputs) -> Result<Measured> {
             input: input.clone(),
             dout: &x.dout,
             features: features.as_ref().map(|f| Features { q: &f.q, k: &f.k }),
-            dv_res: None,
         };
         ra::backward(&b, w, 64).map(drop)
     })?;

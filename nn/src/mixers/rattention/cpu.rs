@@ -159,19 +159,10 @@ pub(super) fn backward(
         let i = x.input.try_map(|s| T::read(op, s))?;
         let dout = T::read(op, x.dout)?;
         let (dq, dk, dv) = backward_values(&i.q, &i.k, &i.v, &dout, dims, window, chunk);
-        let mut v = T::store(dv, dtype);
-        if let Some(r) = x.dv_res {
-            // dv as stored, plus dv_res, stored again: what adding it after would give.
-            let (dv, r) = (T::read(op, &v)?, T::read(op, r)?);
-            v = T::store(
-                dv.iter().zip(r.iter()).map(|(&a, &b)| a + b).collect(),
-                dtype,
-            );
-        }
         Ok(SwaIn {
             q: T::store(dq, dtype),
             k: T::store(dk, dtype),
-            v,
+            v: T::store(dv, dtype),
         })
     }
     match x.input.q.dtype() {

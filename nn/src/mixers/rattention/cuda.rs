@@ -267,8 +267,7 @@ pub(super) fn forward(
 
 /// The backward: dq, dk, dv (the operands' dtype; dk and dv summed over the q heads that share a
 /// kv head) from the forward's inputs, its features if it kept them (bf16, checked by the
-/// caller) and the gradient of o; dv_res (like v, rounded to bf16 as the operands are) added to
-/// dv by the dv walk.
+/// caller) and the gradient of o.
 pub(super) fn backward(
     x: &RlaBackward<&Buffer>,
     s: AttnShape,
@@ -281,25 +280,11 @@ pub(super) fn backward(
     let c = Checked::new(OP, s, window)?;
     let (q, k, v, dout) = (bf16(i.q)?, bf16(i.k)?, bf16(i.v)?, bf16(x.dout)?);
     let (q, k, v, dout) = (&*q, &*k, &*v, &*dout);
-    let res = x.dv_res.map(bf16).transpose()?;
-    let res = res.as_deref();
     let mut dq = dev.alloc(DType::BF16, s.q_len())?;
     let mut dk = dev.alloc(DType::BF16, s.kv_len())?;
-    let mut dv = dev.alloc(DType::BF16, s.kv_len())?;
-    let kv: Vec<&Buffer> = [k, v, &dk, &dv].into_iter().chain(res).collect();
-    s.check_io(OP, &[q, dout, &dq], &kv)?;
-    // Keys in the last `window` steps feed no query: the walks write no row of dk or dv for them
-    // (dv's are dv_res's there, or zeros).
-    match res {
-        Some(r) => {
-            let (rows, tail) = (s.hkv * s.d, s.t.min(window) * s.hkv * s.d);
-            for b in 0..s.b {
-                let at = (b * s.t + s.t - s.t.min(window)) * rows;
-                dev.copy_range(r, at, &mut dv, at, tail)?;
-            }
-        }
-        None => dev.memset_zero(&mut dv)?,
-    }
+    // Keys in the last `window` steps feed no query: their rows of dk and dv are never written.
+    let dv = dev.alloc_zeros(DType::BF16, s.kv_len())?;
+    s.check_io(OP, &[q, dout, &dq], &[k, v, &dk, &dv])?;
     let grads = |dq: Buffer, dk: Buffer, dv: Buffer| -> Result<RlaGrads<CudaStorage>, CudaError> {
         Ok(SwaIn {
             q: as_dtype(dq, dtype)?,
@@ -345,12 +330,12 @@ pub(super) fn backward(
             args
         };
         // SAFETY: rla_bwd_{dq,dk}_dD(fq, fk, v, dout, bf16* out2, u32 t_len, u32 heads, u32
-        // kv_heads, u32 shift) and rla_bwd_dv_dD(fq, fk, dout, bf16* dv, const bf16* dres, u32
-        // t_len, u32 heads, u32 kv_heads, u32 shift), the operands as pointers or (Hopper)
-        // tensor maps of their buffers, made by Checked::operands; sizes checked above, fq and fk
-        // the forward's (their shapes checked by kernel.rs) or from Checked::features, dq2 and
-        // dk2 twice dq's and dk's, dres like dv or null; a block per (sign, q head, batch) for
-        // dq, (sign, kv head, batch) for dk, (64 columns, kv head, batch) for dv.
+        // kv_heads, u32 shift) and rla_bwd_dv_dD(fq, fk, dout, bf16* dv, u32 t_len, u32 heads,
+        // u32 kv_heads, u32 shift), the operands as pointers or (Hopper) tensor maps of their
+        // buffers, made by Checked::operands; sizes checked above, fq and fk the forward's
+        // (their shapes checked by kernel.rs) or from Checked::features, dq2 and dk2 twice dq's
+        // and dk's; a block per (sign, q head, batch) for dq, (sign, kv head, batch) for dk, (64
+        // columns, kv head, batch) for dv.
         unsafe {
             let cfg = c.walk(2, c.h, z.grad_shared)?;
             let name = c.kernel(["rla_bwd_dq_d64", "rla_bwd_dq_d128"]);
@@ -360,10 +345,7 @@ pub(super) fn backward(
             launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 2, 3], &dk2))?;
             let cfg = c.walk(s.d / 64, c.hkv, z.feature_shared)?;
             let name = c.kernel(["rla_bwd_dv_d64", "rla_bwd_dv_d128"]);
-            let mut dv_args = ops.args(&[0, 1, 3]);
-            let dres = res.map_or(0, Buffer::device_ptr);
-            dv_args.extend([&dv as &dyn KernelArg, &dres, &c.t, &c.h, &c.hkv, &c.shift]);
-            launch(dev, &SOURCE, name, cfg, &dv_args)?;
+            launch(dev, &SOURCE, name, cfg, &args(&[0, 1, 3], &dv))?;
         }
     }
     c.sum_halves(dev, &dq2, &dq, c.h, c.t)?;

@@ -23,17 +23,14 @@ pub struct Features<T = Tensor> {
     pub k: T,
 }
 
-/// What the backward reads: the forward's inputs, the gradient dout of its output, the
+/// What the backward reads: the forward's inputs, the gradient dout of its output, and the
 /// features if the forward kept them (the chunk states are recomputed; the CPU's backward
-/// makes its own features), and `dv_res`, a gradient of v by another path (RAttention's SWA
-/// branch) to add to dv: CUDA adds it in the dv walk's pass (dv rounded, the sum rounded
-/// again, as a separate add would), which saves a pass over dv.
+/// makes its own features).
 #[derive(Clone, Debug)]
 pub struct RlaBackward<T = Tensor> {
     pub input: RlaIn<T>,
     pub dout: T,
     pub features: Option<Features<T>>,
-    pub dv_res: Option<T>,
 }
 
 impl<T> RlaBackward<T> {
@@ -52,7 +49,6 @@ impl<T> RlaBackward<T> {
                 }),
                 None => None,
             },
-            dv_res: self.dv_res.as_ref().map(&mut f).transpose()?,
         })
     }
 }
@@ -104,18 +100,6 @@ pub fn backward(x: &RlaBackward<&Tensor>, window: usize, chunk: usize) -> Result
             lhs: x.input.q.shape().clone(),
             rhs: x.dout.shape().clone(),
         });
-    }
-    if let Some(r) = x.dv_res {
-        if r.shape() != x.input.v.shape() || r.dtype() != x.input.v.dtype() {
-            let msg = format!(
-                "dv_res: {:?} {:?}, want v's {:?} {:?}",
-                r.dtype(),
-                r.dims(),
-                x.input.v.dtype(),
-                x.input.v.dims()
-            );
-            return Err(Error::Invalid { op, msg });
-        }
     }
     if let Some(f) = &x.features {
         for (name, feature, input) in [("q", &f.q, x.input.q), ("k", &f.k, x.input.k)] {
@@ -240,7 +224,6 @@ mod tests {
                 input: input.clone(),
                 dout: &dout,
                 features: Some(Features { q: fq, k: fk }),
-                dv_res: None,
             };
             backward(&b, 2, 4)
         };
@@ -252,37 +235,6 @@ mod tests {
             match run(fq, fk) {
                 Err(Error::Invalid { msg, .. }) => assert!(msg.contains(what), "{msg}"),
                 other => panic!("{what}: want an error, got {other:?}"),
-            }
-        }
-        Ok(())
-    }
-
-    #[test]
-    fn backward_adds_dv_res_and_rejects_one_unlike_v() -> Result<()> {
-        let x =
-            |heads, seed| Tensor::randn(vec![1, 9, heads, 64], 1.0, seed, DType::F32, Device::Cpu);
-        let (q, k, v, dout, res) = (x(2, 1)?, x(1, 2)?, x(1, 3)?, x(2, 4)?, x(1, 5)?);
-        let run = |dv_res: Option<&Tensor>| {
-            let b = RlaBackward {
-                input: SwaIn {
-                    q: &q,
-                    k: &k,
-                    v: &v,
-                },
-                dout: &dout,
-                features: None,
-                dv_res,
-            };
-            backward(&b, 3, 4)
-        };
-        let (plain, added) = (run(None)?, run(Some(&res))?);
-        let want = plain.v.add(&res)?.to_vec::<f32>()?;
-        assert_eq!(added.v.to_vec::<f32>()?, want);
-        assert_eq!(added.q.to_vec::<f32>()?, plain.q.to_vec::<f32>()?);
-        for bad in [x(2, 6)?, res.to_dtype(DType::BF16)?] {
-            match run(Some(&bad)) {
-                Err(Error::Invalid { msg, .. }) => assert!(msg.contains("dv_res"), "{msg}"),
-                other => panic!("want an error, got {other:?}"),
             }
         }
         Ok(())

@@ -1,8 +1,7 @@
 //! RAttention as one tape node: RoPE, the tiled SWA kernel, the chunkwise linear-branch kernel
 //! (feature map fused), both RMSNorms (their fused kernels) and the sum, forward and backward.
-//! The sums ride in other passes: the second norm adds the first's output, RoPE's backward adds
-//! the linear branch's dq and dk, and the linear branch's dv walk adds SWA's dv (each a pass over
-//! [B, T, H, D] saved).
+//! The sums ride in other passes: the second norm adds the first's output, and RoPE's backward
+//! adds the linear branch's dq and dk (each a pass over [B, T, H, D] saved).
 //!
 //! The node saves q, k, v, the roped q and k, both branch outputs before their norms, the SWA
 //! log-sum-exp `[B, H, T]`, the norms' scales and per-row rstd, and on CUDA the linear branch's
@@ -65,7 +64,6 @@ pub fn rattention(
                 input: saved.try_map(Ok)?,
                 dout: &do_rla,
                 features: features.as_ref().map(|f| Features { q: &f.q, k: &f.k }),
-                dv_res: Some(&g_swa.v),
             },
             window,
             chunk,
@@ -81,7 +79,7 @@ pub fn rattention(
         Ok(vec![
             Some(dq),
             Some(dk),
-            Some(g_rla.v),
+            Some(g_swa.v.add(&g_rla.v)?),
             Some(dw_swa),
             Some(dw_rla),
         ])

@@ -205,8 +205,8 @@ __device__ __forceinline__ void phi_backward(float (&g)[N / 16][4], const bf16* 
 // has read the old copy. Chunks before the first key have no rows but zeros (not REV: written
 // here; REV: the rows are before time 0).
 template <int K, int N, bool REV, bool PHI>
-__device__ void rla_walk(const Rows a, const Rows b, const Rows v, const Rows ph, bf16* __restrict__ o,
-                         const bf16* __restrict__ res, u32 o_width, u32 t_len, u32 group) {
+__device__ void rla_walk(const Rows a, const Rows b, const Rows v, const Rows ph, bf16* __restrict__ o, u32 o_width,
+                         u32 t_len, u32 group) {
     constexpr int WR = K / 16 < 8 ? K / 16 : 8, MT = K / (16 * WR);  // the state's warp rows, m-tiles a warp
     constexpr int SC = N * WR / 8, NS = SC / 8;                       // its columns a warp, n8-tiles
     constexpr int NO = N / 16;                                         // n8-tiles of a warp's output half
@@ -223,8 +223,7 @@ __device__ void rla_walk(const Rows a, const Rows b, const Rows v, const Rows ph
     const int r0 = (warp & 3) * 16, half = warp >> 2;
     const int sr0 = (warp % WR) * (K / WR), sc0 = (warp / WR) * SC;
     const u64 o_rs = (u64)gridDim.y * o_width;
-    const u64 at0 = ((u64)bz * T * gridDim.y + ha) * o_width + col;
-    bf16* go = o + at0;
+    bf16* go = o + ((u64)bz * T * gridDim.y + ha) * o_width + col;
     const bf16* ga = a.at(bz, T, ha);
 
     const int first = (int)(REV ? a.shift : b.shift) / CH;
@@ -293,17 +292,10 @@ __device__ void rla_walk(const Rows a, const Rows b, const Rows v, const Rows ph
         for (int r = 0; r < 2; ++r) {
             const int tp = c0 + r0 + gq + 8 * r;
             if (tp < (int)a.shift || tp >= T) continue;
-            const u64 at = (u64)(tp - (int)a.shift) * o_rs + half * (N / 2) + 2 * tq;
+            bf16* out = go + (u64)(tp - (int)a.shift) * o_rs + half * (N / 2) + 2 * tq;
 #pragma unroll
-            for (int n = 0; n < NO; ++n) {
-                float y0 = acc[n][2 * r], y1 = acc[n][2 * r + 1];
-                if (res) {
-                    // acc rounded to bf16 first, as the Hopper walk's staged rows are
-                    y0 = __uint_as_float((u32)bf16_bits(y0) << 16) + to_float(res[at0 + at + n * 8]);
-                    y1 = __uint_as_float((u32)bf16_bits(y1) << 16) + to_float(res[at0 + at + n * 8 + 1]);
-                }
-                *reinterpret_cast<u32*>(go + at + n * 8) = bf16x2_bits(y0, y1);
-            }
+            for (int n = 0; n < NO; ++n)
+                *reinterpret_cast<u32*>(out + n * 8) = bf16x2_bits(acc[n][2 * r], acc[n][2 * r + 1]);
         }
         __syncthreads();  // every warp has read S's copy
 #pragma unroll
@@ -340,7 +332,7 @@ struct Tiles {
 // last head.
 template <int K, int N, bool REV, bool PHI>
 __device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const Tiles ph, bf16* __restrict__ o,
-                            const bf16* __restrict__ res, u32 o_width, u32 t_len, u32 group) {
+                            u32 o_width, u32 t_len, u32 group) {
     constexpr int STAGE = 2 * CH * K + (PHI ? 2 : 1) * CH * N, MB = K / 64;  // MB: the state's m64 blocks
     constexpr int LOADER = 128;  // warpgroup 1's first thread: warpgroup 0's products are the longer chain
     bf16* stages = aligned_smem();        // [2] x (a [CH][K], b [CH][K], v [CH][N], PHI: ph [CH][N])
@@ -352,8 +344,7 @@ __device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const T
     const int wg = __shfl_sync(FULL_MASK, threadIdx.x >> 7, 0), wl = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, r0 = 16 * wl + g;
     const u64 o_rs = (u64)gridDim.y * o_width;
-    const u64 at0 = ((u64)bz * T * gridDim.y + ha) * o_width + col;
-    bf16* go = o + at0;
+    bf16* go = o + ((u64)bz * T * gridDim.y + ha) * o_width + col;
 
     const int first = (int)(REV ? a.shift : b.shift) / CH;
     if (!REV)
@@ -473,11 +464,9 @@ __device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const T
         // (bf16 pairs) from the stage's phi tile (acc is left as the products wrote it: a value
         // written into it here would make ptxas serialise the next chunk's products on it).
         const bf16* sph = sv + CH * N;
-        // The rows leave through the stage's a tile (this warpgroup's products, its only
-        // readers, are done; the loader refills it after the next step's block barrier).
-        bf16* stage = stages + (i & 1) * STAGE;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
+            const int tp = c0 + r0 + 8 * r;
             u32 pw[N / 8];
             float dot = 0.0f;
             if constexpr (PHI) {
@@ -490,6 +479,8 @@ __device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const T
                 dot += shfl_xor(dot, 1);
                 dot += shfl_xor(dot, 2);
             }
+            if (tp < (int)a.shift || tp >= T) continue;
+            bf16* out = go + (u64)(tp - (int)a.shift) * o_rs + 2 * tq;
 #pragma unroll
             for (int n = 0; n < N / 8; ++n) {
                 float y0 = acc[n][2 * r], y1 = acc[n][2 * r + 1];
@@ -498,15 +489,9 @@ __device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const T
                     y0 = sgn * __uint_as_float(pw[n] << 16) * (y0 - dot);
                     y1 = sgn * __uint_as_float(pw[n] & 0xffff0000u) * (y1 - dot);
                 }
-                stage_pair(stage, 64 * 64, n, r, y0, y1);
+                *reinterpret_cast<u32*>(out + n * 8) = bf16x2_bits(y0, y1);
             }
         }
-        bar_sync(1, 128);
-        // Row t of the output is chunk row t + shift (a's shift: REV's keys come shift later).
-        auto row_at = [&](int row) { return c0 + row < (int)a.shift || c0 + row >= T ? -1 : c0 + row - (int)a.shift; };
-        store_staged<N>(
-            stage, 64 * 64, [&](int row) { return row_at(row) < 0 ? nullptr : go + (u64)row_at(row) * o_rs; },
-            [&](int row) { return res && row_at(row) >= 0 ? res + at0 + (u64)row_at(row) * o_rs : nullptr; });
     }
 }
 
@@ -526,30 +511,28 @@ __device__ void rla_walk_wg(const Tiles a, const Tiles b, const Tiles v, const T
 
 // The four walks (see the top), by the operands' roles; group = H / Hkv.
 #define WALKS(D)                                                                                                \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_fwd_d##D(                                         \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_fwd_d##D(                                        \
         OPERAND fq, OPERAND fk, OPERAND v, bf16* o, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {            \
         WALK<2 * D, 64, false, false>(ROWS(fq, heads, 2 * D, 0), ROWS(fk, kv_heads, 2 * D, shift),              \
-                                      ROWS(v, kv_heads, D, shift), NO_ROWS, o, nullptr, D, t_len,               \
-                                      heads / kv_heads);                                                        \
+                                      ROWS(v, kv_heads, D, shift), NO_ROWS, o, D, t_len, heads / kv_heads);     \
     }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dq_d##D(                                      \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dq_d##D(                                     \
         OPERAND fq, OPERAND fk, OPERAND v, OPERAND dout, bf16* dq2, u32 t_len, u32 heads, u32 kv_heads,         \
         u32 shift) {                                                                                            \
         WALK<D, D, false, true>(ROWS(dout, heads, D, 0), ROWS(v, kv_heads, D, shift),                           \
-                                ROWS(fk, kv_heads, 2 * D, shift), ROWS(fq, heads, 2 * D, 0), dq2, nullptr, 2 * D, \
-                                t_len, heads / kv_heads);                                                       \
+                                ROWS(fk, kv_heads, 2 * D, shift), ROWS(fq, heads, 2 * D, 0), dq2, 2 * D, t_len, \
+                                heads / kv_heads);                                                              \
     }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dk_d##D(                                      \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dk_d##D(                                     \
         OPERAND fq, OPERAND fk, OPERAND v, OPERAND dout, bf16* dk2, u32 t_len, u32 heads, u32 kv_heads,         \
         u32 shift) {                                                                                            \
-        WALK<D, D, true, true>(ROWS(v, kv_heads, D, shift), ROWS(dout, heads, D, 0), ROWS(fq, heads, 2 * D, 0), \
-                               ROWS(fk, kv_heads, 2 * D, shift), dk2, nullptr, 2 * D, t_len, heads / kv_heads); \
+        WALK<D, D, true, true>(ROWS(v, kv_heads, D, shift), ROWS(dout, heads, D, 0), ROWS(fq, heads, 2 * D, 0),  \
+                               ROWS(fk, kv_heads, 2 * D, shift), dk2, 2 * D, t_len, heads / kv_heads);          \
     }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dv_d##D(                                      \
-        OPERAND fq, OPERAND fk, OPERAND dout, bf16* dv, const bf16* dres, u32 t_len, u32 heads, u32 kv_heads,   \
-        u32 shift) {                                                                                            \
-        WALK<2 * D, 64, true, false>(ROWS(fk, kv_heads, 2 * D, shift), ROWS(fq, heads, 2 * D, 0),               \
-                                     ROWS(dout, heads, D, 0), NO_ROWS, dv, dres, D, t_len, heads / kv_heads);   \
+    extern "C" __global__ void __launch_bounds__(THREADS) rla_bwd_dv_d##D(                                     \
+        OPERAND fq, OPERAND fk, OPERAND dout, bf16* dv, u32 t_len, u32 heads, u32 kv_heads, u32 shift) {       \
+        WALK<2 * D, 64, true, false>(ROWS(fk, kv_heads, 2 * D, shift), ROWS(fq, heads, 2 * D, 0),              \
+                                     ROWS(dout, heads, D, 0), NO_ROWS, dv, D, t_len, heads / kv_heads);         \
     }
 
 #define INSTANTIATE(D)                                                                                          \
