@@ -36,27 +36,27 @@ __device__ __forceinline__ u64 wg_desc(const bf16* p, u32 lbo, u32 sbo) {
            ((u64)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
-// A warpgroup's 64 rows of D (an m64 accumulator, or values made from one) leave through shared
-// memory as whole rows of 16-byte global stores (each thread's 4-byte stores of its fragments,
-// eight rows apart, ran the store queue full: lg_throttle, and wrote half sectors). The stage
-// holds 64-column pieces, piece p at stage + p * stride, each [64 rows][64] with 16-byte chunk c
-// of row r at c ^ (r & 7), so that neither the fragments' writes nor the rows' reads conflict.
+// A warpgroup's 64 rows of D (its m64 accumulator) leave through shared memory as whole rows of
+// 16-byte global stores: each thread's 4-byte stores of its fragments, eight rows apart, kept the
+// attention backward's store queue full (lg_throttle, in its dK and dV stores). The stage holds
+// 64-column pieces, piece p at stage + p * stride, each [64 rows][64] with 16-byte chunk c of row
+// r at c ^ (r & 7), so that neither the fragments' writes nor the rows' reads conflict.
 __device__ __forceinline__ int staged(int row, int chunk, int stride) {
     return (chunk >> 3) * stride + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
-// Fragment element pair (j, 2 r .. 2 r + 1), as bf16, into the stage at its row and column.
-__device__ __forceinline__ void stage_pair(bf16* stage, int stride, int j, int r, float x0, float x1) {
-    const int tid = threadIdx.x & 127, row = 16 * (tid >> 5) + ((tid & 31) >> 2) + 8 * r;
-    *reinterpret_cast<u32*>(stage + staged(row, j, stride) + 2 * (tid & 3)) = bf16x2_bits(x0, x1);
-}
-// The fragments, row r's times mul[r], into the stage.
+// The fragments, row r's times mul[r], as bf16 into the stage.
 template <int D>
 __device__ __forceinline__ void stage_rows(const float (&acc)[D / 8][4], const float (&mul)[2], bf16* stage,
                                            int stride) {
+    const int tid = threadIdx.x & 127, g = (tid & 31) >> 2, tq = tid & 3;
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+    for (int r = 0; r < 2; ++r) {
+        const int row = 16 * (tid >> 5) + g + 8 * r;
 #pragma unroll
-        for (int j = 0; j < D / 8; ++j) stage_pair(stage, stride, j, r, acc[j][2 * r] * mul[r], acc[j][2 * r + 1] * mul[r]);
+        for (int j = 0; j < D / 8; ++j)
+            *reinterpret_cast<u32*>(stage + staged(row, j, stride) + 2 * tq) =
+                bf16x2_bits(acc[j][2 * r] * mul[r], acc[j][2 * r + 1] * mul[r]);
+    }
 }
 // The stage's rows to out(row) (a row's D elements in global memory; null: the row is not
 // stored), after a barrier of the warpgroup's writes.
@@ -68,7 +68,9 @@ __device__ __forceinline__ void store_staged(const bf16* stage, int stride, Out 
     for (int j = 0; j < 64 * CHUNKS / 128; ++j) {
         const int idx = j * 128 + tid, row = idx / CHUNKS, chunk = idx % CHUNKS;
         bf16* dst = out(row);
-        if (dst) *reinterpret_cast<uint4*>(dst + chunk * 8) = *reinterpret_cast<const uint4*>(stage + staged(row, chunk, stride));
+        if (dst)
+            *reinterpret_cast<uint4*>(dst + chunk * 8) =
+                *reinterpret_cast<const uint4*>(stage + staged(row, chunk, stride));
     }
 }
 
