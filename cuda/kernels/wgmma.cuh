@@ -1,8 +1,10 @@
-// wgmma.cuh: Hopper's warpgroup matrix products (wgmma.mma_async, sm_90a) for attention.cu
-// (swax-nn's mixers/attention), prepended after mma.cuh by its Rust wrapper. A warpgroup (four warps) computes a 64 x N tile
-// together, its operands read straight from shared memory through 64-bit descriptors (A may
-// come from registers instead), so a tile that mma.sync would make each warp read for itself is
-// read once. Compiled only where NVRTC targets sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`).
+// wgmma.cuh: Hopper's warpgroup matrix products (wgmma.mma_async, sm_90a) for swax-nn's attention
+// and RAttention kernels, prepended after mma.cuh by their Rust wrappers; and the staging of a
+// warpgroup's accumulator rows through shared memory for whole-row stores. A warpgroup (four
+// warps) computes a 64 x N tile together, its operands read straight from shared memory through
+// 64-bit descriptors (A may come from registers instead), so a tile that mma.sync would make
+// each warp read for itself is read once. Compiled only where NVRTC targets sm_90a
+// (`__CUDA_ARCH_FEAT_SM90_ALL`).
 //
 // Layouts: the accumulator of an m64nN product gives thread (warp w, lane g * 4 + tq) the
 // elements d[4 j + e] at row 16 w + g + 8 (e / 2), column 8 j + 2 tq + e % 2, which is the
