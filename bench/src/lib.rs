@@ -4,7 +4,8 @@
 //! figures, with the commands and dates, are in BENCHMARKS.md.
 //!
 //! - `learn`: how fast each layer pattern learns to retrieve; appends JSON lines to
-//!   `bench/results/learn.jsonl`.
+//!   `bench/results/learn.jsonl`. With `--check`, the learning gate (`gate`): fused mixers
+//!   against their reference forms, several seeds per case.
 //! - On the GPU (built for the GPU machine by `tools/gpu-pack`): `bench-gpu` (engine ops against
 //!   bare swax-cuda calls and a copy), `bench-cuda` (swax-cuda against raw cuBLAS, a copy and the
 //!   driver's allocator), `bench-attention-gpu` (SWA and RAttention) and `bench-recurrent-gpu`
@@ -22,6 +23,7 @@
 //! `shape` names the shapes they run at, `peers` reads their peers' figures and `kernel_report`
 //! sets each case beside its fastest peer, as a table row and a JSON line.
 pub mod config_args;
+pub mod gate;
 pub mod kernel_report;
 pub mod learning;
 pub mod nvidia_smi;

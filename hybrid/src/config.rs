@@ -80,6 +80,20 @@ pub struct ModelConfig {
     /// 0-based layer indices "0,3,5". Optional (configs written before it mean "none").
     #[serde(default = "default_recompute")]
     pub recompute: String,
+    /// "fused" (the fused kernels where the device has them) or "reference" (every mixer and
+    /// the short convolution from primitive tape ops, in f32): the spec a fused model's
+    /// gradients and learning are checked against. Optional: "fused" when left out.
+    #[serde(default)]
+    pub mixers: Mixers,
+}
+
+/// The form of the mixer layers (`model.mixers`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mixers {
+    #[default]
+    Fused,
+    Reference,
 }
 
 fn default_loss_rows() -> usize {

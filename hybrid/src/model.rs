@@ -1,12 +1,12 @@
 //! A hybrid language model from a layer pattern: token embedding, blocks whose mixers follow the
 //! pattern repeated to the depth ("SM" alternates sliding-window attention and mLSTM), a final
 //! RMSNorm and an untied output projection.
-use crate::config::ModelConfig;
+use crate::config::{Mixers, ModelConfig};
 use swax_data::IGNORE;
 use swax_nn::layers::basic::{Embedding, Linear, RmsNorm, INIT_STD};
 use swax_nn::layers::linear_cross_entropy::linear_cross_entropy;
 use swax_nn::layers::pieces::MixerState;
-use swax_nn::layers::MixerDims;
+use swax_nn::layers::{Forms, MixerDims};
 use swax_nn::{Block, Params, Weights};
 use swax_tensor::{DType, Device, Error, Result, Tensor};
 
@@ -42,6 +42,10 @@ impl Model {
             // GPT-2's depth scaling of the projections into the residual stream.
             out_std: INIT_STD / (2.0 * cfg.n_layers as f64).sqrt(),
             eps: cfg.norm_eps,
+            forms: match cfg.mixers {
+                Mixers::Fused => Forms::Fused,
+                Mixers::Reference => Forms::Reference,
+            },
         };
         let kinds = layer_kinds(&cfg.pattern, cfg.n_layers);
         let recompute = cfg.recompute_layers().map_err(|e| Error::Invalid {

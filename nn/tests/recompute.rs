@@ -6,7 +6,7 @@
 use swax_autograd::gradcheck::{check, Tolerance};
 use swax_autograd::Tape;
 use swax_nn::layers::basic::{RmsNorm, SwiGlu};
-use swax_nn::layers::MixerDims;
+use swax_nn::layers::{Forms, MixerDims};
 use swax_nn::{Block, Params, Weights};
 use swax_tensor::{DType, Device, Tensor};
 
@@ -18,6 +18,7 @@ const DIMS: MixerDims = MixerDims {
     chunk: 4,
     out_std: 0.1,
     eps: 1e-6,
+    forms: Forms::Fused,
 };
 
 /// Gradients of every parameter and of the input, in creation order, and the tape's node count

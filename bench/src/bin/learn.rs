@@ -8,11 +8,20 @@
 //! Runs go to `--out` (default `bench/runs/learn`), one folder each; a finished run is not
 //! trained again, so an interrupted benchmark continues where it stopped. Each run's outcome is
 //! appended to `bench/results/learn.jsonl`.
+//!
+//!   learn --check bench/learning-gate.toml [--jobs 16]
+//!
+//! runs the learning gate (`swax_bench::gate`): every case of the file, several seeds, with the
+//! fused kernels and with the reference forms, `--jobs` runs at a time (each a process of this
+//! program), then prints each case's verdict beside the figures the file expects, appends a line
+//! per case and form to `bench/results/learning-gate.jsonl`, and exits non-zero where a fused
+//! form falls short.
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
 use serde_json::{json, Value};
+use swax_bench::gate::{self, Gate, Summary};
 use swax_bench::learning::{best_per_pattern, Outcome};
 use swax_bench::record;
 use swax_hybrid::config::Config;
@@ -60,6 +69,18 @@ struct Args {
     out: PathBuf,
     #[arg(long, default_value = "bench/results/learn.jsonl")]
     results: PathBuf,
+    /// Further config overrides, `KEY=VALUE` as `swax train --set` takes them (applied last).
+    #[arg(long = "set")]
+    sets: Vec<String>,
+    /// Run the learning gate of this file (see `swax_bench::gate`) instead of the benchmark.
+    #[arg(long, value_name = "FILE")]
+    check: Option<PathBuf>,
+    /// The gate's runs at a time (default: 16 on a GPU, 1 on the CPU).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// The gate's cases to run, by name (`M-T256`); default all.
+    #[arg(long, value_delimiter = ',')]
+    cases: Vec<String>,
 }
 
 static NEVER: AtomicBool = AtomicBool::new(false);
@@ -94,6 +115,7 @@ fn config(a: &Args, pattern: &str, lr: f64) -> Result<Config, Box<dyn std::error
         format!("optim.lr={lr}"),
         format!("optim.warmup_steps={}", (a.steps / 20).max(1)),
     ];
+    let sets: Vec<String> = sets.into_iter().chain(a.sets.iter().cloned()).collect();
     Ok(Config::resolve(Some("swax-tiny"), &sets)?)
 }
 
@@ -113,6 +135,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None if swax_tensor::cuda::device(0).is_ok() => Device::Cuda(0),
         None => Device::Cpu,
     };
+    if let Some(file) = &a.check {
+        let passed = check(&a, file, device)?;
+        std::process::exit(if passed { 0 } else { 1 });
+    }
     let window = match a.window {
         0 => a.seq_len,
         w => w,
@@ -184,4 +210,228 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     record::append(&a.results, &lines)?;
     Ok(())
+}
+
+/// The two forms the gate compares.
+const FORMS: [&str; 2] = ["fused", "reference"];
+
+/// One run of the gate: a case in a form at a seed, trained by a process of this program.
+struct GateRun<'a> {
+    case: &'a gate::Case,
+    form: &'static str,
+    seed: u64,
+    dir: PathBuf,
+}
+
+impl GateRun<'_> {
+    fn command(&self, a: &Args, s: &gate::Settings, device: Device) -> std::process::Command {
+        let c = self.case;
+        let mut cmd = std::process::Command::new(std::env::current_exe().expect("this program"));
+        let args: Vec<String> = vec![
+            format!(
+                "--device={}",
+                if matches!(device, Device::Cuda(_)) {
+                    "cuda"
+                } else {
+                    "cpu"
+                }
+            ),
+            format!("--task={}", a.task),
+            format!("--patterns={}", c.pattern),
+            format!("--lrs={:e}", c.lr),
+            format!("--layers={}", s.layers),
+            format!("--d-model={}", s.d_model),
+            format!("--heads={}", s.heads),
+            format!("--seq-len={}", c.seq_len),
+            format!("--pairs={}", c.pairs),
+            format!("--steps={}", c.steps),
+            format!("--batch={}", s.batch),
+            format!("--eval-every={}", s.eval_every),
+            format!("--probes={}", s.probes),
+            format!("--seed={}", self.seed),
+            format!("--out={}", self.dir.display()),
+            format!("--results={}", self.dir.join("learn.jsonl").display()),
+            format!("--set=model.mixers={:?}", self.form),
+        ];
+        cmd.args(args);
+        cmd
+    }
+
+    /// The run folder the child trains into (as the benchmark names it).
+    fn run_dir(&self, a: &Args) -> PathBuf {
+        let c = self.case;
+        self.dir.join(format!(
+            "{}-{}-lr{:e}-s{}",
+            a.task, c.pattern, c.lr, self.seed
+        ))
+    }
+}
+
+/// Trains every run of the gate `--jobs` at a time, then judges each case. Returns whether
+/// every case passed.
+fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::error::Error>> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let g = Gate::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let cases: Vec<&gate::Case> = g
+        .cases
+        .iter()
+        .filter(|c| a.cases.is_empty() || a.cases.contains(&c.name()))
+        .collect();
+    if cases.is_empty() {
+        return Err(format!("{}: no case named {:?}", file.display(), a.cases).into());
+    }
+    let mut runs = Vec::new();
+    for &case in &cases {
+        for form in FORMS {
+            for seed in 0..g.settings.seeds {
+                let dir = a.out.join("gate").join(format!("{}-{form}", case.name()));
+                runs.push(GateRun {
+                    case,
+                    form,
+                    seed,
+                    dir,
+                });
+            }
+        }
+    }
+    let jobs = a
+        .jobs
+        .unwrap_or(if matches!(device, Device::Cuda(_)) {
+            16
+        } else {
+            1
+        })
+        .max(1);
+    eprintln!(
+        "learning gate: {} cases, {} runs, {jobs} at a time on {device}",
+        cases.len(),
+        runs.len()
+    );
+    let clock = std::time::Instant::now();
+    train_all(a, &g.settings, device, &runs, jobs)?;
+    let minutes = clock.elapsed().as_secs_f64() / 60.0;
+
+    println!(
+        "\nlearning gate ({}), {minutes:.1} min on {device}",
+        file.display()
+    );
+    println!("| case | form | seeds learned | median final | median tokens to 50% | per seed | verdict |");
+    println!("|---|---|---|---|---|---|---|");
+    let (date, commit) = (record::today(), record::commit());
+    let (mut lines, mut passed) = (Vec::new(), true);
+    for &case in &cases {
+        let summary = |form: &str| -> (Summary, Vec<Outcome>) {
+            let outcomes: Vec<Outcome> = runs
+                .iter()
+                .filter(|r| std::ptr::eq(r.case, case) && r.form == form)
+                .map(|r| {
+                    Outcome::score(
+                        &case.pattern,
+                        case.lr,
+                        &records(&r.run_dir(a)),
+                        case.seq_len,
+                    )
+                })
+                .collect();
+            (Summary::of(&outcomes, g.settings.learned), outcomes)
+        };
+        let (fused, fused_runs) = summary("fused");
+        let (reference, ref_runs) = summary("reference");
+        let bad = gate::judge(case, &g.settings, &fused, &reference);
+        passed &= bad.is_empty();
+        for (form, s, outcomes) in [
+            ("fused", &fused, &fused_runs),
+            ("reference", &reference, &ref_runs),
+        ] {
+            let per_seed: Vec<String> = outcomes
+                .iter()
+                .map(|o| format!("{:.1}", 100.0 * o.final_accuracy))
+                .collect();
+            let verdict = match (form, bad.is_empty()) {
+                ("fused", true) => "pass".to_string(),
+                ("fused", false) => format!("FAIL: {}", bad.join("; ")),
+                _ => String::new(),
+            };
+            println!(
+                "| {} | {form} | {} of {} | {:.1}% | {} | {} | {verdict} |",
+                case.name(),
+                s.learned,
+                s.seeds,
+                100.0 * s.median_final,
+                s.median_tokens_to_50
+                    .map_or("-".to_string(), |t| format!("{:.2}M", t / 1e6)),
+                per_seed.join(" "),
+            );
+            lines.push(json!({
+                "case": case.name(), "form": form, "pattern": case.pattern,
+                "seq_len": case.seq_len, "pairs": case.pairs, "steps": case.steps, "lr": case.lr,
+                "seeds": s.seeds, "learned": s.learned, "median_final": s.median_final,
+                "median_tokens_to_50": s.median_tokens_to_50,
+                "finals": outcomes.iter().map(|o| o.final_accuracy).collect::<Vec<_>>(),
+                "tokens_to_50": outcomes.iter().map(|o| o.tokens_to_50).collect::<Vec<_>>(),
+                "passed": bad.is_empty(), "failures": bad,
+                "device": device.to_string(), "minutes": minutes, "date": date, "commit": commit,
+            }));
+        }
+    }
+    let results = a.results.with_file_name("learning-gate.jsonl");
+    record::append(&results, &lines)?;
+    println!(
+        "\nlearning gate: {} ({} appended to {})",
+        if passed { "passed" } else { "FAILED" },
+        lines.len(),
+        results.display()
+    );
+    Ok(passed)
+}
+
+/// Runs the children, `jobs` at a time; each child's output goes to a log in its folder. A
+/// child that fails fails the gate, naming its log.
+fn train_all(
+    a: &Args,
+    s: &gate::Settings,
+    device: Device,
+    runs: &[GateRun],
+    jobs: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut pending = runs.iter();
+    let mut running: Vec<(std::process::Child, &GateRun, PathBuf)> = Vec::new();
+    loop {
+        while running.len() < jobs {
+            let Some(run) = pending.next() else { break };
+            std::fs::create_dir_all(&run.dir)?;
+            let log = run.dir.join(format!("s{}.log", run.seed));
+            let out = std::fs::File::create(&log)?;
+            let child = run
+                .command(a, s, device)
+                .stdout(out.try_clone()?)
+                .stderr(out)
+                .spawn()?;
+            running.push((child, run, log));
+        }
+        if running.is_empty() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut i = 0;
+        while i < running.len() {
+            match running[i].0.try_wait()? {
+                None => i += 1,
+                Some(status) => {
+                    let (_, run, log) = running.swap_remove(i);
+                    if !status.success() {
+                        return Err(format!(
+                            "{} {} seed {} failed ({status}): see {}",
+                            run.case.name(),
+                            run.form,
+                            run.seed,
+                            log.display()
+                        )
+                        .into());
+                    }
+                    eprintln!("done: {} {} seed {}", run.case.name(), run.form, run.seed);
+                }
+            }
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! grouped-query heads, the SWA mixer, the output projection.
 use super::basic::{Linear, INIT_STD};
 use super::pieces::join_tail;
-use super::{in_f32, reference_forced, split_heads, MixerDims};
+use super::{in_f32, split_heads, Forms, MixerDims};
 use crate::mixers::attention::{has_kernel, node as swa_node, reference};
 use crate::params::{Params, Weights};
 use swax_tensor::{Error, Result, Tensor};
@@ -15,6 +15,7 @@ pub struct Attention {
     hkv: usize,
     d: usize,
     rope_theta: f64,
+    forms: Forms,
 }
 
 impl Attention {
@@ -37,6 +38,7 @@ impl Attention {
             hkv,
             d,
             rope_theta: dims.rope_theta,
+            forms: dims.forms,
         })
     }
 
@@ -67,7 +69,7 @@ impl Attention {
         let q = tape.rope(&q, start, self.rope_theta)?;
         let k = tape.rope(&k, start, self.rope_theta)?;
         let window = window.min(t);
-        let o = if has_kernel(q.device(), q.dtype(), d) && !reference_forced() {
+        let o = if self.forms.fused(has_kernel(q.device(), q.dtype(), d)) {
             swa_node::swa(tape, &q, &k, &v, window, None)?
         } else {
             in_f32(w, [&q, &k, &v], |[q, k, v]| {

@@ -6,7 +6,7 @@ use super::basic::{Linear, INIT_STD};
 use super::gates::log_decay;
 use super::output_norm::gated_rms_norm;
 use super::short_conv::ShortConv;
-use super::{cast, reference_forced, split_heads, MixerDims};
+use super::{cast, split_heads, Forms, MixerDims};
 use crate::mixers::gated_delta;
 use crate::params::{Init, ParamId, Params, Weights};
 use swax_tensor::{DType, Result, Tensor};
@@ -26,13 +26,14 @@ pub struct GatedDelta {
     d: usize,
     chunk: usize,
     eps: f64,
+    forms: Forms,
 }
 
 impl GatedDelta {
     pub fn new(p: &mut Params, name: &str, dims: MixerDims) -> Result<GatedDelta> {
         let (c, h, d) = (dims.d_model, dims.heads, dims.head_dim());
         let width = 3 * h * d;
-        let conv = ShortConv::new(p, &format!("{name}.conv"), width)?;
+        let conv = ShortConv::new(p, &format!("{name}.conv"), width, dims.forms)?;
         // Gated DeltaNet's init: A uniform over [1, 16] (here evenly over the heads) and
         // dt = softplus(dt_bias) log-spaced over [1e-3, 1e-1].
         let per_head = |f: &dyn Fn(f64) -> f64| -> Result<Tensor> {
@@ -60,6 +61,7 @@ impl GatedDelta {
             d,
             chunk: dims.chunk,
             eps: dims.eps,
+            forms: dims.forms,
         })
     }
 
@@ -94,7 +96,7 @@ impl GatedDelta {
             w.get(self.dt_bias),
         )?;
         let kernel = gated_delta::has_kernel(q.device(), q.dtype(), d, d);
-        let (o, state) = if kernel && !reference_forced() {
+        let (o, state) = if self.forms.fused(kernel) {
             gated_delta::chunkwise(tape, &q, &k, &v, &beta, &g, state, self.chunk)?
         } else {
             // The reference in f32 (`in_f32`'s policy), its state carried in f32.

@@ -11,9 +11,9 @@
 //! weaker than the paths around it.
 use super::basic::{Linear, INIT_STD};
 use super::gates::soft_cap;
-use super::output_norm::gated_head_layer_norm;
+use super::output_norm::{gated_head_layer_norm, head_layer_norm};
 use super::short_conv::ShortConv;
-use super::{cast, reference_forced, split_heads, MixerDims};
+use super::{cast, split_heads, Forms, MixerDims};
 use crate::mixers::mlstm;
 use crate::params::{ParamId, Params, Weights};
 use swax_tensor::{DType, Error, Result, Tensor};
@@ -39,6 +39,7 @@ pub struct Mlstm {
     dv: usize,
     chunk: usize,
     eps: f64,
+    forms: Forms,
 }
 
 impl Mlstm {
@@ -64,7 +65,7 @@ impl Mlstm {
         let width = h * (2 * dk + dv);
         Ok(Mlstm {
             qkv: Linear::new(p, &format!("{name}.qkv"), c, width, INIT_STD)?,
-            conv: ShortConv::new(p, &format!("{name}.conv"), width)?,
+            conv: ShortConv::new(p, &format!("{name}.conv"), width, dims.forms)?,
             gates: Linear::new(p, &format!("{name}.gates"), c, 2 * h, INIT_STD)?,
             gate_bias: p.push(format!("{name}.gates.bias"), bias, false)?,
             ogate: Linear::new(p, &format!("{name}.ogate"), c, h * dv, INIT_STD)?,
@@ -79,6 +80,7 @@ impl Mlstm {
             dv,
             chunk: dims.chunk,
             eps: dims.eps,
+            forms: dims.forms,
         })
     }
 
@@ -109,7 +111,7 @@ impl Mlstm {
             .try_into()
             .expect("two parts");
         let kernel = mlstm::has_kernel(q.device(), q.dtype(), dk, dv);
-        let (hs, state) = if kernel && !reference_forced() {
+        let (hs, state) = if self.forms.fused(kernel) {
             mlstm::chunkwise(tape, &q, &k, &v, &i, &f, state, self.chunk, mlstm::EPS)?
         } else {
             // The reference in f32 (`in_f32`'s policy), its state carried in f32.
@@ -128,7 +130,14 @@ impl Mlstm {
             (cast(w, &hs, q.dtype())?, s)
         };
         let o = tape.reshape(&self.ogate.forward(w, x)?, vec![b, t, h, dv])?;
-        let gated = gated_head_layer_norm(tape, &hs, &o, w.get(self.norm), self.eps)?;
+        let gated = match self.forms {
+            Forms::Fused => gated_head_layer_norm(tape, &hs, &o, w.get(self.norm), self.eps)?,
+            // The same norm and gate from primitive ops: the fused node is checked with the rest.
+            Forms::Reference => {
+                let normed = head_layer_norm(tape, &hs, w.get(self.norm), None, self.eps)?;
+                tape.mul(&normed, &tape.sigmoid(&o)?)?
+            }
+        };
         let y = self
             .out
             .forward(w, &tape.reshape(&gated, vec![b, t, h * dv])?)?;

@@ -6,8 +6,9 @@
 //! A mixer layer calls the fused mixer (one tape node) when the device has that kernel (the
 //! mixer's own `has_kernel`, which asks its CUDA wrapper's check) and the reference form
 //! otherwise. The reference runs in f32 whatever the activations' dtype: it is the slow, exact
-//! fallback, and its exponentials and running sums need f32's range.
-//! `SWAX_REFERENCE_MIXERS=1` forces the reference forms on every device.
+//! fallback, and its exponentials and running sums need f32's range. [`Forms::Reference`]
+//! (`model.mixers = "reference"`) runs the reference forms on every device: the spec a fused
+//! model is checked against, in its gradients and in what it learns.
 pub mod attention;
 pub mod basic;
 pub mod gated_delta;
@@ -38,18 +39,30 @@ pub struct MixerDims {
     /// Initial std of the output projections (scaled down with depth).
     pub out_std: f64,
     pub eps: f64,
+    /// Which form of each mixer (and of the short convolution) the layers run.
+    pub forms: Forms,
+}
+
+/// The form the mixer layers run: the fused kernels where the device has them, or the
+/// reference forms (from primitive tape ops, in f32) everywhere.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Forms {
+    #[default]
+    Fused,
+    Reference,
+}
+
+impl Forms {
+    /// Whether a layer runs its fused kernel, given whether the device has one for its sizes.
+    pub fn fused(self, has_kernel: bool) -> bool {
+        self == Forms::Fused && has_kernel
+    }
 }
 
 impl MixerDims {
     pub fn head_dim(&self) -> usize {
         self.d_model / self.heads
     }
-}
-
-/// `SWAX_REFERENCE_MIXERS=1` forces the reference forms everywhere (to check a model against its
-/// spec, or a kernel suspected).
-pub(crate) fn reference_forced() -> bool {
-    std::env::var_os("SWAX_REFERENCE_MIXERS").is_some_and(|v| v == "1")
 }
 
 /// Runs the reference `f` on f32 copies of `xs` and casts its result back to their dtype.

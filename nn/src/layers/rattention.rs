@@ -4,7 +4,7 @@
 //! a longer sequence, for evaluation in pieces.
 use super::basic::{Linear, INIT_STD};
 use super::pieces::{join_tail, tail_len, MixerState};
-use super::{in_f32, reference_forced, split_heads, MixerDims};
+use super::{in_f32, split_heads, Forms, MixerDims};
 use crate::mixers::attention::{self as swa, node as swa_node, reference as swa_reference};
 use crate::mixers::rattention::{
     self as ra, carry, node as rattention_node, reference, Config, Rope,
@@ -25,6 +25,7 @@ pub struct RAttention {
     rope_theta: f64,
     chunk: usize,
     eps: f64,
+    forms: Forms,
 }
 
 impl RAttention {
@@ -49,6 +50,7 @@ impl RAttention {
             rope_theta: dims.rope_theta,
             chunk: dims.chunk,
             eps: dims.eps,
+            forms: dims.forms,
         })
     }
 
@@ -78,7 +80,10 @@ impl RAttention {
         let [q, k, v] = self.heads(tape, &self.qkv.forward(w, x)?)?;
         let cfg = self.config(window, 0);
         let (ns, nr) = (w.get(self.norm_swa), w.get(self.norm_rla));
-        let o = if ra::has_kernel(q.device(), q.dtype(), self.d) && !reference_forced() {
+        let o = if self
+            .forms
+            .fused(ra::has_kernel(q.device(), q.dtype(), self.d))
+        {
             rattention_node::rattention(tape, &q, &k, &v, ns, nr, &cfg)?
         } else {
             in_f32(w, [&q, &k, &v, ns, nr], |[q, k, v, ns, nr]| {
@@ -113,7 +118,9 @@ impl RAttention {
         let (ns, nr) = (w.get(self.norm_swa), w.get(self.norm_rla));
         let dims = swa::shape("RAttention::forward_piece", &q, &k, &v, cfg.window)?;
         let rope = |x: &Tensor| tape.rope(x, start, self.rope_theta);
-        let fused = ra::has_kernel(q.device(), q.dtype(), self.d) && !reference_forced();
+        let fused = self
+            .forms
+            .fused(ra::has_kernel(q.device(), q.dtype(), self.d));
         let o_swa = if fused {
             swa_node::swa(tape, &rope(&q)?, &rope(&k)?, &v, cfg.window, None)?
         } else {

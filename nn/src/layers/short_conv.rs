@@ -6,7 +6,7 @@
 //!
 //! Evaluated in pieces, a piece needs the K - 1 pre-convolution inputs before it: `forward`
 //! takes them (`tail`) and returns the next piece's.
-use super::reference_forced;
+use super::Forms;
 use crate::params::{Init, ParamId, Params, Weights};
 use swax_autograd::Tape;
 use swax_tensor::{Result, Tensor};
@@ -17,19 +17,21 @@ pub const TAPS: usize = 4;
 #[derive(Clone, Copy, Debug)]
 pub struct ShortConv {
     pub weight: ParamId,
+    forms: Forms,
 }
 
 impl ShortConv {
     /// A convolution over `channels`, its taps drawn as PyTorch's Conv1d draws them (std
-    /// 1/sqrt(3K), the uniform bound 1/sqrt(K)'s), and kept out of weight decay.
-    pub fn new(p: &mut Params, name: &str, channels: usize) -> Result<ShortConv> {
+    /// 1/sqrt(3K), the uniform bound 1/sqrt(K)'s), and kept out of weight decay; run as the
+    /// fused kernel or, with [`Forms::Reference`], as shifted copies of its input.
+    pub fn new(p: &mut Params, name: &str, channels: usize, forms: Forms) -> Result<ShortConv> {
         let weight = p.add(
             format!("{name}.weight"),
             vec![channels, TAPS],
             Init::Normal(1.0 / (3.0 * TAPS as f64).sqrt()),
         )?;
         p.set_decay(weight, false);
-        Ok(ShortConv { weight })
+        Ok(ShortConv { weight, forms })
     }
 
     /// `silu(conv(x))` over the piece x `[B, Tp, C]`, after `tail` (the inputs of the tokens
@@ -48,7 +50,7 @@ impl ShortConv {
             None => x.clone(),
         };
         let (n, lead) = (joined.dims()[1], joined.dims()[1] - t);
-        let y = silu_conv(tape, &joined, w.get(self.weight))?;
+        let y = silu_conv(tape, &joined, w.get(self.weight), self.forms)?;
         let y = match lead {
             0 => y,
             _ => tape.narrow(&y, 1, lead, t)?,
@@ -59,10 +61,10 @@ impl ShortConv {
 }
 
 /// `silu(short_conv(x, w))` over x `[B, T, C]`: the fused kernel (every device has it), or
-/// where the reference is forced the same sum written as K shifted copies of x
+/// in the reference form the same sum written as K shifted copies of x
 /// (`sum_j w[:, j] x[t - K + 1 + j]`).
-fn silu_conv(tape: &Tape, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    if !reference_forced() {
+fn silu_conv(tape: &Tape, x: &Tensor, w: &Tensor, forms: Forms) -> Result<Tensor> {
+    if forms == Forms::Fused {
         return tape.short_conv_silu(x, w, None);
     }
     let (c, k) = (w.dims()[0], w.dims()[1]);

@@ -1,0 +1,277 @@
+//! The learning gate (`learn --check`): does every fused mixer still learn what its reference
+//! form learns? Each case of `bench/learning-gate.toml` (a pattern at one sequence length, with
+//! its data and schedule) trains several seeds twice, with the fused kernels and with the
+//! reference forms (`model.mixers`), and is judged against the reference and against the
+//! figures the file keeps:
+//!
+//! - the seeds that learn (final held-out recall at least `learned`) must be as many for the
+//!   fused form as for the reference, and at least the case's `min_learned`;
+//! - the median final recall at least the case's `min_final` (the reference's minus `slack`);
+//! - the median tokens to 50% recall at most the case's `max_tokens_to_50`, where it has one.
+//!
+//! A fail is not luck where the reference learns in every seed: the file's settings are chosen
+//! (measured) so that it does. This module reads the file and judges scored runs; `learn`
+//! trains them.
+use serde::Deserialize;
+
+use crate::learning::Outcome;
+
+/// The gate's file: shared settings and its cases.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gate {
+    pub settings: Settings,
+    #[serde(rename = "case")]
+    pub cases: Vec<Case>,
+}
+
+/// What every case shares.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub layers: usize,
+    pub d_model: usize,
+    pub heads: usize,
+    pub batch: usize,
+    /// Seeds per case and form: 0, 1, ..
+    pub seeds: u64,
+    pub eval_every: u64,
+    pub probes: usize,
+    /// The final recall at which a seed counts as learned.
+    pub learned: f64,
+    /// How far the fused form's median final recall may fall below the reference's.
+    pub slack: f64,
+}
+
+/// One pattern at one length, its schedule, and what it is expected to reach.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub pattern: String,
+    pub seq_len: usize,
+    pub pairs: usize,
+    pub steps: u64,
+    pub lr: f64,
+    /// Seeds (of `settings.seeds`) that must learn, in either form.
+    pub min_learned: u64,
+    /// The median final recall either form must reach.
+    pub min_final: f64,
+    /// The median tokens to 50% recall either form must not exceed (absent: not judged).
+    pub max_tokens_to_50: Option<f64>,
+}
+
+impl Case {
+    /// `M-T256`: how a case is named in runs and reports.
+    pub fn name(&self) -> String {
+        format!("{}-T{}", self.pattern, self.seq_len)
+    }
+}
+
+impl Gate {
+    pub fn parse(text: &str) -> Result<Gate, String> {
+        let gate: Gate = toml::from_str(text).map_err(|e| e.to_string())?;
+        if gate.cases.is_empty() {
+            return Err("the gate has no [[case]]".into());
+        }
+        if let Some(c) = gate
+            .cases
+            .iter()
+            .find(|c| c.min_learned > gate.settings.seeds)
+        {
+            return Err(format!(
+                "case {}: min_learned {} is more than the {} seeds",
+                c.name(),
+                c.min_learned,
+                gate.settings.seeds
+            ));
+        }
+        Ok(gate)
+    }
+}
+
+/// One form's runs of a case, summarized.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub seeds: usize,
+    pub learned: usize,
+    pub median_final: f64,
+    /// Over all seeds, a seed that never reached 50% counting as infinitely many tokens (so a
+    /// median of None: half the seeds or more never did).
+    pub median_tokens_to_50: Option<f64>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+impl Summary {
+    pub fn of(runs: &[Outcome], learned: f64) -> Summary {
+        let tokens = runs
+            .iter()
+            .map(|o| o.tokens_to_50.map_or(f64::INFINITY, |t| t as f64))
+            .collect();
+        let tokens = median(tokens);
+        Summary {
+            seeds: runs.len(),
+            learned: runs.iter().filter(|o| o.final_accuracy >= learned).count(),
+            median_final: median(runs.iter().map(|o| o.final_accuracy).collect()),
+            median_tokens_to_50: tokens.is_finite().then_some(tokens),
+        }
+    }
+}
+
+/// What is wrong with a case's fused and reference runs, one line each (none: it passes).
+pub fn judge(case: &Case, s: &Settings, fused: &Summary, reference: &Summary) -> Vec<String> {
+    let mut bad = Vec::new();
+    if fused.learned < reference.learned {
+        bad.push(format!(
+            "fused learned in {} of {} seeds, reference in {}",
+            fused.learned, fused.seeds, reference.learned
+        ));
+    }
+    if fused.median_final < reference.median_final - s.slack {
+        bad.push(format!(
+            "fused median recall {:.1}% below the reference's {:.1}% (slack {:.1})",
+            100.0 * fused.median_final,
+            100.0 * reference.median_final,
+            100.0 * s.slack
+        ));
+    }
+    for (form, r) in [("fused", fused), ("reference", reference)] {
+        if (r.learned as u64) < case.min_learned {
+            bad.push(format!(
+                "{form} learned in {} seeds, expected at least {}",
+                r.learned, case.min_learned
+            ));
+        }
+        if r.median_final < case.min_final {
+            bad.push(format!(
+                "{form} median recall {:.1}%, expected at least {:.1}%",
+                100.0 * r.median_final,
+                100.0 * case.min_final
+            ));
+        }
+        if let Some(max) = case.max_tokens_to_50 {
+            match r.median_tokens_to_50 {
+                Some(t) if t <= max => {}
+                Some(t) => bad.push(format!(
+                    "{form} median tokens to 50% {:.2}M, expected at most {:.2}M",
+                    t / 1e6,
+                    max / 1e6
+                )),
+                None => bad.push(format!("{form}: half its seeds or more never reached 50%")),
+            }
+        }
+    }
+    bad
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::learning::Point;
+
+    fn run(final_accuracy: f64, tokens_to_50: Option<u64>) -> Outcome {
+        Outcome {
+            pattern: "M".into(),
+            lr: 1e-3,
+            curve: vec![Point {
+                tokens: 1,
+                accuracy: final_accuracy,
+            }],
+            final_accuracy,
+            tokens_to_50,
+            tokens_to_90: None,
+            spike: 0.0,
+        }
+    }
+
+    const FILE: &str = r#"
+        [settings]
+        layers = 4
+        d_model = 128
+        heads = 2
+        batch = 32
+        seeds = 4
+        eval_every = 200
+        probes = 256
+        learned = 0.9
+        slack = 0.05
+
+        [[case]]
+        pattern = "M"
+        seq_len = 256
+        pairs = 16
+        steps = 2000
+        lr = 1e-3
+        min_learned = 4
+        min_final = 0.9
+        max_tokens_to_50 = 12e6
+    "#;
+
+    fn learned_all() -> Vec<Outcome> {
+        (0..4).map(|i| run(0.95, Some(8_000_000 + i))).collect()
+    }
+
+    #[test]
+    fn a_fused_form_that_learns_as_the_reference_passes() {
+        let g = Gate::parse(FILE).unwrap();
+        let s = Summary::of(&learned_all(), g.settings.learned);
+        assert_eq!(s.learned, 4);
+        assert!(judge(&g.cases[0], &g.settings, &s, &s).is_empty());
+    }
+
+    #[test]
+    fn a_fused_form_that_stops_learning_fails() {
+        let g = Gate::parse(FILE).unwrap();
+        let reference = Summary::of(&learned_all(), 0.9);
+        // The regression this gate exists for: fused at chance in most seeds.
+        let mut runs = learned_all();
+        for r in &mut runs[1..] {
+            *r = run(0.02, None);
+        }
+        let fused = Summary::of(&runs, 0.9);
+        let bad = judge(&g.cases[0], &g.settings, &fused, &reference);
+        assert!(
+            bad.iter()
+                .any(|b| b.contains("fused learned in 1 of 4 seeds")),
+            "{bad:?}"
+        );
+        assert!(
+            bad.iter().any(|b| b.contains("never reached 50%")),
+            "{bad:?}"
+        );
+    }
+
+    #[test]
+    fn slower_learning_than_expected_fails() {
+        let g = Gate::parse(FILE).unwrap();
+        let slow: Vec<Outcome> = (0..4).map(|_| run(0.95, Some(15_000_000))).collect();
+        let s = Summary::of(&slow, 0.9);
+        let bad = judge(&g.cases[0], &g.settings, &s, &s);
+        assert!(bad.iter().any(|b| b.contains("tokens to 50%")), "{bad:?}");
+    }
+
+    #[test]
+    fn the_median_is_the_middle_of_the_seeds() {
+        let runs = vec![run(0.1, None), run(0.5, Some(3)), run(0.9, Some(1))];
+        let s = Summary::of(&runs, 0.9);
+        assert_eq!(s.median_final, 0.5);
+        assert_eq!(s.median_tokens_to_50, Some(3.0));
+        let two = Summary::of(&runs[..2], 0.9);
+        assert_eq!(two.median_tokens_to_50, None);
+    }
+
+    #[test]
+    fn a_file_that_asks_more_seeds_than_it_runs_is_refused() {
+        let bad = FILE.replace("min_learned = 4", "min_learned = 5");
+        assert!(Gate::parse(&bad).unwrap_err().contains("min_learned 5"));
+        assert!(Gate::parse(&FILE.replace("pairs", "pair")).is_err());
+    }
+}
