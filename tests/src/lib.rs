@@ -49,3 +49,21 @@ pub fn relative_error(got: &Tensor, want: &Tensor) -> Result<f64> {
         (diff / norm).sqrt()
     })
 }
+
+/// The worst element's error against the tensor's largest value, max |got − want| / max |want|
+/// (the absolute error for a zero tensor; infinity for a NaN or Inf in `got`): an error confined
+/// to a few elements (one chunk, one gate) that [`relative_error`] averages away.
+pub fn worst_element_error(got: &Tensor, want: &Tensor) -> Result<f64> {
+    let (g, w) = (got.to_f64_vec()?, want.to_f64_vec()?);
+    let mut worst = 0.0f64;
+    let mut scale = 0.0f64;
+    for (a, b) in g.iter().zip(&w) {
+        worst = worst.max(if a.is_finite() {
+            (a - b).abs()
+        } else {
+            f64::INFINITY
+        });
+        scale = scale.max(b.abs());
+    }
+    Ok(if scale > 0.0 { worst / scale } else { worst })
+}
