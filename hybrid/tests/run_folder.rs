@@ -785,3 +785,56 @@ fn every_number_gets_a_clear_answer() {
     ok(train(&fresh, &["--stop-at", "0"]));
     assert!(!fresh.exists());
 }
+
+/// `--out` of a folder that is not a run, or of one inside a run, is refused before anything in
+/// it (or in the run around it) is removed or written; an empty folder and a run are taken.
+#[test]
+fn out_is_a_new_or_empty_folder_or_a_run_and_never_inside_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mine = |name: &str, files: &[(&str, &str)]| -> PathBuf {
+        let folder = dir.path().join(name);
+        for (file, text) in files {
+            let path = folder.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        folder
+    };
+    let user_folders = [
+        mine("ckpt", &[("checkpoints/step-1/model.pt", "w")]),
+        mine("cfg", &[("config.toml", "[model]\nlayers = 3\n")]),
+        mine("metrics", &[("metrics.jsonl", "{}\n")]),
+        mine("summary", &[("summary.txt", "mine")]),
+    ];
+    for folder in &user_folders {
+        let before = snapshot(folder);
+        fails(train(folder, &[]), &["not empty", "not a swax run"]);
+        assert!(snapshot(folder) == before, "{} changed", folder.display());
+    }
+    let data = dir.path().join("data");
+    prepare(dir.path(), &data, &corpus('a'), &[]);
+    fails(train(&data, &[]), &["not a swax run"]);
+
+    let run = dir.path().join("b2");
+    ok(train(&run, &["--set", "train.save_every=2"]));
+    let ckpt = run.join("checkpoints/step-0000003");
+    let loose = dir.path().join("loose");
+    copy_dir(&ckpt, &loose);
+    fails(train(&loose, &[]), &["a checkpoint folder"]);
+    let before = snapshot(&run);
+    for inside in [
+        ckpt.clone(),
+        ckpt.join("new"),
+        run.join("checkpoints"),
+        run.join("eval/w16"),
+    ] {
+        fails(train(&inside, &[]), &["inside the run", "b2"]);
+    }
+    fails(resume(&ckpt, &[]), &["inside the run"]);
+    assert!(snapshot(&run) == before, "the run changed");
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    ok(train(&empty, &[]));
+    ok(resume(&run, &["--set", "train.steps=4"]));
+}
