@@ -838,3 +838,49 @@ fn out_is_a_new_or_empty_folder_or_a_run_and_never_inside_one() {
     ok(train(&empty, &[]));
     ok(resume(&run, &["--set", "train.steps=4"]));
 }
+
+/// Evaluations of one run saving at once take turns, so none loses another's results: one
+/// waits while the folder is held, and several started together all end up in `results.json`.
+#[test]
+fn evaluations_saved_at_once_take_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    ok(train(&run, &[]));
+    let eval = |length: &str| {
+        Command::new(env!("CARGO_BIN_EXE_swax"))
+            .args(["eval", run.to_str().unwrap(), "--device", "cpu"])
+            .args(["--tasks", "passkey", "--depths", "0.5", "--samples", "1"])
+            .args(["--lengths", length])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let w = run.join("eval/w16");
+    std::fs::create_dir_all(&w).unwrap();
+    let held = swax_data::FolderLock::acquire(&w).unwrap();
+    let mut waiting = eval("256");
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "an evaluation saved while another held the folder"
+    );
+    drop(held);
+    assert!(waiting.wait().unwrap().success());
+
+    let lengths = ["288", "320", "352", "384"];
+    let children: Vec<_> = lengths.iter().map(|l| eval(l)).collect();
+    for child in children {
+        ok(child.wait_with_output().unwrap());
+    }
+    let text = std::fs::read_to_string(w.join("results.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut saved: Vec<u64> = v["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["length"].as_u64().unwrap())
+        .collect();
+    saved.sort();
+    assert_eq!(saved, [256, 288, 320, 352, 384]);
+}
