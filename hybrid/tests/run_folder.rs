@@ -118,7 +118,8 @@ fn latest_step(run: &Path) -> u64 {
     name.trim().trim_start_matches("step-").parse().unwrap()
 }
 
-/// `swax prepare` of `text` (bytes tokenizer unless `extra` says) into `out`.
+/// `swax prepare` of `text` (bytes tokenizer and a tenth held out unless `extra` says) into
+/// `out`.
 fn prepare(dir: &Path, out: &Path, text: &str, extra: &[&str]) {
     let input = dir.join(format!(
         "{}.txt",
@@ -127,7 +128,9 @@ fn prepare(dir: &Path, out: &Path, text: &str, extra: &[&str]) {
     std::fs::write(&input, text).unwrap();
     let mut args = vec!["prepare".to_string(), input.display().to_string()];
     args.extend(["--out".into(), out.display().to_string()]);
-    args.extend(["--val-fraction".into(), "0.1".into()]);
+    if !extra.contains(&"--val-fraction") {
+        args.extend(["--val-fraction".into(), "0.1".into()]);
+    }
     args.extend(extra.iter().map(|s| s.to_string()));
     ok(swax(&args));
 }
@@ -883,4 +886,41 @@ fn evaluations_saved_at_once_take_turns() {
         .collect();
     saved.sort();
     assert_eq!(saved, [256, 288, 320, 352, 384]);
+}
+
+/// An evaluation on other data than the run's keeps its results apart, recording the data, and
+/// never replaces the run's own loss; data with nothing held out is an error, not a loss of 0.
+#[test]
+fn eval_on_other_data_keeps_the_runs_own_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    ok(train(&run, &["--data", "corpus"]));
+    let eval = |data: Option<&Path>| {
+        let mut args = vec!["eval", run.to_str().unwrap(), "--device", "cpu"];
+        args.extend(["--tasks", "loss", "--lengths", "32", "--samples", "1"]);
+        if let Some(data) = data {
+            args.extend(["--data", data.to_str().unwrap()]);
+        }
+        swax(&args)
+    };
+    let read = |path: PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    ok(eval(None));
+    let own = run.join("eval/w16/results.json");
+    let before = read(own.clone());
+    assert_eq!(before["loss"]["data"], "corpus");
+    assert!(before.get("other_data").is_none(), "{before}");
+
+    let unheld = dir.path().join("unheld");
+    prepare(dir.path(), &unheld, &corpus('a'), &["--val-fraction", "0"]);
+    fails(eval(Some(&unheld)), &["unheld", "no held-out sequence"]);
+    let other = dir.path().join("other");
+    prepare(dir.path(), &other, &corpus('b'), &[]);
+    ok(eval(Some(&other)));
+    assert_eq!(read(own), before);
+    let apart = read(run.join("eval/w16-on-other/results.json"));
+    assert_eq!(apart["loss"]["data"], other.to_str().unwrap());
+    assert_eq!(apart["other_data"], other.to_str().unwrap());
+    assert!(apart["loss"]["samples"].as_u64().unwrap() > 0);
 }

@@ -145,7 +145,7 @@ pub fn run(args: EvalArgs) -> CliResult {
         plan.lengths
     );
     let results = evaluate(&loaded, &plan, &mut |line| eprintln!("{line}"))?;
-    let dir = loaded.run.join("eval").join(format!("w{window}"));
+    let dir = store::folder(&loaded.run, &results);
     print!("{}", markdown(std::slice::from_ref(&results)));
     let saved = store::save(&dir, results)?;
     if let Some(to) = &saved.moved {

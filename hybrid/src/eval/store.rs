@@ -24,6 +24,29 @@ pub struct Saved {
     pub moved: Option<PathBuf>,
 }
 
+/// The folder of `r`'s results in `run`: `eval/wW`, or `eval/wW-on-NAME` for a loss on data
+/// other than the run's own (NAME: the data's folder or source name), so that one never
+/// replaces the other.
+pub fn folder(run: &Path, r: &EvalResults) -> PathBuf {
+    let name = match &r.other_data {
+        None => format!("w{}", r.window),
+        Some(data) => {
+            let base = Path::new(data)
+                .file_name()
+                .map_or(data.as_str().into(), |n| n.to_string_lossy());
+            let safe: String = base
+                .chars()
+                .map(|c| match c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                    true => c,
+                    false => '_',
+                })
+                .collect();
+            format!("w{}-on-{safe}", r.window)
+        }
+    };
+    run.join("eval").join(name)
+}
+
 /// Writes `new` into `dir` (`RUN/eval/wW`) as the module's comment says.
 pub fn save(dir: &Path, new: EvalResults) -> Result<Saved> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
