@@ -924,3 +924,62 @@ fn eval_on_other_data_keeps_the_runs_own_loss() {
     assert_eq!(apart["other_data"], other.to_str().unwrap());
     assert!(apart["loss"]["samples"].as_u64().unwrap() > 0);
 }
+
+/// A negative number, on a flag or in a `--set`, is refused naming the flag or the key, not read
+/// as an unknown flag or left unnamed.
+#[test]
+fn negative_numbers_are_refused_naming_the_flag_or_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    fails(
+        train(&run, &["--set", "model.d_model=-32"]),
+        &["model.d_model", "-32"],
+    );
+    fails(
+        train(&run, &["--set", "train.steps=-1"]),
+        &["train.steps", "-1"],
+    );
+    fails(
+        train(&run, &["--stop-at", "-1"]),
+        &["--stop-at", "negative"],
+    );
+    assert!(!run.exists());
+    ok(train(&run, &[]));
+    let run_s = run.to_str().unwrap();
+    for (args, needles) in [
+        (&["--lengths", "-64"][..], &["--lengths", "negative"][..]),
+        (&["--window", "-1"], &["--window", "negative"]),
+        (&["--samples", "-2"], &["--samples", "negative"]),
+        (&["--depths", "-0.5"], &["--depths -0.5"]),
+    ] {
+        let mut eval = vec!["eval", run_s, "--device", "cpu"];
+        eval.extend(args);
+        fails(swax(&eval), needles);
+    }
+    for (args, needles) in [
+        (&["--temperature", "-1"][..], &["temperature"][..]),
+        (&["--batch", "-1"], &["--batch", "negative"]),
+        (&["--max-tokens", "-5"], &["--max-tokens", "negative"]),
+    ] {
+        let mut generate = vec!["generate", run_s, "--device", "cpu", "--prompt", "a"];
+        generate.extend(args);
+        fails(swax(&generate), needles);
+    }
+    let data = dir.path().join("data");
+    fails(
+        swax(&[
+            "prepare",
+            "-",
+            "--out",
+            data.to_str().unwrap(),
+            "--val-fraction",
+            "-0.1",
+        ]),
+        &["validation fraction -0.1"],
+    );
+    let log = fails(
+        swax(&["prepare", "-", "--out", "x", "--shard-tokens", "-1"]),
+        &["--shard-tokens", "negative"],
+    );
+    assert!(!log.contains("unexpected argument"), "{log}");
+}

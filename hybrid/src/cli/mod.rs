@@ -55,6 +55,19 @@ pub(crate) fn device(arg: Option<&str>) -> Result<Device, String> {
     }
 }
 
+/// A flag's count, size or seed: a whole number, 0 or more. The subcommands take negative
+/// numbers as values (`allow_negative_numbers`) so that a negative one meets this message, not
+/// clap's "unexpected argument".
+pub(crate) fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    if s.trim_start().starts_with('-') {
+        return Err(format!("{s} is negative: a whole number, 0 or more"));
+    }
+    s.trim().parse().map_err(|e| format!("{s}: {e}"))
+}
+
 /// Subcommands report any error (data, model, I/O) to `main`, which prints it.
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
 
