@@ -983,3 +983,27 @@ fn negative_numbers_are_refused_naming_the_flag_or_key() {
     );
     assert!(!log.contains("unexpected argument"), "{log}");
 }
+
+/// A `meta.json` whose vocabulary or end of text is not its tokenizer's is refused naming the
+/// file, before a run records a model of the one for data of the other.
+#[test]
+fn a_meta_json_that_disagrees_with_its_tokenizer_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    prepare(dir.path(), &data, &corpus('a'), &["--tokenizer", "gpt2"]);
+    let meta = data.join("meta.json");
+    let good = std::fs::read_to_string(&meta).unwrap();
+    for (from, to) in [
+        ("\"vocab_size\": 50257", "\"vocab_size\": 256"),
+        ("\"eot\": 50256", "\"eot\": 0"),
+    ] {
+        assert!(good.contains(from), "{good}");
+        std::fs::write(&meta, good.replace(from, to)).unwrap();
+        let run = dir.path().join("run");
+        fails(
+            train(&run, &["--data", data.to_str().unwrap()]),
+            &["data/meta.json", "gpt2 tokenizer"],
+        );
+        assert!(!run.exists());
+    }
+}
