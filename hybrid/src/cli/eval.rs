@@ -51,12 +51,14 @@ pub struct EvalArgs {
     /// the training length.
     #[arg(long, value_parser = whole::<usize>, alias = "chunk")]
     piece: Option<usize>,
+    /// The seed of the task samples (the same seed, the same samples).
     #[arg(long, value_parser = whole::<u64>, default_value_t = 0)]
     seed: u64,
     /// `forced`: exact match of the greedy answer in one teacher-forced pass; `generate`: that,
     /// and RULER's string_match_all of up to --generate-tokens generated tokens (niah, passkey).
     #[arg(long, default_value = "forced", value_parser = ["forced", "generate"])]
     scoring: String,
+    /// With --scoring generate: the most tokens generated per answer.
     #[arg(long, value_parser = whole::<usize>, default_value_t = 128)]
     generate_tokens: usize,
 }

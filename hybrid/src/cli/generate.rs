@@ -23,6 +23,7 @@ pub struct GenerateArgs {
     /// A file holding the text to continue (`-`: stdin).
     #[arg(long)]
     prompt_file: Option<PathBuf>,
+    /// Tokens generated after the prompt, at most.
     #[arg(long, value_parser = whole::<usize>, default_value_t = 128)]
     max_tokens: usize,
     /// 0: greedy.
@@ -34,6 +35,7 @@ pub struct GenerateArgs {
     /// Sample from the smallest set of tokens whose probability reaches p.
     #[arg(long, default_value_t = 1.0)]
     top_p: f64,
+    /// The seed of sampling (the same seed, the same text); unused when greedy.
     #[arg(long, value_parser = whole::<u64>, default_value_t = 0)]
     seed: u64,
     /// The attention window. Default: the run's long training window (train.w_long).

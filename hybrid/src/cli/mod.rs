@@ -28,7 +28,7 @@ pub struct Cli {
 pub enum Command {
     /// Tokenize text files, folders or stdin into train and validation shards.
     Prepare(prepare::PrepareArgs),
-    /// Train a hybrid model (default: swax-tiny on the embedded recall corpus).
+    /// Train a hybrid model (default: swax-tiny on generated MQAR, multi-query associative recall).
     Train(train::TrainArgs),
     /// Long-context tasks and the loss by position for a trained run's checkpoint.
     Eval(eval::EvalArgs),
