@@ -44,6 +44,9 @@ pub enum DataError {
         #[source]
         source: serde_json::Error,
     },
+    /// A `meta.json` that disagrees with itself (a tokenizer and another vocabulary).
+    #[error("{}: {detail}", path.display())]
+    MetaMismatch { path: PathBuf, detail: String },
     #[error("{}: holds {count} shard or metadata file(s) already; pass --force to overwrite", dir.display())]
     ShardsExist { dir: PathBuf, count: usize },
     /// Inputs that cannot be read as given (the same file twice, stdin twice).

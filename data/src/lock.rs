@@ -5,7 +5,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{DataError, Result};
 
@@ -22,14 +22,7 @@ pub struct FolderLock {
 impl FolderLock {
     /// Locks `dir` (which must exist), or fails at once naming the process that holds it.
     pub fn acquire(dir: &Path) -> Result<FolderLock> {
-        let path = dir.join(LOCK_FILE);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(DataError::io(&path))?;
+        let (path, mut file) = open(dir)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -47,10 +40,36 @@ impl FolderLock {
             }
             Err(TryLockError::Error(e)) => return Err(DataError::io(&path)(e)),
         }
-        file.set_len(0).map_err(DataError::io(&path))?;
-        file.seek(SeekFrom::Start(0))
-            .map_err(DataError::io(&path))?;
-        writeln!(file, "{}", std::process::id()).map_err(DataError::io(&path))?;
-        Ok(FolderLock { _file: file })
+        held(path, file)
     }
+
+    /// Locks `dir` (which must exist), waiting while another process holds it: for writes that
+    /// take moments and merge with what the holder wrote (evaluation results).
+    pub fn wait(dir: &Path) -> Result<FolderLock> {
+        let (path, file) = open(dir)?;
+        file.lock().map_err(DataError::io(&path))?;
+        held(path, file)
+    }
+}
+
+/// The lock file of `dir`, opened for reading and writing (created if need be).
+fn open(dir: &Path) -> Result<(PathBuf, File)> {
+    let path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(DataError::io(&path))?;
+    Ok((path, file))
+}
+
+/// The lock on `file`, now held, with this process's id written in it.
+fn held(path: PathBuf, mut file: File) -> Result<FolderLock> {
+    file.set_len(0).map_err(DataError::io(&path))?;
+    file.seek(SeekFrom::Start(0))
+        .map_err(DataError::io(&path))?;
+    writeln!(file, "{}", std::process::id()).map_err(DataError::io(&path))?;
+    Ok(FolderLock { _file: file })
 }

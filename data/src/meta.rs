@@ -36,9 +36,27 @@ impl DatasetMeta {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(DataError::Io { path, source }),
         };
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|source| DataError::Meta { path, source })
+        let meta: DatasetMeta = serde_json::from_str(&text).map_err(|source| DataError::Meta {
+            path: path.clone(),
+            source,
+        })?;
+        // The tokenizer decides what the ids mean: a vocabulary or end of text other than its
+        // own would size the model for the one and decode with the other.
+        let kind = meta.tokenizer;
+        if (meta.vocab_size, meta.eot) != (kind.vocab_size(), kind.eot()) {
+            return Err(DataError::MetaMismatch {
+                path,
+                detail: format!(
+                    "vocab_size {} and eot {} do not match the {kind} tokenizer it names \
+                     (vocab_size {}, eot {}); prepare the data again",
+                    meta.vocab_size,
+                    meta.eot,
+                    kind.vocab_size(),
+                    kind.eot()
+                ),
+            });
+        }
+        Ok(Some(meta))
     }
 
     /// Written atomically, like shards, and last, so its presence means the shards are complete.

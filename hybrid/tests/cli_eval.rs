@@ -177,3 +177,38 @@ fn generation_scoring_sits_beside_exact_match() {
     );
     assert!(log.contains("| passkey generated % | 256 |"), "{log}");
 }
+
+/// Every option of every subcommand says what it is, and the help names the default training
+/// data as what it is (generated MQAR), not a corpus it does not train on.
+#[test]
+fn every_option_has_a_description() {
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_swax"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let top = help(&["--help"]);
+    assert!(top.contains("generated MQAR"), "{top}");
+    assert!(!top.contains("recall corpus"), "{top}");
+    for sub in ["prepare", "train", "eval", "generate", "report", "study"] {
+        let text = help(&[sub, "--help"]);
+        // In the long help a description follows its option, on the next line; a bare option
+        // is followed by a blank line, its default or its values (`[default: 0]`), or the end.
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        let bare: Vec<&str> = lines
+            .iter()
+            .enumerate()
+            .filter(|(i, l)| {
+                l.starts_with("--")
+                    && lines
+                        .get(i + 1)
+                        .is_none_or(|next| next.is_empty() || next.starts_with('['))
+            })
+            .map(|(_, l)| *l)
+            .collect();
+        assert!(bare.is_empty(), "swax {sub}: {bare:?}");
+    }
+}

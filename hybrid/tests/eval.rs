@@ -338,6 +338,7 @@ fn results(run: &Path, window: usize, niah: [usize; 2]) -> EvalResults {
             length: 512,
             samples: 2,
             unit: "bits/byte".into(),
+            data: "corpus".into(),
             buckets: vec![
                 LossBucket {
                     start: 0,
@@ -351,6 +352,7 @@ fn results(run: &Path, window: usize, niah: [usize; 2]) -> EvalResults {
                 },
             ],
         }),
+        other_data: None,
     }
 }
 

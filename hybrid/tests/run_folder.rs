@@ -118,7 +118,8 @@ fn latest_step(run: &Path) -> u64 {
     name.trim().trim_start_matches("step-").parse().unwrap()
 }
 
-/// `swax prepare` of `text` (bytes tokenizer unless `extra` says) into `out`.
+/// `swax prepare` of `text` (bytes tokenizer and a tenth held out unless `extra` says) into
+/// `out`.
 fn prepare(dir: &Path, out: &Path, text: &str, extra: &[&str]) {
     let input = dir.join(format!(
         "{}.txt",
@@ -127,7 +128,9 @@ fn prepare(dir: &Path, out: &Path, text: &str, extra: &[&str]) {
     std::fs::write(&input, text).unwrap();
     let mut args = vec!["prepare".to_string(), input.display().to_string()];
     args.extend(["--out".into(), out.display().to_string()]);
-    args.extend(["--val-fraction".into(), "0.1".into()]);
+    if !extra.contains(&"--val-fraction") {
+        args.extend(["--val-fraction".into(), "0.1".into()]);
+    }
     args.extend(extra.iter().map(|s| s.to_string()));
     ok(swax(&args));
 }
@@ -784,4 +787,223 @@ fn every_number_gets_a_clear_answer() {
     let fresh = dir.path().join("fresh");
     ok(train(&fresh, &["--stop-at", "0"]));
     assert!(!fresh.exists());
+}
+
+/// `--out` of a folder that is not a run, or of one inside a run, is refused before anything in
+/// it (or in the run around it) is removed or written; an empty folder and a run are taken.
+#[test]
+fn out_is_a_new_or_empty_folder_or_a_run_and_never_inside_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mine = |name: &str, files: &[(&str, &str)]| -> PathBuf {
+        let folder = dir.path().join(name);
+        for (file, text) in files {
+            let path = folder.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        folder
+    };
+    let user_folders = [
+        mine("ckpt", &[("checkpoints/step-1/model.pt", "w")]),
+        mine("cfg", &[("config.toml", "[model]\nlayers = 3\n")]),
+        mine("metrics", &[("metrics.jsonl", "{}\n")]),
+        mine("summary", &[("summary.txt", "mine")]),
+    ];
+    for folder in &user_folders {
+        let before = snapshot(folder);
+        fails(train(folder, &[]), &["not empty", "not a swax run"]);
+        assert!(snapshot(folder) == before, "{} changed", folder.display());
+    }
+    let data = dir.path().join("data");
+    prepare(dir.path(), &data, &corpus('a'), &[]);
+    fails(train(&data, &[]), &["not a swax run"]);
+
+    let run = dir.path().join("b2");
+    ok(train(&run, &["--set", "train.save_every=2"]));
+    let ckpt = run.join("checkpoints/step-0000003");
+    let loose = dir.path().join("loose");
+    copy_dir(&ckpt, &loose);
+    fails(train(&loose, &[]), &["a checkpoint folder"]);
+    let before = snapshot(&run);
+    for inside in [
+        ckpt.clone(),
+        ckpt.join("new"),
+        run.join("checkpoints"),
+        run.join("eval/w16"),
+    ] {
+        fails(train(&inside, &[]), &["inside the run", "b2"]);
+    }
+    fails(resume(&ckpt, &[]), &["inside the run"]);
+    assert!(snapshot(&run) == before, "the run changed");
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    ok(train(&empty, &[]));
+    ok(resume(&run, &["--set", "train.steps=4"]));
+}
+
+/// Evaluations of one run saving at once take turns, so none loses another's results: one
+/// waits while the folder is held, and several started together all end up in `results.json`.
+#[test]
+fn evaluations_saved_at_once_take_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    ok(train(&run, &[]));
+    let eval = |length: &str| {
+        Command::new(env!("CARGO_BIN_EXE_swax"))
+            .args(["eval", run.to_str().unwrap(), "--device", "cpu"])
+            .args(["--tasks", "passkey", "--depths", "0.5", "--samples", "1"])
+            .args(["--lengths", length])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let w = run.join("eval/w16");
+    std::fs::create_dir_all(&w).unwrap();
+    let held = swax_data::FolderLock::acquire(&w).unwrap();
+    let mut waiting = eval("256");
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "an evaluation saved while another held the folder"
+    );
+    drop(held);
+    assert!(waiting.wait().unwrap().success());
+
+    let lengths = ["288", "320", "352", "384"];
+    let children: Vec<_> = lengths.iter().map(|l| eval(l)).collect();
+    for child in children {
+        ok(child.wait_with_output().unwrap());
+    }
+    let text = std::fs::read_to_string(w.join("results.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut saved: Vec<u64> = v["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["length"].as_u64().unwrap())
+        .collect();
+    saved.sort();
+    assert_eq!(saved, [256, 288, 320, 352, 384]);
+}
+
+/// An evaluation on other data than the run's keeps its results apart, recording the data, and
+/// never replaces the run's own loss; data with nothing held out is an error, not a loss of 0.
+#[test]
+fn eval_on_other_data_keeps_the_runs_own_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    ok(train(&run, &["--data", "corpus"]));
+    let eval = |data: Option<&Path>| {
+        let mut args = vec!["eval", run.to_str().unwrap(), "--device", "cpu"];
+        args.extend(["--tasks", "loss", "--lengths", "32", "--samples", "1"]);
+        if let Some(data) = data {
+            args.extend(["--data", data.to_str().unwrap()]);
+        }
+        swax(&args)
+    };
+    let read = |path: PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    ok(eval(None));
+    let own = run.join("eval/w16/results.json");
+    let before = read(own.clone());
+    assert_eq!(before["loss"]["data"], "corpus");
+    assert!(before.get("other_data").is_none(), "{before}");
+
+    let unheld = dir.path().join("unheld");
+    prepare(dir.path(), &unheld, &corpus('a'), &["--val-fraction", "0"]);
+    fails(eval(Some(&unheld)), &["unheld", "no held-out sequence"]);
+    let other = dir.path().join("other");
+    prepare(dir.path(), &other, &corpus('b'), &[]);
+    ok(eval(Some(&other)));
+    assert_eq!(read(own), before);
+    let apart = read(run.join("eval/w16-on-other/results.json"));
+    assert_eq!(apart["loss"]["data"], other.to_str().unwrap());
+    assert_eq!(apart["other_data"], other.to_str().unwrap());
+    assert!(apart["loss"]["samples"].as_u64().unwrap() > 0);
+}
+
+/// A negative number, on a flag or in a `--set`, is refused naming the flag or the key, not read
+/// as an unknown flag or left unnamed.
+#[test]
+fn negative_numbers_are_refused_naming_the_flag_or_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    fails(
+        train(&run, &["--set", "model.d_model=-32"]),
+        &["model.d_model", "-32"],
+    );
+    fails(
+        train(&run, &["--set", "train.steps=-1"]),
+        &["train.steps", "-1"],
+    );
+    fails(
+        train(&run, &["--stop-at", "-1"]),
+        &["--stop-at", "negative"],
+    );
+    assert!(!run.exists());
+    ok(train(&run, &[]));
+    let run_s = run.to_str().unwrap();
+    for (args, needles) in [
+        (&["--lengths", "-64"][..], &["--lengths", "negative"][..]),
+        (&["--window", "-1"], &["--window", "negative"]),
+        (&["--samples", "-2"], &["--samples", "negative"]),
+        (&["--depths", "-0.5"], &["--depths -0.5"]),
+    ] {
+        let mut eval = vec!["eval", run_s, "--device", "cpu"];
+        eval.extend(args);
+        fails(swax(&eval), needles);
+    }
+    for (args, needles) in [
+        (&["--temperature", "-1"][..], &["temperature"][..]),
+        (&["--batch", "-1"], &["--batch", "negative"]),
+        (&["--max-tokens", "-5"], &["--max-tokens", "negative"]),
+    ] {
+        let mut generate = vec!["generate", run_s, "--device", "cpu", "--prompt", "a"];
+        generate.extend(args);
+        fails(swax(&generate), needles);
+    }
+    let data = dir.path().join("data");
+    fails(
+        swax(&[
+            "prepare",
+            "-",
+            "--out",
+            data.to_str().unwrap(),
+            "--val-fraction",
+            "-0.1",
+        ]),
+        &["validation fraction -0.1"],
+    );
+    let log = fails(
+        swax(&["prepare", "-", "--out", "x", "--shard-tokens", "-1"]),
+        &["--shard-tokens", "negative"],
+    );
+    assert!(!log.contains("unexpected argument"), "{log}");
+}
+
+/// A `meta.json` whose vocabulary or end of text is not its tokenizer's is refused naming the
+/// file, before a run records a model of the one for data of the other.
+#[test]
+fn a_meta_json_that_disagrees_with_its_tokenizer_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    prepare(dir.path(), &data, &corpus('a'), &["--tokenizer", "gpt2"]);
+    let meta = data.join("meta.json");
+    let good = std::fs::read_to_string(&meta).unwrap();
+    for (from, to) in [
+        ("\"vocab_size\": 50257", "\"vocab_size\": 256"),
+        ("\"eot\": 50256", "\"eot\": 0"),
+    ] {
+        assert!(good.contains(from), "{good}");
+        std::fs::write(&meta, good.replace(from, to)).unwrap();
+        let run = dir.path().join("run");
+        fails(
+            train(&run, &["--data", data.to_str().unwrap()]),
+            &["data/meta.json", "gpt2 tokenizer"],
+        );
+        assert!(!run.exists());
+    }
 }

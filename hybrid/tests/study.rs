@@ -180,6 +180,7 @@ fn results(run: &str, window: usize, near: usize, far: usize) -> EvalResults {
             cell(64, 20, near + far, 10, near),
         ],
         loss: None,
+        other_data: None,
     }
 }
 

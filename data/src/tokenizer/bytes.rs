@@ -18,11 +18,11 @@ impl Tokenizer for BytesTokenizer {
     }
 
     fn vocab_size(&self) -> u32 {
-        256
+        TokenizerKind::Bytes.vocab_size()
     }
 
     fn eot(&self) -> u32 {
-        BYTES_EOT
+        TokenizerKind::Bytes.eot()
     }
 
     fn encode(&self, text: &str) -> Vec<u32> {

@@ -35,11 +35,11 @@ impl Tokenizer for Gpt2Tokenizer {
     }
 
     fn vocab_size(&self) -> u32 {
-        GPT2_EOT + 1
+        TokenizerKind::Gpt2.vocab_size()
     }
 
     fn eot(&self) -> u32 {
-        GPT2_EOT
+        TokenizerKind::Gpt2.eot()
     }
 
     /// `<|endoftext|>` inside the text is encoded as ordinary text, as llm.c's FineWeb script

@@ -60,6 +60,22 @@ impl TokenizerKind {
         }
     }
 
+    /// The ids the tokenizer produces: 0 to this, less one.
+    pub fn vocab_size(self) -> u32 {
+        match self {
+            TokenizerKind::Bytes => 256,
+            TokenizerKind::Gpt2 => gpt2::GPT2_EOT + 1,
+        }
+    }
+
+    /// The end-of-text id.
+    pub fn eot(self) -> u32 {
+        match self {
+            TokenizerKind::Bytes => bytes::BYTES_EOT,
+            TokenizerKind::Gpt2 => gpt2::GPT2_EOT,
+        }
+    }
+
     /// Builds the tokenizer. GPT-2's ranks are compiled into the binary: nothing is downloaded.
     pub fn build(self) -> Result<Box<dyn Tokenizer>> {
         Ok(match self {

@@ -13,9 +13,10 @@ use swax_hybrid::loaded::load;
 use swax_hybrid::train::data::shards_dir;
 use swax_hybrid::train::run_dir::dataset_tokenizer;
 
-use super::CliResult;
+use super::{whole, CliResult};
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 pub struct EvalArgs {
     /// A run folder (its latest checkpoint) or a checkpoint folder (RUN/checkpoints/step-N).
     path: PathBuf,
@@ -30,13 +31,13 @@ pub struct EvalArgs {
     #[arg(long, default_value = "0,0.25,0.5,0.75,1", value_delimiter = ',')]
     depths: Vec<f64>,
     /// The attention window. Default: the run's long training window (train.w_long).
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>)]
     window: Option<usize>,
     /// Samples per task, length and depth; held-out sequences for the loss.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, value_parser = whole::<usize>, default_value_t = 8)]
     samples: usize,
     /// Positions per bucket of the loss curve. Default: the training length.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>)]
     bucket: Option<usize>,
     /// The held-out text of the loss by position, as `data.source` names it (`corpus`, a recall
     /// source, or a folder of shards); default: the run's own data.
@@ -48,15 +49,17 @@ pub struct EvalArgs {
     /// Evaluate in pieces of this many tokens, carrying window tails and recurrent states
     /// (memory bounded by the piece, not the sequence); 0 for one pass per sequence. Default:
     /// the training length.
-    #[arg(long, alias = "chunk")]
+    #[arg(long, value_parser = whole::<usize>, alias = "chunk")]
     piece: Option<usize>,
-    #[arg(long, default_value_t = 0)]
+    /// The seed of the task samples (the same seed, the same samples).
+    #[arg(long, value_parser = whole::<u64>, default_value_t = 0)]
     seed: u64,
     /// `forced`: exact match of the greedy answer in one teacher-forced pass; `generate`: that,
     /// and RULER's string_match_all of up to --generate-tokens generated tokens (niah, passkey).
     #[arg(long, default_value = "forced", value_parser = ["forced", "generate"])]
     scoring: String,
-    #[arg(long, default_value_t = 128)]
+    /// With --scoring generate: the most tokens generated per answer.
+    #[arg(long, value_parser = whole::<usize>, default_value_t = 128)]
     generate_tokens: usize,
 }
 
@@ -65,10 +68,8 @@ fn parse_len(s: &str) -> Result<usize, String> {
         Some(d) => (d, 1024),
         None => (s, 1),
     };
-    digits
-        .trim()
-        .parse::<usize>()
-        .map_err(|e| format!("length {s}: {e}"))?
+    super::whole::<usize>(digits)
+        .map_err(|e| format!("length {e}"))?
         .checked_mul(scale)
         .ok_or_else(|| format!("length {s}: more tokens than a length can count"))
 }
@@ -145,7 +146,7 @@ pub fn run(args: EvalArgs) -> CliResult {
         plan.lengths
     );
     let results = evaluate(&loaded, &plan, &mut |line| eprintln!("{line}"))?;
-    let dir = loaded.run.join("eval").join(format!("w{window}"));
+    let dir = store::folder(&loaded.run, &results);
     print!("{}", markdown(std::slice::from_ref(&results)));
     let saved = store::save(&dir, results)?;
     if let Some(to) = &saved.moved {

@@ -10,9 +10,10 @@ use swax_hybrid::generate::{generate, Request, Sampling};
 use swax_hybrid::loaded::load;
 use swax_hybrid::train::compute_dtype;
 
-use super::CliResult;
+use super::{whole, CliResult};
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 pub struct GenerateArgs {
     /// A run folder (its latest checkpoint) or a checkpoint folder.
     path: PathBuf,
@@ -22,24 +23,26 @@ pub struct GenerateArgs {
     /// A file holding the text to continue (`-`: stdin).
     #[arg(long)]
     prompt_file: Option<PathBuf>,
-    #[arg(long, default_value_t = 128)]
+    /// Tokens generated after the prompt, at most.
+    #[arg(long, value_parser = whole::<usize>, default_value_t = 128)]
     max_tokens: usize,
     /// 0: greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f64,
     /// Sample from the k most likely tokens only (0: all).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_parser = whole::<usize>, default_value_t = 0)]
     top_k: usize,
     /// Sample from the smallest set of tokens whose probability reaches p.
     #[arg(long, default_value_t = 1.0)]
     top_p: f64,
-    #[arg(long, default_value_t = 0)]
+    /// The seed of sampling (the same seed, the same text); unused when greedy.
+    #[arg(long, value_parser = whole::<u64>, default_value_t = 0)]
     seed: u64,
     /// The attention window. Default: the run's long training window (train.w_long).
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>)]
     window: Option<usize>,
     /// Continuations of the prompt generated side by side.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_parser = whole::<usize>, default_value_t = 1)]
     batch: usize,
     /// `cpu` or `cuda[:N]`. Default: the first GPU if there is one, else the CPU.
     #[arg(long)]

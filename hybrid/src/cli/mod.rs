@@ -28,7 +28,7 @@ pub struct Cli {
 pub enum Command {
     /// Tokenize text files, folders or stdin into train and validation shards.
     Prepare(prepare::PrepareArgs),
-    /// Train a hybrid model (default: swax-tiny on the embedded recall corpus).
+    /// Train a hybrid model (default: swax-tiny on generated MQAR, multi-query associative recall).
     Train(train::TrainArgs),
     /// Long-context tasks and the loss by position for a trained run's checkpoint.
     Eval(eval::EvalArgs),
@@ -53,6 +53,19 @@ pub(crate) fn device(arg: Option<&str>) -> Result<Device, String> {
             .map(Device::Cuda)
             .ok_or_else(|| format!("--device {s}: expected cpu, cuda or cuda:N")),
     }
+}
+
+/// A flag's count, size or seed: a whole number, 0 or more. The subcommands take negative
+/// numbers as values (`allow_negative_numbers`) so that a negative one meets this message, not
+/// clap's "unexpected argument".
+pub(crate) fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    if s.trim_start().starts_with('-') {
+        return Err(format!("{s} is negative: a whole number, 0 or more"));
+    }
+    s.trim().parse().map_err(|e| format!("{s}: {e}"))
 }
 
 /// Subcommands report any error (data, model, I/O) to `main`, which prints it.

@@ -9,9 +9,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use swax_data::prepare::{Input, Plan, PrepareConfig};
 use swax_data::{SplitCounts, TokenizerKind};
 
-use super::CliResult;
+use super::{whole, CliResult};
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 pub struct PrepareArgs {
     /// Text files, folders (read recursively) or `-` for stdin. Documents are files, or parts
     /// of files between `<|endoftext|>` markers.
@@ -27,7 +28,7 @@ pub struct PrepareArgs {
     #[arg(long, default_value_t = 0.01)]
     val_fraction: f64,
     /// Tokens per shard.
-    #[arg(long, default_value_t = 100_000_000)]
+    #[arg(long, value_parser = whole::<usize>, default_value_t = 100_000_000)]
     shard_tokens: usize,
     /// Replace shards and metadata already in the output folder.
     #[arg(long)]

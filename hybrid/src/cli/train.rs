@@ -15,9 +15,10 @@ use swax_hybrid::config::Config;
 use swax_hybrid::train::nccl::{NcclGroup, Place};
 use swax_hybrid::train::{self, Options};
 
-use super::{launch, signals, CliResult};
+use super::{launch, signals, whole, CliResult};
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 pub struct TrainArgs {
     /// A config file, or the name of a built-in one (swax-tiny, swax-tiny-gdn, rattention-tiny,
     /// swa-full-tiny, transformer-tiny, swax-small, swax-small-gdn, rattention-small, swax-1.4b).
@@ -44,7 +45,7 @@ pub struct TrainArgs {
     #[arg(long, requires = "resume")]
     allow_data_change: bool,
     /// Stop (with a checkpoint) after this many steps in total, short of train.steps.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u64>)]
     stop_at: Option<u64>,
     /// No progress bar.
     #[arg(long)]
@@ -56,7 +57,7 @@ pub struct TrainArgs {
     profile: bool,
     /// Train on this many GPUs of this machine, one process each, through NCCL (the global
     /// batch stays data.batch_size x train.grad_accum; N must divide train.grad_accum).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_parser = whole::<usize>, value_name = "N")]
     gpus: Option<usize>,
 }
 

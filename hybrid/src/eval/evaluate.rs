@@ -6,7 +6,7 @@ use std::time::Instant;
 use swax_data::TokenizerKind;
 
 use super::generated::{eval_generated, Generation};
-use super::results::EvalResults;
+use super::results::{EvalResults, LossCurve};
 use super::run::{eval_task, held_out, loss_curve, Forward, InPieces, OneShot, Task};
 use crate::loaded::Loaded;
 use crate::train::compute_dtype;
@@ -113,6 +113,7 @@ pub fn evaluate(
             }
         }
     }
+    let data = plan.data.as_deref().unwrap_or(&cfg.data.source);
     let loss = match (plan.loss, plan.lengths.iter().max()) {
         (true, Some(&len)) => {
             let seqs = held_out(cfg, plan.data.as_deref(), len, plan.samples)?;
@@ -121,7 +122,10 @@ pub fn evaluate(
                 TokenizerKind::Bytes => "bits/byte",
                 _ => "bits/token",
             };
-            let curve = loss_curve(&*f, &seqs, plan.bucket, unit)?;
+            let curve = LossCurve {
+                data: data.to_string(),
+                ..loss_curve(&*f, &seqs, plan.bucket, unit)?
+            };
             progress(&format!(
                 "  loss len {len}: {}",
                 throughput(len * seqs.len(), clock)
@@ -147,6 +151,7 @@ pub fn evaluate(
         window,
         tokenizer: kind.name().into(),
         tasks: cells,
+        other_data: (plan.loss && !same_source(data, &cfg.data.source)).then(|| data.to_string()),
         loss,
     })
 }
@@ -159,4 +164,11 @@ fn throughput(tokens: usize, clock: Instant) -> String {
         "{tokens} tokens in {secs:.2} s, {:.0} tokens/s",
         tokens as f64 / secs.max(1e-9)
     )
+}
+
+/// Whether two `data.source` values name the same data: the same words, or the same folder
+/// reached by other paths.
+fn same_source(a: &str, b: &str) -> bool {
+    let real = |s: &str| std::path::Path::new(s).canonicalize().ok();
+    a == b || real(a).is_some_and(|p| Some(p) == real(b))
 }

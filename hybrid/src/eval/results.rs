@@ -18,6 +18,10 @@ pub struct EvalResults {
     pub tokenizer: String,
     pub tasks: Vec<TaskCell>,
     pub loss: Option<LossCurve>,
+    /// The data of the loss when it is not the run's own (`swax eval --data`), which keeps
+    /// such results apart from those on the run's data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_data: Option<String>,
 }
 
 /// One task at one length and depth (`None` for MQAR, whose keys are spread over the sequence).
@@ -65,6 +69,10 @@ pub struct LossCurve {
     /// "bits/byte" for a byte-level tokenizer, else "bits/token".
     pub unit: String,
     pub buckets: Vec<LossBucket>,
+    /// The held-out data, as `data.source` names it (empty in results from before it was
+    /// recorded).
+    #[serde(default)]
+    pub data: String,
 }
 
 /// Positions `start..end` (of the predicted token), their mean loss in bits.
@@ -154,12 +162,16 @@ impl EvalResults {
         self.loss.as_ref()?.buckets.first().map(|b| b.bits)
     }
 
-    /// A short name for tables and legends: the run folder's name and the window.
+    /// A short name for tables and legends: the run folder's name and the window, and the data
+    /// where it is not the run's own.
     pub fn label(&self) -> String {
         let name = std::path::Path::new(&self.run)
             .file_name()
             .map_or(self.model.clone(), |n| n.to_string_lossy().into_owned());
-        format!("{name} w={}", self.window)
+        match &self.other_data {
+            Some(data) => format!("{name} w={} on {data}", self.window),
+            None => format!("{name} w={}", self.window),
+        }
     }
 
     fn cells<'a>(&'a self, task: &'a str) -> impl Iterator<Item = &'a TaskCell> + 'a {

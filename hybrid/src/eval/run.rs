@@ -284,6 +284,9 @@ pub fn loss_curve(
     unit: &str,
 ) -> Result<LossCurve> {
     let len = seqs.first().map_or(0, |s| s.len().saturating_sub(1));
+    if len == 0 {
+        return Err("the loss by position: no held-out tokens to score".into());
+    }
     let bucket = bucket.max(1);
     let n = len.div_ceil(bucket);
     let mut sums = vec![0.0f64; n];
@@ -305,11 +308,12 @@ pub fn loss_curve(
             Ok(())
         })?;
     }
-    let count = seqs.len().max(1) as f64;
+    let count = seqs.len() as f64;
     Ok(LossCurve {
         length: len,
         samples: seqs.len(),
         unit: unit.into(),
+        data: String::new(),
         buckets: (0..n)
             .map(|k| {
                 let (start, end) = (k * bucket, ((k + 1) * bucket).min(len));
@@ -352,12 +356,25 @@ pub fn held_out(
     c.data.corpus_train_tokens = 2 * (len + 1);
     c.data.corpus_val_tokens = c.data.corpus_val_tokens.max(2 * samples * (len + 1));
     let d = crate::train::data::open(&c, None, crate::train::data::Part::WHOLE)?;
-    Ok(d.val
+    let seqs: Vec<Vec<u32>> = d
+        .val
         .into_iter()
         .map(|b| {
             let mut s = b.inputs;
             s.push(*b.targets.last().expect("a batch has tokens"));
             s
         })
-        .collect())
+        .collect();
+    // A loss over no tokens is no measurement: say so rather than record it.
+    if seqs.is_empty() {
+        return Err(format!(
+            "the loss by position: {} holds no held-out sequence of {} tokens (its validation \
+             split is empty or shorter); use data with a validation split, a shorter length, \
+             or --tasks without loss",
+            c.data.source,
+            len + 1
+        )
+        .into());
+    }
+    Ok(seqs)
 }

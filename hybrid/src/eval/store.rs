@@ -2,7 +2,8 @@
 //! and by checkpoint step. `RUN/eval/wW/` holds the results of the checkpoint evaluated last at
 //! window W (what `swax report` reads); those of another step move to `RUN/eval/wW/step-N/`
 //! before it is written. Two evaluations of one step merge: a cell (task, length, depth) or loss
-//! curve evaluated again takes the new result, the others stay.
+//! curve evaluated again takes the new result, the others stay. Two evaluations saving at once
+//! take turns (a lock on `RUN/eval/wW`), so each merges what the other wrote.
 use std::path::{Path, PathBuf};
 
 use super::report::write_eval;
@@ -23,8 +24,33 @@ pub struct Saved {
     pub moved: Option<PathBuf>,
 }
 
+/// The folder of `r`'s results in `run`: `eval/wW`, or `eval/wW-on-NAME` for a loss on data
+/// other than the run's own (NAME: the data's folder or source name), so that one never
+/// replaces the other.
+pub fn folder(run: &Path, r: &EvalResults) -> PathBuf {
+    let name = match &r.other_data {
+        None => format!("w{}", r.window),
+        Some(data) => {
+            let base = Path::new(data)
+                .file_name()
+                .map_or(data.as_str().into(), |n| n.to_string_lossy());
+            let safe: String = base
+                .chars()
+                .map(|c| match c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                    true => c,
+                    false => '_',
+                })
+                .collect();
+            format!("w{}-on-{safe}", r.window)
+        }
+    };
+    run.join("eval").join(name)
+}
+
 /// Writes `new` into `dir` (`RUN/eval/wW`) as the module's comment says.
 pub fn save(dir: &Path, new: EvalResults) -> Result<Saved> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let _turn = swax_data::FolderLock::wait(dir)?;
     let archive = |step: u64| dir.join(format!("step-{step:07}"));
     let mut moved = None;
     // This step's results kept by an earlier evaluation, merged here and then removed there.

@@ -17,6 +17,7 @@
 //! The run folder: checked, locked and written only once the run can start (`run_dir`), after a
 //! lower bound on the memory it needs is checked against what the device has (`memory`).
 pub mod checkpoint;
+pub mod claim;
 pub mod data;
 pub mod deferred;
 pub mod distributed;

@@ -4,6 +4,8 @@
 //!   reads (and clears leftovers, below); [`RunDir::commit`], called once the config, the data,
 //!   the model and the checkpoint to resume are all checked and loaded, creates a new folder and
 //!   writes `config.toml`.
+//! - It holds nothing but the run: a new or empty folder or a run swax made, never a folder of
+//!   the user's or one inside another run (`claim`), checked before anything else.
 //! - One process at a time writes into it: an existing folder is locked at `open`, a new one at
 //!   `commit` (`swax_data::FolderLock`), until the trainer returns.
 //! - What a killed process left half-written (temporary files, incomplete checkpoint folders) is
@@ -19,6 +21,7 @@ use serde_json::{json, Value};
 use swax_data::{DataError, DatasetMeta, FolderLock};
 
 use super::checkpoint::{self, State};
+use super::claim;
 use super::data::{self, Data};
 use super::metrics::Metrics;
 use super::Result;
@@ -55,8 +58,8 @@ pub struct RunDir {
 }
 
 impl RunDir {
-    /// Checks that `path` can take this run: nothing or a folder (not a file); for a new run no
-    /// other run in it, for `resume` a checkpoint to resume. Locks an existing folder and clears
+    /// Checks that `path` can take this run: nothing, an empty folder or a run, outside every
+    /// other run (`claim`); for a new run no other run in it, for `resume` a checkpoint to resume. Locks an existing folder and clears
     /// what a killed process left in it.
     pub fn open(path: &Path, resume: bool) -> Result<RunDir> {
         let mut dir = RunDir {
@@ -74,9 +77,13 @@ impl RunDir {
                 .into())
             }
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !resume => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !resume => {
+                claim::check(path)?;
+                return Ok(dir);
+            }
             Err(e) => return Err(format!("{}: {e}", path.display()).into()),
         }
+        claim::check(path)?;
         dir.lock = Some(FolderLock::acquire(path)?);
         let removed = checkpoint::clear_leftovers(path)?;
         if !removed.is_empty() {
