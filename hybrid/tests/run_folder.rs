@@ -215,7 +215,6 @@ fn pruning_keeps_the_checkpoint_latest_names() {
             window: 0,
             rows: 0,
         },
-        window_seed: 0,
         tokens_seen: 0,
         elapsed_s: 0.0,
         data: None,

@@ -891,7 +891,7 @@ fn mlstm_gates_in_pieces() -> Result<()> {
     .map(|_| ())
 }
 
-/// The layer's heads in blocks of 4 warps (what `SWAX_MLSTM_THREADS=128` launches): the tiled
+/// The layer's heads in blocks of 4 warps: the tiled
 /// kernels take any whole number of warps.
 #[test]
 fn mlstm_four_warp_blocks() -> Result<()> {

@@ -16,9 +16,6 @@
 //! and not timed: the models' layers would run the reference there instead. The gated delta
 //! rule's line names which of its CUDA kernels ran (`kernel`: the chunk-parallel ones, or the
 //! one block per head and value tile that takes every other shape).
-//!
-//! `SWAX_MLSTM_THREADS` (32 to 512) sets the mLSTM kernels' block size, for measuring the choice
-//! the kernels make from Dk·Dv (256 threads below 128·64, 512 from there).
 use std::path::Path;
 
 use clap::Parser;

@@ -64,17 +64,6 @@ impl KernelArg for RecArgs {
 /// Threads of a chunkwise block (`REC_THREADS` in chunk.cuh).
 pub const CHUNK_THREADS: u32 = 512;
 
-/// Columns of a value tile asked for with `SWAX_REC_BV` (for measuring), if any.
-fn value_tile_override() -> Option<usize> {
-    static BV: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *BV.get_or_init(|| {
-        std::env::var("SWAX_REC_BV")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&v| v > 0)
-    })
-}
-
 impl RecArgs {
     /// Columns of a value tile.
     pub fn bv(&self) -> usize {
@@ -101,14 +90,9 @@ impl RecArgs {
     }
 
     /// The value tiles of a kernel needing `bytes(args)` of shared memory: all of Dv in one
-    /// tile where it fits, else the fewest tiles that fit. On the H200 at Dk = Dv = 128, tiles
-    /// of 64 or 32 columns were 1.5x to 2.7x slower than one tile (measured with the f32-tile
-    /// kernels, before the gated delta rule's bf16 tiles): each tile redoes the chunk's L x L
-    /// work, and a block already fills an SM. `SWAX_REC_BV` sets the width instead.
+    /// tile where it fits, else the fewest tiles that fit: each tile redoes the chunk's L x L
+    /// work, and a block already fills an SM, so more tiles are slower (BENCHMARKS.md).
     pub fn fit(self, dev: &Device, dtype: DType, bytes: impl Fn(&RecArgs) -> usize) -> RecArgs {
-        if let Some(bv) = value_tile_override() {
-            return self.with_tiles((self.dv as usize).div_ceil(bv), dtype);
-        }
         self.fit_within(dev.max_shared_optin() as usize, dtype, bytes)
     }
 

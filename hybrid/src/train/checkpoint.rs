@@ -33,8 +33,6 @@ pub struct State {
     pub step: u64,
     pub adamw_step: u64,
     pub loader: LoaderState,
-    /// The seed of the window schedule's per-step draws (its whole state: see `window.rs`).
-    pub window_seed: u64,
     pub tokens_seen: u64,
     /// Training time so far, for tokens/s and the summary across resumes.
     pub elapsed_s: f64,

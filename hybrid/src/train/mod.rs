@@ -287,7 +287,6 @@ fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Resul
         step: 0,
         adamw_step: 0,
         loader: data.train.state(),
-        window_seed: t.seed,
         tokens_seen: 0,
         elapsed_s: 0.0,
         data: None,

@@ -106,35 +106,20 @@ fn backward_bytes(s: RecurrentShape, e: usize) -> impl Fn(&RecArgs) -> usize {
     move |a| scan_bwd_bytes(s, a, e).max(grads_bytes(s, a, e, lean))
 }
 
-/// Threads of a block of the tiled kernels (all but `mlstm_gates`), `SWAX_MLSTM_THREADS` (a
-/// multiple of 32 up to 512, for measuring) or by the size of a head's state: 512 (16 warps) from
-/// Dk·Dv = 128·64 up, else 256. The kernels are built for up to 512 threads of up to 128
-/// registers, so a 512-thread block of the scans or of mlstm_grads holds an SM's registers
-/// alone; smaller heads leave those warps little to do per chunk (a [32, 64] state is 8 tensor-
-/// core tiles), and at 256 two blocks share an SM: swax-small's 192 heads (Dk 32, Dv 64) then
-/// fit the H200's 132 SMs in one wave of the sequential scans instead of two, and the
-/// chunk-parallel kernels run twice as many blocks side by side for the same warps.
+/// Threads of a block of the tiled kernels (all but `mlstm_gates`), by the size of a head's
+/// state: 512 (16 warps) from Dk·Dv = 128·64 up, else 256. The kernels are built for up to 512
+/// threads of up to 128 registers, so a 512-thread block of the scans or of mlstm_grads holds an
+/// SM's registers alone; smaller heads leave those warps little to do per chunk (a [32, 64]
+/// state is 8 tensor-core tiles), and at 256 two blocks share an SM: swax-small's 192 heads
+/// (Dk 32, Dv 64) then fit the H200's 132 SMs in one wave of the sequential scans instead of
+/// two, and the chunk-parallel kernels run twice as many blocks side by side for the same warps
+/// (the block sizes measured: BENCHMARKS.md).
 fn block_threads(s: RecurrentShape) -> u32 {
-    static OVERRIDE: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    let asked = *OVERRIDE.get_or_init(|| {
-        let v = std::env::var("SWAX_MLSTM_THREADS").ok()?;
-        let threads = v
-            .parse()
-            .ok()
-            .filter(|&t: &u32| t.is_multiple_of(32) && (32..=CHUNK_THREADS).contains(&t));
-        if threads.is_none() {
-            // A measuring knob, not a setting: a typo is said once and the choice below stands.
-            eprintln!(
-                "SWAX_MLSTM_THREADS={v:?} ignored: expected a multiple of 32 from 32 to {CHUNK_THREADS}"
-            );
-        }
-        threads
-    });
-    asked.unwrap_or(if s.dk * s.dv >= 128 * 64 {
+    if s.dk * s.dv >= 128 * 64 {
         CHUNK_THREADS
     } else {
         CHUNK_THREADS / 2
-    })
+    }
 }
 
 /// Threads of an `mlstm_gates` block (`GATE_THREADS` in mlstm.cu), one block per head.
@@ -145,8 +130,8 @@ const GRADS_LEAN_THREADS: u32 = 256;
 
 /// Whether the backward runs `mlstm_grads_lean` (registers bounded for three blocks an SM, C_prev
 /// sharing dC's tile) rather than `mlstm_grads`: wherever its bound allows the blocks
-/// (`block_threads`); on the H200 at swax-small's heads it measured 3.060 ms forward + backward
-/// against 3.332 with `mlstm_grads`.
+/// (`block_threads`): at swax-small's heads it measured faster than `mlstm_grads`
+/// (BENCHMARKS.md).
 fn lean_grads(s: RecurrentShape) -> bool {
     block_threads(s) <= GRADS_LEAN_THREADS
 }

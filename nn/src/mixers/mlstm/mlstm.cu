@@ -586,8 +586,8 @@ __device__ void mlstm_scan_bwd(const T* __restrict__ q, const float* __restrict_
 }
 
 // mlstm_grads_lean's bound (GRADS_LEAN_THREADS and _BLOCKS in cuda.rs): at 256 threads and three
-// blocks an SM, ptxas fits it in 80 registers (NVRTC 13.5, sm_90a; bf16 without spilling), against
-// about 120 under REC_THREADS' bound, which leaves room for two such blocks only.
+// blocks per SM, ptxas must fit it in about 80 registers, where REC_THREADS' bound lets it take
+// about 120, which leaves room for two such blocks only (register counts: BENCHMARKS.md).
 #define GRADS_LEAN_THREADS 256
 #define GRADS_LEAN_BLOCKS 3
 
