@@ -1,8 +1,9 @@
 //! The backend calls one training step of swax-small's structure makes (12 layers "SM", the
 //! loss in 32 groups), counted on the CPU at small sizes (the counts do not depend on the
 //! sizes): each call is one pass over its operands and at least one launch on the GPU, so this
-//! is where a change that fuses or adds elementwise passes shows (run with --nocapture for the
-//! table).
+//! is where a change that adds elementwise passes shows (run with --nocapture for the table).
+//! It bounds the passes per layer, so that a fusion passes and a layer that grows unfused
+//! elementwise work fails.
 use swax_autograd::Tape;
 use swax_hybrid::config::Config;
 use swax_hybrid::model::Model;
@@ -41,9 +42,19 @@ fn a_swax_small_step_makes_the_counted_binary_passes() {
             c.calls, c.bytes_read
         );
     }
-    // Counted at this commit: a change that adds or removes elementwise passes changes it,
-    // and says so here.
+    // A fused layer needs at most a residual add and a few gradient sums per layer (44 binary
+    // passes and 19 zero fills in all when this was written), and no more zero fills than a
+    // couple per layer for its accumulators.
+    let layers = cfg.model.n_layers as u64;
     let calls = |op| step.get(op).copied().unwrap_or_default().calls;
-    assert_eq!(calls("binary"), 44, "binary calls per step");
-    assert_eq!(calls("zeros"), 19, "zero fills per step");
+    assert!(
+        calls("binary") <= 4 * layers,
+        "{} binary passes in a step of {layers} layers: more than 4 per layer",
+        calls("binary")
+    );
+    assert!(
+        calls("zeros") <= 2 * layers,
+        "{} zero fills in a step of {layers} layers: more than 2 per layer",
+        calls("zeros")
+    );
 }
