@@ -269,6 +269,12 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_gate_parses() {
+        let g = Gate::parse(include_str!("../learning-gate.toml")).unwrap();
+        assert!(g.cases.iter().any(|c| c.name() == "M-T256"));
+    }
+
+    #[test]
     fn a_file_that_asks_more_seeds_than_it_runs_is_refused() {
         let bad = FILE.replace("min_learned = 4", "min_learned = 5");
         assert!(Gate::parse(&bad).unwrap_err().contains("min_learned 5"));
