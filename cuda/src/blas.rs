@@ -1,7 +1,7 @@
 //! Matrix multiplication through cuBLAS: row-major, optionally transposed, strided-batched.
 
 use crate::guard::{guard_loader, lock};
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 use cudarc::cublas::{result, sys};
 use std::sync::{Arc, Mutex};
 
@@ -25,7 +25,7 @@ impl Drop for BlasHandle {
 }
 
 impl BlasHandle {
-    fn new(dev: &Device) -> Result<BlasHandle, CudaError> {
+    fn new(dev: &CudaDevice) -> Result<BlasHandle, CudaError> {
         let err = |call: &'static str| {
             move |e: result::CublasError| CudaError::Blas {
                 call,
@@ -70,7 +70,7 @@ impl BlasHandle {
 /// nothing of cuBLAS. A handle serves one thread at a time; devices each have their own.
 static HANDLES: Mutex<Vec<(usize, Arc<Mutex<BlasHandle>>)>> = Mutex::new(Vec::new());
 
-fn handle(dev: &Device) -> Result<Arc<Mutex<BlasHandle>>, CudaError> {
+fn handle(dev: &CudaDevice) -> Result<Arc<Mutex<BlasHandle>>, CudaError> {
     let mut handles = lock(&HANDLES);
     if let Some((_, h)) = handles
         .iter()
@@ -121,7 +121,7 @@ pub struct GemmArgs<'a> {
 /// transpose, so we ask cuBLAS for `C^T = op(B)^T op(A)^T`: operands swapped (`b` first), the
 /// same transpose flags, `m` and `n` swapped. Each leading dimension is the row length of the
 /// stored row-major matrix.
-pub fn gemm(dev: &Device, args: GemmArgs<'_>) -> Result<(), CudaError> {
+pub fn gemm(dev: &CudaDevice, args: GemmArgs<'_>) -> Result<(), CudaError> {
     const OP: &str = "gemm";
     let GemmArgs {
         layout:

@@ -1,6 +1,6 @@
 //! `Buffer`: a typed device allocation from a device's pool, returned to the pool on drop.
 
-use crate::{DType, Device};
+use crate::{CudaDevice, DType};
 
 /// `len` elements of `dtype` in device memory. The memory belongs to the device's caching pool:
 /// dropping the buffer files it for reuse by later work on the same stream (no driver call, no
@@ -11,11 +11,11 @@ pub struct Buffer {
     ptr: u64,
     len: usize,
     dtype: DType,
-    device: Device,
+    device: CudaDevice,
 }
 
 impl Buffer {
-    pub(crate) fn from_parts(ptr: u64, len: usize, dtype: DType, device: Device) -> Buffer {
+    pub(crate) fn from_parts(ptr: u64, len: usize, dtype: DType, device: CudaDevice) -> Buffer {
         Buffer {
             ptr,
             len,
@@ -50,7 +50,7 @@ impl Buffer {
         &self.ptr
     }
 
-    pub fn device(&self) -> &Device {
+    pub fn device(&self) -> &CudaDevice {
         &self.device
     }
 }

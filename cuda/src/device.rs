@@ -1,6 +1,6 @@
-//! `Device`: one CUDA context, one stream, one memory pool and the loaded kernels, per ordinal.
+//! `CudaDevice`: one CUDA context, one stream, one memory pool and the loaded kernels, per ordinal.
 //!
-//! Devices are process-wide: `Device::new(i)` hands out clones of one handle per ordinal, so
+//! Devices are process-wide: `CudaDevice::new(i)` hands out clones of one handle per ordinal, so
 //! every part of the program (and every test thread) shares the pool, the compiled kernels and
 //! the stream ordering. A device is never torn down before the process exits, which also spares
 //! us CUDA's teardown-order hazards at exit.
@@ -21,7 +21,7 @@ pub(crate) const FLAG_TARGET_OUT_OF_RANGE: u32 = 2;
 /// A cheap-to-clone handle to one GPU. Work is queued on the device's single stream and runs
 /// asynchronously; `dtoh`, `synchronize` and `take_kernel_errors` wait for it.
 #[derive(Clone)]
-pub struct Device {
+pub struct CudaDevice {
     inner: Arc<Inner>,
 }
 
@@ -50,12 +50,12 @@ struct Inner {
     max_shared_optin: u32,
 }
 
-static DEVICES: Mutex<Vec<Device>> = Mutex::new(Vec::new());
+static DEVICES: Mutex<Vec<CudaDevice>> = Mutex::new(Vec::new());
 
-impl Device {
+impl CudaDevice {
     /// The device with this ordinal; an error (never a panic) when there is no driver, no GPU,
     /// or no such ordinal.
-    pub fn new(ordinal: usize) -> Result<Device, CudaError> {
+    pub fn new(ordinal: usize) -> Result<CudaDevice, CudaError> {
         let mut devices = lock(&DEVICES);
         if let Some(d) = devices.iter().find(|d| d.inner.ordinal == ordinal) {
             return Ok(d.clone());
@@ -64,7 +64,7 @@ impl Device {
             CudaError::LibraryMissing { reason, .. } => CudaError::NoDriver(reason),
             e => e,
         })?;
-        let dev = Device {
+        let dev = CudaDevice {
             inner: Arc::new(inner),
         };
         devices.push(dev.clone());
@@ -73,7 +73,7 @@ impl Device {
 
     /// Whether device 0 can be opened.
     pub fn is_available() -> bool {
-        Device::new(0).is_ok()
+        CudaDevice::new(0).is_ok()
     }
 
     /// Number of CUDA devices; an error when there is no driver.
@@ -128,7 +128,7 @@ impl Device {
     }
 
     /// Whether two handles are the same device.
-    pub fn same(&self, other: &Device) -> bool {
+    pub fn same(&self, other: &CudaDevice) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
@@ -428,11 +428,11 @@ impl Device {
     }
 }
 
-impl std::fmt::Debug for Device {
+impl std::fmt::Debug for CudaDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Device(cuda:{} {} sm_{}{})",
+            "CudaDevice(cuda:{} {} sm_{}{})",
             self.inner.ordinal,
             self.inner.name,
             self.inner.compute_capability.0,

@@ -60,7 +60,7 @@ impl std::fmt::Display for DType {
 ///
 /// # Safety
 /// The type must be plain old data of exactly `DTYPE.size_bytes()` bytes, valid for every bit
-/// pattern, because `Device::dtoh` fills it straight from device memory.
+/// pattern, because `CudaDevice::dtoh` fills it straight from device memory.
 pub unsafe trait DeviceScalar: Copy + Default + Send + Sync + 'static {
     const DTYPE: DType;
 }

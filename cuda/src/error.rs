@@ -40,7 +40,7 @@ pub enum CudaError {
     /// A collective across ranks failed, timed out, or NCCL could not be loaded.
     #[error("NCCL {call}: {message}")]
     Nccl { call: &'static str, message: String },
-    /// A kernel flagged bad input on the device (read with `Device::take_kernel_errors`).
+    /// A kernel flagged bad input on the device (read with `CudaDevice::take_kernel_errors`).
     #[error("a kernel reported bad input: {0}")]
     KernelFlags(String),
 }

@@ -1,13 +1,13 @@
 //! CUDA device, caching memory pool, cuBLAS and NVRTC-compiled kernels.
 //!
 //! The bottom layer of swax: it knows nothing of tensors or shapes beyond what a kernel needs.
-//! A [`Device`] owns one context, one stream and one caching [`pool`]; a [`Buffer`] is a typed
+//! A [`CudaDevice`] owns one context, one stream and one caching [`pool`]; a [`Buffer`] is a typed
 //! allocation from that pool; [`gemm`] goes through cuBLAS; [`kernels`] holds a Rust wrapper per
 //! kernel family, whose CUDA C++ lives in `cuda/kernels/*.cu` and is compiled by NVRTC at first
 //! use. [`Readback`] reads small buffers to the host later, without waiting for the stream to
 //! drain; [`counters`] counts launches, cuBLAS calls and host waits; [`tma`] makes the tensor
 //! maps of Hopper's TMA copies. CUDA libraries are loaded at run time, so this crate builds and
-//! its CPU tests run on machines without CUDA; without a GPU, [`Device::new`] returns an error.
+//! its CPU tests run on machines without CUDA; without a GPU, [`CudaDevice::new`] returns an error.
 
 mod blas;
 mod buffer;
@@ -26,7 +26,7 @@ pub mod tma;
 
 pub use blas::{gemm, GemmArgs, MatmulLayout};
 pub use buffer::Buffer;
-pub use device::Device;
+pub use device::CudaDevice;
 pub use dtype::{DType, DeviceScalar};
 pub use error::CudaError;
 pub use nvrtc::KernelSource;

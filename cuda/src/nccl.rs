@@ -21,7 +21,7 @@ use cudarc::driver::{sys as sys_driver, CudaEvent, CudaStream};
 use cudarc::nccl::{result, sys};
 
 use crate::guard::guard_loader;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 /// Why NCCL could not be loaded, and how to make it loadable.
 const NOT_FOUND: &str = "libnccl could not be loaded. Training on several GPUs needs NCCL: put \
@@ -85,7 +85,7 @@ pub struct Comm {
     raw: sys::ncclComm_t,
     /// Set once aborted: the handle is gone and every later call fails.
     aborted: Cell<bool>,
-    device: Device,
+    device: CudaDevice,
     stream: Arc<CudaStream>,
     rank: usize,
     world: usize,
@@ -105,7 +105,7 @@ impl Comm {
     /// Joins the communicator of `world` ranks that `id` names, as `rank`, on `device`. Every
     /// rank must call it; one that has not within `timeout` makes it an error naming the wait.
     pub fn new(
-        device: &Device,
+        device: &CudaDevice,
         rank: usize,
         world: usize,
         id: &UniqueId,

@@ -7,11 +7,11 @@
 //! One batch of copies is in flight at a time: the host memory is reused, so `start` refuses
 //! while the last batch is uncollected.
 
-use crate::{counters, Buffer, CudaError, DType, Device};
+use crate::{counters, Buffer, CudaDevice, CudaError, DType};
 use cudarc::driver::{result, CudaEvent};
 
 pub struct Readback {
-    dev: Device,
+    dev: CudaDevice,
     /// `capacity` bytes of page-locked host memory, owned by this value.
     host: *mut u8,
     capacity: usize,
@@ -26,7 +26,7 @@ unsafe impl Send for Readback {}
 
 impl Readback {
     /// Room for `capacity` bytes of reads at a time.
-    pub fn new(dev: &Device, capacity: usize) -> Result<Readback, CudaError> {
+    pub fn new(dev: &CudaDevice, capacity: usize) -> Result<Readback, CudaError> {
         dev.bind()?;
         let event = dev
             .context()

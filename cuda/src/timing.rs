@@ -1,12 +1,12 @@
 //! Timing GPU work the way the benchmarks report it: CUDA events around each repetition, after
 //! warm-up runs (module loads, NVRTC compiles, cuBLAS handle creation stay out), median taken.
-use crate::{CudaError, Device};
+use crate::{CudaDevice, CudaError};
 use cudarc::driver::sys::CUevent_flags;
 
 /// Median milliseconds of `f` over `reps` event-timed runs on `dev`'s stream, after `warmup`
 /// untimed ones.
 pub fn median_ms<E: From<CudaError>>(
-    dev: &Device,
+    dev: &CudaDevice,
     warmup: usize,
     reps: usize,
     mut f: impl FnMut() -> Result<(), E>,

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{assert_close, download, poisoned, rounded, upload, Rng};
-use swax_cuda::{gemm, DType, Device, GemmArgs, MatmulLayout};
+use swax_cuda::{gemm, CudaDevice, DType, GemmArgs, MatmulLayout};
 
 /// Row-major op(a) [m, k] of batch entry `i`.
 fn at(a: &[f32], i: usize, stride: usize, t: bool, m: usize, k: usize, r: usize, c: usize) -> f64 {
@@ -17,7 +17,7 @@ fn at(a: &[f32], i: usize, stride: usize, t: bool, m: usize, k: usize, r: usize,
 }
 
 #[allow(clippy::too_many_arguments)]
-fn check(dev: &Device, dt: DType, out: DType, ta: bool, tb: bool, b_stride0: bool, beta: f32) {
+fn check(dev: &CudaDevice, dt: DType, out: DType, ta: bool, tb: bool, b_stride0: bool, beta: f32) {
     let (m, n, k, batch) = (37, 29, 53, 3);
     let mut rng = Rng::new(7 + ta as u64 * 2 + tb as u64);
     let (sa, sb, sc) = (m * k + 5, if b_stride0 { 0 } else { k * n + 3 }, m * n + 11);

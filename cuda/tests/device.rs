@@ -1,19 +1,20 @@
-//! Device handle, copies and kernel error flags; the no-GPU behaviour runs everywhere.
+//! The CudaDevice handle, copies and kernel error flags; the no-GPU behaviour runs everywhere.
 
 mod common;
 
 use half::bf16;
-use swax_cuda::{CudaError, DType, Device};
+use swax_cuda::{CudaDevice, CudaError, DType};
 
 #[test]
 fn device_new_returns_an_error_instead_of_panicking() {
-    let first = std::panic::catch_unwind(|| Device::new(0));
-    let first = first.expect("Device::new(0) panicked");
-    let bad = std::panic::catch_unwind(|| Device::new(4096)).expect("Device::new(4096) panicked");
+    let first = std::panic::catch_unwind(|| CudaDevice::new(0));
+    let first = first.expect("CudaDevice::new(0) panicked");
+    let bad =
+        std::panic::catch_unwind(|| CudaDevice::new(4096)).expect("CudaDevice::new(4096) panicked");
     match first {
         Ok(dev) => {
             eprintln!("found {dev:?}");
-            assert!(Device::is_available());
+            assert!(CudaDevice::is_available());
             assert!(matches!(
                 bad,
                 Err(CudaError::BadOrdinal { ordinal: 4096, .. })
@@ -23,7 +24,7 @@ fn device_new_returns_an_error_instead_of_panicking() {
             eprintln!("no device, as expected without a GPU: {err}");
             assert!(!err.to_string().is_empty());
             assert!(bad.is_err());
-            assert!(!Device::is_available());
+            assert!(!CudaDevice::is_available());
             if std::env::var("SWAX_REQUIRE_CUDA").as_deref() == Ok("1") {
                 panic!("SWAX_REQUIRE_CUDA=1 but no CUDA device: {err}");
             }
@@ -34,7 +35,7 @@ fn device_new_returns_an_error_instead_of_panicking() {
 #[test]
 fn handles_are_shared_per_ordinal() {
     let dev = gpu!();
-    let again = Device::new(0).unwrap();
+    let again = CudaDevice::new(0).unwrap();
     assert!(dev.same(&again));
     let (major, _) = dev.compute_capability();
     assert!(major >= 7, "{dev:?}");

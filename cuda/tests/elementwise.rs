@@ -219,7 +219,7 @@ const BINARY_OPS: [BinaryOp; 5] = [
 /// Runs `op` over one broadcast case on random operands of `dt` and checks it against
 /// [`broadcast_ref`].
 fn check_broadcast(
-    dev: &swax_cuda::Device,
+    dev: &swax_cuda::CudaDevice,
     rng: &mut Rng,
     dt: DType,
     op: BinaryOp,

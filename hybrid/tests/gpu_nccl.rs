@@ -28,7 +28,7 @@ fn gpus() -> Option<(usize, MutexGuard<'static, ()>)> {
         eprintln!("skipping: {e}");
         return None;
     }
-    let n = swax_cuda::Device::count().expect("a driver");
+    let n = swax_cuda::CudaDevice::count().expect("a driver");
     Some((n, ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())))
 }
 

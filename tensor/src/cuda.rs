@@ -37,8 +37,8 @@ impl From<cu::CudaError> for Error {
 }
 
 /// The process-wide handle of GPU `ordinal` (swax-cuda keeps one per ordinal).
-pub fn device(ordinal: usize) -> Result<cu::Device> {
-    Ok(cu::Device::new(ordinal)?)
+pub fn device(ordinal: usize) -> Result<cu::CudaDevice> {
+    Ok(cu::CudaDevice::new(ordinal)?)
 }
 
 impl CudaStorage {
@@ -47,7 +47,7 @@ impl CudaStorage {
         &self.buf
     }
 
-    fn dev(&self) -> &cu::Device {
+    fn dev(&self) -> &cu::CudaDevice {
         self.buf.device()
     }
 

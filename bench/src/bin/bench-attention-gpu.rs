@@ -98,7 +98,7 @@ impl Inputs {
     }
 }
 
-fn swa(dev: &swax_cuda::Device, x: &Inputs, w: usize) -> Result<Measured> {
+fn swa(dev: &swax_cuda::CudaDevice, x: &Inputs, w: usize) -> Result<Measured> {
     let input = SwaIn {
         q: &x.q,
         k: &x.k,
@@ -146,7 +146,7 @@ fn rattention_node(x: &Inputs, norms: (&Tensor, &Tensor), backward: bool) -> Res
     Ok(())
 }
 
-fn rattention(dev: &swax_cuda::Device, x: &Inputs) -> Result<Measured> {
+fn rattention(dev: &swax_cuda::CudaDevice, x: &Inputs) -> Result<Measured> {
     let w = RA_WINDOW;
     let norm = |seed| {
         Tensor::randn(vec![x.s.d], 0.3, seed, DType::F32, Device::Cpu)?

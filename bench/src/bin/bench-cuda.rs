@@ -25,7 +25,7 @@ use swax_cuda::kernels::norm::rms_norm;
 use swax_cuda::kernels::softmax::{softmax, Softmax};
 use swax_cuda::kernels::unary::{unary, UnaryOp};
 use swax_cuda::timing::median_ms as time_ms;
-use swax_cuda::{gemm, Buffer, CudaError, DType, Device, GemmArgs, MatmulLayout};
+use swax_cuda::{gemm, Buffer, CudaDevice, CudaError, DType, GemmArgs, MatmulLayout};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -40,7 +40,7 @@ struct Row {
 }
 
 /// Random values in [-1, 1) as `dtype`, generated on the host (an LCG: cheap for 10^8 values).
-fn random(dev: &Device, dtype: DType, n: usize, seed: u64) -> Result<Buffer> {
+fn random(dev: &CudaDevice, dtype: DType, n: usize, seed: u64) -> Result<Buffer> {
     let mut s = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);
@@ -72,7 +72,7 @@ fn random(dev: &Device, dtype: DType, n: usize, seed: u64) -> Result<Buffer> {
 struct RawBlas(cublas_sys::cublasHandle_t);
 
 impl RawBlas {
-    fn new(dev: &Device) -> Result<RawBlas> {
+    fn new(dev: &CudaDevice) -> Result<RawBlas> {
         dev.context().bind_to_thread()?;
         let h = cublas::create_handle()?;
         // SAFETY: a fresh handle and the device's live stream of the current context.
@@ -128,7 +128,7 @@ impl Drop for RawBlas {
     }
 }
 
-fn bench_gemm(dev: &Device, rows: &mut Vec<Row>, reps: usize) -> Result<()> {
+fn bench_gemm(dev: &CudaDevice, rows: &mut Vec<Row>, reps: usize) -> Result<()> {
     let raw = RawBlas::new(dev)?;
     for n in [4096usize, 8192] {
         let a = random(dev, DType::BF16, n * n, 1)?;
@@ -172,7 +172,7 @@ fn bench_gemm(dev: &Device, rows: &mut Vec<Row>, reps: usize) -> Result<()> {
     Ok(())
 }
 
-fn bench_memory(dev: &Device, rows: &mut Vec<Row>, reps: usize) -> Result<()> {
+fn bench_memory(dev: &CudaDevice, rows: &mut Vec<Row>, reps: usize) -> Result<()> {
     const BYTES: usize = 256 << 20;
     let gbs = |bytes: f64, ms: f64| bytes / (ms * 1e-3) / 1e9;
     // The ceiling: a device-to-device copy of the same size.
@@ -248,7 +248,7 @@ fn bench_memory(dev: &Device, rows: &mut Vec<Row>, reps: usize) -> Result<()> {
     Ok(())
 }
 
-fn bench_alloc(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
+fn bench_alloc(dev: &CudaDevice, rows: &mut Vec<Row>) -> Result<()> {
     let bytes = 4 << 20;
     let iters = 20_000;
     drop(dev.alloc(DType::U8, bytes)?); // the pool now caches one block of this size
@@ -279,7 +279,7 @@ fn bench_alloc(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
-fn bench_launch(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
+fn bench_launch(dev: &CudaDevice, rows: &mut Vec<Row>) -> Result<()> {
     let mut one = dev.alloc(DType::F32, 1)?;
     for _ in 0..100 {
         fill(dev, &mut one, 1.0)?;
@@ -303,7 +303,7 @@ fn bench_launch(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
-fn bench_event_tracking(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
+fn bench_event_tracking(dev: &CudaDevice, rows: &mut Vec<Row>) -> Result<()> {
     let ptx = cudarc::nvrtc::compile_ptx(
         "extern \"C\" __global__ void touch(float* x) { x[0] += 1.0f; }",
     )?;
@@ -359,7 +359,7 @@ fn bench_event_tracking(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
 fn main() -> Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
     let reps = if quick { 5 } else { 51 };
-    let dev = Device::new(0)?;
+    let dev = CudaDevice::new(0)?;
     println!("device: {dev:?}, {} SMs\n", dev.sm_count());
     let mut rows = Vec::new();
     bench_launch(&dev, &mut rows)?;

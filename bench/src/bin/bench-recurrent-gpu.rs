@@ -57,7 +57,7 @@ fn zeros(dims: Vec<usize>) -> Result<Tensor> {
 /// The medians of a mixer's forward, of its backward alone (from the results of one forward:
 /// the boundary states it stored, so the backward does not recompute them), and of both.
 fn time<O>(
-    dev: &swax_cuda::Device,
+    dev: &swax_cuda::CudaDevice,
     forward: impl Fn() -> Result<O>,
     backward: impl Fn(&O) -> Result<()>,
 ) -> Result<(f64, f64, f64)> {
@@ -68,7 +68,7 @@ fn time<O>(
     Ok((fwd, bwd, both))
 }
 
-fn mlstm(dev: &swax_cuda::Device, s: Shape, dk: usize, chunk: usize) -> Result<Measured> {
+fn mlstm(dev: &swax_cuda::CudaDevice, s: Shape, dk: usize, chunk: usize) -> Result<Measured> {
     let (b, t, h, dv) = (s.b, s.t, s.h, s.d);
     let (q, k, v) = (
         randn(vec![b, t, h, dk], 1.0, 1)?,
@@ -108,7 +108,7 @@ fn mlstm(dev: &swax_cuda::Device, s: Shape, dk: usize, chunk: usize) -> Result<M
     Ok(Measured::new("mlstm".into(), s.label(dk, dv), fwd, Some(bwd), both).with("chunk", chunk))
 }
 
-fn gated_delta(dev: &swax_cuda::Device, s: Shape, chunk: usize) -> Result<Measured> {
+fn gated_delta(dev: &swax_cuda::CudaDevice, s: Shape, chunk: usize) -> Result<Measured> {
     let (b, t, h, d) = (s.b, s.t, s.h, s.d);
     let (q, k, v) = (
         randn(vec![b, t, h, d], 1.0, 1)?,

@@ -92,7 +92,7 @@ struct Measured {
     nvidia_smi: Result<u64, String>,
 }
 
-fn gpu(device: Device) -> Option<swax_cuda::Device> {
+fn gpu(device: Device) -> Option<swax_cuda::CudaDevice> {
     match device {
         Device::Cuda(i) => swax_tensor::cuda::device(i).ok(),
         Device::Cpu => None,

@@ -3,7 +3,7 @@
 use super::layout::{contiguous_strides, Operand, TwoStrided};
 use super::{check_device, check_dtype, check_len, float_kernel, launch, Launch, ELEMENTWISE_VEC};
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, Device};
+use crate::{Buffer, CudaDevice, CudaError};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "binary",
@@ -40,7 +40,7 @@ impl BinaryOp {
 /// whose innermost dimension each operand walks or is broadcast along, when it is a whole number
 /// of 16-byte vectors (`TwoStrided::grouped`). All three buffers share one dtype, f32 or bf16.
 pub fn binary(
-    dev: &Device,
+    dev: &CudaDevice,
     op: BinaryOp,
     dims: &[usize],
     a: &Buffer,
@@ -119,7 +119,7 @@ fn grouped(p: &TwoStrided, a: &Buffer, b: &Buffer, y: &Buffer) -> Option<TwoStri
 
 /// [`binary`] for operands of the same shape, all contiguous.
 pub fn binary_same_shape(
-    dev: &Device,
+    dev: &CudaDevice,
     op: BinaryOp,
     a: &Buffer,
     b: &Buffer,

@@ -3,7 +3,7 @@
 
 use super::{check_device, check_dtype, check_len, float_kernel, launch, Launch, ELEMENTWISE_VEC};
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "cast",
@@ -12,7 +12,7 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 
 /// `y = x` converted to `y`'s dtype: f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact,
 /// equal dtypes copy. Same length.
-pub fn cast(dev: &Device, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
+pub fn cast(dev: &CudaDevice, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
     const OP: &str = "cast";
     check_device(OP, dev, &[x, y])?;
     check_len(OP, "y", y, x.len())?;
@@ -46,7 +46,12 @@ pub fn cast(dev: &Device, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
 /// `y = x · s[0]` converted to `y`'s dtype (f32 product, rounded to nearest even for bf16): a
 /// scale computed on the device, read there, and a cast in one pass. `x` and `y` f32 or bf16 of
 /// one length, `s` one f32.
-pub fn scale_cast(dev: &Device, x: &Buffer, s: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
+pub fn scale_cast(
+    dev: &CudaDevice,
+    x: &Buffer,
+    s: &Buffer,
+    y: &mut Buffer,
+) -> Result<(), CudaError> {
     const OP: &str = "scale_cast";
     check_device(OP, dev, &[x, s, y])?;
     check_dtype(OP, "s", s, DType::F32)?;
@@ -82,7 +87,7 @@ pub fn scale_cast(dev: &Device, x: &Buffer, s: &Buffer, y: &mut Buffer) -> Resul
 }
 
 /// Sets every element of `y` (f32 or bf16) to `value`.
-pub fn fill(dev: &Device, y: &mut Buffer, value: f32) -> Result<(), CudaError> {
+pub fn fill(dev: &CudaDevice, y: &mut Buffer, value: f32) -> Result<(), CudaError> {
     const OP: &str = "fill";
     check_device(OP, dev, &[y])?;
     let name = float_kernel!(OP, "fill", y.dtype())?;

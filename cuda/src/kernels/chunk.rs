@@ -6,7 +6,7 @@
 
 use super::{check_device, check_dtype, check_len, launch, to_u32, KernelArg, Launch};
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 use std::ffi::c_void;
 
 /// Sizes of a chunkwise call: q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`, per-head gates
@@ -92,7 +92,7 @@ impl RecArgs {
     /// The value tiles of a kernel needing `bytes(args)` of shared memory: all of Dv in one
     /// tile where it fits, else the fewest tiles that fit: each tile redoes the chunk's L x L
     /// work, and a block already fills an SM, so more tiles are slower (BENCHMARKS.md).
-    pub fn fit(self, dev: &Device, dtype: DType, bytes: impl Fn(&RecArgs) -> usize) -> RecArgs {
+    pub fn fit(self, dev: &CudaDevice, dtype: DType, bytes: impl Fn(&RecArgs) -> usize) -> RecArgs {
         self.fit_within(dev.max_shared_optin() as usize, dtype, bytes)
     }
 
@@ -157,7 +157,7 @@ impl RecArgs {
 /// need more).
 pub fn head_launch(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     s: RecurrentShape,
     args: &RecArgs,
     bytes: usize,
@@ -191,7 +191,7 @@ pub fn tile_ld(n: usize, size: usize) -> usize {
 /// summed over v (`Sink` in chunk.cuh); with one, the kernel writes those gradients directly
 /// and `None` is returned.
 pub fn tile_shares(
-    dev: &Device,
+    dev: &CudaDevice,
     args: &RecArgs,
     stride: usize,
 ) -> Result<Option<Buffer>, CudaError> {
@@ -205,7 +205,7 @@ pub fn tile_shares(
 /// `out[i] = sum_v shares[v * stride + off + i]` for i < out's length: one gradient from the
 /// value tiles' shares.
 pub fn sum_tiles(
-    dev: &Device,
+    dev: &CudaDevice,
     src: &KernelSource,
     shares: &Buffer,
     off: usize,
@@ -233,7 +233,7 @@ pub fn sum_tiles(
 /// Checks device, dtype and length of each `(name, buffer, dtype, len)`.
 pub fn check_operands(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     operands: &[(&str, &Buffer, DType, usize)],
 ) -> Result<(), CudaError> {
     for &(name, buf, dtype, len) in operands {

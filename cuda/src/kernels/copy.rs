@@ -4,7 +4,7 @@
 use super::layout::{Operand, TwoStrided};
 use super::{bits_kernel, check_device, check_dtype, launch, Launch};
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, Device};
+use crate::{Buffer, CudaDevice, CudaError};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "copy",
@@ -18,7 +18,7 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 /// must not write any element twice. Both buffers have the same dtype (any); elements of `dst`
 /// outside the pattern are left as they are (fill first for padding).
 pub fn strided_copy(
-    dev: &Device,
+    dev: &CudaDevice,
     dims: &[usize],
     src: &Buffer,
     src_strides: &[usize],

@@ -7,7 +7,7 @@ use super::{
     row_kernel, rows_of, to_u32, vector_rows, Launch, ROW_BLOCK,
 };
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "cross_entropy",
@@ -36,9 +36,9 @@ pub struct CrossEntropySaved {
 /// [rows]); rows whose target is `ignore_index` count for nothing. Returns the per-row losses,
 /// row logsumexps and [mean, count] on the device; read `stats` for the loss value. A target
 /// not below vocab that is not `ignore_index` gets a NaN loss and raises a flag reported by
-/// `Device::take_kernel_errors`.
+/// `CudaDevice::take_kernel_errors`.
 pub fn cross_entropy(
-    dev: &Device,
+    dev: &CudaDevice,
     logits: &Buffer,
     vocab: usize,
     targets: &Buffer,
@@ -117,7 +117,7 @@ pub fn cross_entropy(
 /// count` per row, zero on ignored rows, where `dloss` (f32 [1], on the device) is the
 /// gradient of the mean loss. `dlogits` is like `logits`.
 pub fn cross_entropy_backward(
-    dev: &Device,
+    dev: &CudaDevice,
     logits: &Buffer,
     vocab: usize,
     targets: &Buffer,
@@ -180,9 +180,9 @@ pub fn cross_entropy_backward(
 /// device) gets the rows' summed loss and the number of rows counted added to it, and `dlogits`
 /// (like `logits`), where given, is set to softmax - onehot(target) on counted rows and zero on
 /// rows whose target is `ignore_index`. A target not below vocab that is not `ignore_index`
-/// makes the sum NaN and raises the flag `Device::take_kernel_errors` reports.
+/// makes the sum NaN and raises the flag `CudaDevice::take_kernel_errors` reports.
 pub fn cross_entropy_summed(
-    dev: &Device,
+    dev: &CudaDevice,
     logits: &Buffer,
     vocab: usize,
     targets: &Buffer,
@@ -258,7 +258,7 @@ pub fn cross_entropy_summed(
 /// Queues `kernel`, ce_mean or ce_sum_into: one block sums the losses of the rows counted
 /// (targets not `ignore_index`) and counts them, into `out` (f32 [2]).
 fn counted_sum(
-    dev: &Device,
+    dev: &CudaDevice,
     kernel: &'static str,
     loss: &Buffer,
     targets: &Buffer,

@@ -5,7 +5,7 @@ use super::{
     bits_kernel, check_device, check_dtype, check_len, float_kernel, launch, to_u32, Launch,
 };
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "embedding",
@@ -15,7 +15,7 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 /// Threads per block along a row.
 const ROW_BLOCK: u32 = 256;
 
-fn row_launch(dev: &Device, count: u64) -> Launch {
+fn row_launch(dev: &CudaDevice, count: u64) -> Launch {
     Launch {
         grid: (
             count.clamp(1, dev.sm_count().max(1) as u64 * 32) as u32,
@@ -30,9 +30,9 @@ fn row_launch(dev: &Device, count: u64) -> Launch {
 /// `out[r, :] = src[idx[r], :]`: rows of `row_len` elements of `src` (any dtype; `src.len()`
 /// a multiple of `row_len`) picked by the u32 `idx`; `out` holds `idx.len() * row_len`.
 /// An index past the last row yields a zero row and raises a flag that
-/// `Device::take_kernel_errors` reports.
+/// `CudaDevice::take_kernel_errors` reports.
 pub fn index_select(
-    dev: &Device,
+    dev: &CudaDevice,
     src: &Buffer,
     row_len: usize,
     idx: &Buffer,
@@ -69,7 +69,7 @@ pub fn index_select(
 /// Embedding lookup: `out[r, :] = table[ids[r], :]` for a `table` of `vocab` rows of `dim`
 /// (f32 or bf16); out-of-range ids as in [`index_select`].
 pub fn embedding(
-    dev: &Device,
+    dev: &CudaDevice,
     ids: &Buffer,
     table: &Buffer,
     vocab: usize,
@@ -85,7 +85,7 @@ pub fn embedding(
 /// `dtable` (f32, vocab * dim) is added to, not overwritten: zero it for a fresh gradient.
 /// `dout` is f32 or bf16 with `ids.len() * dim` elements; out-of-range ids are skipped.
 pub fn embedding_backward(
-    dev: &Device,
+    dev: &CudaDevice,
     ids: &Buffer,
     dout: &Buffer,
     vocab: usize,

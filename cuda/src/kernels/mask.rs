@@ -4,7 +4,7 @@ use super::{
     bits_kernel, check_device, check_len, check_like, float_kernel, launch, rows_of, to_u32, Launch,
 };
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "mask",
@@ -20,7 +20,7 @@ const ROW_BLOCK: u32 = 128;
 /// `q_offset + tq` is the plain causal mask. `x` and `y` the same dtype (f32 or bf16) and
 /// length, a multiple of tq * tk.
 pub fn band_mask(
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     tq: usize,
     tk: usize,
@@ -68,7 +68,7 @@ pub fn band_mask(
 /// `y = cond != 0 ? a : b` elementwise; `cond` u8 or u32, `a`, `b`, `y` one dtype (any), all
 /// the same length (broadcast with `copy::strided_copy` first).
 pub fn where_select(
-    dev: &Device,
+    dev: &CudaDevice,
     cond: &Buffer,
     a: &Buffer,
     b: &Buffer,

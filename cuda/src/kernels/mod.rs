@@ -36,7 +36,7 @@ pub const TMA_CUH: &str = include_str!("../../kernels/tma.cuh");
 pub const CHUNK_CUH: &str = include_str!("../../kernels/chunk.cuh");
 
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 use cudarc::driver::result;
 use std::ffi::c_void;
 
@@ -92,7 +92,7 @@ pub struct Launch {
 impl Launch {
     /// Grid-stride kernels over `work` items: enough blocks to fill the GPU several times over,
     /// no more (each thread then loops).
-    pub fn elementwise(dev: &Device, work: u64) -> Launch {
+    pub fn elementwise(dev: &CudaDevice, work: u64) -> Launch {
         let blocks = work.div_ceil(ELEMENTWISE_BLOCK as u64);
         let cap = dev.sm_count().max(1) as u64 * 16;
         Launch {
@@ -162,7 +162,7 @@ pub(crate) fn vector_rows(n: u32, dtype: DType, ptrs: &[u64]) -> bool {
 /// among them must be valid for all the accesses the kernel makes given the other arguments
 /// (the wrappers check buffer sizes before calling this).
 pub unsafe fn launch(
-    dev: &Device,
+    dev: &CudaDevice,
     src: &KernelSource,
     name: &'static str,
     cfg: Launch,
@@ -243,7 +243,7 @@ macro_rules! bits_kernel {
 pub(crate) use bits_kernel;
 
 /// Checks that every buffer lives on `dev`.
-pub fn check_device(op: &'static str, dev: &Device, bufs: &[&Buffer]) -> Result<(), CudaError> {
+pub fn check_device(op: &'static str, dev: &CudaDevice, bufs: &[&Buffer]) -> Result<(), CudaError> {
     bufs.iter().try_for_each(|b| dev.check_owner(op, b))
 }
 

@@ -7,7 +7,7 @@ use super::{
     to_u32, vector_rows, Launch,
 };
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "norm",
@@ -27,7 +27,12 @@ struct Params<'a> {
     center: bool,
 }
 
-fn check_params(op: &'static str, dev: &Device, p: &Params<'_>, n: usize) -> Result<(), CudaError> {
+fn check_params(
+    op: &'static str,
+    dev: &CudaDevice,
+    p: &Params<'_>,
+    n: usize,
+) -> Result<(), CudaError> {
     check_device(op, dev, &[p.w])?;
     check_dtype(op, "weight", p.w, DType::F32)?;
     check_len(op, "weight", p.w, n)?;
@@ -41,7 +46,7 @@ fn check_params(op: &'static str, dev: &Device, p: &Params<'_>, n: usize) -> Res
 
 fn check_stat(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     name: &str,
     s: &Buffer,
     rows: u32,
@@ -53,7 +58,7 @@ fn check_stat(
 
 fn forward(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     n: usize,
     p: Params<'_>,
@@ -114,7 +119,7 @@ fn forward(
 /// does not run and the sums must come out zero: the buffer is zeroed then.
 fn partial_sums(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     shape: &Launch,
     slice: usize,
     blocks: u32,
@@ -150,7 +155,7 @@ fn partial_sums(
 /// out [blocks, width] with width = n (2n with center).
 fn backward(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     n: usize,
     p: Params<'_>,
@@ -222,7 +227,7 @@ fn backward(
 /// saved per row in `rstd` (f32). `x`, `y` f32 or bf16; `w` f32 of length n. With `res` (like
 /// `x`), y is `res` plus the norm's, in the same pass.
 pub fn rms_norm(
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     n: usize,
     w: &Buffer,
@@ -244,7 +249,7 @@ pub fn rms_norm(
 /// over rows of `dy * x * rstd`, reduced deterministically in f32). With `dres` (like `x`: the
 /// gradient reaching x by another path, a residual stream's), dx is that plus the norm's.
 pub fn rms_norm_backward(
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     n: usize,
     w: &Buffer,
@@ -271,7 +276,7 @@ pub fn rms_norm_backward(
 /// (biased variance), saving `mean` and `rstd` per row (f32). `x`, `y` f32 or bf16; `w`, `b`
 /// f32 of length n.
 pub fn layer_norm(
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     n: usize,
     w: &Buffer,
@@ -293,7 +298,7 @@ pub fn layer_norm(
 /// Backward of [`layer_norm`]: `dx` (like `x`), and `dw`, `db` (f32, length n, overwritten:
 /// sums over rows of `dy * xhat` and `dy`).
 pub fn layer_norm_backward(
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     n: usize,
     w: &Buffer,
@@ -326,7 +331,7 @@ pub fn layer_norm_backward(
 /// `heads` heads, w f32 `[heads, n]`. Returns (rows, n, heads) as u32.
 fn check_gated(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     o: &Buffer,
     w: &Buffer,
@@ -356,7 +361,7 @@ fn check_gated(
 /// * w[head] * sigmoid(o)`, LayerNorm without an affine map of its own (biased variance, eps).
 /// `x`, `o`, `y` f32 or bf16 alike; `w` f32 `[heads, n]`.
 pub fn gated_head_norm(
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     o: &Buffer,
     w: &Buffer,
@@ -395,7 +400,7 @@ pub fn gated_head_norm(
 /// x) and `dw` (f32 `[heads, n]`, overwritten: the sum over each head's rows of
 /// `dy * sigmoid(o) * xhat`, reduced deterministically in f32).
 pub fn gated_head_norm_backward(
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     o: &Buffer,
     w: &Buffer,

@@ -5,7 +5,7 @@
 
 use super::{check_device, check_dtype, check_len, launch, Launch};
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "optim",
@@ -66,7 +66,7 @@ struct Entry {
 }
 
 /// The table of `entries` (empty tensors left out) on the device, and the number of chunks.
-fn upload(dev: &Device, entries: &[Entry]) -> Result<(Buffer, u32, u64), CudaError> {
+fn upload(dev: &CudaDevice, entries: &[Entry]) -> Result<(Buffer, u32, u64), CudaError> {
     let mut words = Vec::with_capacity(entries.len() * 14);
     let mut chunks = 0u64;
     let mut count = 0u32;
@@ -85,7 +85,7 @@ fn upload(dev: &Device, entries: &[Entry]) -> Result<(Buffer, u32, u64), CudaErr
 /// Blocks of BLOCK threads walking `chunks` chunks: enough to fill the GPU, one chunk each at
 /// most. A function of the chunk count and the device alone, so sums over them are the same on
 /// every run.
-fn chunk_launch(dev: &Device, chunks: u64) -> Launch {
+fn chunk_launch(dev: &CudaDevice, chunks: u64) -> Launch {
     let cap = dev.sm_count().max(1) as u64 * 8;
     Launch {
         grid: (chunks.clamp(1, cap) as u32, 1, 1),
@@ -97,7 +97,7 @@ fn chunk_launch(dev: &Device, chunks: u64) -> Launch {
 /// Checks that `b` is an f32 buffer of `n` elements on `dev`.
 fn check_f32(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     name: &str,
     b: &Buffer,
     n: usize,
@@ -114,7 +114,7 @@ fn check_f32(
 /// `min(1, max_norm / (norm + 1e-6))` read from the f32 [1] `norm` on the device (e.g. from
 /// [`global_norm`]); else 1.
 pub fn adamw(
-    dev: &Device,
+    dev: &CudaDevice,
     hp: AdamWStep,
     params: &mut [AdamWBuffers<'_>],
     clip: Option<(&Buffer, f32)>,
@@ -176,7 +176,7 @@ pub fn adamw(
 
 /// `out[0] = sqrt(sum over every x of x^2)`, f32 with a deterministic two-stage reduction, in
 /// two launches. Each `x` f32; `out` f32 [1].
-pub fn global_norm(dev: &Device, xs: &[&Buffer], out: &mut Buffer) -> Result<(), CudaError> {
+pub fn global_norm(dev: &CudaDevice, xs: &[&Buffer], out: &mut Buffer) -> Result<(), CudaError> {
     const OP: &str = "global_norm";
     check_f32(OP, dev, "out", out, 1)?;
     let mut entries = Vec::with_capacity(xs.len());
@@ -216,7 +216,11 @@ pub fn global_norm(dev: &Device, xs: &[&Buffer], out: &mut Buffer) -> Result<(),
 }
 
 /// `acc[i] += xs[i]` for every pair, in place, in one launch: f32 buffers of equal lengths.
-pub fn add_into(dev: &Device, acc: &mut [&mut Buffer], xs: &[&Buffer]) -> Result<(), CudaError> {
+pub fn add_into(
+    dev: &CudaDevice,
+    acc: &mut [&mut Buffer],
+    xs: &[&Buffer],
+) -> Result<(), CudaError> {
     const OP: &str = "add_into";
     if acc.len() != xs.len() {
         return Err(CudaError::invalid(

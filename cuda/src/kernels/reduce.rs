@@ -6,7 +6,7 @@ use super::{
     vector_rows, Launch,
 };
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "reduce",
@@ -75,7 +75,7 @@ impl AxisDims {
 /// elements of `x`'s dtype (f32 or bf16); the arithmetic is f32. With `argmax` (u32,
 /// outer * inner, only for `Max`), also the index j of the maximum. n must be at least 1.
 pub fn reduce(
-    dev: &Device,
+    dev: &CudaDevice,
     op: ReduceOp,
     x: &Buffer,
     axis: AxisDims,
@@ -181,7 +181,12 @@ pub fn reduce(
 ///
 /// Rows (inner == 1) are scanned in parallel; with inner > 1 each (outer, inner) column is one
 /// thread walking n, which is slow for long n with few columns (transpose first there).
-pub fn cumsum(dev: &Device, x: &Buffer, axis: AxisDims, y: &mut Buffer) -> Result<(), CudaError> {
+pub fn cumsum(
+    dev: &CudaDevice,
+    x: &Buffer,
+    axis: AxisDims,
+    y: &mut Buffer,
+) -> Result<(), CudaError> {
     const OP: &str = "cumsum";
     check_device(OP, dev, &[x, y])?;
     let (outer, n, inner) = axis.checked(OP, x)?;
@@ -215,7 +220,7 @@ pub fn cumsum(dev: &Device, x: &Buffer, axis: AxisDims, y: &mut Buffer) -> Resul
 /// accumulates in f32 (bf16 intermediates are rounded when several disjoint axis groups are
 /// reduced).
 pub fn sum_to(
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     x_dims: &[usize],
     y: &mut Buffer,

@@ -2,7 +2,7 @@
 
 use super::{check_device, check_like, launch, ptr_or_null, row_kernel, to_u32, Launch};
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "rope",
@@ -24,14 +24,14 @@ pub struct RopeDims {
 
 /// `y = rotate(x)`: pair (i, i + d/2) at position p turned by `p * theta^(-2i/d)`
 /// ("rotate_half", as in Llama / GPT-NeoX). `x`, `y` f32 or bf16, same length.
-pub fn rope(dev: &Device, r: RopeDims, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
+pub fn rope(dev: &CudaDevice, r: RopeDims, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
     run("rope", dev, r, x, None, y, 1.0)
 }
 
 /// Backward of [`rope`]: the inverse rotation of `dy` into `dx`. With `dres` (like `dy`: the
 /// gradient reaching x by another path), dx is that plus the rotation's, in the same pass.
 pub fn rope_backward(
-    dev: &Device,
+    dev: &CudaDevice,
     r: RopeDims,
     dy: &Buffer,
     dres: Option<&Buffer>,
@@ -42,7 +42,7 @@ pub fn rope_backward(
 
 fn run(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     r: RopeDims,
     x: &Buffer,
     add: Option<&Buffer>,

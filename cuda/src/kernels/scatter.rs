@@ -4,7 +4,7 @@
 use super::reduce::AxisDims;
 use super::{check_device, check_dtype, check_len, float_kernel, launch, to_u32, Launch};
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "scatter",
@@ -15,7 +15,7 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 /// the rest of `y` (`[outer, n, inner]`, same dtype as `x`) is left as it was. Positions at or
 /// past `n` are skipped.
 pub fn scatter_axis(
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     idx: &Buffer,
     axis: AxisDims,

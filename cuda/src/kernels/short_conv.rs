@@ -3,7 +3,7 @@
 use super::chunk::check_operands;
 use super::{float_kernel, launch, to_u32, Launch};
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "short_conv",
@@ -43,7 +43,7 @@ impl Plan {
     /// buffers are 16-byte aligned (pool blocks are), else of one channel; blocks of `WG_X`
     /// groups by `WG_Y` runs, with enough row splits for `per_sm` blocks an SM (fewer where
     /// there are not that many runs).
-    fn new(dev: &Device, s: ConvDims, data: &[&Buffer], per_sm: u32) -> Plan {
+    fn new(dev: &CudaDevice, s: ConvDims, data: &[&Buffer], per_sm: u32) -> Plan {
         let per_vec = 16 / data[0].dtype().size_bytes();
         let vec =
             s.c.is_multiple_of(per_vec) && data.iter().all(|b| b.device_ptr().is_multiple_of(16));
@@ -144,7 +144,7 @@ impl ConvDims {
 
 /// `y[b, t, c] = bias[c] + sum_j w[c, j] x[b, t - K + 1 + j, c]` (zeros before t = 0).
 pub fn short_conv(
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     w: &Buffer,
     bias: &Buffer,
@@ -186,7 +186,7 @@ pub fn short_conv(
 
 /// `(dx, dw, dbias)` of [`short_conv`] given x, the weights and dy.
 pub fn short_conv_backward(
-    dev: &Device,
+    dev: &CudaDevice,
     x: &Buffer,
     w: &Buffer,
     dy: &Buffer,

@@ -2,7 +2,7 @@
 
 use super::{check_device, check_like, launch, row_kernel, rows_of, to_u32, vector_rows, Launch};
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, Device};
+use crate::{Buffer, CudaDevice, CudaError};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "softmax",
@@ -26,7 +26,7 @@ impl Softmax {
 /// `y = kind(x)` over each row of `n` (the last axis); `x` and `y` the same dtype (f32 or
 /// bf16) and length, a multiple of n.
 pub fn softmax(
-    dev: &Device,
+    dev: &CudaDevice,
     kind: Softmax,
     x: &Buffer,
     n: usize,
@@ -59,7 +59,7 @@ pub fn softmax(
 /// Backward of [`softmax`] from its output `y` and the output gradient `dy`:
 /// softmax `dx = y * (dy - sum(dy * y))`, log-softmax `dx = dy - exp(y) * sum(dy)`, per row.
 pub fn softmax_backward(
-    dev: &Device,
+    dev: &CudaDevice,
     kind: Softmax,
     y: &Buffer,
     dy: &Buffer,

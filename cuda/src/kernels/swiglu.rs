@@ -6,7 +6,7 @@ use super::{
     Launch,
 };
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, DType, Device};
+use crate::{Buffer, CudaDevice, CudaError, DType};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "swiglu",
@@ -19,7 +19,7 @@ const ROW_THREADS: u32 = 256;
 const BLOCKS_PER_SM: u64 = 16;
 
 /// `h = silu(gate) · up` of `gu` `[rows, 2f]` into `h` `[rows, f]`; f32 or bf16, one dtype.
-pub fn swiglu(dev: &Device, gu: &Buffer, f: usize, h: &mut Buffer) -> Result<(), CudaError> {
+pub fn swiglu(dev: &CudaDevice, gu: &Buffer, f: usize, h: &mut Buffer) -> Result<(), CudaError> {
     const OP: &str = "swiglu";
     check_device(OP, dev, &[gu, h])?;
     let (rows, f_u32) = sizes(OP, gu, f)?;
@@ -47,7 +47,7 @@ pub fn swiglu(dev: &Device, gu: &Buffer, f: usize, h: &mut Buffer) -> Result<(),
 /// (`dh · up · silu'(gate)` in the first f columns of a row, `dh · silu(gate)` in the rest) and
 /// the forward's `h` `[rows, f]`, in one pass.
 pub fn swiglu_backward(
-    dev: &Device,
+    dev: &CudaDevice,
     gu: &Buffer,
     dh: &Buffer,
     f: usize,

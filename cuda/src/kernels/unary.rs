@@ -2,7 +2,7 @@
 
 use super::{check_device, check_like, float_kernel, launch, Launch, ELEMENTWISE_VEC};
 use crate::nvrtc::KernelSource;
-use crate::{Buffer, CudaError, Device};
+use crate::{Buffer, CudaDevice, CudaError};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "unary",
@@ -82,7 +82,7 @@ pub enum Saved<'a> {
 }
 
 /// `y = op(x)` elementwise; `x` and `y` f32 or bf16, same dtype and length.
-pub fn unary(dev: &Device, op: UnaryOp, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
+pub fn unary(dev: &CudaDevice, op: UnaryOp, x: &Buffer, y: &mut Buffer) -> Result<(), CudaError> {
     const OP: &str = "unary";
     check_device(OP, dev, &[x, y])?;
     check_like(OP, "y", y, x)?;
@@ -108,7 +108,7 @@ pub fn unary(dev: &Device, op: UnaryOp, x: &Buffer, y: &mut Buffer) -> Result<()
 /// `dx = dy * op'(x)` elementwise, with x or y = op(x) as `saved`; all buffers the same dtype
 /// (f32 or bf16) and length.
 pub fn unary_backward(
-    dev: &Device,
+    dev: &CudaDevice,
     op: UnaryOp,
     saved: Saved<'_>,
     dy: &Buffer,

@@ -3,13 +3,13 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use half::bf16;
-use swax_cuda::{Buffer, DType, Device};
+use swax_cuda::{Buffer, CudaDevice, DType};
 
 /// The device under test, or `None` after printing why the test is skipped. With
 /// `SWAX_REQUIRE_CUDA=1` a missing device fails the test instead, so a GPU run cannot pass by
 /// skipping.
-pub fn device() -> Option<Device> {
-    match Device::new(0) {
+pub fn device() -> Option<CudaDevice> {
+    match CudaDevice::new(0) {
         Ok(d) => Some(d),
         Err(err) => {
             if std::env::var("SWAX_REQUIRE_CUDA").as_deref() == Ok("1") {
@@ -70,7 +70,7 @@ pub fn rounded(dtype: DType, v: &[f32]) -> Vec<f32> {
     }
 }
 
-pub fn upload(dev: &Device, dtype: DType, v: &[f32]) -> Buffer {
+pub fn upload(dev: &CudaDevice, dtype: DType, v: &[f32]) -> Buffer {
     match dtype {
         DType::F32 => dev.htod(v).unwrap(),
         DType::BF16 => {
@@ -81,7 +81,7 @@ pub fn upload(dev: &Device, dtype: DType, v: &[f32]) -> Buffer {
     }
 }
 
-pub fn download(dev: &Device, b: &Buffer) -> Vec<f32> {
+pub fn download(dev: &CudaDevice, b: &Buffer) -> Vec<f32> {
     match b.dtype() {
         DType::F32 => dev.dtoh::<f32>(b).unwrap(),
         DType::BF16 => dev
@@ -95,7 +95,7 @@ pub fn download(dev: &Device, b: &Buffer) -> Vec<f32> {
 }
 
 /// An output buffer filled with NaN, so any element a kernel fails to write fails the test.
-pub fn poisoned(dev: &Device, dtype: DType, n: usize) -> Buffer {
+pub fn poisoned(dev: &CudaDevice, dtype: DType, n: usize) -> Buffer {
     match dtype {
         DType::U32 => dev.htod(&vec![0xdead_beefu32; n]).unwrap(),
         _ => upload(dev, dtype, &vec![f32::NAN; n]),

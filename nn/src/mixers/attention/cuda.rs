@@ -11,7 +11,7 @@ use swax_cuda::kernels::{
     check_device, check_dtype, check_len, launch, to_u32, Launch, MMA_CUH, TMA_CUH, WGMMA_CUH,
 };
 use swax_cuda::tma::TensorMap;
-use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
+use swax_cuda::{Buffer, CudaDevice, CudaError, DType, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
@@ -203,7 +203,7 @@ impl Checked {
 /// there are fewer.
 fn persistent(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     tiles: usize,
     threads: u32,
     shared: usize,
@@ -279,7 +279,7 @@ pub(super) fn forward(
 /// walking the (query block, q head, sequence) tiles, its loads by TMA through tensor maps of
 /// q, k, v.
 fn forward_hopper(
-    dev: &Device,
+    dev: &CudaDevice,
     c: &Checked,
     s: AttnShape,
     [q, k, v]: [&Buffer; 3],
@@ -413,7 +413,7 @@ pub(super) fn backward(
 /// (bf16 where `dtype` is, else f32).
 #[allow(clippy::too_many_arguments)]
 fn backward_hopper(
-    dev: &Device,
+    dev: &CudaDevice,
     c: &Checked,
     s: AttnShape,
     [q, k, v, dout]: [&Buffer; 4],

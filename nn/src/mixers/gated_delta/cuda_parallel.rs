@@ -6,7 +6,7 @@ use super::{GatedDeltaBackward, GatedDeltaGrads, GatedDeltaIn, GatedDeltaOut};
 use std::sync::OnceLock;
 use swax_cuda::kernels::chunk::{RecArgs, RecurrentShape};
 use swax_cuda::kernels::{launch, to_u32, Launch, CHUNK_CUH, MMA_CUH};
-use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
+use swax_cuda::{Buffer, CudaDevice, CudaError, DType, KernelSource};
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
     name: "gated_delta_parallel",
@@ -88,7 +88,7 @@ fn tile(n: usize) -> usize {
 
 impl Plan {
     /// The plan for a shape on `dev`, if these kernels take it (see [`sizes`]).
-    pub fn new(dev: &Device, s: RecurrentShape, dtype: DType, args: RecArgs) -> Option<Plan> {
+    pub fn new(dev: &CudaDevice, s: RecurrentShape, dtype: DType, args: RecArgs) -> Option<Plan> {
         sizes(s, dtype, dev.max_shared_optin() as usize).map(|z| Plan { z, args })
     }
 }
@@ -209,7 +209,7 @@ impl Plan {
     fn factors(
         &self,
         op: &'static str,
-        dev: &Device,
+        dev: &CudaDevice,
         x: &GatedDeltaIn<&Buffer>,
         s: RecurrentShape,
         forward: bool,
@@ -251,7 +251,7 @@ impl Plan {
     /// The forward from `x.state`: o and the f32 boundary states `[B, H, N + 1, Dk, Dv]`.
     pub fn forward(
         &self,
-        dev: &Device,
+        dev: &CudaDevice,
         x: &GatedDeltaIn<&Buffer>,
         s: RecurrentShape,
     ) -> Result<GatedDeltaOut<Buffer>, CudaError> {
@@ -284,7 +284,7 @@ impl Plan {
     /// The gradients from the forward's boundary states.
     pub fn backward(
         &self,
-        dev: &Device,
+        dev: &CudaDevice,
         x: &GatedDeltaBackward<&Buffer>,
         s: RecurrentShape,
     ) -> Result<GatedDeltaGrads<Buffer>, CudaError> {

@@ -8,7 +8,7 @@ use swax_cuda::kernels::chunk::{
     CHUNK_THREADS,
 };
 use swax_cuda::kernels::{float_kernel, launch, to_u32, Launch, CHUNK_CUH, MMA_CUH};
-use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
+use swax_cuda::{Buffer, CudaDevice, CudaError, DType, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
@@ -177,7 +177,7 @@ pub fn sizes(s: RecurrentShape, dtype: DType, shared_limit: usize) -> Result<Siz
 /// One block of `block_threads` per (batch, head, value tile), `bytes` of shared memory.
 fn scan_launch(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     s: RecurrentShape,
     args: &RecArgs,
     bytes: usize,
@@ -208,7 +208,7 @@ fn gate_row_launch(op: &'static str, walks: usize) -> Result<Launch, CudaError> 
 /// `bytes` of shared memory.
 fn chunk_launch(
     op: &'static str,
-    dev: &Device,
+    dev: &CudaDevice,
     s: RecurrentShape,
     args: &RecArgs,
     bytes: usize,

@@ -16,7 +16,7 @@ use swax_cuda::kernels::{
     check_device, launch, to_u32, KernelArg, Launch, MMA_CUH, TMA_CUH, WGMMA_CUH,
 };
 use swax_cuda::tma::TensorMap;
-use swax_cuda::{Buffer, CudaError, DType, Device, KernelSource};
+use swax_cuda::{Buffer, CudaDevice, CudaError, DType, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
@@ -123,7 +123,7 @@ impl Checked {
     }
 
     /// phi of every row of x (`[b, t, heads, d]`) into a new bf16 `[b, t, heads, 2d]`.
-    fn features(&self, dev: &Device, x: &Buffer, heads: u32) -> Result<Buffer, CudaError> {
+    fn features(&self, dev: &CudaDevice, x: &Buffer, heads: u32) -> Result<Buffer, CudaError> {
         let AttnShape { b, t, d, .. } = self.s;
         let rows = (b * t * heads as usize) as u64;
         let f = dev.alloc(DType::BF16, 2 * d * rows as usize)?;
@@ -141,7 +141,7 @@ impl Checked {
     /// is not read (the rows no walk wrote).
     fn sum_halves(
         &self,
-        dev: &Device,
+        dev: &CudaDevice,
         x: &Buffer,
         y: &Buffer,
         heads: u32,
