@@ -80,10 +80,40 @@ fn errors(got: &[f64], want: &[f64]) -> (f64, f64) {
     (rel(diff.sqrt(), norm.sqrt()), rel(worst, scale))
 }
 
+/// How far a gradient may be off, `(tensor, element)` as [`errors`] measures them: for most
+/// parameters, and for the recurrences' per-head gate parameters (`GATE_PARAMS`).
+#[derive(Clone, Copy, Debug)]
+struct Tolerance {
+    most: (f64, f64),
+    gates: (f64, f64),
+}
+
+impl Tolerance {
+    const fn all(tol: (f64, f64)) -> Tolerance {
+        Tolerance {
+            most: tol,
+            gates: tol,
+        }
+    }
+
+    fn of(&self, name: &str) -> (f64, f64) {
+        match GATE_PARAMS.iter().any(|p| name.ends_with(p)) {
+            true => self.gates,
+            false => self.most,
+        }
+    }
+}
+
+/// One number per head that gates a recurrence: the mLSTM's gate biases, the gated delta rule's
+/// decay. Each one's gradient sums the gate gradients of every position, terms that largely
+/// cancel, so rounding those terms moves the sum far more than it moves any other gradient; how
+/// much depends on the layer and the batch (in f32 too, at a thousandth of the bf16 error).
+const GATE_PARAMS: [&str; 3] = ["gates.bias", "a_log", "dt_bias"];
+
 /// One step's gradients of a `pattern` model, fused against reference, on `device` in `dtype`:
-/// what is off `tol = (tensor, element)`, one line each (the loss, then each parameter).
+/// what is off `tol`, one line each (the loss, then each parameter).
 /// Prints every parameter's errors.
-fn compare(pattern: &str, t: usize, device: Device, dtype: DType, tol: (f64, f64)) -> Vec<String> {
+fn compare(pattern: &str, t: usize, device: Device, dtype: DType, tol: Tolerance) -> Vec<String> {
     let (fused_cfg, ref_cfg) = (
         config(pattern, t, Mixers::Fused),
         config(pattern, t, Mixers::Reference),
@@ -103,11 +133,12 @@ fn compare(pattern: &str, t: usize, device: Device, dtype: DType, tol: (f64, f64
     eprintln!("{label}: loss fused {lf:.6}, reference {lr:.6}");
     let mut bad = Vec::new();
     let loss_off = (lf - lr).abs() / lr.abs();
-    if loss_off.is_nan() || loss_off > tol.0 {
+    if loss_off.is_nan() || loss_off > tol.most.0 {
         bad.push(format!("{label}: loss fused {lf}, reference {lr}"));
     }
     for ((name, g), (_, r)) in fused.iter().zip(&reference) {
         let (tensor, element) = errors(g, r);
+        let tol = tol.of(name);
         eprintln!("  {name:32} tensor {tensor:.2e}  worst element {element:.2e}");
         if tensor.is_nan() || element.is_nan() || tensor > tol.0 || element > tol.1 {
             bad.push(format!(
@@ -128,7 +159,7 @@ fn assert_none(bad: Vec<String>) {
 
 /// f32 on the CPU: the fused kernels and the reference differ by summation order only (the
 /// gated delta rule's decay parameters sum many terms that cancel: about 1e-4).
-const CPU_F32: (f64, f64) = (5e-4, 2e-3);
+const CPU_F32: Tolerance = Tolerance::all((5e-4, 2e-3));
 
 #[test]
 fn cpu_mlstm_gradients_match_the_reference() {
@@ -152,9 +183,15 @@ fn cpu_rattention_gradients_match_the_reference() {
 
 /// On the GPU at T of 4, 16 and 64 chunks, in f32 and in bf16 (the fused kernels multiply bf16
 /// operands on tensor cores; the reference runs the mixer in f32 between the same bf16 layers).
-/// In bf16 the gate biases' gradients, sums over every position of gradients rounded to bf16
-/// that largely cancel, differ most (8.6e-2 for the mLSTM's at T 256 on an H100, the gate
-/// weights' beside them 1.9e-2): f32 is the tight check.
+/// f32 is the tight check of every gradient, the gate parameters' included: the bf16 kernels are
+/// the same templates. In bf16 the gate parameters' sums of cancelling terms (`GATE_PARAMS`) get
+/// a bound that still catches a gradient of the wrong sign or scale.
+const GPU_F32: Tolerance = Tolerance::all((1e-3, 1e-2));
+const GPU_BF16: Tolerance = Tolerance {
+    most: (1.5e-1, 1.5e-1),
+    gates: (4e-1, 4e-1),
+};
+
 #[test]
 fn gpu_gradients_match_the_reference() {
     let Some(gpu) = swax_tests::gpu() else {
@@ -163,8 +200,8 @@ fn gpu_gradients_match_the_reference() {
     let mut bad = Vec::new();
     for pattern in ["M", "G", "S", "R"] {
         for t in [256, 1024, 4096] {
-            bad.extend(compare(pattern, t, gpu, DType::F32, (1e-3, 1e-2)));
-            bad.extend(compare(pattern, t, gpu, DType::BF16, (1.5e-1, 1.5e-1)));
+            bad.extend(compare(pattern, t, gpu, DType::F32, GPU_F32));
+            bad.extend(compare(pattern, t, gpu, DType::BF16, GPU_BF16));
         }
     }
     assert_none(bad);
