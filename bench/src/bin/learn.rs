@@ -204,7 +204,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "window": window, "steps": a.steps, "batch": a.batch, "seed": a.seed,
                 "device": device.to_string(), "final_accuracy": o.final_accuracy,
                 "tokens_to_50": o.tokens_to_50, "tokens_to_90": o.tokens_to_90,
-                "spike": o.spike, "curve": o.curve, "date": date, "commit": commit,
+                "spike": o.spike, "curve": o.curve, "sets": a.sets, "date": date,
+                "commit": commit,
             })
         })
         .collect();
