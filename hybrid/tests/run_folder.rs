@@ -295,7 +295,7 @@ fn the_datasets_tokenizer_decides_and_eval_refuses_other_data() {
     ));
     assert!(log.contains("data.tokenizer is gpt2"), "{log}");
     let cfg = swax_hybrid::config::Config::load(&run.join("config.toml")).unwrap();
-    assert_eq!(cfg.data.tokenizer, "gpt2");
+    assert_eq!(cfg.data.tokenizer, swax_data::TokenizerKind::Gpt2);
     let eval = |data: &Path| {
         swax(&[
             "eval",

@@ -40,7 +40,7 @@ use swax_tensor::counters::{self, Counts};
 use swax_tensor::{DType, Device};
 
 use crate::batch;
-use crate::config::Config;
+use crate::config::{Config, ScheduleKind};
 use crate::model::Model;
 use crate::window::WindowSchedule;
 use checkpoint::{DataRecord, State};
@@ -145,23 +145,20 @@ pub struct Summary {
 
 /// The compute dtype of `cfg` on `device`.
 pub fn compute_dtype(cfg: &Config, device: Device) -> DType {
-    match (cfg.train.dtype.as_str(), device) {
-        ("bf16", _) | ("auto", Device::Cuda(_)) => DType::BF16,
-        _ => DType::F32,
-    }
+    cfg.train.dtype.on(device)
 }
 
 pub fn lr_schedule(cfg: &Config) -> Schedule {
     let o = &cfg.optim;
-    match o.schedule.as_str() {
-        "wsd" => Schedule::Wsd {
+    match o.schedule {
+        ScheduleKind::Wsd => Schedule::Wsd {
             peak: o.lr,
             warmup: o.warmup_steps,
             total: cfg.train.steps,
             decay_fraction: o.decay_fraction,
             min_ratio: o.min_lr_ratio,
         },
-        _ => Schedule::Cosine {
+        ScheduleKind::Cosine => Schedule::Cosine {
             peak: o.lr,
             warmup: o.warmup_steps,
             total: cfg.train.steps,
@@ -305,11 +302,7 @@ fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Resul
         syncs: 0,
     };
     let mut profile = StepProfile::default();
-    let reduce_dtype = match t.reduce_dtype.as_str() {
-        "bf16" => DType::BF16,
-        _ => DType::F32,
-    };
-    let buckets = Buckets::plan(&model.params, reduce_dtype);
+    let buckets = Buckets::plan(&model.params, t.reduce_dtype.dtype());
     let mut deferred = Deferred::new(device, micro)?;
     // Collects the pending step's loss and norm, sums its loss over the ranks with whether any
     // rank was asked to stop (every rank calls this at the same points), stops on a non-finite
@@ -536,11 +529,7 @@ fn sample(
         (None, Some(b)) => &b.inputs[..b.t],
         (None, None) => return Ok(None),
     };
-    let tok = cfg
-        .data
-        .tokenizer
-        .parse::<swax_data::TokenizerKind>()?
-        .build()?;
+    let tok = cfg.data.tokenizer.build()?;
     let prompt = &start[..start.len().min(32)];
     let req = crate::generate::Request {
         max_tokens: 48,
