@@ -3,6 +3,7 @@
 //! [`Run::validate`], [`Run::checkpoint`] and [`Run::finish`] (the summary and the loss curve).
 //! [`Run::train`] calls them in that order; the module comment of `train` says what a step does
 //! and why its values are read a step late.
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -113,14 +114,7 @@ impl<'a> Run<'a> {
             })));
         }
         let metrics = match rank0 {
-            true => {
-                folder.commit(&cfg)?;
-                let metrics_path = run.join("metrics.jsonl");
-                let mut metrics = Metrics::open(run, Some(start_step))
-                    .map_err(|e| format!("{}: {e}", metrics_path.display()))?;
-                folder.record_changes(&mut metrics, start_step)?;
-                metrics
-            }
+            true => open_metrics(&mut folder, &cfg, run, start_step)?,
             false => Metrics::discard(run),
         };
         let windows = window_schedule(&cfg);
@@ -128,21 +122,7 @@ impl<'a> Run<'a> {
             (None, true) => recall(&model, &data, &windows, &cfg, dtype, device)?,
             _ => Vec::new(),
         };
-        let data_record = DataRecord {
-            origin: data.origin.clone(),
-            fingerprint: data.train.fingerprint(),
-        };
-        let state = State {
-            data: Some(data_record),
-            ..resumed.unwrap_or(State {
-                step: 0,
-                adamw_step: 0,
-                loader: data.train.state(),
-                tokens_seen: 0,
-                elapsed_s: 0.0,
-                data: None,
-            })
-        };
+        let state = start_state(resumed, &data);
         let progress = Progress::new(opts.progress && rank0, start_step, cfg.train.steps);
         let clock = Instant::now();
         let elapsed_before = state.elapsed_s;
@@ -183,14 +163,15 @@ impl<'a> Run<'a> {
     pub(super) fn train(mut self) -> Result<Summary> {
         for step in self.start_step..self.end {
             let window = self.step(step)?;
-            let done = self.state.step == self.end;
-            let t = &self.cfg.train;
-            if done || (t.eval_every > 0 && self.state.step.is_multiple_of(t.eval_every)) {
+            let (at, t) = (self.state.step, &self.cfg.train);
+            let every = |n: u64| n > 0 && at.is_multiple_of(n);
+            let done = at == self.end;
+            let (validate, save) = (done || every(t.eval_every), every(t.save_every));
+            if validate {
                 self.validate(window)?;
             }
-            let t = &self.cfg.train;
-            let save_due = t.save_every > 0 && self.state.step.is_multiple_of(t.save_every);
-            if t.checkpoints && (done || self.interrupted || save_due) {
+            // A stop asked for by then (at this step or its validation) saves too.
+            if self.cfg.train.checkpoints && (done || self.interrupted || save) {
                 self.checkpoint()?;
             }
             self.progress.set_position(self.state.step);
@@ -430,6 +411,36 @@ impl<'a> Run<'a> {
     fn tokens_per_step(&self) -> u64 {
         let d = &self.cfg.data;
         (d.batch_size * d.seq_len * self.cfg.train.grad_accum) as u64
+    }
+}
+
+/// Writes the run's `config.toml` (creating and locking a new folder) and opens its metrics at
+/// `start_step`, with the config changes of a `--resume` logged: the run's first writes.
+fn open_metrics(folder: &mut RunDir, cfg: &Config, run: &Path, start_step: u64) -> Result<Metrics> {
+    folder.commit(cfg)?;
+    let mut metrics = Metrics::open(run, Some(start_step))
+        .map_err(|e| format!("{}: {e}", run.join("metrics.jsonl").display()))?;
+    folder.record_changes(&mut metrics, start_step)?;
+    Ok(metrics)
+}
+
+/// The state the run starts from: the checkpoint's, or step 0's; either records the data the
+/// run now trains on.
+fn start_state(resumed: Option<State>, data: &Data) -> State {
+    let record = DataRecord {
+        origin: data.origin.clone(),
+        fingerprint: data.train.fingerprint(),
+    };
+    State {
+        data: Some(record),
+        ..resumed.unwrap_or(State {
+            step: 0,
+            adamw_step: 0,
+            loader: data.train.state(),
+            tokens_seen: 0,
+            elapsed_s: 0.0,
+            data: None,
+        })
     }
 }
 
