@@ -4,7 +4,11 @@
 //! embedded in the binary, so `--config swax-small` works wherever the binary is.
 //!
 //! Errors name the key: an unknown key, a value of the wrong type, or one outside its range.
+//! A choice among words (`optim.schedule`, `train.dtype`, ...) is an enum, so serde refuses any
+//! other word, naming the key and the words allowed.
 use serde::{Deserialize, Serialize};
+use swax_data::TokenizerKind;
+use swax_tensor::{DType, Device};
 
 /// The configs shipped in `configs/`, by name.
 pub const BUILTIN: &[(&str, &str)] = &[
@@ -154,7 +158,7 @@ pub struct DataConfig {
     #[serde(default = "default_source")]
     pub source: String,
     /// `bytes` or `gpt2`: the generated data's tokenizer (shards bring their own).
-    pub tokenizer: String,
+    pub tokenizer: TokenizerKind,
     /// T: tokens per sequence.
     pub seq_len: usize,
     /// B: sequences per micro-batch.
@@ -203,11 +207,11 @@ pub struct TrainConfig {
     #[serde(default)]
     pub sample_every: u64,
     /// `auto` (bf16 activations on the GPU, f32 on the CPU), `f32` or `bf16`.
-    pub dtype: String,
+    pub dtype: ComputeDType,
     /// With several ranks, the dtype gradients are summed in across them: `f32`, or `bf16`
     /// (half the bytes sent, bf16's rounding on each rank's sum).
-    #[serde(default = "f32_name")]
-    pub reduce_dtype: String,
+    #[serde(default)]
+    pub reduce_dtype: ReduceDType,
     pub seed: u64,
 }
 
@@ -215,8 +219,42 @@ fn yes() -> bool {
     true
 }
 
-fn f32_name() -> String {
-    "f32".into()
+/// The dtype of the activations (`train.dtype`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeDType {
+    /// bf16 on the GPU, f32 on the CPU (whose kernels are fastest in f32).
+    Auto,
+    F32,
+    Bf16,
+}
+
+impl ComputeDType {
+    /// The compute dtype on `device`.
+    pub fn on(self, device: Device) -> DType {
+        match (self, device) {
+            (ComputeDType::Bf16, _) | (ComputeDType::Auto, Device::Cuda(_)) => DType::BF16,
+            (ComputeDType::F32, _) | (ComputeDType::Auto, Device::Cpu) => DType::F32,
+        }
+    }
+}
+
+/// The dtype gradients are summed in across ranks (`train.reduce_dtype`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReduceDType {
+    #[default]
+    F32,
+    Bf16,
+}
+
+impl ReduceDType {
+    pub fn dtype(self) -> DType {
+        match self {
+            ReduceDType::F32 => DType::F32,
+            ReduceDType::Bf16 => DType::BF16,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -225,7 +263,7 @@ pub struct OptimConfig {
     /// Peak learning rate.
     pub lr: f64,
     /// `cosine` (warmup then cosine) or `wsd` (warmup, stable, linear decay).
-    pub schedule: String,
+    pub schedule: ScheduleKind,
     pub warmup_steps: u64,
     /// The final learning rate as a fraction of the peak.
     pub min_lr_ratio: f64,
@@ -237,6 +275,16 @@ pub struct OptimConfig {
     pub weight_decay: f64,
     /// Global gradient-norm clip (0: none).
     pub grad_clip: f64,
+}
+
+/// The shape of the learning rate over the steps (`optim.schedule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScheduleKind {
+    /// Warmup, then a cosine down to the minimum.
+    Cosine,
+    /// Warmup, stable, then a linear decay over the last `decay_fraction` of the steps.
+    Wsd,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -405,29 +453,7 @@ impl Config {
                 return err(format!("{key} must be finite and > 0, got {v}"));
             }
         }
-        check_name(&m.name)?;
-        if !["cosine", "wsd"].contains(&o.schedule.as_str()) {
-            return err(format!(
-                "optim.schedule {:?}: expected \"cosine\" or \"wsd\"",
-                o.schedule
-            ));
-        }
-        if !["f32", "bf16"].contains(&t.reduce_dtype.as_str()) {
-            return err(format!(
-                "train.reduce_dtype {:?}: expected \"f32\" or \"bf16\"",
-                t.reduce_dtype
-            ));
-        }
-        if !["auto", "f32", "bf16"].contains(&t.dtype.as_str()) {
-            return err(format!(
-                "train.dtype {:?}: expected \"auto\", \"f32\" or \"bf16\"",
-                t.dtype
-            ));
-        }
-        if let Err(e) = d.tokenizer.parse::<swax_data::TokenizerKind>() {
-            return err(format!("data.tokenizer: {e}"));
-        }
-        Ok(())
+        check_name(&m.name)
     }
 }
 

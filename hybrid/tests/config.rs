@@ -1,6 +1,6 @@
 //! Configs: every built-in one resolves, overrides apply, and a bad key or value is an error
 //! that names the key.
-use swax_hybrid::config::{Config, BUILTIN};
+use swax_hybrid::config::{Config, ScheduleKind, BUILTIN};
 
 fn err(sets: &[&str]) -> String {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
@@ -38,7 +38,7 @@ fn overrides_apply_and_round_trip() {
     assert_eq!(cfg.model.d_model, 64);
     assert_eq!(cfg.optim.lr, 1.0);
     assert_eq!(cfg.model.pattern, "SG");
-    assert_eq!(cfg.optim.schedule, "wsd");
+    assert_eq!(cfg.optim.schedule, ScheduleKind::Wsd);
     assert_eq!(Config::parse(&cfg.to_toml(), "round trip").unwrap(), cfg);
 }
 
@@ -71,11 +71,16 @@ fn a_bad_key_or_value_names_the_key() {
         (&["train.w_short=512"][..], "train.w_short"),
         (&["optim.schedule=linear"][..], "optim.schedule"),
         (&["data.tokenizer=sentencepiece"][..], "data.tokenizer"),
+        (&["train.dtype=bf61"][..], "train.dtype"),
+        (&["train.reduce_dtype=f16"][..], "train.reduce_dtype"),
         (&["train.steps"][..], "train.steps"),
     ] {
         let e = err(sets);
         assert!(e.contains(key), "{sets:?}: {e}");
     }
+    // A word outside a choice is refused with the words it could be.
+    let e = err(&["optim.schedule=\"cosin\""]);
+    assert!(e.contains("`cosine`") && e.contains("`wsd`"), "{e}");
     let text = Config::resolve(None, &[]).unwrap().to_toml();
     let bad = text.replace("d_ff =", "d_fff =");
     let e = Config::parse(&bad, "x.toml").unwrap_err().to_string();

@@ -295,7 +295,7 @@ fn the_datasets_tokenizer_decides_and_eval_refuses_other_data() {
     ));
     assert!(log.contains("data.tokenizer is gpt2"), "{log}");
     let cfg = swax_hybrid::config::Config::load(&run.join("config.toml")).unwrap();
-    assert_eq!(cfg.data.tokenizer, "gpt2");
+    assert_eq!(cfg.data.tokenizer, swax_data::TokenizerKind::Gpt2);
     let eval = |data: &Path| {
         swax(&[
             "eval",
@@ -382,6 +382,56 @@ fn the_summary_covers_the_whole_run_and_a_finished_run_is_left_as_it_is() {
         again.report()
     );
     assert!(snapshot(b.path()) == before);
+}
+
+/// With stderr a file or a pipe, where a progress bar draws nothing, `swax train` says how far
+/// it is in plain lines: at its first and last steps (and every so often between) and at every
+/// validation; `--quiet` silences them.
+#[test]
+fn progress_is_said_in_lines_where_stderr_is_not_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let progress_lines = |out: &Path, quiet: bool| {
+        let args = train_args(
+            out,
+            &["--set", "train.steps=4", "--set", "train.eval_every=2"],
+        );
+        let args: Vec<String> = args
+            .into_iter()
+            .filter(|a| quiet || a != "--quiet")
+            .collect();
+        let done = swax(&args);
+        assert!(done.status.success(), "{}", text(&done));
+        let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
+        let lines: Vec<String> = stderr
+            .lines()
+            .filter(|l| l.starts_with("step "))
+            .map(String::from)
+            .collect();
+        lines
+    };
+    let lines = progress_lines(&dir.path().join("shown"), false);
+    for step in [
+        "step 1/4: loss",
+        "step 4/4: loss",
+        "step 2/4: validation loss",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(step)),
+            "{step:?} not in {lines:#?}"
+        );
+    }
+    let last = lines
+        .iter()
+        .find(|l| l.starts_with("step 4/4: loss"))
+        .unwrap();
+    assert!(
+        last.contains("tokens/s") && last.ends_with("eta 0s"),
+        "{last}"
+    );
+    assert_eq!(
+        progress_lines(&dir.path().join("quiet"), true),
+        Vec::<String>::new()
+    );
 }
 
 #[test]

@@ -41,8 +41,6 @@ pub enum Error {
         len: usize,
         shape: Shape,
     },
-    #[error("{op}: no kernel for {device}")]
-    NoKernel { op: &'static str, device: Device },
     #[error("{op}: {msg}")]
     Invalid { op: &'static str, msg: String },
     /// A CUDA failure (no device, out of memory, a kernel error), as swax-cuda reported it.

@@ -21,7 +21,7 @@ mod tensor;
 
 pub use backend::{BinaryOp, ReduceOp, Softmax, UnaryOp};
 pub use device::Device;
-pub use device_op::DeviceOp;
+pub use device_op::{DeviceOp, Operands};
 pub use dtype::Element;
 pub use error::{Error, Result};
 pub use ops::{AdamWParam, CrossEntropyStats, NormStats, CAUSAL};

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use swax_data::TokenizerKind;
 use swax_hybrid::eval::evaluate::{evaluate, Plan};
 use swax_hybrid::eval::report::markdown;
 use swax_hybrid::eval::run::Task;
@@ -114,7 +113,7 @@ pub fn run(args: EvalArgs) -> CliResult {
         .filter(|t| *t != "loss")
         .map(|t| t.parse())
         .collect::<Result<_, _>>()?;
-    let kind = cfg.data.tokenizer.parse::<TokenizerKind>()?;
+    let kind = cfg.data.tokenizer;
     let data_dir = args.data.as_deref().and_then(shards_dir);
     if let Some(made) = dataset_tokenizer(data_dir.as_deref())?.filter(|&k| k != kind) {
         return Err(format!(

@@ -5,7 +5,6 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use clap::Args;
-use swax_data::TokenizerKind;
 use swax_hybrid::generate::{generate, Request, Sampling};
 use swax_hybrid::loaded::load;
 use swax_hybrid::train::compute_dtype;
@@ -75,7 +74,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
     let device = super::device(args.device.as_deref())?;
     let loaded = load(&args.path, device)?;
     let cfg = &loaded.cfg;
-    let tok = cfg.data.tokenizer.parse::<TokenizerKind>()?.build()?;
+    let tok = cfg.data.tokenizer.build()?;
     // Every document in training began after the end-of-text token: so does the prompt.
     let mut prompt = vec![tok.eot()];
     prompt.extend(tok.encode(&text));

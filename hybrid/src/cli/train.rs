@@ -47,7 +47,7 @@ pub struct TrainArgs {
     /// Stop (with a checkpoint) after this many steps in total, short of train.steps.
     #[arg(long, value_parser = whole::<u64>)]
     stop_at: Option<u64>,
-    /// No progress bar.
+    /// No progress bar, nor progress lines where stderr is not a terminal.
     #[arg(long)]
     quiet: bool,
     /// Time the phases of each step (data, forward, backward, optimizer) with the device

@@ -44,7 +44,7 @@ pub fn evaluate(
 ) -> Result<EvalResults> {
     let cfg = &loaded.cfg;
     let device = loaded.device;
-    let kind = cfg.data.tokenizer.parse::<TokenizerKind>()?;
+    let kind = cfg.data.tokenizer;
     let tok = kind.build()?;
     let dtype = compute_dtype(cfg, device);
     let model = &loaded.model;

@@ -200,7 +200,7 @@ pub fn corpus_config(cfg: &Config) -> CorpusConfig {
 /// The tokenizer of generated data (`data.tokenizer`), refused if the model's vocabulary cannot
 /// hold its tokens.
 fn tokenizer(cfg: &Config) -> Result<(TokenizerKind, Box<dyn Tokenizer>)> {
-    let kind = cfg.data.tokenizer.parse::<TokenizerKind>()?;
+    let kind = cfg.data.tokenizer;
     let tok = kind.build()?;
     let vocab = cfg.model.vocab_size;
     if tok.vocab_size() as usize > vocab {

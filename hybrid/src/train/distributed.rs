@@ -14,7 +14,8 @@
 //! creation, the order the backward finishes them) as the backward produces them
 //! (`Tape::backward_with`), on the last micro-batch of the step; buckets are started in the
 //! same order on every rank whatever the order they fill in, as NCCL requires. They are summed
-//! in f32, or in bf16 (`train.reduce_dtype`), which halves the bytes sent.
+//! in f32, or in bf16 (`train.reduce_dtype`), which halves the bytes sent. One rank has nothing
+//! to send: its backward is the tape's own, whose gradients [`StepGrads::add`] sums.
 //!
 //! The ranks talk through a [`Collective`]: [`Solo`] (one rank, nothing to talk to), [`Local`]
 //! (ranks as threads of one process, for the tests on the CPU) and `nccl::NcclGroup` (one process
@@ -23,7 +24,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 
-use swax_autograd::Tape;
+use swax_autograd::{Gradients, Tape};
 use swax_nn::Params;
 use swax_tensor::{DType, Tensor, TensorId};
 
@@ -184,10 +185,20 @@ impl<'a> StepGrads<'a> {
         }
     }
 
+    /// Adds one micro-batch's gradients in, from the tape's backward on one rank.
+    pub fn add(&mut self, params: &Params, mut grads: Gradients) -> Result<()> {
+        for (i, p) in params.iter().enumerate() {
+            if let Some(g) = grads.remove(&p.value) {
+                self.accumulate(i, g)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs the backward of one micro-batch's (scaled) loss and adds its gradients in; on the
     /// step's `last` micro-batch, each bucket is sent to be summed over the ranks as soon as its
     /// gradients are final.
-    pub fn backward(
+    pub fn backward_sending(
         &mut self,
         tape: &Tape,
         loss: &Tensor,
@@ -201,15 +212,7 @@ impl<'a> StepGrads<'a> {
             let Some(&i) = self.index.get(&id) else {
                 return Ok(());
             };
-            self.sums[i] = Some(match self.sums[i].take() {
-                // In place: the sum is this step's own buffer (copied once if still shared).
-                Some(sum) => {
-                    let mut sum = sum.into_unique()?;
-                    Tensor::add_in_place(&mut [&mut sum], &[g])?;
-                    sum
-                }
-                None => g.clone(),
-            });
+            self.accumulate(i, g.clone())?;
             if last {
                 self.filled[self.plan.of[i]] += 1;
                 if let Err(e) = self.start_ready(group) {
@@ -227,6 +230,20 @@ impl<'a> StepGrads<'a> {
             (Some(e), _) => Err(e),
             (None, ran) => Ok(ran.map(drop)?),
         }
+    }
+
+    /// Adds `g` into parameter `i`'s sum, in place: the sum is this step's own buffer (copied
+    /// once if still shared).
+    fn accumulate(&mut self, i: usize, g: Tensor) -> swax_tensor::Result<()> {
+        self.sums[i] = Some(match self.sums[i].take() {
+            Some(sum) => {
+                let mut sum = sum.into_unique()?;
+                Tensor::add_in_place(&mut [&mut sum], &[&g])?;
+                sum
+            }
+            None => g,
+        });
+        Ok(())
     }
 
     /// Starts, in order, every bucket whose gradients are all final.

@@ -156,13 +156,13 @@ impl RunDir {
         let mut cfg = cfg.clone();
         let data = data::shards_dir(&cfg.data.source);
         if let Some(kind) = dataset_tokenizer(data.as_deref())? {
-            if kind.name() != cfg.data.tokenizer {
+            if kind != cfg.data.tokenizer {
                 eprintln!(
                     "data.tokenizer is {kind}, as {} says (the config said {})",
                     data.expect("a dataset folder").join("meta.json").display(),
                     cfg.data.tokenizer
                 );
-                cfg.data.tokenizer = kind.name().into();
+                cfg.data.tokenizer = kind;
             }
         }
         if !self.resume {

@@ -1,10 +1,12 @@
 //! The attention layer (sliding-window or full): q, k, v from one projection, RoPE on q and k,
-//! grouped-query heads, the SWA mixer, the output projection.
+//! grouped-query heads, the SWA mixer, the output projection. Run in pieces (`pieces.rs`), it
+//! carries the qkv projection of the window's last tokens: `join_tail` and `tail_len`, which
+//! RAttention's layer shares.
 use super::basic::{Linear, INIT_STD};
-use super::pieces::join_tail;
 use super::{in_f32, split_heads, Forms, MixerDims};
 use crate::mixers::attention::{has_kernel, node as swa_node, reference};
 use crate::params::{Params, Weights};
+use swax_autograd::Tape;
 use swax_tensor::{Error, Result, Tensor};
 
 #[derive(Clone, Debug)]
@@ -79,4 +81,30 @@ impl Attention {
         let o = tape.reshape(&tape.narrow(&o, 1, t - tp, tp)?, vec![b, tp, h * d])?;
         Ok((self.out.forward(w, &o)?, qkv))
     }
+}
+
+/// A piece's qkv projection `[B, Tp, ..]` joined after the tail carried to it, and the position
+/// of the joined span's first token (the piece's first is at `pos`).
+pub(crate) fn join_tail(
+    tape: &Tape,
+    qkv: &Tensor,
+    tail: Option<&Tensor>,
+    pos: usize,
+) -> Result<(Tensor, usize)> {
+    let joined = match tail {
+        Some(tail) => tape.concat(&[tail, qkv], 1)?,
+        None => qkv.clone(),
+    };
+    let before = joined.dims()[1] - qkv.dims()[1];
+    let start = pos.checked_sub(before).ok_or_else(|| Error::Invalid {
+        op: "forward_piece",
+        msg: format!("a tail of {before} tokens before position {pos}"),
+    })?;
+    Ok((joined, start))
+}
+
+/// How many of a joined span's last `t` tokens the next piece needs: a query sees itself and the
+/// window - 1 keys before it.
+pub(crate) fn tail_len(t: usize, window: usize) -> usize {
+    t.min(window.saturating_sub(1))
 }

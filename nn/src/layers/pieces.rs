@@ -5,11 +5,11 @@
 //! state over the keys before them, the mLSTM and the gated delta rule their recurrent state and
 //! the inputs of their short convolution. The pieces give the same outputs as one pass over the
 //! whole sequence.
+use super::attention::{tail_len, Attention};
 use super::Mixer;
 use crate::mixers::mlstm::MlstmState;
 use crate::params::Weights;
-use swax_autograd::Tape;
-use swax_tensor::{Error, Result, Tensor};
+use swax_tensor::{Result, Tensor};
 
 /// What one mixer carries from a piece to the next (`None`s before the first piece).
 #[derive(Clone, Debug, Default)]
@@ -37,7 +37,7 @@ impl Mixer {
         state: &mut MixerState,
     ) -> Result<Tensor> {
         let tape = w.tape();
-        let attend = |m: &super::attention::Attention, window: usize, state: &mut MixerState| {
+        let attend = |m: &Attention, window: usize, state: &mut MixerState| {
             let (y, joined) = m.forward_piece(w, x, window, pos, state.kv_tail.as_ref())?;
             let t = joined.dims()[1];
             let keep = tail_len(t, window);
@@ -62,30 +62,4 @@ impl Mixer {
             Mixer::RAttention(m) => m.forward_piece(w, x, window, pos, state),
         }
     }
-}
-
-/// A piece's qkv projection `[B, Tp, ..]` joined after the tail carried to it, and the position
-/// of the joined span's first token (the piece's first is at `pos`).
-pub(crate) fn join_tail(
-    tape: &Tape,
-    qkv: &Tensor,
-    tail: Option<&Tensor>,
-    pos: usize,
-) -> Result<(Tensor, usize)> {
-    let joined = match tail {
-        Some(tail) => tape.concat(&[tail, qkv], 1)?,
-        None => qkv.clone(),
-    };
-    let before = joined.dims()[1] - qkv.dims()[1];
-    let start = pos.checked_sub(before).ok_or_else(|| Error::Invalid {
-        op: "forward_piece",
-        msg: format!("a tail of {before} tokens before position {pos}"),
-    })?;
-    Ok((joined, start))
-}
-
-/// How many of a joined span's last `t` tokens the next piece needs: a query sees itself and the
-/// window - 1 keys before it.
-pub(crate) fn tail_len(t: usize, window: usize) -> usize {
-    t.min(window.saturating_sub(1))
 }

@@ -2,8 +2,9 @@
 //! mixer (sliding-window attention with RoPE plus the residual linear attention over older
 //! keys, each branch RMS-normalized, summed), the out projection; and the same over one piece of
 //! a longer sequence, for evaluation in pieces.
+use super::attention::{join_tail, tail_len};
 use super::basic::{Linear, INIT_STD};
-use super::pieces::{join_tail, tail_len, MixerState};
+use super::pieces::MixerState;
 use super::{in_f32, split_heads, Forms, MixerDims};
 use crate::mixers::attention::{self as swa, node as swa_node, reference as swa_reference};
 use crate::mixers::rattention::{

@@ -139,11 +139,10 @@ pub fn boundary(states: &Tensor, at: usize) -> Result<Tensor> {
 /// Whether the chunkwise CUDA kernels take data of `dtype` with these head dims: what their
 /// sizes check (`RecArgs::new`) accepts.
 pub fn cuda_takes(op: &'static str, dtype: DType, dk: usize, dv: usize) -> bool {
-    let dt = match dtype {
-        DType::F32 => swax_cuda::DType::F32,
-        DType::BF16 => swax_cuda::DType::BF16,
-        _ => return false,
-    };
+    // The kernels are compiled for these two only.
+    if !matches!(dtype, DType::F32 | DType::BF16) {
+        return false;
+    }
     let s = RecurrentShape {
         b: 1,
         t: 1,
@@ -152,5 +151,5 @@ pub fn cuda_takes(op: &'static str, dtype: DType, dk: usize, dv: usize) -> bool 
         dv,
         chunk: 1,
     };
-    RecArgs::new(op, s, dt, 0.0).is_ok()
+    RecArgs::new(op, s, dtype, 0.0).is_ok()
 }

@@ -34,40 +34,13 @@ pub struct SwaBackward<T = Tensor> {
     pub dout: T,
 }
 
-impl<T> SwaIn<T> {
-    /// Each operand through `f`.
-    pub fn try_map<'a, U>(&'a self, mut f: impl FnMut(&'a T) -> Result<U>) -> Result<SwaIn<U>> {
-        Ok(SwaIn {
-            q: f(&self.q)?,
-            k: f(&self.k)?,
-            v: f(&self.v)?,
-        })
-    }
-}
-
-impl<T> SwaOut<T> {
-    /// Each result through `f`.
-    pub fn try_map<'a, U>(&'a self, mut f: impl FnMut(&'a T) -> Result<U>) -> Result<SwaOut<U>> {
-        Ok(SwaOut {
-            o: f(&self.o)?,
-            lse: f(&self.lse)?,
-        })
-    }
-}
-
-impl<T> SwaBackward<T> {
-    /// Each operand through `f`.
-    pub fn try_map<'a, U>(
-        &'a self,
-        mut f: impl FnMut(&'a T) -> Result<U>,
-    ) -> Result<SwaBackward<U>> {
-        Ok(SwaBackward {
-            input: self.input.try_map(&mut f)?,
-            out: self.out.try_map(&mut f)?,
-            dout: f(&self.dout)?,
-        })
-    }
-}
+swax_tensor::operands!(SwaIn { q, k, v });
+swax_tensor::operands!(SwaOut { o, lse });
+swax_tensor::operands!(SwaBackward {
+    input: nested,
+    out: nested,
+    dout
+});
 
 impl<S: Into<Storage>> SwaIn<S> {
     /// A kernel's q-, k- and v-shaped results as tensors.
@@ -163,21 +136,14 @@ struct Forward {
 
 impl DeviceOp for Forward {
     const NAME: &'static str = "swa::forward";
-    type In<T> = SwaIn<T>;
+    type In = SwaIn;
     type Out = SwaOut;
-
-    fn map_in<'a, A: 'a, B>(
-        x: &'a SwaIn<A>,
-        f: impl FnMut(&'a A) -> Result<B>,
-    ) -> Result<SwaIn<B>> {
-        x.try_map(f)
-    }
 
     fn cpu(&self, x: SwaIn<&CpuStorage>) -> Result<SwaOut> {
         cpu::forward(Self::NAME, &x, &self.dims, self.window, self.scale)?.tensors(&self.dims)
     }
 
-    fn cuda(&self, _device: Device, x: SwaIn<&CudaStorage>) -> Result<SwaOut> {
+    fn cuda(&self, x: SwaIn<&CudaStorage>) -> Result<SwaOut> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
         cuda::forward(&x, self.dims, self.window, self.scale)?.tensors(&self.dims)
     }
@@ -191,21 +157,14 @@ struct Backward {
 
 impl DeviceOp for Backward {
     const NAME: &'static str = "swa::backward";
-    type In<T> = SwaBackward<T>;
+    type In = SwaBackward;
     type Out = SwaGrads;
-
-    fn map_in<'a, A: 'a, B>(
-        x: &'a SwaBackward<A>,
-        f: impl FnMut(&'a A) -> Result<B>,
-    ) -> Result<SwaBackward<B>> {
-        x.try_map(f)
-    }
 
     fn cpu(&self, x: SwaBackward<&CpuStorage>) -> Result<SwaGrads> {
         cpu::backward(Self::NAME, &x, &self.dims, self.window, self.scale)?.tensors(&self.dims)
     }
 
-    fn cuda(&self, _device: Device, x: SwaBackward<&CudaStorage>) -> Result<SwaGrads> {
+    fn cuda(&self, x: SwaBackward<&CudaStorage>) -> Result<SwaGrads> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
         cuda::backward(&x, self.dims, self.window, self.scale)?.tensors(&self.dims)
     }

@@ -41,37 +41,20 @@ pub struct GatedDeltaBackward<T = Tensor> {
     pub d_final: T,
 }
 
-impl<T> GatedDeltaIn<T> {
-    /// Each operand through `f`.
-    pub fn try_map<'a, U>(
-        &'a self,
-        mut f: impl FnMut(&'a T) -> Result<U>,
-    ) -> Result<GatedDeltaIn<U>> {
-        Ok(GatedDeltaIn {
-            q: f(&self.q)?,
-            k: f(&self.k)?,
-            v: f(&self.v)?,
-            beta: f(&self.beta)?,
-            g: f(&self.g)?,
-            state: f(&self.state)?,
-        })
-    }
-}
-
-impl<T> GatedDeltaBackward<T> {
-    /// Each operand through `f`.
-    pub fn try_map<'a, U>(
-        &'a self,
-        mut f: impl FnMut(&'a T) -> Result<U>,
-    ) -> Result<GatedDeltaBackward<U>> {
-        Ok(GatedDeltaBackward {
-            input: self.input.try_map(&mut f)?,
-            boundary: f(&self.boundary)?,
-            d_out: f(&self.d_out)?,
-            d_final: f(&self.d_final)?,
-        })
-    }
-}
+swax_tensor::operands!(GatedDeltaIn {
+    q,
+    k,
+    v,
+    beta,
+    g,
+    state
+});
+swax_tensor::operands!(GatedDeltaBackward {
+    input: nested,
+    boundary,
+    d_out,
+    d_final
+});
 
 impl<S: Into<Storage>> GatedDeltaIn<S> {
     /// A kernel's gradients as tensors shaped as the inputs.
@@ -153,21 +136,14 @@ struct Forward {
 
 impl DeviceOp for Forward {
     const NAME: &'static str = "gated_delta::forward";
-    type In<T> = GatedDeltaIn<T>;
+    type In = GatedDeltaIn;
     type Out = GatedDeltaOut;
-
-    fn map_in<'a, A: 'a, B>(
-        x: &'a GatedDeltaIn<A>,
-        f: impl FnMut(&'a A) -> Result<B>,
-    ) -> Result<GatedDeltaIn<B>> {
-        x.try_map(f)
-    }
 
     fn cpu(&self, x: GatedDeltaIn<&CpuStorage>) -> Result<GatedDeltaOut> {
         cpu::forward(Self::NAME, &x, &self.dims)?.tensors(&self.dims)
     }
 
-    fn cuda(&self, _device: Device, x: GatedDeltaIn<&CudaStorage>) -> Result<GatedDeltaOut> {
+    fn cuda(&self, x: GatedDeltaIn<&CudaStorage>) -> Result<GatedDeltaOut> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
         cuda::forward(&x, self.dims)?.tensors(&self.dims)
     }
@@ -179,25 +155,14 @@ struct Backward {
 
 impl DeviceOp for Backward {
     const NAME: &'static str = "gated_delta::backward";
-    type In<T> = GatedDeltaBackward<T>;
+    type In = GatedDeltaBackward;
     type Out = GatedDeltaGrads;
-
-    fn map_in<'a, A: 'a, B>(
-        x: &'a GatedDeltaBackward<A>,
-        f: impl FnMut(&'a A) -> Result<B>,
-    ) -> Result<GatedDeltaBackward<B>> {
-        x.try_map(f)
-    }
 
     fn cpu(&self, x: GatedDeltaBackward<&CpuStorage>) -> Result<GatedDeltaGrads> {
         cpu::backward(Self::NAME, &x, &self.dims)?.tensors(&self.dims)
     }
 
-    fn cuda(
-        &self,
-        _device: Device,
-        x: GatedDeltaBackward<&CudaStorage>,
-    ) -> Result<GatedDeltaGrads> {
+    fn cuda(&self, x: GatedDeltaBackward<&CudaStorage>) -> Result<GatedDeltaGrads> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
         cuda::backward(&x, self.dims)?.tensors(&self.dims)
     }

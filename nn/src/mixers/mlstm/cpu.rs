@@ -279,6 +279,12 @@ fn backward_values<T: Real>(
     }
 }
 
+/// One head's backward, chunk by chunk from the last. Each chunk's forward quantities are
+/// recomputed from its boundary state (`Chunk::new`); the gradient then flows through the
+/// outputs' normalization ([`output_backward`]), the chunk's weighted scores and its share of
+/// the state at its end ([`qkv_backward`]), into the gates ([`gate_backward`]), and the state's
+/// gradient is carried to the chunk before ([`carry_state`]). The stabilizers' own path is
+/// added last ([`stabilizer_backward`]): the module comment says why it can wait.
 fn head_backward<T: Real>(
     x: &MlstmBackward<Cow<[T]>>,
     dims: &RecurrentShape,
@@ -296,8 +302,10 @@ fn head_backward<T: Real>(
     let c_at = |ci: usize| &cb[(bh * (nc + 1) + ci) * csz..(bh * (nc + 1) + ci + 1) * csz];
     let n_at = |ci: usize| &nb[(bh * (nc + 1) + ci) * dk..(bh * (nc + 1) + ci + 1) * dk];
     let m_at = |ci: usize| mb[bh * (nc + 1) + ci];
-    let mut dc = x.d_final.c[bh * csz..(bh + 1) * csz].to_vec();
-    let mut dn = x.d_final.n[bh * dk..(bh + 1) * dk].to_vec();
+    let mut state = StateGrads {
+        dc: x.d_final.c[bh * csz..(bh + 1) * csz].to_vec(),
+        dn: x.d_final.n[bh * dk..(bh + 1) * dk].to_vec(),
+    };
     let scale = T::of(1.0 / (dk as f64).sqrt());
     let mut g = HeadGrads {
         dq: vec![T::zero(); t * dk],
@@ -311,117 +319,237 @@ fn head_backward<T: Real>(
     };
     // The stabilizers' own gradient, before it is sent along the recurrence of m.
     let mut dm = vec![T::zero(); t];
-    dm[t - 1] = x.d_final.m[bh] - dot(&dc, c_at(nc)) - dot(&dn, n_at(nc));
+    dm[t - 1] = x.d_final.m[bh] - dot(&state.dc, c_at(nc)) - dot(&state.dn, n_at(nc));
     let mut dlf = vec![T::zero(); t];
     for ci in (0..nc).rev() {
         let t0 = ci * chunk;
         let len = chunk.min(t - t0);
+        let steps = t0..t0 + len;
         let (c_prev, n_prev) = (c_at(ci), n_at(ci));
         let ch = Chunk::new(inputs, dims, bh, t0, len, c_prev, n_prev, m_at(ci));
         let hr = rows(h, dims, dv, bh, t0, len);
         let dhr = rows(dh, dims, dv, bh, t0, len);
-        let mut dnum = vec![T::zero(); len * dv];
-        let mut dnq = vec![T::zero(); len];
-        for j in 0..len {
-            let r = (ch.den[j] + eps).recip();
-            let row = j * dv..(j + 1) * dv;
-            let dden = -dot(&dhr[row.clone()], &hr[row.clone()]) * r;
-            dm[t0 + j] = dm[t0 + j] + eps * dden;
-            // The max's gradient goes to |q^T n| only where it strictly won (ties: exp(-m)).
-            if ch.nq[j].abs() > (-ch.m[j]).exp() {
-                dnq[j] = if ch.nq[j] > T::zero() { dden } else { -dden };
-            }
-            for (d, &y) in dnum[row.clone()].iter_mut().zip(&dhr[row]) {
-                *d = y * r;
-            }
-        }
-        let mut dp = mm(&dnum, false, &ch.v, true, len, dv, len);
-        for j in 0..len {
-            for s in 0..len {
-                let e = &mut dp[j * len + s];
-                *e = if s <= j { *e + dnq[j] } else { T::zero() };
-            }
-        }
-        let ds: Vec<T> = dp.iter().zip(&ch.w).map(|(&d, &w)| d * w).collect();
-        let dlogw: Vec<T> = dp.iter().zip(&ch.p).map(|(&d, &p)| d * p).collect();
-        let mut dq = mm(&ds, false, &ch.k, false, len, len, dk);
-        let dq_state = mm(&dnum, false, c_prev, true, len, dv, dk);
-        for j in 0..len {
-            let row = &mut dq[j * dk..(j + 1) * dk];
-            axpy(row, ch.a[j], &dq_state[j * dk..(j + 1) * dk]);
-            axpy(row, ch.a[j] * dnq[j], n_prev);
-        }
-        let mut dkr = mm(&ds, true, &ch.q, false, len, len, dk);
-        let mut dvr = mm(&ch.p, true, &dnum, false, len, len, dv);
-        // The chunk's contribution to the state at its end: C_end = a_e C_prev + K^T diag(w) V.
-        let (wl, a_end) = (ch.last_row(), ch.a[len - 1]);
-        let kdc = mm(&ch.k, false, &dc, false, len, dk, dv);
-        let vdc = mm(&ch.v, false, &dc, true, len, dv, dk);
-        let mut dlog_end = vec![T::zero(); len];
-        for s in 0..len {
-            axpy(
-                &mut dvr[s * dv..(s + 1) * dv],
-                wl[s],
-                &kdc[s * dv..(s + 1) * dv],
-            );
-            let dk_row = &mut dkr[s * dk..(s + 1) * dk];
-            axpy(dk_row, wl[s], &vdc[s * dk..(s + 1) * dk]);
-            axpy(dk_row, wl[s], &dn);
-            let (kr, vr) = (&ch.k[s * dk..(s + 1) * dk], &ch.v[s * dv..(s + 1) * dv]);
-            dlog_end[s] = wl[s] * (dot(&kdc[s * dv..(s + 1) * dv], vr) + dot(kr, &dn));
-        }
-        // Log-weight gradients to the gates: log w_js = i_s + F_j - F_s - m_j (m held fixed).
-        // F_j - F_s is zero on the diagonal and for the last step's share of the end state:
-        // their terms to F cancel exactly, so they are left out, not summed and subtracted
-        // (under strong decay they are most of each sum and their rounding dwarfs the true dF).
-        let mut dfcum = vec![T::zero(); len];
-        for j in 0..len {
-            let dlog_a = ch.a[j]
-                * (dot(&dnum[j * dv..(j + 1) * dv], &ch.qc[j * dv..(j + 1) * dv])
-                    + dnq[j] * ch.qn[j]);
-            dfcum[j] = dfcum[j] + dlog_a;
-            for s in 0..=j {
-                let d = dlogw[j * len + s];
-                if s < j {
-                    dfcum[j] = dfcum[j] + d;
-                    dfcum[s] = dfcum[s] - d;
-                }
-                g.di[t0 + s] = g.di[t0 + s] + d;
-            }
-        }
-        let dlog_carry = a_end * (dot(&dc, c_prev) + dot(&dn, n_prev));
-        let last = len - 1;
-        dfcum[last] = dfcum[last] + dlog_carry + dlog_end[..last].iter().copied().sum::<T>();
-        for s in 0..len {
-            if s < last {
-                dfcum[s] = dfcum[s] - dlog_end[s];
-            }
-            g.di[t0 + s] = g.di[t0 + s] + dlog_end[s];
-        }
-        for (j, d) in reverse_cumsum(&dfcum).into_iter().enumerate() {
-            dlf[t0 + j] = d;
-        }
-        // The state gradient carried to the chunk before.
-        let qa = scale_rows(&ch.q, &ch.a, dk);
-        let dc_in = mm(&qa, true, &dnum, false, dk, len, dv);
-        for (d, add) in dc.iter_mut().zip(dc_in) {
-            *d = a_end * *d + add;
-        }
-        for (e, d) in dn.iter_mut().enumerate() {
-            *d = a_end * *d + (0..len).map(|j| qa[j * dk + e] * dnq[j]).sum::<T>();
-        }
-        for (o, &d) in g.dq[t0 * dk..(t0 + len) * dk].iter_mut().zip(&dq) {
+        let out = output_backward(&ch, &hr, &dhr, dv, eps, &mut dm[steps.clone()]);
+        let qkv = qkv_backward(&ch, &out, c_prev, n_prev, &state, dims);
+        let (di, dlf) = (&mut g.di[steps.clone()], &mut dlf[steps]);
+        gate_backward(&ch, &out, &qkv, c_prev, n_prev, &state, dims, di, dlf);
+        carry_state(&ch, &out, dims, &mut state);
+        for (o, &d) in g.dq[t0 * dk..(t0 + len) * dk].iter_mut().zip(&qkv.dq) {
             *o = d * scale;
         }
-        g.dk[t0 * dk..(t0 + len) * dk].copy_from_slice(&dkr);
-        g.dv[t0 * dv..(t0 + len) * dv].copy_from_slice(&dvr);
+        g.dk[t0 * dk..(t0 + len) * dk].copy_from_slice(&qkv.dk);
+        g.dv[t0 * dv..(t0 + len) * dv].copy_from_slice(&qkv.dv);
     }
     // The initial state: C0 stands for exp(m0) times a stabilizer-free state.
-    let m0 = m_at(0);
-    let mut gm = dot(&dc, c_at(0)) + dot(&dn, n_at(0));
+    let gm = dot(&state.dc, c_at(0)) + dot(&state.dn, n_at(0));
     let i = rows(&inputs.i, dims, 1, bh, 0, t);
     let f = rows(&inputs.f, dims, 1, bh, 0, t);
     let lf: Vec<T> = f.iter().map(|&v| log_sigmoid(v)).collect();
+    let dm0 = stabilizer_backward(&i, &lf, m_at(0), &dm, &mut g.di, &mut dlf);
+    for s in 0..t {
+        g.df[s] = dlf[s] * sigmoid(-f[s]);
+    }
+    g.dc0 = state.dc;
+    g.dn0 = state.dn;
+    g.dm0 = gm + dm0;
+    g
+}
+
+/// The gradient of the state at a chunk's end (at the start of the backward, of the final
+/// state), `[Dk, Dv]` and `[Dk]`.
+struct StateGrads<T> {
+    dc: Vec<T>,
+    dn: Vec<T>,
+}
+
+/// The gradients of a chunk's outputs `h_j = num_j / (den_j + eps)` with respect to the
+/// numerator, `dnum` `[L, Dv]`, and to `q_j^T n_j`, `dnq` `[L]`.
+struct OutputGrads<T> {
+    dnum: Vec<T>,
+    dnq: Vec<T>,
+}
+
+/// The gradient through a chunk's normalization, from its outputs `h` and their gradient `dh`
+/// (`[L, Dv]`). The denominator `max(|q_j^T n_j|, exp(-m_j))` passes its gradient to `q_j^T n_j`
+/// only where that strictly won (ties go to exp(-m)); each step's stabilizer gets its share
+/// through eps, added into `dm` (`[L]`).
+fn output_backward<T: Real>(
+    ch: &Chunk<T>,
+    h: &[T],
+    dh: &[T],
+    dv: usize,
+    eps: T,
+    dm: &mut [T],
+) -> OutputGrads<T> {
+    let len = ch.len;
+    let mut dnum = vec![T::zero(); len * dv];
+    let mut dnq = vec![T::zero(); len];
+    for j in 0..len {
+        let r = (ch.den[j] + eps).recip();
+        let row = j * dv..(j + 1) * dv;
+        let dden = -dot(&dh[row.clone()], &h[row.clone()]) * r;
+        dm[j] = dm[j] + eps * dden;
+        if ch.nq[j].abs() > (-ch.m[j]).exp() {
+            dnq[j] = if ch.nq[j] > T::zero() { dden } else { -dden };
+        }
+        for (d, &y) in dnum[row.clone()].iter_mut().zip(&dh[row]) {
+            *d = y * r;
+        }
+    }
+    OutputGrads { dnum, dnq }
+}
+
+/// A chunk's gradients of q (still scaled), k and v, and of its log weights: those of the
+/// scores `p = w ⊙ q k^T` (`dlogw` `[L, L]`) and of each step's weight in the end state
+/// (`dlog_end` `[L]`).
+struct QkvGrads<T> {
+    dq: Vec<T>,
+    dk: Vec<T>,
+    dv: Vec<T>,
+    dlogw: Vec<T>,
+    dlog_end: Vec<T>,
+}
+
+/// The gradients of a chunk's q, k and v: through the numerator `p v + a_j q_j C_prev` and
+/// `q_j^T n_j = sum_s p_js + a_j q_j · n_prev`, and through the chunk's share of the state at
+/// its end, `C_end = a_e C_prev + K^T diag(w_e) V` (n likewise), whose gradient is `state`.
+fn qkv_backward<T: Real>(
+    ch: &Chunk<T>,
+    out: &OutputGrads<T>,
+    c_prev: &[T],
+    n_prev: &[T],
+    state: &StateGrads<T>,
+    dims: &RecurrentShape,
+) -> QkvGrads<T> {
+    let (len, dk, dv) = (ch.len, dims.dk, dims.dv);
+    let (dnum, dnq) = (&out.dnum, &out.dnq);
+    let (dc, dn) = (&state.dc, &state.dn);
+    // dp: from the numerator, and from q^T n (every s <= j), zero above the diagonal.
+    let mut dp = mm(dnum, false, &ch.v, true, len, dv, len);
+    for j in 0..len {
+        for s in 0..len {
+            let e = &mut dp[j * len + s];
+            *e = if s <= j { *e + dnq[j] } else { T::zero() };
+        }
+    }
+    let ds: Vec<T> = dp.iter().zip(&ch.w).map(|(&d, &w)| d * w).collect();
+    let dlogw: Vec<T> = dp.iter().zip(&ch.p).map(|(&d, &p)| d * p).collect();
+    let mut dq = mm(&ds, false, &ch.k, false, len, len, dk);
+    let dq_state = mm(dnum, false, c_prev, true, len, dv, dk);
+    for j in 0..len {
+        let row = &mut dq[j * dk..(j + 1) * dk];
+        axpy(row, ch.a[j], &dq_state[j * dk..(j + 1) * dk]);
+        axpy(row, ch.a[j] * dnq[j], n_prev);
+    }
+    let mut dkr = mm(&ds, true, &ch.q, false, len, len, dk);
+    let mut dvr = mm(&ch.p, true, dnum, false, len, len, dv);
+    // The chunk's contribution to the state at its end: C_end = a_e C_prev + K^T diag(w) V.
+    let wl = ch.last_row();
+    let kdc = mm(&ch.k, false, dc, false, len, dk, dv);
+    let vdc = mm(&ch.v, false, dc, true, len, dv, dk);
+    let mut dlog_end = vec![T::zero(); len];
+    for s in 0..len {
+        axpy(
+            &mut dvr[s * dv..(s + 1) * dv],
+            wl[s],
+            &kdc[s * dv..(s + 1) * dv],
+        );
+        let dk_row = &mut dkr[s * dk..(s + 1) * dk];
+        axpy(dk_row, wl[s], &vdc[s * dk..(s + 1) * dk]);
+        axpy(dk_row, wl[s], dn);
+        let (kr, vr) = (&ch.k[s * dk..(s + 1) * dk], &ch.v[s * dv..(s + 1) * dv]);
+        dlog_end[s] = wl[s] * (dot(&kdc[s * dv..(s + 1) * dv], vr) + dot(kr, dn));
+    }
+    QkvGrads {
+        dq,
+        dk: dkr,
+        dv: dvr,
+        dlogw,
+        dlog_end,
+    }
+}
+
+/// The log weights' gradients to the gates, the stabilizers held fixed: with
+/// `log w_js = i_s + F_j - F_s - m_j`, each adds to `di[s]` and to the running sums of log
+/// forget gates `F`, whose gradient, summed back (`F_j` is the sum of `lf` up to j), is the
+/// chunk's `dlf` (`[L]` each). The carried state's weights `a_j = exp(m_prev + F_j - m_j)` add
+/// to `F` too.
+fn gate_backward<T: Real>(
+    ch: &Chunk<T>,
+    out: &OutputGrads<T>,
+    qkv: &QkvGrads<T>,
+    c_prev: &[T],
+    n_prev: &[T],
+    state: &StateGrads<T>,
+    dims: &RecurrentShape,
+    di: &mut [T],
+    dlf: &mut [T],
+) {
+    let (len, dv) = (ch.len, dims.dv);
+    let (dnum, dnq) = (&out.dnum, &out.dnq);
+    let (dlogw, dlog_end) = (&qkv.dlogw, &qkv.dlog_end);
+    // F_j - F_s is zero on the diagonal and for the last step's share of the end state:
+    // their terms to F cancel exactly, so they are left out, not summed and subtracted
+    // (under strong decay they are most of each sum and their rounding dwarfs the true dF).
+    let mut dfcum = vec![T::zero(); len];
+    for j in 0..len {
+        let dlog_a = ch.a[j]
+            * (dot(&dnum[j * dv..(j + 1) * dv], &ch.qc[j * dv..(j + 1) * dv]) + dnq[j] * ch.qn[j]);
+        dfcum[j] = dfcum[j] + dlog_a;
+        for s in 0..=j {
+            let d = dlogw[j * len + s];
+            if s < j {
+                dfcum[j] = dfcum[j] + d;
+                dfcum[s] = dfcum[s] - d;
+            }
+            di[s] = di[s] + d;
+        }
+    }
+    let a_end = ch.a[len - 1];
+    let dlog_carry = a_end * (dot(&state.dc, c_prev) + dot(&state.dn, n_prev));
+    let last = len - 1;
+    dfcum[last] = dfcum[last] + dlog_carry + dlog_end[..last].iter().copied().sum::<T>();
+    for s in 0..len {
+        if s < last {
+            dfcum[s] = dfcum[s] - dlog_end[s];
+        }
+        di[s] = di[s] + dlog_end[s];
+    }
+    dlf.copy_from_slice(&reverse_cumsum(&dfcum));
+}
+
+/// Carries the state's gradient from a chunk's end to its start: the end state is
+/// `a_e C_prev + ...` and each output read `a_j q_j C_prev` (and `a_j q_j · n_prev`).
+fn carry_state<T: Real>(
+    ch: &Chunk<T>,
+    out: &OutputGrads<T>,
+    dims: &RecurrentShape,
+    state: &mut StateGrads<T>,
+) {
+    let (len, dk) = (ch.len, dims.dk);
+    let a_end = ch.a[len - 1];
+    let qa = scale_rows(&ch.q, &ch.a, dk);
+    let dc_in = mm(&qa, true, &out.dnum, false, dk, len, dims.dv);
+    for (d, add) in state.dc.iter_mut().zip(dc_in) {
+        *d = a_end * *d + add;
+    }
+    for (e, d) in state.dn.iter_mut().enumerate() {
+        *d = a_end * *d + (0..len).map(|j| qa[j * dk + e] * out.dnq[j]).sum::<T>();
+    }
+}
+
+/// The stabilizers' own path: their gradient `dm` (`[T]`) goes back along
+/// `m_t = max(lf_t + m_{t-1}, i_t)` to whichever side won each max, adding to `dlf` or `di`.
+/// Returns what reaches the initial stabilizer `m0`.
+fn stabilizer_backward<T: Real>(
+    i: &[T],
+    lf: &[T],
+    m0: T,
+    dm: &[T],
+    di: &mut [T],
+    dlf: &mut [T],
+) -> T {
+    let t = dm.len();
     let mut ms = Vec::with_capacity(t);
     let mut prev = m0;
     for s in 0..t {
@@ -435,16 +563,9 @@ fn head_backward<T: Real>(
         if lf[s] + before > i[s] {
             dlf[s] = dlf[s] + carry;
         } else {
-            g.di[s] = g.di[s] + carry;
+            di[s] = di[s] + carry;
             carry = T::zero();
         }
     }
-    gm = gm + carry;
-    for s in 0..t {
-        g.df[s] = dlf[s] * sigmoid(-f[s]);
-    }
-    g.dc0 = dc;
-    g.dn0 = dn;
-    g.dm0 = gm;
-    g
+    carry
 }

@@ -45,45 +45,25 @@ pub struct MlstmBackward<T = Tensor> {
     pub d_final: MlstmState<T>,
 }
 
-impl<T> MlstmIn<T> {
-    /// Each operand through `f`.
-    pub fn try_map<'a, U>(&'a self, mut f: impl FnMut(&'a T) -> Result<U>) -> Result<MlstmIn<U>> {
-        Ok(MlstmIn {
-            q: f(&self.q)?,
-            k: f(&self.k)?,
-            v: f(&self.v)?,
-            i: f(&self.i)?,
-            f: f(&self.f)?,
-            state: self.state.try_map(f)?,
-        })
-    }
-}
-
-impl<T> MlstmOut<T> {
-    /// Each result through `f`.
-    pub fn try_map<'a, U>(&'a self, mut f: impl FnMut(&'a T) -> Result<U>) -> Result<MlstmOut<U>> {
-        Ok(MlstmOut {
-            h: f(&self.h)?,
-            boundary: self.boundary.try_map(&mut f)?,
-            den: f(&self.den)?,
-        })
-    }
-}
-
-impl<T> MlstmBackward<T> {
-    /// Each operand through `f`.
-    pub fn try_map<'a, U>(
-        &'a self,
-        mut f: impl FnMut(&'a T) -> Result<U>,
-    ) -> Result<MlstmBackward<U>> {
-        Ok(MlstmBackward {
-            input: self.input.try_map(&mut f)?,
-            out: self.out.try_map(&mut f)?,
-            dh: f(&self.dh)?,
-            d_final: self.d_final.try_map(f)?,
-        })
-    }
-}
+swax_tensor::operands!(MlstmIn {
+    q,
+    k,
+    v,
+    i,
+    f,
+    state: nested
+});
+swax_tensor::operands!(MlstmOut {
+    h,
+    boundary: nested,
+    den
+});
+swax_tensor::operands!(MlstmBackward {
+    input: nested,
+    out: nested,
+    dh,
+    d_final: nested
+});
 
 impl<S: Into<Storage>> MlstmIn<S> {
     /// A kernel's gradients as tensors shaped as the inputs.
@@ -183,21 +163,14 @@ struct Forward {
 
 impl DeviceOp for Forward {
     const NAME: &'static str = "mlstm::forward";
-    type In<T> = MlstmIn<T>;
+    type In = MlstmIn;
     type Out = MlstmOut;
-
-    fn map_in<'a, A: 'a, B>(
-        x: &'a MlstmIn<A>,
-        f: impl FnMut(&'a A) -> Result<B>,
-    ) -> Result<MlstmIn<B>> {
-        x.try_map(f)
-    }
 
     fn cpu(&self, x: MlstmIn<&CpuStorage>) -> Result<MlstmOut> {
         cpu::forward(Self::NAME, &x, &self.dims, self.eps)?.tensors(&self.dims)
     }
 
-    fn cuda(&self, _device: Device, x: MlstmIn<&CudaStorage>) -> Result<MlstmOut> {
+    fn cuda(&self, x: MlstmIn<&CudaStorage>) -> Result<MlstmOut> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
         cuda::forward(&x, self.dims, self.eps as f32)?.tensors(&self.dims)
     }
@@ -210,21 +183,14 @@ struct Backward {
 
 impl DeviceOp for Backward {
     const NAME: &'static str = "mlstm::backward";
-    type In<T> = MlstmBackward<T>;
+    type In = MlstmBackward;
     type Out = MlstmGrads;
-
-    fn map_in<'a, A: 'a, B>(
-        x: &'a MlstmBackward<A>,
-        f: impl FnMut(&'a A) -> Result<B>,
-    ) -> Result<MlstmBackward<B>> {
-        x.try_map(f)
-    }
 
     fn cpu(&self, x: MlstmBackward<&CpuStorage>) -> Result<MlstmGrads> {
         cpu::backward(Self::NAME, &x, &self.dims, self.eps)?.tensors(&self.dims)
     }
 
-    fn cuda(&self, _device: Device, x: MlstmBackward<&CudaStorage>) -> Result<MlstmGrads> {
+    fn cuda(&self, x: MlstmBackward<&CudaStorage>) -> Result<MlstmGrads> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
         cuda::backward(&x, self.dims, self.eps as f32)?.tensors(&self.dims)
     }

@@ -59,19 +59,7 @@ pub struct MlstmState<T = Tensor> {
     pub m: T,
 }
 
-impl<T> MlstmState<T> {
-    /// Each of C, n, m through `f`.
-    pub fn try_map<'a, U>(
-        &'a self,
-        mut f: impl FnMut(&'a T) -> Result<U>,
-    ) -> Result<MlstmState<U>> {
-        Ok(MlstmState {
-            c: f(&self.c)?,
-            n: f(&self.n)?,
-            m: f(&self.m)?,
-        })
-    }
-}
+swax_tensor::operands!(MlstmState { c, n, m });
 
 impl MlstmState {
     pub fn zeros(

@@ -33,25 +33,12 @@ pub struct RlaBackward<T = Tensor> {
     pub features: Option<Features<T>>,
 }
 
-impl<T> RlaBackward<T> {
-    /// Each operand through `f`.
-    pub fn try_map<'a, U>(
-        &'a self,
-        mut f: impl FnMut(&'a T) -> Result<U>,
-    ) -> Result<RlaBackward<U>> {
-        Ok(RlaBackward {
-            input: self.input.try_map(&mut f)?,
-            dout: f(&self.dout)?,
-            features: match &self.features {
-                Some(x) => Some(Features {
-                    q: f(&x.q)?,
-                    k: f(&x.k)?,
-                }),
-                None => None,
-            },
-        })
-    }
-}
+swax_tensor::operands!(Features { q, k });
+swax_tensor::operands!(RlaBackward {
+    input: nested,
+    dout,
+    features: optional
+});
 
 /// Checks the inputs and the chunk; returns the sizes.
 fn check(op: &'static str, x: &RlaIn<&Tensor>, window: usize, chunk: usize) -> Result<AttnShape> {
@@ -140,22 +127,15 @@ struct Forward {
 
 impl DeviceOp for Forward {
     const NAME: &'static str = "rla::forward";
-    type In<T> = RlaIn<T>;
+    type In = RlaIn;
     type Out = (Tensor, Option<Features>);
-
-    fn map_in<'a, A: 'a, B>(
-        x: &'a RlaIn<A>,
-        f: impl FnMut(&'a A) -> Result<B>,
-    ) -> Result<RlaIn<B>> {
-        x.try_map(f)
-    }
 
     fn cpu(&self, x: RlaIn<&CpuStorage>) -> Result<Self::Out> {
         let o = cpu::forward(Self::NAME, &x, &self.dims, self.window, self.chunk)?;
         Ok((Tensor::from_storage(o, q_shape(&self.dims))?, None))
     }
 
-    fn cuda(&self, _device: Device, x: RlaIn<&CudaStorage>) -> Result<Self::Out> {
+    fn cuda(&self, x: RlaIn<&CudaStorage>) -> Result<Self::Out> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
         let s = &self.dims;
         let (o, features) = cuda::forward(&x, *s, self.window)?;
@@ -183,21 +163,14 @@ struct Backward {
 
 impl DeviceOp for Backward {
     const NAME: &'static str = "rla::backward";
-    type In<T> = RlaBackward<T>;
+    type In = RlaBackward;
     type Out = RlaGrads;
-
-    fn map_in<'a, A: 'a, B>(
-        x: &'a RlaBackward<A>,
-        f: impl FnMut(&'a A) -> Result<B>,
-    ) -> Result<RlaBackward<B>> {
-        x.try_map(f)
-    }
 
     fn cpu(&self, x: RlaBackward<&CpuStorage>) -> Result<RlaGrads> {
         cpu::backward(Self::NAME, &x, &self.dims, self.window, self.chunk)?.tensors(&self.dims)
     }
 
-    fn cuda(&self, _device: Device, x: RlaBackward<&CudaStorage>) -> Result<RlaGrads> {
+    fn cuda(&self, x: RlaBackward<&CudaStorage>) -> Result<RlaGrads> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
         cuda::backward(&x, self.dims, self.window)?.tensors(&self.dims)
     }
