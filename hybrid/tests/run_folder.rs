@@ -1006,3 +1006,31 @@ fn a_meta_json_that_disagrees_with_its_tokenizer_is_refused() {
         assert!(!run.exists());
     }
 }
+
+/// A data source that is neither a generated source nor a folder says what a source may be and
+/// what was given, for `train` (`--data`, `data.source`) and `eval --data`, before anything is
+/// written or loaded.
+#[test]
+fn a_data_source_that_is_none_says_what_a_source_may_be() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let data = dir.path().join("data");
+    prepare(dir.path(), &data, &corpus('a'), &[]);
+    let meta = data.join("meta.json");
+    let meta = meta.to_str().unwrap();
+    let sources = "corpus, mqar, passkey, recall-mix";
+    for (given, needles) in [
+        ("foo", &["\"foo\"", "No such file"][..]),
+        ("", &["\"\": empty"]),
+        (meta, &["a file; the folder holding it is"]),
+    ] {
+        let set = format!("data.source={}", toml::Value::String(given.into()));
+        for extra in [["--data", given], ["--set", &set]] {
+            let log = fails(train(&run, &extra), needles);
+            assert!(log.contains(sources) && log.contains("meta.json"), "{log}");
+            assert!(!run.exists());
+        }
+        let log = fails(swax(&["eval", "no-such-run", "--data", given]), needles);
+        assert!(log.contains(sources), "{log}");
+    }
+}

@@ -98,6 +98,7 @@ fn check(args: &EvalArgs) -> Result<(), String> {
 
 pub fn run(args: EvalArgs) -> CliResult {
     check(&args)?;
+    let data_dir = args.data.as_deref().map(shards_dir).transpose()?.flatten();
     let device = super::device(args.device.as_deref())?;
     let loaded = load(&args.path, device)?;
     let cfg = &loaded.cfg;
@@ -115,7 +116,6 @@ pub fn run(args: EvalArgs) -> CliResult {
         .map(|t| t.parse())
         .collect::<Result<_, _>>()?;
     let kind = cfg.data.tokenizer.parse::<TokenizerKind>()?;
-    let data_dir = args.data.as_deref().and_then(shards_dir);
     if let Some(made) = dataset_tokenizer(data_dir.as_deref())?.filter(|&k| k != kind) {
         return Err(format!(
             "--data {}: made with the {made} tokenizer, the model was trained with {kind}",
