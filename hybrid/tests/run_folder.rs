@@ -1034,3 +1034,27 @@ fn a_data_source_that_is_none_says_what_a_source_may_be() {
         assert!(log.contains(sources), "{log}");
     }
 }
+
+/// Lengths and batches past the memory there is are refused by a message naming them, before
+/// any work and without touching the run, not by an allocation that aborts the process.
+#[test]
+fn eval_and_generate_refuse_sizes_that_cannot_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    ok(train(&run, &[]));
+    let before = snapshot(&run);
+    let run_s = run.to_str().unwrap();
+    for lengths in ["1000000000000000000", "32,1000000000000"] {
+        let eval = ["eval", run_s, "--device", "cpu", "--lengths", lengths];
+        fails(
+            swax(&eval),
+            &["the evaluation needs at least", "GiB", "--lengths"],
+        );
+    }
+    let generate = ["generate", run_s, "--device", "cpu", "--prompt", "x"];
+    fails(
+        swax(&[&generate[..], &["--batch", "1000000000000"]].concat()),
+        &["the generation needs at least", "--batch 1000000000000"],
+    );
+    assert!(snapshot(&run) == before);
+}
