@@ -784,8 +784,34 @@ fn every_number_gets_a_clear_answer() {
     assert!(log.contains("nothing to train"), "{log}");
     assert!(snapshot(&run) == before);
     let fresh = dir.path().join("fresh");
-    ok(train(&fresh, &["--stop-at", "0"]));
+    let log = ok(train(&fresh, &["--stop-at", "0"]));
     assert!(!fresh.exists());
+    // Only a checkpoint is offered to continue from.
+    assert!(
+        !log.contains("continue with") && log.contains("was not made"),
+        "{log}"
+    );
+    let log = ok(train(
+        &fresh,
+        &["--stop-at", "2", "--set", "train.checkpoints=false"],
+    ));
+    assert!(
+        !log.contains("continue with") && log.contains("no checkpoint to continue from"),
+        "{log}"
+    );
+    fails(
+        swax(&[
+            "eval",
+            run_s,
+            "--device",
+            "cpu",
+            "--scoring",
+            "generate",
+            "--generate-tokens",
+            "0",
+        ]),
+        &["--generate-tokens 0"],
+    );
 }
 
 /// `--out` of a folder that is not a run, or of one inside a run, is refused before anything in

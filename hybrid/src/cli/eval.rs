@@ -90,6 +90,13 @@ fn check(args: &EvalArgs) -> Result<(), String> {
     if args.window == Some(0) {
         return Err("--window 0: a query sees at least itself, so the window is at least 1".into());
     }
+    if args.scoring == "generate" && args.generate_tokens == 0 {
+        return Err(
+            "--generate-tokens 0 with --scoring generate: an answer is at least one generated \
+             token"
+                .into(),
+        );
+    }
     if args.bucket == Some(0) {
         return Err("--bucket 0: a loss bucket holds at least one position".into());
     }

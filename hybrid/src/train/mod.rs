@@ -685,8 +685,14 @@ impl Summary {
                 }
             };
         }
+        // Only a checkpoint can be continued: a run stopped before its first step has no
+        // folder, and one without checkpoints (train.checkpoints = false) none to resume.
         if self.interrupted || self.steps < self.total_steps {
-            s += &format!("continue with: swax train --out {run} --resume\n");
+            s += &match (checkpoint::latest(&self.run), self.run.exists()) {
+                (Some(_), _) => format!("continue with: swax train --out {run} --resume\n"),
+                (None, false) => format!("{run} was not made: nothing was trained\n"),
+                (None, true) => format!("{run} holds no checkpoint to continue from\n"),
+            };
         }
         s
     }
