@@ -788,7 +788,7 @@ fn every_number_gets_a_clear_answer() {
     assert!(!fresh.exists());
     // Only a checkpoint is offered to continue from.
     assert!(
-        !log.contains("continue with") && log.contains("was not made"),
+        !log.contains("continue with") && log.contains("no run was made"),
         "{log}"
     );
     let log = ok(train(
@@ -1083,4 +1083,57 @@ fn eval_and_generate_refuse_sizes_that_cannot_fit() {
         &["the generation needs at least", "--batch 1000000000000"],
     );
     assert!(snapshot(&run) == before);
+}
+
+/// Runs started together without `--out` each take their own `runs/NAME-N`, none refused; a
+/// start that fails leaves no folder behind.
+#[test]
+fn runs_started_together_take_their_own_folders() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = train_args(Path::new("unused"), &[]);
+    let out = args.iter().position(|a| a == "--out").unwrap();
+    args.drain(out..out + 2);
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_swax"))
+                .args(&args)
+                .current_dir(dir.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        ok(child.wait_with_output().unwrap());
+    }
+    let runs = dir.path().join("runs");
+    let mut made: Vec<String> = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    made.sort();
+    assert_eq!(made, ["swax-tiny", "swax-tiny-2", "swax-tiny-3"]);
+    assert!(made
+        .iter()
+        .all(|name| checkpoint::latest(&runs.join(name)).is_some()));
+
+    // In one process too, from threads.
+    let root = dir.path().join("threads");
+    let picked: std::collections::BTreeSet<PathBuf> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| swax_hybrid::train::fresh_run_dir(&root, "n").unwrap()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(picked.len(), 8);
+
+    args.extend(["--set".into(), "data.batch_size=100000000".into()]);
+    let failed = Command::new(env!("CARGO_BIN_EXE_swax"))
+        .args(&args)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    fails(failed, &["GiB"]);
+    assert_eq!(std::fs::read_dir(&runs).unwrap().count(), 3);
 }

@@ -685,12 +685,13 @@ impl Summary {
                 }
             };
         }
-        // Only a checkpoint can be continued: a run stopped before its first step has no
-        // folder, and one without checkpoints (train.checkpoints = false) none to resume.
+        // Only a checkpoint can be continued: a run stopped before its first step wrote
+        // nothing, and one without checkpoints (train.checkpoints = false) none to resume.
         if self.interrupted || self.steps < self.total_steps {
-            s += &match (checkpoint::latest(&self.run), self.run.exists()) {
+            let made = self.run.join("config.toml").exists();
+            s += &match (checkpoint::latest(&self.run), made) {
                 (Some(_), _) => format!("continue with: swax train --out {run} --resume\n"),
-                (None, false) => format!("{run} was not made: nothing was trained\n"),
+                (None, false) => format!("{run}: no run was made, nothing was trained\n"),
                 (None, true) => format!("{run} holds no checkpoint to continue from\n"),
             };
         }
@@ -698,14 +699,29 @@ impl Summary {
     }
 }
 
-/// `runs/NAME`, or `runs/NAME-2`, `-3`, ... : the first that does not exist yet.
-pub fn fresh_run_dir(root: &Path, name: &str) -> PathBuf {
-    let first = root.join(name);
-    if !first.exists() {
-        return first;
+/// Creates and returns `runs/NAME`, or `runs/NAME-2`, `-3`, ...: the first that did not exist.
+/// Made by `create_dir`, which one process alone can do, so that runs started together each
+/// take their own folder.
+pub fn fresh_run_dir(root: &Path, name: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let names = std::iter::once(name.to_string()).chain((2..).map(|i| format!("{name}-{i}")));
+    for path in names.map(|n| root.join(n)) {
+        match std::fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("{}: {e}", path.display()).into()),
+        }
     }
-    (2..)
-        .map(|i| root.join(format!("{name}-{i}")))
-        .find(|p| !p.exists())
-        .expect("some suffix is free")
+    unreachable!("the names go on without end")
+}
+
+/// Removes a folder [`fresh_run_dir`] made when the run left nothing in it but its lock (it
+/// stopped before writing its config), so that a start that did not happen leaves nothing.
+pub fn remove_unused_run_dir(path: &Path) {
+    if path.join("config.toml").exists() {
+        return;
+    }
+    // Best effort: only an empty folder is removed, and a folder left is harmless.
+    let _ = std::fs::remove_file(path.join(swax_data::lock::LOCK_FILE));
+    let _ = std::fs::remove_dir(path);
 }
