@@ -1137,3 +1137,47 @@ fn runs_started_together_take_their_own_folders() {
     fails(failed, &["GiB"]);
     assert_eq!(std::fs::read_dir(&runs).unwrap().count(), 3);
 }
+
+/// An I/O error names its file, a full disk included, and a run folder where results cannot go
+/// is found before the evaluation runs, not after it.
+#[test]
+fn io_errors_name_their_path_and_an_unwritable_eval_folder_is_found_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    ok(train(&run, &[]));
+    let run_s = run.to_str().unwrap();
+    std::fs::write(run.join("eval"), "in the way").unwrap();
+    let eval = [
+        "eval", run_s, "--device", "cpu", "--tasks", "loss", "--lengths", "32", "--samples", "1",
+    ];
+    let log = fails(swax(&eval), &["run/eval", "the results cannot be written"]);
+    assert!(!log.contains(" len "), "the evaluation ran: {log}");
+    std::fs::remove_file(run.join("eval")).unwrap();
+    ok(swax(&eval));
+
+    let in_file = dir.path().join("notes.txt");
+    std::fs::write(&in_file, "text").unwrap();
+    let below = in_file.join("report");
+    fails(
+        swax(&["report", run_s, "--out", below.to_str().unwrap()]),
+        &["notes.txt/report"],
+    );
+
+    // A full disk: /dev/full refuses every write with ENOSPC.
+    #[cfg(unix)]
+    {
+        use swax_hybrid::train::metrics::Metrics;
+        let full = dir.path().join("full");
+        std::fs::create_dir(&full).unwrap();
+        std::os::unix::fs::symlink("/dev/full", full.join("metrics.jsonl")).unwrap();
+        let mut metrics = Metrics::open(&full, None).unwrap();
+        let err = metrics
+            .log(serde_json::json!({"step": 1}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("full/metrics.jsonl") && err.contains("os error 28"),
+            "{err}"
+        );
+    }
+}

@@ -146,6 +146,9 @@ pub fn run(args: EvalArgs) -> CliResult {
             _ => 0,
         },
     };
+    // Where the results go (`eval/wW`, or `eval/wW-on-NAME` beside it) is known to take them
+    // before the evaluation runs.
+    store::check_writable(&loaded.run.join("eval").join(format!("w{window}")))?;
     eprintln!(
         "evaluating {} (step {}) at window {window} on {device}: lengths {:?}",
         loaded.checkpoint.display(),

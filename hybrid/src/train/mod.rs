@@ -248,9 +248,7 @@ fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Resul
     let mut metrics = match rank0 {
         true => {
             folder.commit(cfg)?;
-            let metrics_path = run.join("metrics.jsonl");
-            let mut metrics = Metrics::open(run, Some(start_step))
-                .map_err(|e| format!("{}: {e}", metrics_path.display()))?;
+            let mut metrics = Metrics::open(run, Some(start_step))?;
             folder.record_changes(&mut metrics, start_step)?;
             metrics
         }
@@ -455,8 +453,7 @@ fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Resul
         metrics.path(),
         &run.join("loss.svg"),
         &format!("{} — {}", cfg.model.name, run.display()),
-    )
-    .map_err(|e| format!("{}: {e}", run.join("loss.svg").display()))?;
+    )?;
     swax_nn::checkpoint::write_atomic(&run.join("summary.txt"), summary.report().as_bytes())?;
     Ok(summary)
 }
