@@ -423,10 +423,7 @@ fn documents(text: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {
 }
 
 fn encode_batch(tok: &dyn Tokenizer, batch: &[&[u8]]) -> Vec<Vec<u32>> {
-    batch
-        .par_iter()
-        .map(|doc| tok.encode_bytes(doc))
-        .collect()
+    batch.par_iter().map(|doc| tok.encode_bytes(doc)).collect()
 }
 
 /// One split's shards: fills `shard_tokens` per file, then starts the next.

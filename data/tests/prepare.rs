@@ -338,7 +338,10 @@ fn an_input_given_twice_is_refused_and_links_are_followed() {
 /// A FIFO at `path`, fed `bytes` by a thread (which ends when the reader closes it).
 #[cfg(unix)]
 fn fifo(path: &Path, bytes: Vec<u8>) -> std::thread::JoinHandle<()> {
-    let made = std::process::Command::new("mkfifo").arg(path).status().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
     assert!(made.success());
     let path = path.to_owned();
     std::thread::spawn(move || {

@@ -1148,7 +1148,16 @@ fn io_errors_name_their_path_and_an_unwritable_eval_folder_is_found_first() {
     let run_s = run.to_str().unwrap();
     std::fs::write(run.join("eval"), "in the way").unwrap();
     let eval = [
-        "eval", run_s, "--device", "cpu", "--tasks", "loss", "--lengths", "32", "--samples", "1",
+        "eval",
+        run_s,
+        "--device",
+        "cpu",
+        "--tasks",
+        "loss",
+        "--lengths",
+        "32",
+        "--samples",
+        "1",
     ];
     let log = fails(swax(&eval), &["run/eval", "the results cannot be written"]);
     assert!(!log.contains(" len "), "the evaluation ran: {log}");

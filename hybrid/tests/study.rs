@@ -95,8 +95,16 @@ fn bad_studies_are_refused_naming_the_key() {
         ("lengths = [1, 2]", "lengths = []", "eval.lengths"),
         ("tasks = [\"mqar\"]", "tasks = [\"nope\"]", "nope"),
         ("\"train.steps=12\"", "\"train.stepz=12\"", "train.stepz"),
-        ("samples = 2", "samples = 2\ndepths = [1.5]", "eval.depths holds 1.5"),
-        ("samples = 2", "samples = 2\ndepths = []", "eval.depths is empty"),
+        (
+            "samples = 2",
+            "samples = 2\ndepths = [1.5]",
+            "eval.depths holds 1.5",
+        ),
+        (
+            "samples = 2",
+            "samples = 2\ndepths = []",
+            "eval.depths is empty",
+        ),
         ("tasks = [\"mqar\"]", "tasks = []", "eval.tasks is empty"),
         (
             "lengths = [1, 2]",

@@ -60,7 +60,11 @@ pub fn check_writable(dir: &Path) -> Result<()> {
         .find(|a| a.exists())
         .unwrap_or(Path::new("."));
     let cannot = |why: String| -> Result<()> {
-        Err(format!("{}: the results cannot be written there: {why}", dir.display()).into())
+        Err(format!(
+            "{}: the results cannot be written there: {why}",
+            dir.display()
+        )
+        .into())
     };
     if !existing.is_dir() {
         return cannot(format!("{} is a file", existing.display()));

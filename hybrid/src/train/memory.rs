@@ -110,8 +110,12 @@ pub fn check_eval(
     let ids = 4.0 * longest * if loss { samples as f64 } else { 1.0 };
     let weights = 4.0 * Need::of(cfg, device).params;
     let activations = inference_bytes(cfg, device, read);
-    fits("the evaluation", weights + ids + activations, device, || {
-        format!(
+    fits(
+        "the evaluation",
+        weights + ids + activations,
+        device,
+        || {
+            format!(
             "the longest length, {longest} tokens, holds {:.1} GiB of token ids{}, and a piece of \
              {read} tokens {:.1} GiB of activations and logits, beside {:.1} GiB of weights; \
              lower the lengths, the samples or the piece (eval: --lengths, --samples, --piece; a \
@@ -124,7 +128,8 @@ pub fn check_eval(
             activations / GIB,
             weights / GIB,
         )
-    })
+        },
+    )
 }
 
 /// Refuses a generation of `batch` rows after a prompt of `prompt` tokens read in pieces of
