@@ -306,20 +306,25 @@ fn stream(entry: &walkdir::DirEntry, input: &Path) -> Result<Source> {
     {
         use std::os::unix::fs::FileTypeExt;
         let kind = entry.file_type();
-        let what = match () {
-            _ if kind.is_fifo() && entry.depth() == 0 => return Ok(Source::Stream(path.into())),
-            _ if kind.is_fifo() => {
-                return Err(DataError::Input(format!(
-                    "{}: a FIFO inside the folder {}; a folder's FIFOs are not read (without a \
-                     writer, reading one waits forever): name it as an input to read it",
-                    path.display(),
-                    input.display()
-                )))
-            }
-            _ if kind.is_char_device() => "a character device",
-            _ if kind.is_block_device() => "a block device",
-            _ if kind.is_socket() => "a socket",
-            _ => "not a regular file",
+        if kind.is_fifo() && entry.depth() == 0 {
+            return Ok(Source::Stream(path.into()));
+        }
+        if kind.is_fifo() {
+            return Err(DataError::Input(format!(
+                "{}: a FIFO inside the folder {}; a folder's FIFOs are not read (without a \
+                 writer, reading one waits forever): name it as an input to read it",
+                path.display(),
+                input.display()
+            )));
+        }
+        let what = if kind.is_char_device() {
+            "a character device"
+        } else if kind.is_block_device() {
+            "a block device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
         };
         Err(DataError::Input(format!(
             "{}: {what}, not text; prepare reads regular files, folders of them, FIFOs and - \
