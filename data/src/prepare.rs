@@ -2,8 +2,12 @@
 //! `meta.json`.
 //!
 //! A document is a file, or a part of one between `<|endoftext|>` markers, trimmed of
-//! surrounding whitespace; empty ones are skipped. Input is read as UTF-8 (invalid sequences
-//! become U+FFFD). Each document goes whole to one split, so the splits never share text: a
+//! surrounding whitespace; empty ones are skipped. The byte tokenizer keeps the input's bytes
+//! exactly; GPT-2's reads them as UTF-8 (invalid sequences become U+FFFD). Inputs are regular
+//! files, read mapped, and streams (stdin, a FIFO such as a shell's `<(...)`), read whole into
+//! memory up to a bound, so that an endless one ends in an error rather than filling memory; a
+//! device or a socket is refused by name, and inputs that hold no text are an error rather than
+//! an empty dataset. Each document goes whole to one split, so the splits never share text: a
 //! document goes to validation while validation holds less than `val_fraction` of the tokens so
 //! far, which tracks the fraction closely and needs no randomness. Every document is preceded by
 //! the end-of-text token, as in llm.c's FineWeb shards. Documents are tokenized in parallel, in
@@ -26,6 +30,9 @@ use crate::tokenizer::{Tokenizer, TokenizerKind, EOT_TEXT};
 
 /// The folder inside the output folder where a prepare writes before the swap.
 const STAGING: &str = ".swax-staging";
+
+/// The most bytes read from one stream when not told otherwise: a stream is held in memory.
+pub const MAX_STREAM_BYTES: u64 = 8 << 30;
 
 /// Text tokenized per parallel batch: large enough to keep both cores busy, small enough that
 /// its tokens (4 bytes each) stay a modest amount of memory.
@@ -58,13 +65,34 @@ pub struct PrepareConfig {
     pub shard_tokens: usize,
     /// Replace existing shards and metadata in `out`.
     pub force: bool,
+    /// The most bytes read from one stream (stdin, a FIFO); more is an error naming it.
+    pub max_stream_bytes: u64,
+}
+
+/// One input as it is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Source {
+    Stdin,
+    /// A regular file, mapped.
+    File(PathBuf),
+    /// A FIFO named on the command line, read as stdin is.
+    Stream(PathBuf),
+}
+
+impl Source {
+    fn name(&self) -> String {
+        match self {
+            Source::Stdin => "- (stdin)".into(),
+            Source::File(p) | Source::Stream(p) => p.display().to_string(),
+        }
+    }
 }
 
 /// The inputs with folders expanded into their files (recursively, sorted by name), leaving
 /// out the output folder so that `swax prepare . --out shards` does not read its own shards.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    sources: Vec<Input>,
+    sources: Vec<Source>,
     /// `None` when stdin is among the inputs.
     total_bytes: Option<u64>,
 }
@@ -78,12 +106,12 @@ impl Plan {
         let mut seen: HashMap<PathBuf, PathBuf> = HashMap::new();
         for input in inputs {
             let Input::Path(path) = input else {
-                if sources.contains(&Input::Stdin) {
+                if sources.contains(&Source::Stdin) {
                     return Err(DataError::Input(
                         "- (stdin) is given twice; it can be read once".into(),
                     ));
                 }
-                sources.push(Input::Stdin);
+                sources.push(Source::Stdin);
                 continue;
             };
             // Links are followed (a folder of links to texts reads the texts); a loop of them
@@ -100,7 +128,12 @@ impl Plan {
                         .into_io_error()
                         .unwrap_or_else(|| std::io::Error::other("a loop of symbolic links")),
                 })?;
-                if !entry.file_type().is_file() {
+                let kind = entry.file_type();
+                if kind.is_dir() {
+                    continue;
+                }
+                if !kind.is_file() {
+                    sources.push(stream(&entry, path)?);
                     continue;
                 }
                 let real = entry
@@ -114,13 +147,13 @@ impl Plan {
                         entry.path().display()
                     )));
                 }
-                sources.push(Input::Path(entry.into_path()));
+                sources.push(Source::File(entry.into_path()));
             }
         }
         let mut total_bytes = Some(0);
         for source in &sources {
             total_bytes = match (total_bytes, source) {
-                (Some(n), Input::Path(p)) => {
+                (Some(n), Source::File(p)) => {
                     Some(n + std::fs::metadata(p).map_err(DataError::io(p))?.len())
                 }
                 _ => None,
@@ -212,7 +245,7 @@ impl Plan {
         };
         let (mut train, mut val) = (sink(Split::Train), sink(Split::Val));
         for source in &self.sources {
-            let text = read_source(source)?;
+            let text = read_source(source, cfg.max_stream_bytes)?;
             let mut batch = Vec::new();
             let mut batch_bytes = 0;
             let mut done = 0;
@@ -241,6 +274,17 @@ impl Plan {
             }
             flush(&mut batch, text.len())?;
         }
+        if train.counts.documents + val.counts.documents == 0 {
+            let names: Vec<String> = self.sources.iter().map(Source::name).collect();
+            return Err(DataError::Input(format!(
+                "no text in {}: every input is empty or whitespace, and an empty dataset is not \
+                 written",
+                match names.is_empty() {
+                    true => "the inputs (their folders hold no file)".into(),
+                    false => names.join(", "),
+                }
+            )));
+        }
         let meta = DatasetMeta {
             tokenizer: cfg.tokenizer,
             vocab_size: tok.vocab_size(),
@@ -251,6 +295,50 @@ impl Plan {
         meta.write(dir)?;
         Ok(meta)
     }
+}
+
+/// An input that is neither a folder nor a regular file: a FIFO named as an input is a stream;
+/// anything else is refused by name, and so is a FIFO inside a folder (without a writer, reading
+/// it would wait forever).
+fn stream(entry: &walkdir::DirEntry, input: &Path) -> Result<Source> {
+    let path = entry.path();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = entry.file_type();
+        if kind.is_fifo() && entry.depth() == 0 {
+            return Ok(Source::Stream(path.into()));
+        }
+        if kind.is_fifo() {
+            return Err(DataError::Input(format!(
+                "{}: a FIFO inside the folder {}; a folder's FIFOs are not read (without a \
+                 writer, reading one waits forever): name it as an input to read it",
+                path.display(),
+                input.display()
+            )));
+        }
+        let what = if kind.is_char_device() {
+            "a character device"
+        } else if kind.is_block_device() {
+            "a block device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        Err(DataError::Input(format!(
+            "{}: {what}, not text; prepare reads regular files, folders of them, FIFOs and - \
+             (stdin)",
+            path.display()
+        )))
+    }
+    #[cfg(not(unix))]
+    Err(DataError::Input(format!(
+        "{} (in {}): not a regular file; prepare reads regular files, folders of them and - \
+         (stdin)",
+        path.display(),
+        input.display()
+    )))
 }
 
 /// Replaces the dataset files `old` of `out` with the complete dataset in `staging`, by
@@ -272,8 +360,8 @@ fn swap(out: &Path, staging: &Path, mut old: Vec<PathBuf>) -> Result<()> {
     std::fs::remove_dir(staging).map_err(DataError::io(staging))
 }
 
-/// A file's bytes, mapped rather than read so that inputs larger than memory work; stdin is read
-/// whole. Input files must not change while they are read.
+/// A file's bytes, mapped rather than read so that inputs larger than memory work; a stream is
+/// read whole. Input files must not change while they are read.
 enum Text {
     Mapped(Mmap),
     Owned(Vec<u8>),
@@ -290,26 +378,41 @@ impl std::ops::Deref for Text {
     }
 }
 
-fn read_source(source: &Input) -> Result<Text> {
-    match source {
-        Input::Stdin => {
-            let mut bytes = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut bytes)
-                .map_err(DataError::io("<stdin>"))?;
-            Ok(Text::Owned(bytes))
+fn read_source(source: &Source, max_stream_bytes: u64) -> Result<Text> {
+    let path = match source {
+        Source::Stdin => return read_stream(std::io::stdin(), source, max_stream_bytes),
+        Source::Stream(path) => {
+            let fifo = std::fs::File::open(path).map_err(DataError::io(path))?;
+            return read_stream(fifo, source, max_stream_bytes);
         }
-        Input::Path(path) => {
-            let file = std::fs::File::open(path).map_err(DataError::io(path))?;
-            if file.metadata().map_err(DataError::io(path))?.len() == 0 {
-                // Empty files cannot be mapped.
-                return Ok(Text::Owned(Vec::new()));
-            }
-            // SAFETY: read-only mapping; inputs are documented not to change while read.
-            let map = unsafe { Mmap::map(&file) }.map_err(DataError::io(path))?;
-            Ok(Text::Mapped(map))
-        }
+        Source::File(path) => path,
+    };
+    let file = std::fs::File::open(path).map_err(DataError::io(path))?;
+    if file.metadata().map_err(DataError::io(path))?.len() == 0 {
+        // Empty files cannot be mapped.
+        return Ok(Text::Owned(Vec::new()));
     }
+    // SAFETY: read-only mapping; inputs are documented not to change while read.
+    let map = unsafe { Mmap::map(&file) }.map_err(DataError::io(path))?;
+    Ok(Text::Mapped(map))
+}
+
+/// All of a stream, refused once it passes `max` bytes.
+fn read_stream(stream: impl Read, source: &Source, max: u64) -> Result<Text> {
+    let mut bytes = Vec::new();
+    let name = source.name();
+    stream
+        .take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(DataError::io(&name))?;
+    if bytes.len() as u64 > max {
+        return Err(DataError::Input(format!(
+            "{name}: a stream of more than {max} bytes, the most read from one \
+             (--max-stream-bytes); a stream is held in memory whole: raise the bound, or write \
+             the text to a file"
+        )));
+    }
+    Ok(Text::Owned(bytes))
 }
 
 /// Non-empty documents of `text` with the offset where each one's part of the input ends.
@@ -325,10 +428,7 @@ fn documents(text: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {
 }
 
 fn encode_batch(tok: &dyn Tokenizer, batch: &[&[u8]]) -> Vec<Vec<u32>> {
-    batch
-        .par_iter()
-        .map(|doc| tok.encode(&String::from_utf8_lossy(doc)))
-        .collect()
+    batch.par_iter().map(|doc| tok.encode_bytes(doc)).collect()
 }
 
 /// One split's shards: fills `shard_tokens` per file, then starts the next.

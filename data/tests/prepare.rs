@@ -35,6 +35,7 @@ fn config(out: &Path, tokenizer: TokenizerKind) -> PrepareConfig {
         val_fraction: 0.2,
         shard_tokens: 1000,
         force: false,
+        max_stream_bytes: 1 << 20,
     }
 }
 
@@ -332,4 +333,127 @@ fn an_input_given_twice_is_refused_and_links_are_followed() {
         let err = Plan::new(&[Input::Path(links)], &out).unwrap_err();
         assert!(err.to_string().contains("loop"), "{err}");
     }
+}
+
+/// A FIFO at `path`, fed `bytes` by a thread (which ends when the reader closes it).
+#[cfg(unix)]
+fn fifo(path: &Path, bytes: Vec<u8>) -> std::thread::JoinHandle<()> {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        let _ = f.write_all(&bytes);
+    })
+}
+
+/// The tokens of a dataset's train split.
+fn train_tokens(out: &Path) -> Vec<u32> {
+    Dataset::open(out)
+        .unwrap()
+        .train
+        .iter()
+        .flat_map(Shard::to_vec)
+        .collect()
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_is_read_as_a_stream_and_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pipe, out) = (dir.path().join("pipe"), dir.path().join("out"));
+    let writer = fifo(&pipe, b"streamed text".to_vec());
+    let plan = Plan::new(&[Input::Path(pipe.clone())], &out).unwrap();
+    assert_eq!((plan.files(), plan.total_bytes()), (1, None));
+    let cfg = PrepareConfig {
+        val_fraction: 0.0,
+        ..config(&out, TokenizerKind::Bytes)
+    };
+    plan.run(&cfg, &mut |_| {}).unwrap();
+    writer.join().unwrap();
+    let mut want = vec![0];
+    want.extend(b"streamed text".map(u32::from));
+    assert_eq!(train_tokens(&out), want);
+
+    // An endless stream stops at the bound, with an error naming it, and writes nothing.
+    let (long, out) = (dir.path().join("long"), dir.path().join("out2"));
+    let writer = fifo(&long, vec![b'a'; 5000]);
+    let plan = Plan::new(&[Input::Path(long.clone())], &out).unwrap();
+    let bounded = PrepareConfig {
+        max_stream_bytes: 1000,
+        ..config(&out, TokenizerKind::Bytes)
+    };
+    let err = plan.run(&bounded, &mut |_| {}).unwrap_err().to_string();
+    writer.join().unwrap();
+    assert!(err.contains("long") && err.contains("1000 bytes"), "{err}");
+    assert_eq!(names(&out), [".swax.lock"], "nothing but the folder's lock");
+}
+
+#[cfg(unix)]
+#[test]
+fn devices_and_a_folder_s_fifos_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let err = Plan::new(&[Input::from("/dev/zero")], &out)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("/dev/zero") && err.contains("character device"),
+        "{err}"
+    );
+    let folder = dir.path().join("texts");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::write(folder.join("a.txt"), "text").unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(folder.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let err = Plan::new(&[Input::Path(folder)], &out)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pipe") && err.contains("FIFO"), "{err}");
+}
+
+#[test]
+fn inputs_without_text_are_an_error_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (empty, blank) = (dir.path().join("empty.txt"), dir.path().join("blank.txt"));
+    std::fs::write(&empty, "").unwrap();
+    std::fs::write(&blank, " \n<|endoftext|>\n ").unwrap();
+    let out = dir.path().join("out");
+    let plan = Plan::new(&[Input::Path(empty), Input::Path(blank)], &out).unwrap();
+    let err = plan
+        .run(&config(&out, TokenizerKind::Bytes), &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no text") && err.contains("empty.txt") && err.contains("blank.txt"),
+        "{err}"
+    );
+    assert_eq!(names(&out), [".swax.lock"], "nothing but the folder's lock");
+}
+
+#[test]
+fn the_byte_tokenizer_keeps_invalid_utf8_and_nuls() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("raw.bin");
+    let raw = b"a\xff\x00b\xc3\x28\x80\x00\x00z".to_vec();
+    std::fs::write(&input, &raw).unwrap();
+    let out = dir.path().join("out");
+    let cfg = PrepareConfig {
+        val_fraction: 0.0,
+        ..config(&out, TokenizerKind::Bytes)
+    };
+    Plan::new(&[Input::Path(input)], &out)
+        .unwrap()
+        .run(&cfg, &mut |_| {})
+        .unwrap();
+    let tokens = train_tokens(&out);
+    let bytes: Vec<u8> = tokens[1..].iter().map(|&t| t as u8).collect();
+    assert_eq!((tokens[0], bytes), (0, raw));
 }

@@ -1,18 +1,21 @@
-//! Tokenizers: byte round trips and the reserved end-of-text byte, GPT-2's known ids from the
+//! Tokenizers: byte round trips (NUL and invalid UTF-8 kept) and the end-of-text byte, GPT-2's known ids from the
 //! embedded ranks (no download: these tests run offline), names, and out-of-vocabulary ids.
 
 use swax_data::tokenizer::{BytesTokenizer, Gpt2Tokenizer, EOT_TEXT};
 use swax_data::{DataError, DatasetMeta, SplitCounts, Tokenizer, TokenizerKind};
 
 #[test]
-fn bytes_round_trip_and_reserve_nul_for_end_of_text() {
+fn bytes_round_trip_and_keep_every_byte() {
     let tok = BytesTokenizer;
     assert_eq!((tok.vocab_size(), tok.eot()), (256, 0));
     let text = "The code of the blue door is 48213. Ünïcödé ✓";
     let ids = tok.encode(text);
     assert_eq!(ids.len(), text.len());
     assert_eq!(tok.decode(&ids).unwrap(), text);
-    assert_eq!(tok.encode("a\0b"), [97, 98]);
+    assert_eq!(tok.encode("a\0b"), [97, 0, 98]);
+    let raw = [0x61, 0xff, 0x00, 0xc3, 0x28, 0x80];
+    let ids = tok.encode_bytes(&raw);
+    assert_eq!(ids, raw.map(u32::from));
     assert_eq!(
         tok.decode(&[104, 105, 0, 33]).unwrap(),
         format!("hi{EOT_TEXT}!")

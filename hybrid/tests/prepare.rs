@@ -79,3 +79,19 @@ fn bad_arguments_fail_with_a_message() {
         assert!(!result.stderr.is_empty(), "{args:?}");
     }
 }
+
+#[test]
+fn devices_and_inputs_without_text_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let out = out.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["prepare", "/dev/zero", "--out", out], "/dev/zero"),
+        (vec!["prepare", "-", "--out", out], "no text in - (stdin)"),
+    ] {
+        let result = swax(&args, " \n ");
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert_eq!(result.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}

@@ -834,8 +834,34 @@ fn every_number_gets_a_clear_answer() {
     assert!(log.contains("nothing to train"), "{log}");
     assert!(snapshot(&run) == before);
     let fresh = dir.path().join("fresh");
-    ok(train(&fresh, &["--stop-at", "0"]));
+    let log = ok(train(&fresh, &["--stop-at", "0"]));
     assert!(!fresh.exists());
+    // Only a checkpoint is offered to continue from.
+    assert!(
+        !log.contains("continue with") && log.contains("no run was made"),
+        "{log}"
+    );
+    let log = ok(train(
+        &fresh,
+        &["--stop-at", "2", "--set", "train.checkpoints=false"],
+    ));
+    assert!(
+        !log.contains("continue with") && log.contains("no checkpoint to continue from"),
+        "{log}"
+    );
+    fails(
+        swax(&[
+            "eval",
+            run_s,
+            "--device",
+            "cpu",
+            "--scoring",
+            "generate",
+            "--generate-tokens",
+            "0",
+        ]),
+        &["--generate-tokens 0"],
+    );
 }
 
 /// `--out` of a folder that is not a run, or of one inside a run, is refused before anything in
@@ -1054,5 +1080,163 @@ fn a_meta_json_that_disagrees_with_its_tokenizer_is_refused() {
             &["data/meta.json", "gpt2 tokenizer"],
         );
         assert!(!run.exists());
+    }
+}
+
+/// A data source that is neither a generated source nor a folder says what a source may be and
+/// what was given, for `train` (`--data`, `data.source`) and `eval --data`, before anything is
+/// written or loaded.
+#[test]
+fn a_data_source_that_is_none_says_what_a_source_may_be() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let data = dir.path().join("data");
+    prepare(dir.path(), &data, &corpus('a'), &[]);
+    let meta = data.join("meta.json");
+    let meta = meta.to_str().unwrap();
+    let sources = "corpus, mqar, passkey, recall-mix";
+    for (given, needles) in [
+        ("foo", &["\"foo\"", "No such file"][..]),
+        ("", &["\"\": empty"]),
+        (meta, &["a file; the folder holding it is"]),
+    ] {
+        let set = format!("data.source={}", toml::Value::String(given.into()));
+        for extra in [["--data", given], ["--set", &set]] {
+            let log = fails(train(&run, &extra), needles);
+            assert!(log.contains(sources) && log.contains("meta.json"), "{log}");
+            assert!(!run.exists());
+        }
+        let log = fails(swax(&["eval", "no-such-run", "--data", given]), needles);
+        assert!(log.contains(sources), "{log}");
+    }
+}
+
+/// Lengths and batches past the memory there is are refused by a message naming them, before
+/// any work and without touching the run, not by an allocation that aborts the process.
+#[test]
+fn eval_and_generate_refuse_sizes_that_cannot_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    ok(train(&run, &[]));
+    let before = snapshot(&run);
+    let run_s = run.to_str().unwrap();
+    for lengths in ["1000000000000000000", "32,1000000000000"] {
+        let eval = ["eval", run_s, "--device", "cpu", "--lengths", lengths];
+        fails(
+            swax(&eval),
+            &["the evaluation needs at least", "GiB", "--lengths"],
+        );
+    }
+    let generate = ["generate", run_s, "--device", "cpu", "--prompt", "x"];
+    fails(
+        swax(&[&generate[..], &["--batch", "1000000000000"]].concat()),
+        &["the generation needs at least", "--batch 1000000000000"],
+    );
+    assert!(snapshot(&run) == before);
+}
+
+/// Runs started together without `--out` each take their own `runs/NAME-N`, none refused; a
+/// start that fails leaves no folder behind.
+#[test]
+fn runs_started_together_take_their_own_folders() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = train_args(Path::new("unused"), &[]);
+    let out = args.iter().position(|a| a == "--out").unwrap();
+    args.drain(out..out + 2);
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_swax"))
+                .args(&args)
+                .current_dir(dir.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        ok(child.wait_with_output().unwrap());
+    }
+    let runs = dir.path().join("runs");
+    let mut made: Vec<String> = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    made.sort();
+    assert_eq!(made, ["swax-tiny", "swax-tiny-2", "swax-tiny-3"]);
+    assert!(made
+        .iter()
+        .all(|name| checkpoint::latest(&runs.join(name)).is_some()));
+
+    // In one process too, from threads.
+    let root = dir.path().join("threads");
+    let picked: std::collections::BTreeSet<PathBuf> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| swax_hybrid::train::fresh_run_dir(&root, "n").unwrap()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(picked.len(), 8);
+
+    args.extend(["--set".into(), "data.batch_size=100000000".into()]);
+    let failed = Command::new(env!("CARGO_BIN_EXE_swax"))
+        .args(&args)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    fails(failed, &["GiB"]);
+    assert_eq!(std::fs::read_dir(&runs).unwrap().count(), 3);
+}
+
+/// An I/O error names its file, a full disk included, and a run folder where results cannot go
+/// is found before the evaluation runs, not after it.
+#[test]
+fn io_errors_name_their_path_and_an_unwritable_eval_folder_is_found_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    ok(train(&run, &[]));
+    let run_s = run.to_str().unwrap();
+    std::fs::write(run.join("eval"), "in the way").unwrap();
+    let eval = [
+        "eval",
+        run_s,
+        "--device",
+        "cpu",
+        "--tasks",
+        "loss",
+        "--lengths",
+        "32",
+        "--samples",
+        "1",
+    ];
+    let log = fails(swax(&eval), &["run/eval", "the results cannot be written"]);
+    assert!(!log.contains(" len "), "the evaluation ran: {log}");
+    std::fs::remove_file(run.join("eval")).unwrap();
+    ok(swax(&eval));
+
+    let in_file = dir.path().join("notes.txt");
+    std::fs::write(&in_file, "text").unwrap();
+    let below = in_file.join("report");
+    fails(
+        swax(&["report", run_s, "--out", below.to_str().unwrap()]),
+        &["notes.txt/report"],
+    );
+
+    // A full disk: /dev/full refuses every write with ENOSPC.
+    #[cfg(unix)]
+    {
+        use swax_hybrid::train::metrics::Metrics;
+        let full = dir.path().join("full");
+        std::fs::create_dir(&full).unwrap();
+        std::os::unix::fs::symlink("/dev/full", full.join("metrics.jsonl")).unwrap();
+        let mut metrics = Metrics::open(&full, None).unwrap();
+        let err = metrics
+            .log(serde_json::json!({"step": 1}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("full/metrics.jsonl") && err.contains("os error 28"),
+            "{err}"
+        );
     }
 }

@@ -95,6 +95,22 @@ fn bad_studies_are_refused_naming_the_key() {
         ("lengths = [1, 2]", "lengths = []", "eval.lengths"),
         ("tasks = [\"mqar\"]", "tasks = [\"nope\"]", "nope"),
         ("\"train.steps=12\"", "\"train.stepz=12\"", "train.stepz"),
+        (
+            "samples = 2",
+            "samples = 2\ndepths = [1.5]",
+            "eval.depths holds 1.5",
+        ),
+        (
+            "samples = 2",
+            "samples = 2\ndepths = []",
+            "eval.depths is empty",
+        ),
+        ("tasks = [\"mqar\"]", "tasks = []", "eval.tasks is empty"),
+        (
+            "lengths = [1, 2]",
+            "lengths = [1000000000000000000]",
+            "more tokens than a length can count",
+        ),
     ] {
         let err = StudySpec::parse(&MICRO.replace(from, to), "micro", None)
             .unwrap_err()
@@ -225,4 +241,68 @@ fn the_report_renders_from_saved_results_without_a_model() {
         let svg = std::fs::read_to_string(dir.path().join(f)).unwrap();
         assert!(svg.contains("SM-p0.5-anneal0.25 w=32"), "{f}");
     }
+}
+
+/// Everything about a study that can be known before a run trains is checked first: an
+/// evaluation that cannot fit in memory leaves the study folder untouched.
+#[test]
+fn an_evaluation_too_large_for_memory_is_refused_before_any_run_trains() {
+    let dir = tempfile::tempdir().unwrap();
+    let huge = MICRO.replace("lengths = [1, 2]", "lengths = [1, 100000000000]");
+    let spec = StudySpec::parse(&huge, "huge", None).unwrap();
+    let err = study::run(
+        &spec,
+        dir.path(),
+        StudyOptions {
+            device: Device::Cpu,
+            progress: false,
+            stop: &NEVER,
+            say: &mut |_| {},
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("the evaluation needs at least") && err.contains("eval.lengths"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// A study file's own error, a name that is no study, an --out that is a file, and a report
+/// asked for where no study ran: each says what it is.
+#[test]
+fn each_study_error_says_what_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mine.toml");
+    std::fs::write(&file, MICRO.replace("w_short = 8", "w_short = 64")).unwrap();
+    let err = study::resolve(file.to_str().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("grid.w_short") && !err.contains("not a file"),
+        "{err}"
+    );
+    let missing = dir.path().join("missing.toml");
+    let err = study::resolve(missing.to_str().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("missing.toml") && err.contains("nor a shipped study: window-h200"),
+        "{err}"
+    );
+
+    let opts = StudyOptions {
+        device: Device::Cpu,
+        progress: false,
+        stop: &NEVER,
+        say: &mut |_| {},
+    };
+    let err = study::run(&spec(), &file, opts).unwrap_err().to_string();
+    assert!(err.contains("mine.toml: a file"), "{err}");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let err = report::from_saved(&empty).unwrap_err().to_string();
+    assert!(err.contains("no study has run here"), "{err}");
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
 }

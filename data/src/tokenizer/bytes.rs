@@ -1,8 +1,9 @@
 //! The byte tokenizer: a token is a byte, vocabulary 256, no files needed.
 //!
-//! The end-of-text separator is byte 0 (NUL). A 256 vocabulary has no spare id, and NUL never
-//! occurs in text, so it is reserved: encoding drops NUL bytes from the input, which keeps
-//! document boundaries unambiguous at the cost of NULs in binary-ish input.
+//! The tokens are the input's bytes exactly, whatever they are (invalid UTF-8, NUL): a dataset
+//! of bytes is the bytes. A 256 vocabulary has no spare id, so the end-of-text separator is byte
+//! 0 (NUL), which text seldom holds: in input that does hold NULs, a NUL and a document boundary
+//! are the same token.
 
 use super::{check_ids, Tokenizer, TokenizerKind, EOT_TEXT};
 use crate::error::Result;
@@ -26,10 +27,11 @@ impl Tokenizer for BytesTokenizer {
     }
 
     fn encode(&self, text: &str) -> Vec<u32> {
-        text.bytes()
-            .filter(|&b| u32::from(b) != BYTES_EOT)
-            .map(u32::from)
-            .collect()
+        self.encode_bytes(text.as_bytes())
+    }
+
+    fn encode_bytes(&self, bytes: &[u8]) -> Vec<u32> {
+        bytes.iter().map(|&b| u32::from(b)).collect()
     }
 
     fn decode_bytes(&self, tokens: &[u32]) -> Result<Vec<u8>> {

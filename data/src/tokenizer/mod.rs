@@ -30,6 +30,12 @@ pub trait Tokenizer: Send + Sync {
 
     fn encode(&self, text: &str) -> Vec<u32>;
 
+    /// Tokens for raw input bytes. A tokenizer of text reads them as UTF-8 (an invalid sequence
+    /// becomes U+FFFD, as llm.c's scripts decode their input); the byte tokenizer keeps them.
+    fn encode_bytes(&self, bytes: &[u8]) -> Vec<u32> {
+        self.encode(&String::from_utf8_lossy(bytes))
+    }
+
     /// The bytes `tokens` stand for; the end-of-text token reads `<|endoftext|>`. An id at or
     /// above the vocabulary size is an error naming its index. A token may be part of a
     /// character (a byte of UTF-8, a part of one): streamed output writes these as they come.

@@ -89,6 +89,13 @@ fn check(args: &EvalArgs) -> Result<(), String> {
     if args.window == Some(0) {
         return Err("--window 0: a query sees at least itself, so the window is at least 1".into());
     }
+    if args.scoring == "generate" && args.generate_tokens == 0 {
+        return Err(
+            "--generate-tokens 0 with --scoring generate: an answer is at least one generated \
+             token"
+                .into(),
+        );
+    }
     if args.bucket == Some(0) {
         return Err("--bucket 0: a loss bucket holds at least one position".into());
     }
@@ -97,6 +104,7 @@ fn check(args: &EvalArgs) -> Result<(), String> {
 
 pub fn run(args: EvalArgs) -> CliResult {
     check(&args)?;
+    let data_dir = args.data.as_deref().map(shards_dir).transpose()?.flatten();
     let device = super::device(args.device.as_deref())?;
     let loaded = load(&args.path, device)?;
     let cfg = &loaded.cfg;
@@ -114,7 +122,6 @@ pub fn run(args: EvalArgs) -> CliResult {
         .map(|t| t.parse())
         .collect::<Result<_, _>>()?;
     let kind = cfg.data.tokenizer;
-    let data_dir = args.data.as_deref().and_then(shards_dir);
     if let Some(made) = dataset_tokenizer(data_dir.as_deref())?.filter(|&k| k != kind) {
         return Err(format!(
             "--data {}: made with the {made} tokenizer, the model was trained with {kind}",
@@ -138,6 +145,9 @@ pub fn run(args: EvalArgs) -> CliResult {
             _ => 0,
         },
     };
+    // Where the results go (`eval/wW`, or `eval/wW-on-NAME` beside it) is known to take them
+    // before the evaluation runs.
+    store::check_writable(&loaded.run.join("eval").join(format!("w{window}")))?;
     eprintln!(
         "evaluating {} (step {}) at window {window} on {device}: lengths {:?}",
         loaded.checkpoint.display(),

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 use swax_hybrid::generate::{generate, Request, Sampling};
 use swax_hybrid::loaded::load;
-use swax_hybrid::train::compute_dtype;
+use swax_hybrid::train::{compute_dtype, memory};
 
 use super::{whole, CliResult};
 
@@ -78,6 +78,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
     // Every document in training began after the end-of-text token: so does the prompt.
     let mut prompt = vec![tok.eot()];
     prompt.extend(tok.encode(&text));
+    memory::check_generate(cfg, device, args.batch, prompt.len(), cfg.data.seq_len)?;
     let req = Request {
         max_tokens: args.max_tokens,
         sampling,

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use swax_data::prepare::{Input, Plan, PrepareConfig};
+use swax_data::prepare::{Input, Plan, PrepareConfig, MAX_STREAM_BYTES};
 use swax_data::{SplitCounts, TokenizerKind};
 
 use super::{whole, CliResult};
@@ -14,8 +14,8 @@ use super::{whole, CliResult};
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct PrepareArgs {
-    /// Text files, folders (read recursively) or `-` for stdin. Documents are files, or parts
-    /// of files between `<|endoftext|>` markers.
+    /// Text files, folders (read recursively), FIFOs (`<(zcat a.gz)`) or `-` for stdin.
+    /// Documents are files, or parts of files between `<|endoftext|>` markers.
     #[arg(required = true, value_name = "INPUT")]
     inputs: Vec<String>,
     /// Folder for the shards (train_NNNNNN.bin, val_NNNNNN.bin) and meta.json.
@@ -33,6 +33,9 @@ pub struct PrepareArgs {
     /// Replace shards and metadata already in the output folder.
     #[arg(long)]
     force: bool,
+    /// The most bytes read from one stream (stdin, a FIFO), which is held in memory whole.
+    #[arg(long, value_parser = whole::<u64>, default_value_t = MAX_STREAM_BYTES)]
+    max_stream_bytes: u64,
 }
 
 pub fn run(args: PrepareArgs) -> CliResult {
@@ -56,6 +59,7 @@ pub fn run(args: PrepareArgs) -> CliResult {
         val_fraction: args.val_fraction,
         shard_tokens: args.shard_tokens,
         force: args.force,
+        max_stream_bytes: args.max_stream_bytes,
     };
     let start = Instant::now();
     let result = plan.run(&cfg, &mut |bytes| bar.inc(bytes));

@@ -44,8 +44,7 @@ pub fn run(args: ReportArgs) -> CliResult {
     for p in &args.paths {
         runs.extend(load(p)?);
     }
-    let files =
-        write_report(&args.out, &runs).map_err(|e| format!("--out {}: {e}", args.out.display()))?;
+    let files = write_report(&args.out, &runs)?;
     print!("{}", markdown(&runs));
     eprintln!("wrote {} files to {}", files.len(), args.out.display());
     Ok(())

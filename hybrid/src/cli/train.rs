@@ -85,10 +85,30 @@ pub fn run(mut args: TrainArgs) -> CliResult {
         _ => Config::resolve(args.config.as_deref(), &args.sets)?,
     };
     let place = Place::from_env(|k| std::env::var(k).ok())?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| train::fresh_run_dir("runs".as_ref(), &cfg.model.name));
+    let made = args.out.is_none();
+    let out = match (&args.out, &place) {
+        (Some(out), _) => out.clone(),
+        // Each rank would take a folder of its own.
+        (None, Some(p)) => {
+            return Err(format!(
+                "rank {} of {}, started by a launcher: give --out, the run folder every rank \
+                 shares",
+                p.rank, p.world
+            )
+            .into())
+        }
+        (None, None) => train::fresh_run_dir("runs".as_ref(), &cfg.model.name)?,
+    };
+    let trained = train_into(&args, &cfg, place, out.clone());
+    if made {
+        train::remove_unused_run_dir(&out);
+    }
+    trained
+}
+
+/// Trains `cfg` into `out` as this process's place says (one process, the launcher of
+/// `--gpus` ranks, or one rank).
+fn train_into(args: &TrainArgs, cfg: &Config, place: Option<Place>, out: PathBuf) -> CliResult {
     if let (Some(gpus), None) = (args.gpus.filter(|&n| n > 1), &place) {
         swax_hybrid::train::distributed::micro_batches(cfg.train.grad_accum, gpus)?;
         let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -128,10 +148,10 @@ pub fn run(mut args: TrainArgs) -> CliResult {
         stop: &STOP,
     };
     let summary = match &place {
-        None => train::train(&cfg, &opts)?,
+        None => train::train(cfg, &opts)?,
         Some(p) => {
             let mut group = NcclGroup::join(p).map_err(|e| format!("rank {}: {e}", p.rank))?;
-            train::train_in(&cfg, &opts, &mut group).map_err(|e| format!("rank {}: {e}", p.rank))?
+            train::train_in(cfg, &opts, &mut group).map_err(|e| format!("rank {}: {e}", p.rank))?
         }
     };
     if rank == 0 {

@@ -9,7 +9,7 @@ use super::generated::{eval_generated, Generation};
 use super::results::{EvalResults, LossCurve};
 use super::run::{eval_task, held_out, loss_curve, Forward, InPieces, OneShot, Task};
 use crate::loaded::Loaded;
-use crate::train::compute_dtype;
+use crate::train::{compute_dtype, memory};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -36,7 +36,8 @@ pub struct Plan {
     pub generate_tokens: usize,
 }
 
-/// Runs `plan` on `loaded`, telling `progress` what each part took.
+/// Runs `plan` on `loaded`, telling `progress` what each part took; a plan that cannot fit in
+/// the device's memory is refused first (`memory::check_eval`).
 pub fn evaluate(
     loaded: &Loaded,
     plan: &Plan,
@@ -44,6 +45,14 @@ pub fn evaluate(
 ) -> Result<EvalResults> {
     let cfg = &loaded.cfg;
     let device = loaded.device;
+    memory::check_eval(
+        cfg,
+        device,
+        &plan.lengths,
+        plan.samples,
+        plan.piece,
+        plan.loss,
+    )?;
     let kind = cfg.data.tokenizer;
     let tok = kind.build()?;
     let dtype = compute_dtype(cfg, device);

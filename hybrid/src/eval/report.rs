@@ -212,7 +212,7 @@ pub(crate) fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf> {
 /// Writes one evaluation into `dir`: `results.json`, `results.md`, a heatmap per depth task,
 /// `accuracy.svg` (a line per task) and `loss-by-position.svg`. Returns the files written.
 pub fn write_eval(dir: &Path, r: &EvalResults) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut files = vec![write(
         dir,
         "results.json",
@@ -253,7 +253,7 @@ pub fn write_eval(dir: &Path, r: &EvalResults) -> Result<Vec<PathBuf>> {
 /// `loss-by-position.svg` (a line per run), and `train-loss.svg` from the runs' metrics files
 /// where they are present. Returns the files written.
 pub fn write_report(dir: &Path, runs: &[EvalResults]) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut md = String::from("# Report\n\n");
     for r in runs {
         let _ = writeln!(md, "- {}", describe(r));

@@ -141,6 +141,8 @@ pub enum Task {
 }
 
 impl Task {
+    pub const ALL: [Task; 3] = [Task::Niah, Task::Passkey, Task::Mqar];
+
     pub fn name(self) -> &'static str {
         match self {
             Task::Niah => "niah",
@@ -201,7 +203,7 @@ impl Task {
 impl std::str::FromStr for Task {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Task, String> {
-        [Task::Niah, Task::Passkey, Task::Mqar]
+        Task::ALL
             .into_iter()
             .find(|t| t.name() == s)
             .ok_or_else(|| format!("unknown task {s:?}: expected niah, passkey, mqar or loss"))

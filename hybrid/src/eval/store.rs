@@ -47,6 +47,42 @@ pub fn folder(run: &Path, r: &EvalResults) -> PathBuf {
     run.join("eval").join(name)
 }
 
+/// Refuses `dir` when results cannot be written there (a read-only run folder or file system, a
+/// file in the way), by writing and removing a probe file in it or in the nearest folder above
+/// it that exists: an evaluation checks this before it runs, not after.
+pub fn check_writable(dir: &Path) -> Result<()> {
+    let existing = dir
+        .ancestors()
+        .map(|a| match a.as_os_str().is_empty() {
+            true => Path::new("."),
+            false => a,
+        })
+        .find(|a| a.exists())
+        .unwrap_or(Path::new("."));
+    let cannot = |why: String| -> Result<()> {
+        Err(format!(
+            "{}: the results cannot be written there: {why}",
+            dir.display()
+        )
+        .into())
+    };
+    if !existing.is_dir() {
+        return cannot(format!("{} is a file", existing.display()));
+    }
+    let probe = existing.join(format!(".swax-probe-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            std::fs::remove_file(&probe).map_err(|e| format!("{}: {e}", probe.display()))?;
+            Ok(())
+        }
+        Err(e) => cannot(format!("{}: {e}", existing.display())),
+    }
+}
+
 /// Writes `new` into `dir` (`RUN/eval/wW`) as the module's comment says.
 pub fn save(dir: &Path, new: EvalResults) -> Result<Saved> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

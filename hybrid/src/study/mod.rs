@@ -20,7 +20,7 @@ use crate::eval::results::EvalResults;
 use crate::eval::run::Task;
 use crate::eval::store;
 use crate::loaded::load;
-use crate::train::{self, checkpoint, Options};
+use crate::train::{self, checkpoint, memory, Options};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -40,7 +40,9 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
 ];
 
-/// A study file, or a shipped study's name; with the name its folder takes by default.
+/// A study file, or a shipped study's name; with the name its folder takes by default. A name
+/// that is neither says so, listing the shipped studies; an error in a file that exists is that
+/// error alone.
 pub fn resolve(study: &str) -> Result<(StudySpec, String)> {
     if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == study) {
         return Ok((StudySpec::parse(text, name, None)?, name.to_string()));
@@ -49,14 +51,15 @@ pub fn resolve(study: &str) -> Result<(StudySpec, String)> {
     let name = path
         .file_stem()
         .map_or("study".into(), |s| s.to_string_lossy().into_owned());
-    StudySpec::load(path).map(|s| (s, name)).map_err(|e| {
+    if let Err(e) = std::fs::metadata(path) {
         let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
-        format!(
-            "{e} (not a file, nor a shipped study: {})",
+        return Err(format!(
+            "{study}: {e} (not a file, nor a shipped study: {})",
             names.join(", ")
         )
-        .into()
-    })
+        .into());
+    }
+    Ok((StudySpec::load(path)?, name))
 }
 
 /// The study file.
@@ -181,11 +184,27 @@ impl StudySpec {
                 "grid.p_short and grid.anneal hold {p}: each is in [0, 1)"
             ));
         }
-        if self.eval.lengths.is_empty() || self.eval.lengths.contains(&0) {
+        let e = &self.eval;
+        if e.lengths.is_empty() || e.lengths.contains(&0) {
             return err("eval.lengths: multiples of the training length, each at least 1".into());
         }
-        if self.eval.samples == 0 {
+        if e.samples == 0 {
             return err("eval.samples must be positive".into());
+        }
+        if e.depths.is_empty() {
+            return err("eval.depths is empty: at least one needle depth, in [0, 1]".into());
+        }
+        if let Some(d) = e.depths.iter().find(|d| !(0.0..=1.0).contains(*d)) {
+            return err(format!(
+                "eval.depths holds {d}: a depth is a fraction of the context, in [0, 1]"
+            ));
+        }
+        if e.tasks.is_empty() {
+            let names: Vec<&str> = Task::ALL.iter().map(|t| t.name()).collect();
+            return err(format!(
+                "eval.tasks is empty: the study evaluates retrieval, name at least one of {}",
+                names.join(", ")
+            ));
         }
         self.tasks()?;
         let base = Config::resolve(Some(&self.study.base), &self.study.set)?;
@@ -223,6 +242,8 @@ impl StudySpec {
                 let cfg = base
                     .with_overrides(&sets)
                     .map_err(|ConfigError(e)| format!("{pattern} {schedule}: {e}"))?;
+                // The evaluation's lengths in tokens must be countable.
+                self.plan(&cfg, g.w_long)?;
                 runs.push(RunSpec {
                     name: format!("{pattern}-{schedule}"),
                     cfg,
@@ -247,7 +268,19 @@ impl StudySpec {
         Ok(Plan {
             tasks: self.tasks()?,
             loss: self.eval.loss,
-            lengths: self.eval.lengths.iter().map(|k| k * t).collect(),
+            lengths: self
+                .eval
+                .lengths
+                .iter()
+                .map(|&k| {
+                    k.checked_mul(t).ok_or_else(|| {
+                        format!(
+                            "eval.lengths {k} x data.seq_len {t}: more tokens than a length can \
+                             count"
+                        )
+                    })
+                })
+                .collect::<std::result::Result<_, _>>()?,
             depths: self.eval.depths.clone(),
             window,
             samples: self.eval.samples,
@@ -289,6 +322,13 @@ pub fn run(spec: &StudySpec, out: &Path, opts: StudyOptions) -> Result<Outcome> 
         say,
     } = opts;
     let runs = spec.runs()?;
+    // Every run's evaluation must fit before the first run trains.
+    for r in &runs {
+        let plan = spec.plan(&r.cfg, r.cfg.train.w_long)?;
+        let (lengths, samples) = (&plan.lengths, plan.samples);
+        memory::check_eval(&r.cfg, device, lengths, samples, plan.piece, plan.loss)
+            .map_err(|e| format!("{}: {e}", r.name))?;
+    }
     keep_spec(spec, out)?;
     let mut results: Vec<EvalResults> = Vec::new();
     for r in &runs {
@@ -375,6 +415,13 @@ fn covers(r: &EvalResults, plan: &Plan) -> bool {
 
 /// Writes the spec to `out/study.toml`, or checks that the one there is the same study.
 fn keep_spec(spec: &StudySpec, out: &Path) -> Result<()> {
+    if out.exists() && !out.is_dir() {
+        return Err(format!(
+            "{}: a file; a study's folder is a new folder or one a study made",
+            out.display()
+        )
+        .into());
+    }
     let path = out.join("study.toml");
     let text = toml::to_string(spec)?;
     // Compared as specs, not as text: one written under a field's old name (`eval.chunk`, now
@@ -387,11 +434,11 @@ fn keep_spec(spec: &StudySpec, out: &Path) -> Result<()> {
             path.display()
         )
         .into()),
-        Err(_) => {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-            swax_nn::checkpoint::write_atomic(&path, text.as_bytes())
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            swax_nn::checkpoint::write_atomic(&path, text.as_bytes())?;
             Ok(())
         }
+        Err(e) => Err(format!("{}: {e}", path.display()).into()),
     }
 }

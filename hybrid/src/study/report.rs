@@ -23,7 +23,16 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// Reads the study in `out` (its `study.toml` and every run's saved results) and writes the
 /// report: what `swax study --report` does.
 pub fn from_saved(out: &Path) -> Result<Vec<PathBuf>> {
-    let spec = StudySpec::load(&out.join("study.toml"))?;
+    let kept = out.join("study.toml");
+    if !kept.is_file() {
+        return Err(format!(
+            "{}: no study has run here (no study.toml): run the study into it first, then \
+             --report writes its report again",
+            out.display()
+        )
+        .into());
+    }
+    let spec = StudySpec::load(&kept)?;
     let runs = spec.runs()?;
     let mut results = Vec::new();
     for r in &runs {

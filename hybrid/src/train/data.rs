@@ -32,14 +32,43 @@ impl Source {
                 .map_or_else(|_| Source::Shards(PathBuf::from(s)), Source::Recall),
         }
     }
+
+    /// [`Source::parse`], with a folder checked to be one: anything else is an error saying
+    /// what a source may be and what `s` is.
+    pub fn resolve(s: &str) -> Result<Source> {
+        let source = Source::parse(s);
+        let Source::Shards(dir) = &source else {
+            return Ok(source);
+        };
+        let what = match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => return Ok(source),
+            Ok(_) => match dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                Some(parent) => format!("a file; the folder holding it is {}", parent.display()),
+                None => "a file".into(),
+            },
+            Err(_) if s.is_empty() => "empty".into(),
+            Err(e) => e.to_string(),
+        };
+        let generated: Vec<&str> = ["corpus"]
+            .into_iter()
+            .chain(RecallKind::ALL.map(RecallKind::name))
+            .collect();
+        Err(format!(
+            "data source {s:?}: {what}. A source is a generated one ({}) or a folder of shards \
+             made by swax prepare (holding meta.json)",
+            generated.join(", ")
+        )
+        .into())
+    }
 }
 
-/// The folder of shards `source` names, if it names one.
-pub fn shards_dir(source: &str) -> Option<PathBuf> {
-    match Source::parse(source) {
+/// The folder of shards `source` names, if it names one; a name that is neither a generated
+/// source nor a folder is an error ([`Source::resolve`]).
+pub fn shards_dir(source: &str) -> Result<Option<PathBuf>> {
+    Ok(match Source::resolve(source)? {
         Source::Shards(dir) => Some(dir),
         _ => None,
-    }
+    })
 }
 
 /// The training batches, from shards (or the corpus's stream) or from generated rows.
@@ -131,7 +160,7 @@ pub fn open(cfg: &Config, resume: Option<LoaderState>, part: Part) -> Result<Dat
             origin,
         })
     };
-    match Source::parse(&d.source) {
+    match Source::resolve(&d.source)? {
         Source::Shards(dir) => {
             let ds = Dataset::open(&dir)?;
             ds.check_model_vocab(vocab)?;

@@ -18,15 +18,20 @@ impl Metrics {
     /// (a resumed run rewrites the steps after its checkpoint).
     pub fn open(run: &Path, keep_until: Option<u64>) -> std::io::Result<Metrics> {
         let path = run.join("metrics.jsonl");
-        if let (Some(until), Ok(text)) = (keep_until, std::fs::read_to_string(&path)) {
+        let kept = keep_until.and_then(|until| Some((until, std::fs::read_to_string(&path).ok()?)));
+        if let Some((until, text)) = kept {
             let kept: String = text
                 .lines()
                 .filter(|l| step_of(l).is_some_and(|s| s <= until))
                 .map(|l| format!("{l}\n"))
                 .collect();
-            std::fs::write(&path, kept)?;
+            std::fs::write(&path, kept).map_err(at(&path))?;
         }
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(at(&path))?;
         Ok(Metrics {
             path,
             file: Some(file),
@@ -45,13 +50,20 @@ impl Metrics {
         let Some(file) = &mut self.file else {
             return Ok(());
         };
-        writeln!(file, "{record}")?;
-        file.flush()
+        writeln!(file, "{record}")
+            .and_then(|()| file.flush())
+            .map_err(at(&self.path))
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The error with the file's path in its message (an I/O error names none: "No space left on
+/// device" alone does not say which disk).
+fn at(path: &Path) -> impl Fn(std::io::Error) -> std::io::Error + '_ {
+    move |e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 fn step_of(line: &str) -> Option<u64> {
@@ -154,5 +166,5 @@ pub fn plot(metrics: &Path, out: &Path, title: &str) -> std::io::Result<()> {
         w - 200.0,
         w - 200.0
     );
-    std::fs::write(out, svg)
+    std::fs::write(out, svg).map_err(at(out))
 }

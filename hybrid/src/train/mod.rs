@@ -130,14 +130,29 @@ fn train_rank(cfg: &Config, opts: &Options, group: &mut dyn Collective) -> Resul
     }
 }
 
-/// `runs/NAME`, or `runs/NAME-2`, `-3`, ... : the first that does not exist yet.
-pub fn fresh_run_dir(root: &Path, name: &str) -> PathBuf {
-    let first = root.join(name);
-    if !first.exists() {
-        return first;
+/// Creates and returns `runs/NAME`, or `runs/NAME-2`, `-3`, ...: the first that did not exist.
+/// Made by `create_dir`, which one process alone can do, so that runs started together each
+/// take their own folder.
+pub fn fresh_run_dir(root: &Path, name: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let names = std::iter::once(name.to_string()).chain((2..).map(|i| format!("{name}-{i}")));
+    for path in names.map(|n| root.join(n)) {
+        match std::fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("{}: {e}", path.display()).into()),
+        }
     }
-    (2..)
-        .map(|i| root.join(format!("{name}-{i}")))
-        .find(|p| !p.exists())
-        .expect("some suffix is free")
+    unreachable!("the names go on without end")
+}
+
+/// Removes a folder [`fresh_run_dir`] made when the run left nothing in it but its lock (it
+/// stopped before writing its config), so that a start that did not happen leaves nothing.
+pub fn remove_unused_run_dir(path: &Path) {
+    if path.join("config.toml").exists() {
+        return;
+    }
+    // Best effort: only an empty folder is removed, and a folder left is harmless.
+    let _ = std::fs::remove_file(path.join(swax_data::lock::LOCK_FILE));
+    let _ = std::fs::remove_dir(path);
 }

@@ -346,8 +346,7 @@ impl<'a> Run<'a> {
             self.metrics.path(),
             &run.join("loss.svg"),
             &format!("{} — {}", self.cfg.model.name, run.display()),
-        )
-        .map_err(|e| format!("{}: {e}", run.join("loss.svg").display()))?;
+        )?;
         swax_nn::checkpoint::write_atomic(&run.join("summary.txt"), summary.report().as_bytes())?;
         Ok(summary)
     }
@@ -418,8 +417,7 @@ impl<'a> Run<'a> {
 /// `start_step`, with the config changes of a `--resume` logged: the run's first writes.
 fn open_metrics(folder: &mut RunDir, cfg: &Config, run: &Path, start_step: u64) -> Result<Metrics> {
     folder.commit(cfg)?;
-    let mut metrics = Metrics::open(run, Some(start_step))
-        .map_err(|e| format!("{}: {e}", run.join("metrics.jsonl").display()))?;
+    let mut metrics = Metrics::open(run, Some(start_step))?;
     folder.record_changes(&mut metrics, start_step)?;
     Ok(metrics)
 }

@@ -154,7 +154,7 @@ impl RunDir {
     /// for [`RunDir::record_changes`].
     pub fn settle(&mut self, cfg: &Config) -> Result<Config> {
         let mut cfg = cfg.clone();
-        let data = data::shards_dir(&cfg.data.source);
+        let data = data::shards_dir(&cfg.data.source)?;
         if let Some(kind) = dataset_tokenizer(data.as_deref())? {
             if kind != cfg.data.tokenizer {
                 eprintln!(

@@ -148,8 +148,15 @@ impl Summary {
                 }
             };
         }
+        // Only a checkpoint can be continued: a run stopped before its first step wrote
+        // nothing, and one without checkpoints (train.checkpoints = false) none to resume.
         if self.interrupted || self.steps < self.total_steps {
-            s += &format!("continue with: swax train --out {run} --resume\n");
+            let made = self.run.join("config.toml").exists();
+            s += &match (checkpoint::latest(&self.run), made) {
+                (Some(_), _) => format!("continue with: swax train --out {run} --resume\n"),
+                (None, false) => format!("{run}: no run was made, nothing was trained\n"),
+                (None, true) => format!("{run} holds no checkpoint to continue from\n"),
+            };
         }
         s
     }
