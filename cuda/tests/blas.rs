@@ -80,6 +80,7 @@ fn check(dev: &CudaDevice, dt: DType, out: DType, ta: bool, tb: bool, b_stride0:
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn gemm_matches_reference() {
     let dev = gpu!();
     for (dt, out) in [
@@ -97,6 +98,7 @@ fn gemm_matches_reference() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn gemm_rejects_bad_sizes() {
     let dev = gpu!();
     let a = dev.alloc(DType::F32, 6).unwrap();

@@ -11,6 +11,7 @@ use swax_cuda::kernels::optim::{adamw, global_norm, AdamWBuffers, AdamWStep};
 use swax_cuda::{gemm, DType, GemmArgs, MatmulLayout, Readback};
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn counters_count_launches_blas_calls_and_waits() {
     let dev = gpu!();
     let mut rng = Rng::new(3);

@@ -33,6 +33,7 @@ fn device_new_returns_an_error_instead_of_panicking() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn handles_are_shared_per_ordinal() {
     let dev = gpu!();
     let again = CudaDevice::new(0).unwrap();
@@ -46,6 +47,7 @@ fn handles_are_shared_per_ordinal() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn host_device_roundtrips() {
     let dev = gpu!();
     let f: Vec<f32> = (0..1001).map(|i| i as f32 * 0.37 - 100.0).collect();
@@ -71,6 +73,7 @@ fn host_device_roundtrips() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn mismatches_are_errors() {
     let dev = gpu!();
     let f = dev.htod(&[1.0f32, 2.0]).unwrap();

@@ -15,6 +15,7 @@ use swax_cuda::DType;
 const N: usize = 4099;
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn cast_rounds_like_half() {
     let dev = gpu!();
     let mut rng = Rng::new(1);
@@ -35,6 +36,7 @@ fn cast_rounds_like_half() {
 /// Every pair of f32 and bf16: the f32 product with the factor read on the device, rounded to
 /// nearest even as `half` rounds, bit for bit; a factor that is not one f32 is refused.
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn scale_cast_rounds_the_f32_product_like_half() {
     let dev = gpu!();
     let mut rng = Rng::new(2);
@@ -61,6 +63,7 @@ fn scale_cast_rounds_the_f32_product_like_half() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn fill_writes_every_element() {
     let dev = gpu!();
     for dt in FLOATS {
@@ -117,6 +120,7 @@ const OPS: [UnaryOp; 15] = [
 ];
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn unary_forward_and_backward() {
     let dev = gpu!();
     let mut rng = Rng::new(2);
@@ -237,6 +241,7 @@ fn check_broadcast(
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn binary_same_shape_and_broadcast() {
     let dev = gpu!();
     let mut rng = Rng::new(3);
@@ -283,6 +288,7 @@ fn binary_same_shape_and_broadcast() {
 /// rows, a bias over rows of 24 (three bf16 vectors, six f32); and rows of 12, which group in
 /// f32 but not in bf16 (the strided kernel). Every op, both dtypes, against the reference loop.
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn binary_broadcast_along_rows_in_groups() {
     let dev = gpu!();
     let mut rng = Rng::new(5);
@@ -304,6 +310,7 @@ fn binary_broadcast_along_rows_in_groups() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn strided_copy_patterns() {
     let dev = gpu!();
     let src: Vec<u32> = (0..3 * 5 * 7).map(|i| i * 3 + 1).collect();
@@ -364,6 +371,7 @@ fn strided_copy_patterns() {
 /// offsets and widths that allow 16-, 8-, 4-byte and only 2-byte moves (layout.rs `widened`),
 /// into a destination placed at an offset too: every element lands where the plain loop puts it.
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn strided_copy_moves_aligned_rows_in_wide_elements() {
     let dev = gpu!();
     let (rows, cols) = (37, 96);
@@ -410,6 +418,7 @@ fn strided_copy_moves_aligned_rows_in_wide_elements() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn band_mask_keeps_the_window() {
     let dev = gpu!();
     let mut rng = Rng::new(4);
@@ -433,6 +442,7 @@ fn band_mask_keeps_the_window() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn where_selects() {
     let dev = gpu!();
     let mut rng = Rng::new(5);

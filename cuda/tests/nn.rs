@@ -14,6 +14,7 @@ use swax_cuda::kernels::rope::{rope, rope_backward, RopeDims};
 use swax_cuda::DType;
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn embedding_gather_and_scatter() {
     let dev = gpu!();
     let mut rng = Rng::new(20);
@@ -56,6 +57,7 @@ fn embedding_gather_and_scatter() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn out_of_range_ids_are_flagged_not_written() {
     let dev = gpu!();
     let src: Vec<u32> = (0..4 * 3).collect();
@@ -73,6 +75,7 @@ fn out_of_range_ids_are_flagged_not_written() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn a_target_outside_the_vocabulary_makes_the_summed_loss_nan_and_is_flagged() {
     let dev = gpu!();
     let (rows, vocab) = (3, 40);
@@ -105,6 +108,7 @@ fn norm_row(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f64) -> (Vec<f64>, f64
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn norms_forward_and_backward() {
     let dev = gpu!();
     let mut rng = Rng::new(21);
@@ -221,6 +225,7 @@ fn norms_forward_and_backward() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn cross_entropy_forward_and_backward() {
     let dev = gpu!();
     let mut rng = Rng::new(22);
@@ -330,6 +335,7 @@ fn cross_entropy_forward_and_backward() {
 /// Head dims whose half is odd (the scalar kernel), 4 (vectors of f32, single bf16), 8 and 32
 /// (vectors of both); the backward with and without a gradient to add.
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn rope_rotates_and_unrotates() {
     let dev = gpu!();
     let mut rng = Rng::new(23);
@@ -400,6 +406,7 @@ fn rope_rotates_and_unrotates() {
 /// off), clipped by the global norm, and gradient accumulation over many tensors, against f64
 /// references.
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn multi_tensor_adamw_norm_and_accumulation() {
     let dev = gpu!();
     let mut rng = Rng::new(24);

@@ -6,6 +6,7 @@ mod common;
 use swax_cuda::{CudaError, DType};
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn pool_reuses_blocks_and_reports_out_of_memory() {
     let dev = gpu!();
     let before = dev.pool_stats();

@@ -69,6 +69,7 @@ const AXES: [AxisDims; 7] = [
 ];
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn reductions_match_reference() {
     let dev = gpu!();
     let mut rng = Rng::new(10);
@@ -117,6 +118,7 @@ fn reductions_match_reference() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn argmax_takes_the_first_maximum() {
     let dev = gpu!();
     let x = vec![1.0f32, 3.0, 3.0, -1.0, 3.0, 2.0];
@@ -134,6 +136,7 @@ fn argmax_takes_the_first_maximum() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn cumsum_matches_reference() {
     let dev = gpu!();
     let mut rng = Rng::new(11);
@@ -163,6 +166,7 @@ fn cumsum_matches_reference() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn sum_to_undoes_broadcasting() {
     let dev = gpu!();
     let mut rng = Rng::new(12);
@@ -207,6 +211,7 @@ fn sum_to_undoes_broadcasting() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn softmax_forward_and_backward() {
     let dev = gpu!();
     let mut rng = Rng::new(13);
@@ -269,6 +274,7 @@ fn softmax_forward_and_backward() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn softmax_of_masked_rows() {
     let dev = gpu!();
     for dt in FLOATS {

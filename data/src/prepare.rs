@@ -8,8 +8,11 @@
 //! memory up to a bound, so that an endless one ends in an error rather than filling memory; a
 //! device or a socket is refused by name, and inputs that hold no text are an error rather than
 //! an empty dataset. Each document goes whole to one split, so the splits never share text: a
-//! document goes to validation while validation holds less than `val_fraction` of the tokens so
-//! far, which tracks the fraction closely and needs no randomness. Every document is preceded by
+//! document goes to validation when validation, with it, holds at most `val_fraction` of the
+//! tokens so far. That needs no randomness, never puts more than the fraction into validation
+//! (one large document among small ones stays in training instead of swelling validation), and
+//! tracks the fraction closely where documents are small beside the whole; where they are not,
+//! validation holds less, and `swax prepare` says how much. Every document is preceded by
 //! the end-of-text token, as in llm.c's FineWeb shards. Documents are tokenized in parallel, in
 //! batches, and written in input order, so the output does not depend on the thread count.
 
@@ -252,8 +255,10 @@ impl Plan {
             let mut flush = |batch: &mut Vec<&[u8]>, end: usize| -> Result<()> {
                 let encoded = encode_batch(&*tok, batch);
                 for tokens in encoded {
+                    // The document and the end-of-text token before it.
+                    let n = (tokens.len() + 1) as f64;
                     let total = (train.counts.tokens + val.counts.tokens) as f64;
-                    let to_val = (val.counts.tokens as f64) < cfg.val_fraction * total;
+                    let to_val = val.counts.tokens as f64 + n <= cfg.val_fraction * (total + n);
                     let split = if to_val { &mut val } else { &mut train };
                     split.push(&[tok.eot()])?;
                     split.push(&tokens)?;

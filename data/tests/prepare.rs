@@ -116,6 +116,35 @@ fn gpt2_dataset_splits_whole_documents() {
     check_dataset(TokenizerKind::Gpt2);
 }
 
+/// A large document after a small one, then small ones: validation takes at most the fraction
+/// asked (it once took the large one, two thirds of the tokens at a fraction of 1%), and the
+/// small ones later fill it.
+#[test]
+fn a_large_document_does_not_swell_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut docs = vec!["short".to_string(), "large ".repeat(2000)];
+    docs.extend((0..60).map(|i| format!("{i:03} {}", "small ".repeat(30))));
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, docs.join("<|endoftext|>")).unwrap();
+    let out = dir.path().join("out");
+    let plan = Plan::new(&[Input::Path(input)], &out).unwrap();
+    let cfg = PrepareConfig {
+        val_fraction: 0.01,
+        ..config(&out, TokenizerKind::Bytes)
+    };
+    let meta = plan.run(&cfg, &mut |_| {}).unwrap();
+    let share = meta.val.tokens as f64 / (meta.train.tokens + meta.val.tokens) as f64;
+    assert!(
+        share <= 0.01,
+        "validation holds {:.1}% of the tokens",
+        100.0 * share
+    );
+    assert!(
+        meta.val.documents > 0,
+        "the small documents fill validation"
+    );
+}
+
 #[test]
 fn refuses_to_overwrite_without_force_and_clears_stale_shards_with_it() {
     let dir = tempfile::tempdir().unwrap();

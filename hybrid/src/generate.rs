@@ -8,6 +8,9 @@
 //! Sampling: greedy at temperature 0, else softmax at the temperature, cut to the `top_k` most
 //! likely tokens and to the smallest set whose probability reaches `top_p`; each sequence of a
 //! batch draws from its own stream of the seed, so a seed gives the same text every time.
+//!
+//! Output: [`Utf8Stream`] turns the bytes of the tokens, as they come, into text a terminal
+//! shows, whatever the model emits.
 use swax_data::Rng;
 use swax_nn::Weights;
 use swax_tensor::{DType, Device, Result, Tensor};
@@ -228,4 +231,65 @@ pub fn generate(
         logits = dec.read(&next)?;
     }
     Ok(out)
+}
+
+/// Bytes to printable text as they come: a character split over tokens is held until it is
+/// whole, and bytes that are not UTF-8 (a model trained on token ids, such as MQAR's, emits
+/// any byte) print as U+FFFD and are counted, so the output is always valid text.
+#[derive(Debug, Default)]
+pub struct Utf8Stream {
+    /// The start of a character whose remaining bytes have not come yet.
+    pending: Vec<u8>,
+    replaced: usize,
+}
+
+impl Utf8Stream {
+    /// The text `bytes` complete, after what came before.
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let mut text = String::new();
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    text.push_str(s);
+                    self.pending.clear();
+                    return text;
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    // Valid up to there: the lossy reading is the exact one.
+                    text.push_str(&String::from_utf8_lossy(&self.pending[..valid]));
+                    match e.error_len() {
+                        // A character cut short: its other bytes may still come.
+                        None => {
+                            self.pending.drain(..valid);
+                            return text;
+                        }
+                        Some(bad) => {
+                            text.push(char::REPLACEMENT_CHARACTER);
+                            self.replaced += bad;
+                            self.pending.drain(..valid + bad);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The text left at the end: a character still cut short prints as U+FFFD.
+    pub fn finish(&mut self) -> String {
+        match self.pending.is_empty() {
+            true => String::new(),
+            false => {
+                self.replaced += self.pending.len();
+                self.pending.clear();
+                char::REPLACEMENT_CHARACTER.to_string()
+            }
+        }
+    }
+
+    /// How many bytes printed as U+FFFD.
+    pub fn replaced(&self) -> usize {
+        self.replaced
+    }
 }

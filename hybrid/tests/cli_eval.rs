@@ -20,7 +20,8 @@ fn text(out: &Output) -> String {
     )
 }
 
-fn train(run: &Path) {
+/// Trains the micro model into `run` with `extra` settings over the defaults below.
+fn train(run: &Path, extra: &[&str]) {
     let sets = [
         "model.pattern=\"SMR\"",
         "model.n_layers=3",
@@ -41,7 +42,7 @@ fn train(run: &Path) {
     ];
     let mut args = vec!["train", "--device", "cpu", "--quiet"];
     args.extend(["--out", run.to_str().unwrap()]);
-    for s in &sets {
+    for s in sets.iter().chain(extra) {
         args.extend(["--set", s]);
     }
     let out = swax(&args);
@@ -52,7 +53,7 @@ fn train(run: &Path) {
 fn eval_and_report_work_on_a_run_made_by_train() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
-    train(&run);
+    train(&run, &[]);
     let path = run.to_str().unwrap();
     let out = swax(&[
         "eval",
@@ -114,7 +115,7 @@ fn eval_names_a_missing_run_a_mistyped_task_and_an_option_out_of_range() {
     assert!(text(&out).contains("no-such-run"), "{}", text(&out));
 
     let run = dir.path().join("run");
-    train(&run);
+    train(&run, &[]);
     let out = swax(&[
         "eval",
         run.to_str().unwrap(),
@@ -135,7 +136,7 @@ fn eval_names_a_missing_run_a_mistyped_task_and_an_option_out_of_range() {
 fn generation_scoring_sits_beside_exact_match() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
-    train(&run);
+    train(&run, &[]);
     let out = swax(&[
         "eval",
         run.to_str().unwrap(),
@@ -176,6 +177,103 @@ fn generation_scoring_sits_beside_exact_match() {
         "MQAR is scored teacher-forced only"
     );
     assert!(log.contains("| passkey generated % | 256 |"), "{log}");
+}
+
+/// A run trained on MQAR (token ids, not text): `swax eval` by default scores MQAR recall within
+/// and beyond the window, and says what the model was trained on; `swax generate` prints valid
+/// text (bytes that are not UTF-8 as U+FFFD, with a note), or the token ids with `--ids`.
+#[test]
+fn an_mqar_run_is_evaluated_on_mqar_and_generates_readable_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    train(&run, &["data.source=\"mqar\"", "data.mqar_pairs=4"]);
+    let path = run.to_str().unwrap();
+    let out = swax(&[
+        "eval",
+        path,
+        "--device",
+        "cpu",
+        "--lengths",
+        "64,128",
+        "--samples",
+        "1",
+    ]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let results = std::fs::read_to_string(run.join("eval/w32/results.json")).expect(&log);
+    let json: serde_json::Value = serde_json::from_str(&results).unwrap();
+    let tasks: Vec<&str> = json["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["task"].as_str().unwrap())
+        .collect();
+    assert_eq!(tasks, ["mqar", "mqar"], "{log}");
+    assert!(json["loss"].is_null(), "no loss on MQAR rows by default");
+    assert_eq!(json["trained_on"], "mqar");
+    for want in [
+        "note: the model was trained on generated MQAR",
+        "| mqar within window % | 128 |",
+        "| mqar beyond window % | 128 |",
+        "beyond window",
+    ] {
+        assert!(log.contains(want), "no {want:?} in {log}");
+    }
+    assert!(!log.contains("niah") && !log.contains("bits/byte"), "{log}");
+
+    // Asked for anyway, the text tasks come with a word on what their scores mean.
+    let out = swax(&[
+        "eval",
+        path,
+        "--device",
+        "cpu",
+        "--lengths",
+        "128",
+        "--samples",
+        "1",
+        "--tasks",
+        "passkey,loss",
+        "--depths",
+        "0.5",
+    ]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("passkey ask for facts in English text"),
+        "{log}"
+    );
+    assert!(
+        log.contains("the loss scores every token of the MQAR rows"),
+        "{log}"
+    );
+    assert!(
+        log.contains("loss bits/token"),
+        "MQAR's tokens are not bytes of text: {log}"
+    );
+
+    let generate = |extra: &[&str]| {
+        let mut args = vec!["generate", path, "--device", "cpu", "--prompt", "key 7 is"];
+        args.extend(["--max-tokens", "48"]);
+        args.extend(extra);
+        let out = swax(&args);
+        assert!(out.status.success(), "{}", text(&out));
+        out
+    };
+    let out = generate(&[]);
+    let printed = String::from_utf8(out.stdout.clone())
+        .unwrap_or_else(|e| panic!("generate printed bytes that are not UTF-8: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("trained on generated MQAR"), "{stderr}");
+    if printed.contains(char::REPLACEMENT_CHARACTER) {
+        assert!(stderr.contains("were not UTF-8"), "{stderr}");
+    }
+    let out = generate(&["--ids"]);
+    let ids: Vec<u32> = String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(|t| t.parse().expect("token ids"))
+        .collect();
+    assert!(!ids.is_empty() && ids.iter().all(|&t| t < 256), "{ids:?}");
 }
 
 /// Every option of every subcommand says what it is, and the help names the default training

@@ -5,6 +5,8 @@
 use std::path::Path;
 
 use swax_data::{Answer, TaskSample, Tokenizer, TokenizerKind};
+use swax_hybrid::config::Config;
+use swax_hybrid::eval::evaluate::default_tasks;
 use swax_hybrid::eval::report::{load, markdown, write_eval, write_report};
 use swax_hybrid::eval::results::{EvalResults, LossBucket, LossCurve, TaskCell};
 use swax_hybrid::eval::run::{
@@ -325,6 +327,7 @@ fn results(run: &Path, window: usize, niah: [usize; 2]) -> EvalResults {
         model: "swax-tiny".into(),
         pattern: "SM".into(),
         train_len: 256,
+        trained_on: "corpus".into(),
         window,
         tokenizer: "bytes".into(),
         tasks: vec![
@@ -527,4 +530,18 @@ fn string_match_all_is_the_share_of_references_found() {
     assert_eq!(string_match_all("The code is 48213.", &refs), 0.5);
     assert_eq!(string_match_all("4821", &refs), 0.0);
     assert_eq!(string_match_all("anything", &[]), 0.0);
+}
+
+/// An MQAR run is evaluated on MQAR recall, a text run on the loss and the text tasks: neither
+/// is scored by default on what it never read.
+#[test]
+fn the_default_tasks_fit_what_the_run_was_trained_on() {
+    let tasks = |source: &str| {
+        let cfg = Config::resolve(Some("swax-tiny"), &[format!("data.source={source:?}")]).unwrap();
+        default_tasks(&cfg)
+    };
+    assert_eq!(tasks("mqar"), ["mqar"]);
+    for text in ["corpus", "passkey", "recall-mix", "datasets/mine"] {
+        assert_eq!(tasks(text), ["niah", "passkey", "loss"], "{text}");
+    }
 }

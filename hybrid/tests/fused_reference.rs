@@ -5,7 +5,7 @@
 //! reference. The kernel tests compare each kernel with the CPU kernel of the same algorithm by
 //! one relative error over a tensor; these compare what the optimizer receives with what the
 //! spec gives, where an error confined to a few elements (one chunk, one gate) still shows.
-//! On the CPU in f32 (CI runs these) and on the GPU in f32 and bf16 (skipped without one).
+//! On the CPU in f32 (CI runs these) and on the GPU in f32 and bf16 (ignored unless asked for: `--include-ignored`).
 mod common;
 
 use swax_autograd::Tape;
@@ -193,6 +193,7 @@ const GPU_BF16: Tolerance = Tolerance {
 };
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn gpu_gradients_match_the_reference() {
     let Some(gpu) = swax_tests::gpu() else {
         return;
@@ -237,6 +238,7 @@ fn cpu_fused_and_reference_train_alike() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn gpu_fused_and_reference_train_alike() {
     if let Some(gpu) = swax_tests::gpu() {
         train_alike(gpu, 2e-2);

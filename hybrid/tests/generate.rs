@@ -1,13 +1,14 @@
 //! Generation: greedy decoding with the carried states gives, at every step, the argmax of one
 //! pass over the whole sequence, for every mixer; sampling is reproducible from its seed and
 //! top-k 1 is greedy; the decoding state stays the same size step after step for the bounded
-//! mixers (S, M, G, R) and grows only for full attention.
+//! mixers (S, M, G, R) and grows only for full attention; the printed text is valid UTF-8
+//! whatever bytes the tokens stand for.
 mod common;
 
 use common::micro;
 use swax_data::Rng;
 use swax_hybrid::eval::run::{all_logits, OneShot};
-use swax_hybrid::generate::{generate, Decoder, Request, Sampling};
+use swax_hybrid::generate::{generate, Decoder, Request, Sampling, Utf8Stream};
 use swax_hybrid::model::{Model, SequenceState};
 use swax_tensor::{DType, Device};
 
@@ -157,4 +158,28 @@ fn the_decoding_state_is_bounded_except_for_full_attention() {
             _ => assert_eq!(sizes[0], sizes[1], "{pattern}"),
         }
     }
+}
+
+/// Characters split over tokens print whole once complete; bytes that are not UTF-8 (a byte
+/// model trained on MQAR's ids emits any byte) print as U+FFFD and are counted.
+#[test]
+fn streamed_bytes_print_as_valid_text() {
+    let mut text = Utf8Stream::default();
+    let euro = "€".as_bytes();
+    assert_eq!(text.push(b"a"), "a");
+    assert_eq!(
+        text.push(&euro[..1]),
+        "",
+        "held until the character is whole"
+    );
+    assert_eq!(text.push(&euro[1..]), "€");
+    assert_eq!(text.push(&[0xff, b'b']), "\u{fffd}b");
+    assert_eq!(
+        text.push(&[0xe2, 0x82, b'c']),
+        "\u{fffd}c",
+        "a character cut short"
+    );
+    assert_eq!(text.push(&euro[..2]), "");
+    assert_eq!(text.finish(), "\u{fffd}", "cut short at the end");
+    assert_eq!(text.replaced(), 5);
 }

@@ -1,8 +1,8 @@
 //! The first training steps on the GPU (bf16 activations, f32 master weights, the reference
 //! mixers where CUDA has no fused kernel yet) agree with the CPU's (f32, fused kernels) within
 //! bf16 tolerance, for a model with every mixer; a GPU run resumes; evaluation in pieces on the
-//! GPU gives one pass's logits. Skips without a GPU (fails under SWAX_REQUIRE_CUDA=1), like
-//! every GPU test.
+//! GPU gives one pass's logits. Ignored unless asked for (`--include-ignored`), like every GPU
+//! test; then skips without a GPU, or fails under SWAX_REQUIRE_CUDA=1.
 mod common;
 
 use common::{losses, micro, paired_losses, run};
@@ -18,6 +18,7 @@ fn gpu() -> Option<(Device, MutexGuard<'static, ()>)> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn first_steps_match_the_cpu() {
     let Some((gpu, _one_at_a_time)) = gpu() else {
         return;
@@ -46,6 +47,7 @@ fn first_steps_match_the_cpu() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn a_gpu_run_resumes() {
     let Some((gpu, _one_at_a_time)) = gpu() else {
         return;
@@ -67,6 +69,7 @@ fn a_gpu_run_resumes() {
 /// pieces that do not divide the sequence and a window shorter than a piece, against one pass
 /// on the GPU and one pass on the CPU (f32), for a model with every mixer.
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn evaluation_in_pieces_on_the_gpu_matches_one_pass() {
     use swax_hybrid::eval::run::{all_logits, InPieces, OneShot};
     use swax_hybrid::model::Model;
@@ -131,6 +134,7 @@ fn evaluation_in_pieces_on_the_gpu_matches_one_pass() {
 /// sequence up to bf16's rounding; and the memory the pool holds stays flat step after step for
 /// the bounded mixers, growing only for full attention.
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn generation_on_the_gpu_matches_one_pass_and_holds_flat_memory() {
     use swax_hybrid::eval::run::{all_logits, OneShot};
     use swax_hybrid::generate::{generate, Decoder, Request, Sampling};

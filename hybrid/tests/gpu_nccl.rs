@@ -1,8 +1,9 @@
 //! Data-parallel training through NCCL on the GPU: one rank through NCCL takes the plain path's
 //! steps; with two GPUs, two ranks (threads, one GPU each) follow one GPU at the same global
 //! batch within bf16 tolerance, a rank that fails stops the other with an error instead of a
-//! hang, and `swax train --gpus 2` trains with rank 0 alone writing. Skips without a GPU or
-//! without libnccl (see `swax_cuda::nccl`); `SWAX_REQUIRE_CUDA=1` makes either a failure.
+//! hang, and `swax train --gpus 2` trains with rank 0 alone writing. Ignored unless asked for
+//! (`--include-ignored`); then skips without a GPU or without libnccl (see `swax_cuda::nccl`),
+//! and `SWAX_REQUIRE_CUDA=1` makes either a failure.
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -61,6 +62,7 @@ fn nccl_ranks(cfg: &Config, outs: &[PathBuf], resume: &[bool]) -> Vec<Result<(),
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU and NCCL (cargo test -- --include-ignored)"]
 fn one_rank_through_nccl_takes_the_plain_steps() {
     let Some((_, _one_at_a_time)) = gpus() else {
         return;
@@ -83,6 +85,7 @@ fn one_rank_through_nccl_takes_the_plain_steps() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU and NCCL (cargo test -- --include-ignored)"]
 fn two_ranks_follow_one_gpu_at_the_same_global_batch() {
     let Some((n, _one_at_a_time)) = gpus() else {
         return;
@@ -115,6 +118,7 @@ fn two_ranks_follow_one_gpu_at_the_same_global_batch() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU and NCCL (cargo test -- --include-ignored)"]
 fn a_failing_rank_stops_the_other() {
     let Some((n, _one_at_a_time)) = gpus() else {
         return;
@@ -142,6 +146,7 @@ fn a_failing_rank_stops_the_other() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU and NCCL (cargo test -- --include-ignored)"]
 fn swax_train_on_two_gpus() {
     let Some((n, _one_at_a_time)) = gpus() else {
         return;

@@ -63,6 +63,31 @@ fn prepare_writes_shards_and_refuses_to_overwrite() {
     assert_eq!(Dataset::open(out).unwrap().meta.unwrap().vocab_size, 50257);
 }
 
+/// A short document then a large one at 1%: validation stays within the fraction (it once took
+/// the large one, 99% of the tokens, without a word), and the output says the split it made.
+#[test]
+fn prepare_says_the_split_it_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("shards");
+    let text = format!("short<|endoftext|>{}", "large ".repeat(2000));
+    let args = ["prepare", "-", "--out", out.to_str().unwrap()];
+    let made = swax(&[&args[..], &["--val-fraction", "0.01"]].concat(), &text);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&made.stdout),
+        String::from_utf8_lossy(&made.stderr),
+    );
+    assert!(made.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("validation: 0.00% of the tokens (--val-fraction 0.01: at most 1.00%"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("warning: the validation split is empty"),
+        "{stderr}"
+    );
+    assert_eq!(Dataset::open(&out).unwrap().meta.unwrap().val.tokens, 0);
+}
+
 #[test]
 fn bad_arguments_fail_with_a_message() {
     let dir = tempfile::tempdir().unwrap();

@@ -189,6 +189,7 @@ fn results(run: &str, window: usize, near: usize, far: usize) -> EvalResults {
         model: "m".into(),
         pattern: "SM".into(),
         train_len: 32,
+        trained_on: "mqar".into(),
         window,
         tokenizer: "bytes".into(),
         tasks: vec![

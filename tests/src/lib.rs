@@ -9,8 +9,9 @@ pub mod attention;
 pub mod gated_delta;
 pub mod mlstm;
 
-/// The GPU to test on. Without one, GPU tests print why and pass, so CI (which has none) stays
-/// green; with `SWAX_REQUIRE_CUDA=1` they fail instead, so a GPU run can never pass by skipping.
+/// The GPU to test on. GPU tests are `#[ignore = "needs a CUDA GPU ..."]`, so `cargo test` lists
+/// them as ignored; run with `--include-ignored` and no GPU, they print why and return, and with
+/// `SWAX_REQUIRE_CUDA=1` they fail instead, so a GPU run can never pass by skipping.
 pub fn gpu() -> Option<Device> {
     match swax_tensor::cuda::device(0) {
         Ok(_) => Some(Device::Cuda(0)),

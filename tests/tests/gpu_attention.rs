@@ -44,6 +44,7 @@ fn check(c: Case, dtype: DType, gpu: Device) -> Result<f64> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn swa_matches_cpu_at_short_lengths() -> Result<()> {
     let Some(gpu) = gpu() else { return Ok(()) };
     for c in short_cases(&[1, 7, 64]) {
@@ -54,6 +55,7 @@ fn swa_matches_cpu_at_short_lengths() -> Result<()> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn swa_matches_cpu_at_long_lengths() -> Result<()> {
     let Some(gpu) = gpu() else { return Ok(()) };
     let cases = [
@@ -89,6 +91,7 @@ fn swa_matches_cpu_at_long_lengths() -> Result<()> {
 /// third takes the warp-specialised backward (window 512 or more), whose dq leaves its f32
 /// accumulator as f32.
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn swa_takes_f32_operands() -> Result<()> {
     let Some(gpu) = gpu() else { return Ok(()) };
     for c in [
@@ -102,6 +105,7 @@ fn swa_takes_f32_operands() -> Result<()> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn swa_rejects_head_dims_without_a_kernel() -> Result<()> {
     let Some(gpu) = gpu() else { return Ok(()) };
     let x = input(vec![1, 8, 2, 32], 1.0, 1)?

@@ -82,6 +82,7 @@ fn assert_close(what: &str, got: &[Tensor; 3], want: &[Tensor; 3], tol: f64) {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn matches_the_cpu_and_the_unfused_path_in_f32_and_bf16() {
     let Some(device) = gpu() else { return };
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -106,6 +107,7 @@ fn matches_the_cpu_and_the_unfused_path_in_f32_and_bf16() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn every_row_ignored_gives_zero_loss_and_gradients() {
     let Some(device) = gpu() else { return };
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -132,6 +134,7 @@ fn every_row_ignored_gives_zero_loss_and_gradients() {
 /// logits and their gradient, 2 x 6.6 GB; the fused one a group's (2048 rows: 2 x 206 MB) and
 /// dW's f32 sums. Prints both peaks (the pool's, above what the inputs hold) for the record.
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn the_fused_loss_holds_one_group_of_logits_not_all() {
     let Some(device) = gpu() else { return };
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

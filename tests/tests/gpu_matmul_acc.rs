@@ -38,6 +38,7 @@ fn matches_the_cpu(gpu: Device, dtype: DType, lhs: &[usize], rhs: &[usize], t: (
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn accumulates_like_the_cpu() {
     let Some(device) = gpu() else { return };
     let (m, n, k) = (67, 129, 301);
@@ -57,6 +58,7 @@ fn accumulates_like_the_cpu() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn an_accumulator_on_another_device_is_an_error() {
     let Some(device) = gpu() else { return };
     let a = randn(vec![4, 5], 1, DType::BF16).to_device(device).unwrap();

@@ -39,6 +39,7 @@ fn params(device: Device) -> Params {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn adamw_steps_match_the_cpu() {
     let Some(gpu) = gpu() else {
         return;
@@ -83,6 +84,7 @@ fn adamw_steps_match_the_cpu() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn accumulation_in_place_and_a_deferred_read_match_the_cpu() {
     let Some(gpu) = gpu() else {
         return;

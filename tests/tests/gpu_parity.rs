@@ -314,6 +314,7 @@ fn run(
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn every_op_matches_the_cpu_in_f32_and_bf16() {
     let Some(device) = gpu() else { return };
     let mut failures = vec![];
@@ -347,6 +348,7 @@ fn every_op_matches_the_cpu_in_f32_and_bf16() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn argmax_matches_the_cpu() {
     let Some(device) = gpu() else { return };
     let x = randn(&[7, 1003], 21);
@@ -362,6 +364,7 @@ fn argmax_matches_the_cpu() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn tensors_round_trip_through_the_gpu_and_mismatched_devices_are_errors() {
     let Some(device) = gpu() else { return };
     let x = randn(&[5, 7], 22);
@@ -381,6 +384,7 @@ fn tensors_round_trip_through_the_gpu_and_mismatched_devices_are_errors() {
 /// whole number of both (16-byte vector rows) and the model's 2048; more rows than the kernel
 /// has blocks, so that blocks walk several.
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn swiglu_matches_the_cpu() {
     let Some(device) = gpu() else { return };
     let mut failures = vec![];
@@ -421,6 +425,7 @@ fn swiglu_matches_the_cpu() {
 /// need 64 bits, against the CPU's. The rows repeat a block of 64 distinct ones, so that the
 /// CPU computes only those.
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn swiglu_reaches_rows_past_two_to_the_31_elements() {
     let Some(device) = gpu() else { return };
     let (f, distinct) = (2048, 64);

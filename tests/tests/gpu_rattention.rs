@@ -65,6 +65,7 @@ fn check_rla(c: Case, dtype: DType, gpu: Device) -> Result<f64> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn rla_matches_cpu_at_short_lengths() -> Result<()> {
     let Some(gpu) = gpu() else { return Ok(()) };
     for c in short_cases(&[1, 7, 64, 200]) {
@@ -75,6 +76,7 @@ fn rla_matches_cpu_at_short_lengths() -> Result<()> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn rla_matches_cpu_at_long_lengths() -> Result<()> {
     let Some(gpu) = gpu() else { return Ok(()) };
     let cases = [
@@ -95,6 +97,7 @@ fn rla_matches_cpu_at_long_lengths() -> Result<()> {
 
 /// f32 operands go through the same bf16 tensor cores (rounded on the way in).
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn rla_takes_f32_operands() -> Result<()> {
     let Some(gpu) = gpu() else { return Ok(()) };
     for c in [case(1, 100, 4, 1, 64, 30), case(1, 300, 2, 2, 128, 5)] {
@@ -104,6 +107,7 @@ fn rla_takes_f32_operands() -> Result<()> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn rla_rejects_head_dims_without_a_kernel() -> Result<()> {
     let Some(gpu) = gpu() else { return Ok(()) };
     let x = input(vec![1, 80, 2, 32], 1.0, 1)?
@@ -142,6 +146,7 @@ fn rattention(inputs: &[Tensor], weights: &Tensor, cfg: &Config) -> Result<Vec<T
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn rattention_node_matches_cpu() -> Result<()> {
     let Some(gpu) = gpu() else { return Ok(()) };
     let cases = [

@@ -302,46 +302,55 @@ macro_rules! mixer_tests {
             use super::*;
 
             #[test]
+            #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
             fn t_not_a_multiple_of_the_chunk() -> Result<()> {
                 super::t_not_a_multiple_of_the_chunk::<$mixer>(&$base, $seed + 10)
             }
 
             #[test]
+            #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
             fn single_step() -> Result<()> {
                 super::single_step::<$mixer>(&$base, $seed + 20)
             }
 
             #[test]
+            #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
             fn f32_odd_sizes() -> Result<()> {
                 super::f32_odd_sizes::<$mixer>(&$base, $seed + 30)
             }
 
             #[test]
+            #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
             fn long_sequence() -> Result<()> {
                 super::long_sequence::<$mixer>(&$base, $seed + 40)
             }
 
             #[test]
+            #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
             fn extreme_gates_stay_finite() -> Result<()> {
                 super::extreme_gates::<$mixer>(&$base, $extreme_std, $seed + 50)
             }
 
             #[test]
+            #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
             fn value_tiles() -> Result<()> {
                 super::value_tiles::<$mixer>(&$base, $seed + 60)
             }
 
             #[test]
+            #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
             fn other_chunk() -> Result<()> {
                 super::other_chunk::<$mixer>(&$base, $seed + 70)
             }
 
             #[test]
+            #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
             fn small_heads() -> Result<()> {
                 super::small_heads::<$mixer>(&$base, $seed + 80)
             }
 
             #[test]
+            #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
             fn layer_heads() -> Result<()> {
                 super::layer_heads::<$mixer>(&$base, $seed + 90)
             }
@@ -358,6 +367,7 @@ mixer_tests!(gated_delta, GatedDelta, GDN, 100, 30.0);
 /// which the kernels leave out (summed in f32, their rounding put the CPU kernel's f32 dg 2e-3
 /// from its f64 one; see nn/tests/gated_delta.rs).
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn gated_delta_strong_decay() -> Result<()> {
     let strong = Case {
         gate_std: 0.5,
@@ -370,6 +380,7 @@ fn gated_delta_strong_decay() -> Result<()> {
 /// Forget preactivations about -10: as for the gated delta rule, the terms of df that cancel
 /// exactly are left out (nn/tests/mlstm.rs holds the CPU kernel's f32 df to its f64 one there).
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn mlstm_strong_decay() -> Result<()> {
     let strong = Case {
         gate_std: 0.5,
@@ -380,6 +391,7 @@ fn mlstm_strong_decay() -> Result<()> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn short_conv_matches_cpu() -> Result<()> {
     let Some(dev) = gpu() else { return Ok(()) };
     for dtype in [DType::F32, DType::BF16] {

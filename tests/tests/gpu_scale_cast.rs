@@ -5,6 +5,7 @@ use swax_tensor::{DType, Device, Error, Tensor};
 use swax_tests::gpu;
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn matches_the_cpu_bit_for_bit() {
     let Some(device) = gpu() else { return };
     for from in [DType::F32, DType::BF16] {
@@ -28,6 +29,7 @@ fn matches_the_cpu_bit_for_bit() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn a_scale_on_another_device_is_an_error() {
     let Some(device) = gpu() else { return };
     let x = Tensor::ones([5], DType::BF16, device).unwrap();

@@ -5,7 +5,8 @@
 use half::bf16;
 use swax_cuda::{Buffer, CudaDevice, DType};
 
-/// The device under test, or `None` after printing why the test is skipped. With
+/// The device under test (its tests are ignored unless asked for: `--include-ignored`), or
+/// `None` after printing why the test is skipped. With
 /// `SWAX_REQUIRE_CUDA=1` a missing device fails the test instead, so a GPU run cannot pass by
 /// skipping.
 pub fn device() -> Option<CudaDevice> {

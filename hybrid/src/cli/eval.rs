@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use swax_hybrid::eval::evaluate::{evaluate, Plan};
-use swax_hybrid::eval::report::markdown;
+use swax_hybrid::eval::evaluate::{default_tasks, evaluate, notes, Plan};
+use swax_hybrid::eval::report::{markdown, MEANING};
 use swax_hybrid::eval::run::Task;
 use swax_hybrid::eval::store;
 use swax_hybrid::loaded::load;
@@ -19,8 +19,9 @@ use super::{whole, CliResult};
 pub struct EvalArgs {
     /// A run folder (its latest checkpoint) or a checkpoint folder (RUN/checkpoints/step-N).
     path: PathBuf,
-    /// Comma-separated: niah, passkey, mqar, loss.
-    #[arg(long, default_value = "niah,passkey,mqar,loss", value_delimiter = ',')]
+    /// Comma-separated: niah, passkey, mqar, loss. Default: what fits the run's data: mqar for a
+    /// run trained on MQAR, niah,passkey,loss for one trained on text.
+    #[arg(long, value_delimiter = ',')]
     tasks: Vec<String>,
     /// Comma-separated lengths in tokens (`1k` = 1024). Default: 1, 2, 4, 8 and 16 times the
     /// training length.
@@ -114,9 +115,12 @@ pub fn run(args: EvalArgs) -> CliResult {
         true => [1, 2, 4, 8, 16].map(|k| k * train_len).to_vec(),
         false => args.lengths.clone(),
     };
-    let want_loss = args.tasks.iter().any(|t| t == "loss");
-    let tasks: Vec<Task> = args
-        .tasks
+    let asked = match args.tasks.is_empty() {
+        true => default_tasks(cfg),
+        false => args.tasks.clone(),
+    };
+    let want_loss = asked.iter().any(|t| t == "loss");
+    let tasks: Vec<Task> = asked
         .iter()
         .filter(|t| *t != "loss")
         .map(|t| t.parse())
@@ -149,14 +153,24 @@ pub fn run(args: EvalArgs) -> CliResult {
     // before the evaluation runs.
     store::check_writable(&loaded.run.join("eval").join(format!("w{window}")))?;
     eprintln!(
-        "evaluating {} (step {}) at window {window} on {device}: lengths {:?}",
+        "evaluating {} (step {}) at window {window} on {device}: {} at lengths {:?}",
         loaded.checkpoint.display(),
         loaded.step,
+        asked.join(", "),
         plan.lengths
     );
+    let notes = notes(cfg, &plan);
+    for note in &notes {
+        eprintln!("note: {note}");
+    }
     let results = evaluate(&loaded, &plan, &mut |line| eprintln!("{line}"))?;
     let dir = store::folder(&loaded.run, &results);
     print!("{}", markdown(std::slice::from_ref(&results)));
+    println!("\n{MEANING}");
+    // Repeated after the table, where a reader of the scores looks.
+    for note in &notes {
+        println!("note: {note}");
+    }
     let saved = store::save(&dir, results)?;
     if let Some(to) = &saved.moved {
         eprintln!(

@@ -83,11 +83,31 @@ pub fn run(args: PrepareArgs) -> CliResult {
         meta.tokenizer,
         cfg.out.display()
     );
+    let total = meta.train.tokens + meta.val.tokens;
+    let share = meta.val.tokens as f64 / total.max(1) as f64;
+    println!(
+        "validation: {:.2}% of the tokens (--val-fraction {}: at most {:.2}%, whole documents)",
+        100.0 * share,
+        cfg.val_fraction,
+        100.0 * cfg.val_fraction
+    );
+    // A document goes whole to one split and validation never exceeds the fraction, so large
+    // documents leave it short: say so rather than let a user train on a split they did not ask.
     if cfg.val_fraction > 0.0 && meta.val.documents == 0 {
         eprintln!(
-            "warning: the validation split is empty: {} document(s) were too few for a fraction \
-             of {}; split the text into more documents",
-            meta.train.documents, cfg.val_fraction
+            "warning: the validation split is empty: none of the {} document(s) fits in {:.2}% \
+             of the tokens; split the text into more, smaller documents (files, or parts between \
+             <|endoftext|> markers)",
+            meta.train.documents,
+            100.0 * cfg.val_fraction
+        );
+    } else if share < 0.5 * cfg.val_fraction {
+        eprintln!(
+            "warning: the validation split holds {:.2}% of the tokens, under half the {:.2}% \
+             asked: its documents are large beside the whole; split the text into more, smaller \
+             documents for a closer split",
+            100.0 * share,
+            100.0 * cfg.val_fraction
         );
     }
     Ok(())

@@ -8,7 +8,9 @@ use swax_data::TokenizerKind;
 use super::generated::{eval_generated, Generation};
 use super::results::{EvalResults, LossCurve};
 use super::run::{eval_task, held_out, loss_curve, Forward, InPieces, OneShot, Task};
+use crate::config::Config;
 use crate::loaded::Loaded;
+use crate::train::data::Source;
 use crate::train::{compute_dtype, memory};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -34,6 +36,56 @@ pub struct Plan {
     /// Also score the text tasks by generation (RULER's string_match_all over up to this many
     /// generated tokens); 0: teacher-forced exact match only.
     pub generate_tokens: usize,
+}
+
+/// The evaluation that fits what the run was trained on: an MQAR run's is MQAR recall at each
+/// length (within the window and beyond it); a text run's the loss by position and the passkey
+/// and needle tasks.
+pub fn default_tasks(cfg: &Config) -> Vec<String> {
+    let tasks: &[&str] = match Source::parse(&cfg.data.source).is_text() {
+        true => &["niah", "passkey", "loss"],
+        false => &["mqar"],
+    };
+    tasks.iter().map(|t| t.to_string()).collect()
+}
+
+/// What to know before reading `plan`'s scores of a run trained on `cfg`'s data: what it was
+/// trained on, then each measure that asks it to read what it never read.
+pub fn notes(cfg: &Config, plan: &Plan) -> Vec<String> {
+    let trained = Source::parse(&cfg.data.source);
+    let mut notes = vec![format!("the model was trained on {}", trained.describe())];
+    let text_tasks: Vec<&str> = plan
+        .tasks
+        .iter()
+        .filter(|t| t.has_depth())
+        .map(|t| t.name())
+        .collect();
+    if !trained.is_text() && !text_tasks.is_empty() {
+        notes.push(format!(
+            "{} ask for facts in English text, which this model never read: their scores say \
+             nothing of what it learned (expect 0%)",
+            text_tasks.join(" and ")
+        ));
+    }
+    if trained.is_text() && plan.tasks.contains(&Task::Mqar) {
+        notes.push(
+            "mqar's rows are token ids, not text, which this model never read: its score says \
+             nothing of what it learned"
+                .into(),
+        );
+    }
+    let held_out = Source::parse(plan.data.as_deref().unwrap_or(&cfg.data.source));
+    if plan.loss && !held_out.is_text() {
+        notes.push(
+            "the loss scores every token of the MQAR rows, keys and random filler included, \
+             which no model can predict (training scores only the answers): it is far above \
+             the loss of the answers"
+                .into(),
+        );
+    } else if plan.loss && !trained.is_text() {
+        notes.push("the loss is on text, which this model never read".into());
+    }
+    notes
 }
 
 /// Runs `plan` on `loaded`, telling `progress` what each part took; a plan that cannot fit in
@@ -127,8 +179,9 @@ pub fn evaluate(
         (true, Some(&len)) => {
             let seqs = held_out(cfg, plan.data.as_deref(), len, plan.samples)?;
             let clock = Instant::now();
-            let unit = match kind {
-                TokenizerKind::Bytes => "bits/byte",
+            // A byte token is a byte of text only where the data is text.
+            let unit = match (kind, Source::parse(data).is_text()) {
+                (TokenizerKind::Bytes, true) => "bits/byte",
                 _ => "bits/token",
             };
             let curve = LossCurve {
@@ -157,6 +210,7 @@ pub fn evaluate(
         model: cfg.model.name.clone(),
         pattern: cfg.model.pattern.clone(),
         train_len: cfg.data.seq_len,
+        trained_on: cfg.data.source.clone(),
         window,
         tokenizer: kind.name().into(),
         tasks: cells,

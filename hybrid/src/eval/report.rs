@@ -42,8 +42,8 @@ fn pct(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
-/// One table, a column per run: accuracy (%) per task and length, then the loss per position
-/// bucket.
+/// One table, a column per run: accuracy (%) per task and length, overall and split by whether
+/// the answer's fact lies within the window, then the loss per position bucket.
 pub fn markdown(runs: &[EvalResults]) -> String {
     let mut s = String::from("| measure | length |");
     for r in runs {
@@ -70,6 +70,13 @@ pub fn markdown(runs: &[EvalResults]) -> String {
                 let _ = write!(s, " {} |", pct(r.accuracy(task, len)));
             }
             s += "\n";
+            for (reach, near) in [("within", true), ("beyond", false)] {
+                let _ = write!(s, "| {task} {reach} window % | {len} |");
+                for r in runs {
+                    let _ = write!(s, " {} |", pct(r.accuracy_by_reach(task, len, near)));
+                }
+                s += "\n";
+            }
             if runs.iter().any(|r| r.generated(task, len).is_some()) {
                 let _ = write!(s, "| {task} generated % | {len} |");
                 for r in runs {
@@ -127,8 +134,12 @@ pub fn depth_table(r: &EvalResults, task: &str) -> String {
 }
 
 fn describe(r: &EvalResults) -> String {
+    let data = match r.trained_on.as_str() {
+        "" => String::new(),
+        source => format!(" on {source}"),
+    };
     format!(
-        "{} ({} pattern {}), trained at length {}, evaluated at window {} from {} (step {})",
+        "{} ({} pattern {}), trained{data} at length {}, evaluated at window {} from {} (step {})",
         r.label(),
         r.model,
         r.pattern,
@@ -138,6 +149,12 @@ fn describe(r: &EvalResults) -> String {
         r.step
     )
 }
+
+/// What the table's measures are, for a reader who did not write them.
+pub const MEANING: &str = "acc %: answers whose every token the greedy model predicts (one \
+    teacher-forced pass); within / beyond window: of the answers whose fact lies less than the \
+    window back (attention can see it) or farther (only a recurrent state can carry it); loss: \
+    mean over the held-out sequences by position, in bits.";
 
 fn accuracy_series(r: &EvalResults, task: &str, label: String) -> Series {
     Series {
@@ -163,6 +180,12 @@ fn accuracy_plot(title: String, series: Vec<Series>) -> String {
 
 pub(crate) fn loss_plot(runs: &[EvalResults]) -> Option<String> {
     let unit = runs.iter().find_map(|r| r.loss.as_ref())?.unit.clone();
+    // The data named where every run's loss was measured on the same.
+    let mut data: Vec<&str> = runs
+        .iter()
+        .filter_map(|r| Some(r.loss.as_ref()?.data.as_str()))
+        .collect();
+    data.dedup();
     let series = runs
         .iter()
         .filter_map(|r| {
@@ -178,7 +201,10 @@ pub(crate) fn loss_plot(runs: &[EvalResults]) -> Option<String> {
         })
         .collect();
     Some(line_plot(&LinePlot {
-        title: "loss by position (held-out text)".into(),
+        title: match data[..] {
+            [one] if !one.is_empty() => format!("loss by position (held-out {one})"),
+            _ => "loss by position (held-out data)".into(),
+        },
         x_label: "position (tokens)".into(),
         y_label: unit,
         log2_x: false,
@@ -219,7 +245,7 @@ pub fn write_eval(dir: &Path, r: &EvalResults) -> Result<Vec<PathBuf>> {
         &serde_json::to_string_pretty(r)?,
     )?];
     let mut md = format!(
-        "# Evaluation\n\n{}\n\n{}",
+        "# Evaluation\n\n{}\n\n{}\n\n{MEANING}\n",
         describe(r),
         markdown(std::slice::from_ref(r))
     );

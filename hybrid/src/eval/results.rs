@@ -1,5 +1,5 @@
 //! What `swax eval` writes to `results.json` and `swax report` reads back: per task, length and
-//! depth the answers and the exact ones; the loss by position bucket on held-out text.
+//! depth the answers and the exact ones; the loss by position bucket on held-out data.
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -13,6 +13,10 @@ pub struct EvalResults {
     pub pattern: String,
     /// The sequence length the model was trained at.
     pub train_len: usize,
+    /// The data it was trained on, as `data.source` names it (empty in results from before it
+    /// was recorded).
+    #[serde(default)]
+    pub trained_on: String,
     /// The attention window of the evaluation.
     pub window: usize,
     pub tokenizer: String,

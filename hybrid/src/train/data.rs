@@ -60,6 +60,24 @@ impl Source {
         )
         .into())
     }
+
+    /// Whether a model trained on this source learned to read text. MQAR's rows are token ids
+    /// (keys, values, random filler) that spell nothing, and only their answers are scored.
+    pub fn is_text(&self) -> bool {
+        self != &Source::Recall(RecallKind::Mqar)
+    }
+
+    /// The data in words, for what `swax eval` and `swax generate` tell a user.
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Corpus => "the embedded recall corpus (text)".into(),
+            Source::Recall(RecallKind::Mqar) => "generated MQAR (multi-query associative recall: \
+                 key-value pairs of token ids, then the keys asked again; not text)"
+                .into(),
+            Source::Recall(kind) => format!("generated {} text", kind.name()),
+            Source::Shards(dir) => format!("the shards in {} (text)", dir.display()),
+        }
+    }
 }
 
 /// The folder of shards `source` names, if it names one; a name that is neither a generated
