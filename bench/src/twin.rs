@@ -16,12 +16,12 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use swax_autograd::Tape;
+use swax_hybrid::batch;
 use swax_hybrid::config::Config;
 use swax_hybrid::model::Model;
 use swax_hybrid::train::checkpoint::save_model;
 use swax_hybrid::train::data::{self, Part};
 use swax_hybrid::train::{compute_dtype, window_schedule};
-use swax_hybrid::batch;
 use swax_nn::{checkpoint, Weights};
 use swax_tensor::{DType, Device, Tensor};
 
@@ -60,9 +60,18 @@ pub fn dump(cfg: &Config, steps: u64, device: Device, out: &Path) -> Result<Dump
     let window = windows[0] as usize;
     let rows_shape = vec![steps as usize, accum, b, t];
     let rows = [
-        ("inputs", Tensor::from_vec(inputs, rows_shape.clone(), Device::Cpu)?),
-        ("targets", Tensor::from_vec(targets, rows_shape, Device::Cpu)?),
-        ("windows", Tensor::from_vec(windows, vec![steps as usize], Device::Cpu)?),
+        (
+            "inputs",
+            Tensor::from_vec(inputs, rows_shape.clone(), Device::Cpu)?,
+        ),
+        (
+            "targets",
+            Tensor::from_vec(targets, rows_shape, Device::Cpu)?,
+        ),
+        (
+            "windows",
+            Tensor::from_vec(windows, vec![steps as usize], Device::Cpu)?,
+        ),
     ]
     .map(|(name, t)| (name.to_string(), t));
     checkpoint::save(&out.join("rows.safetensors"), &rows, HashMap::new())?;
