@@ -157,7 +157,8 @@ def main():
     b, t = rows["inputs"].shape[2], rows["inputs"].shape[3]
 
     def fresh():
-        model = SwaxTwin(m)
+        # Blocks recomputed in the backward: swax-small's T 4096 holds T x T matrices.
+        model = SwaxTwin(m, recompute=True)
         model.load_swax(os.path.join(a.dump, "model.safetensors"))
         return model.to(device=a.device, dtype=dtype)
 
@@ -179,7 +180,8 @@ def main():
     model = fresh()
     x, y = rows["inputs"][0, 0].to(a.device), rows["targets"][0, 0].to(a.device)
     window = int(rows["windows"][0])
-    logits = model(x, window)
+    with torch.no_grad():
+        logits = model(x, window)
     worst, norm = errors(logits, step0["logits"])
     loss = model.loss(x, y, window)
     loss_err = abs(loss.item() - step0["loss"].item()) / abs(step0["loss"].item())

@@ -32,6 +32,7 @@ import tomllib
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 # The loader's ignored target (u32::MAX in swax's token rows).
 IGNORE = 2**32 - 1
@@ -370,10 +371,14 @@ class Block(nn.Module):
 
 
 class SwaxTwin(nn.Module):
-    """The whole model of a swax `[model]` config table."""
+    """The whole model of a swax `[model]` config table. With `recompute`, each block runs
+    again in the backward instead of keeping its activations (swax's `model.recompute =
+    "all"`): the same gradients in the memory of one block's, which the T x T forms need at
+    long T."""
 
-    def __init__(self, m):
+    def __init__(self, m, recompute=False):
         super().__init__()
+        self.recompute = recompute
         kinds = (m["pattern"] * m["n_layers"])[:m["n_layers"]]
         self.embed = Embedding(m["vocab_size"], m["d_model"])
         self.blocks = nn.ModuleList(Block(kind, m) for kind in kinds)
@@ -384,7 +389,10 @@ class SwaxTwin(nn.Module):
         """Logits [B, T, V] of token ids [B, T], the attention layers at `window`."""
         x = self.embed(ids)
         for block in self.blocks:
-            x = block(x, window)
+            if self.recompute and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, window, use_reentrant=False)
+            else:
+                x = block(x, window)
         return self.head(self.norm(x))
 
     def loss(self, ids, targets, window):
