@@ -16,6 +16,8 @@
 //! - On the CPU: `bench-cpu` (matmul against numpy, softmax, rms_norm), `bench-mixers-cpu`
 //!   (each fused mixer against its reference), `bench_loader` (the loader's batches), and
 //!   `gen_text` (a text file of corpus documents, to time `swax prepare` on).
+//! - `twin-dump` (`twin`): a config's initial weights, the trainer's batches and step 0's
+//!   logits and gradients, for the PyTorch twin's parity check (docs/parity.md).
 //!
 //! The library: `config_args` is the config a model benchmark builds; `learning` scores the learning benchmark; `record` gives the date and commit
 //! every result line carries, appends lines, reads them back and finds a case's line;
@@ -30,3 +32,4 @@ pub mod nvidia_smi;
 pub mod peers;
 pub mod record;
 pub mod shape;
+pub mod twin;

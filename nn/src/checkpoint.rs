@@ -1,6 +1,6 @@
 //! Named tensors in safetensors files, written atomically. A model's weights are saved under
-//! their parameter names as f32 (bf16 tensors as bf16), so `safetensors.torch.load_file` reads
-//! them as they are; a Linear's weight is stored `[in, out]` (`y = x W`), the transpose of
+//! their parameter names as f32 (bf16 tensors as bf16; token ids as u32), so
+//! `safetensors.torch.load_file` reads them as they are; a Linear's weight is stored `[in, out]` (`y = x W`), the transpose of
 //! PyTorch's `nn.Linear.weight`.
 use std::collections::HashMap;
 use std::io::Write;
@@ -55,7 +55,7 @@ pub fn is_temporary(name: &str) -> bool {
             .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Saves `tensors` (any device; F32 or BF16) with string `metadata` to `path`, atomically.
+/// Saves `tensors` (any device; F32, BF16 or U32) with string `metadata` to `path`, atomically.
 pub fn save(
     path: &Path,
     tensors: &[(String, Tensor)],
@@ -74,6 +74,13 @@ pub fn save(
             DType::BF16 => (
                 Dtype::BF16,
                 t.to_vec::<half::bf16>()?
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
+            ),
+            DType::U32 => (
+                Dtype::U32,
+                t.to_vec::<u32>()?
                     .iter()
                     .flat_map(|v| v.to_le_bytes())
                     .collect(),
@@ -121,6 +128,13 @@ pub fn load(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<String, Str
             Dtype::BF16 => Tensor::from_vec(
                 data.chunks_exact(2)
                     .map(|b| half::bf16::from_le_bytes([b[0], b[1]]))
+                    .collect::<Vec<_>>(),
+                shape,
+                Device::Cpu,
+            )?,
+            Dtype::U32 => Tensor::from_vec(
+                data.chunks_exact(4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                     .collect::<Vec<_>>(),
                 shape,
                 Device::Cpu,

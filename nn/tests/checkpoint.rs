@@ -10,10 +10,16 @@ fn round_trip() {
     let path = dir.path().join("w.safetensors");
     let a = Tensor::randn(vec![3, 5], 1.0, 7, DType::F32, Device::Cpu).unwrap();
     let b = Tensor::randn(vec![4], 1.0, 8, DType::BF16, Device::Cpu).unwrap();
+    // Token ids up to u32::MAX (the loader's ignored target).
+    let ids = Tensor::from_vec(vec![0u32, 7, u32::MAX], vec![3], Device::Cpu).unwrap();
     let meta = HashMap::from([("k".to_string(), "v".to_string())]);
     save(
         &path,
-        &[("blocks.0.a".into(), a.clone()), ("b".into(), b.clone())],
+        &[
+            ("blocks.0.a".into(), a.clone()),
+            ("b".into(), b.clone()),
+            ("ids".into(), ids),
+        ],
         meta.clone(),
     )
     .unwrap();
@@ -26,6 +32,7 @@ fn round_trip() {
     );
     assert_eq!(got["b"].dtype(), DType::BF16);
     assert_eq!(got["b"].to_f64_vec().unwrap(), b.to_f64_vec().unwrap());
+    assert_eq!(got["ids"].to_vec::<u32>().unwrap(), [0, 7, u32::MAX]);
     let bytes = std::fs::read(&path).unwrap();
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();

@@ -87,13 +87,8 @@ pub fn save(
             .map(|(p, v)| (format!("{prefix}{}", p.name), v.clone()))
             .collect()
     };
-    let weights: Vec<Tensor> = params.iter().map(|p| p.value.clone()).collect();
+    save_model(&dir.join("model.safetensors"), params)?;
     let meta = HashMap::from([("format".to_string(), "swax".to_string())]);
-    checkpoint::save(
-        &dir.join("model.safetensors"),
-        &named("", &weights),
-        meta.clone(),
-    )?;
     let mut moments = named("m.", &opt.m);
     moments.extend(named("v.", &opt.v));
     checkpoint::save(&dir.join("optimizer.safetensors"), &moments, meta)?;
@@ -105,6 +100,16 @@ pub fn save(
     checkpoint::write_atomic(&root.join("latest"), dir_name(state.step).as_bytes())?;
     prune(&root, state.step)?;
     Ok(dir)
+}
+
+/// Writes `params`' values under their names to `path` (a checkpoint's `model.safetensors`).
+pub fn save_model(path: &Path, params: &Params) -> Result<()> {
+    let weights: Vec<(String, Tensor)> = params
+        .iter()
+        .map(|p| (p.name.clone(), p.value.clone()))
+        .collect();
+    let meta = HashMap::from([("format".to_string(), "swax".to_string())]);
+    Ok(checkpoint::save(path, &weights, meta)?)
 }
 
 /// The checkpoint folders (`step-N`) under `root`, by step.
