@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use clap::Args;
 use swax_hybrid::generate::{generate, Request, Sampling, Utf8Stream};
 use swax_hybrid::loaded::load;
-use swax_hybrid::train::{compute_dtype, memory};
 use swax_hybrid::train::data::Source;
+use swax_hybrid::train::{compute_dtype, memory};
 
 use super::{whole, CliResult};
 
