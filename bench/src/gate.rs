@@ -47,6 +47,8 @@ pub struct Settings {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Case {
+    /// What the case is called in runs and reports (default `PATTERN-TLEN`, e.g. `M-T256`).
+    pub name: Option<String>,
     pub pattern: String,
     pub seq_len: usize,
     pub pairs: usize,
@@ -58,12 +60,18 @@ pub struct Case {
     pub min_final: f64,
     /// The median tokens to 50% recall either form must not exceed (absent: not judged).
     pub max_tokens_to_50: Option<f64>,
+    /// Config overrides of this case, `KEY=VALUE` as `swax train --set` takes them (applied
+    /// after the settings): a width, a warmup, an optimizer setting.
+    #[serde(default)]
+    pub sets: Vec<String>,
 }
 
 impl Case {
-    /// `M-T256`: how a case is named in runs and reports.
+    /// `M-T256` (or the case's own name): how a case is named in runs and reports.
     pub fn name(&self) -> String {
-        format!("{}-T{}", self.pattern, self.seq_len)
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("{}-T{}", self.pattern, self.seq_len))
     }
 }
 
@@ -72,6 +80,14 @@ impl Gate {
         let gate: Gate = toml::from_str(text).map_err(|e| e.to_string())?;
         if gate.cases.is_empty() {
             return Err("the gate has no [[case]]".into());
+        }
+        let mut names: Vec<String> = gate.cases.iter().map(Case::name).collect();
+        names.sort();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!(
+                "two cases are named {}: give one a `name`, its runs share a folder",
+                w[0]
+            ));
         }
         if let Some(c) = gate
             .cases
@@ -143,30 +159,37 @@ pub fn judge(case: &Case, s: &Settings, fused: &Summary, reference: &Summary) ->
             100.0 * s.slack
         ));
     }
-    for (form, r) in [("fused", fused), ("reference", reference)] {
-        if (r.learned as u64) < case.min_learned {
-            bad.push(format!(
-                "{form} learned in {} seeds, expected at least {}",
-                r.learned, case.min_learned
-            ));
-        }
-        if r.median_final < case.min_final {
-            bad.push(format!(
-                "{form} median recall {:.1}%, expected at least {:.1}%",
-                100.0 * r.median_final,
-                100.0 * case.min_final
-            ));
-        }
-        if let Some(max) = case.max_tokens_to_50 {
-            match r.median_tokens_to_50 {
-                Some(t) if t <= max => {}
-                Some(t) => bad.push(format!(
-                    "{form} median tokens to 50% {:.2}M, expected at most {:.2}M",
-                    t / 1e6,
-                    max / 1e6
-                )),
-                None => bad.push(format!("{form}: half its seeds or more never reached 50%")),
-            }
+    bad.extend(judge_form(case, "fused", fused));
+    bad.extend(judge_form(case, "reference", reference));
+    bad
+}
+
+/// What is wrong with one form's runs against the figures the case expects (where the other
+/// form was not run, this alone judges it).
+pub fn judge_form(case: &Case, form: &str, r: &Summary) -> Vec<String> {
+    let mut bad = Vec::new();
+    if (r.learned as u64) < case.min_learned {
+        bad.push(format!(
+            "{form} learned in {} seeds, expected at least {}",
+            r.learned, case.min_learned
+        ));
+    }
+    if r.median_final < case.min_final {
+        bad.push(format!(
+            "{form} median recall {:.1}%, expected at least {:.1}%",
+            100.0 * r.median_final,
+            100.0 * case.min_final
+        ));
+    }
+    if let Some(max) = case.max_tokens_to_50 {
+        match r.median_tokens_to_50 {
+            Some(t) if t <= max => {}
+            Some(t) => bad.push(format!(
+                "{form} median tokens to 50% {:.2}M, expected at most {:.2}M",
+                t / 1e6,
+                max / 1e6
+            )),
+            None => bad.push(format!("{form}: half its seeds or more never reached 50%")),
         }
     }
     bad
@@ -272,6 +295,8 @@ mod tests {
     fn the_shipped_gate_parses() {
         let g = Gate::parse(include_str!("../learning-gate.toml")).unwrap();
         assert!(g.cases.iter().any(|c| c.name() == "M-T256"));
+        let sweep = Gate::parse(include_str!("../learning-robustness.toml")).unwrap();
+        assert!(sweep.cases.iter().all(|c| c.min_learned == 0));
     }
 
     #[test]
@@ -279,5 +304,22 @@ mod tests {
         let bad = FILE.replace("min_learned = 4", "min_learned = 5");
         assert!(Gate::parse(&bad).unwrap_err().contains("min_learned 5"));
         assert!(Gate::parse(&FILE.replace("pairs", "pair")).is_err());
+    }
+
+    #[test]
+    fn cases_of_one_name_are_refused_and_a_name_tells_them_apart() {
+        let twice = format!("{FILE}\n{}", &FILE[FILE.find("[[case]]").unwrap()..]);
+        assert!(Gate::parse(&twice)
+            .unwrap_err()
+            .contains("two cases are named M-T256"));
+        let named = twice.replacen(
+            "[[case]]",
+            "[[case]]\nname = \"M-T256-wide\"\nsets = [\"model.d_model=256\"]",
+            1,
+        );
+        let g = Gate::parse(&named).unwrap();
+        assert_eq!(g.cases[0].name(), "M-T256-wide");
+        assert_eq!(g.cases[0].sets, ["model.d_model=256"]);
+        assert!(g.cases[1].sets.is_empty());
     }
 }

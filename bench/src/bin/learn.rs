@@ -81,6 +81,10 @@ struct Args {
     /// The gate's cases to run, by name (`M-T256`); default all.
     #[arg(long, value_delimiter = ',')]
     cases: Vec<String>,
+    /// The gate's forms to train: `fused`, `reference` or both (the default). With one, each
+    /// case is judged only against the figures its file keeps, not against the other form.
+    #[arg(long, value_delimiter = ',', default_values_t = FORMS.map(String::from))]
+    forms: Vec<String>,
 }
 
 static NEVER: AtomicBool = AtomicBool::new(false);
@@ -219,7 +223,7 @@ const FORMS: [&str; 2] = ["fused", "reference"];
 /// One run of the gate: a case in a form at a seed, trained by a process of this program.
 struct GateRun<'a> {
     case: &'a gate::Case,
-    form: &'static str,
+    form: &'a str,
     seed: u64,
     dir: PathBuf,
 }
@@ -255,6 +259,7 @@ impl GateRun<'_> {
             format!("--set=model.mixers={:?}", self.form),
         ];
         cmd.args(args);
+        cmd.args(c.sets.iter().map(|set| format!("--set={set}")));
         cmd
     }
 
@@ -281,9 +286,18 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
     if cases.is_empty() {
         return Err(format!("{}: no case named {:?}", file.display(), a.cases).into());
     }
+    if let Some(f) = a.forms.iter().find(|f| !FORMS.contains(&f.as_str())) {
+        return Err(format!("--forms {f}: a form is fused or reference").into());
+    }
+    let mut distinct = a.forms.clone();
+    distinct.sort();
+    distinct.dedup();
+    if a.forms.is_empty() || distinct.len() < a.forms.len() {
+        return Err("--forms: name fused, reference or both, each once".into());
+    }
     let mut runs = Vec::new();
     for &case in &cases {
-        for form in FORMS {
+        for form in &a.forms {
             for seed in 0..g.settings.seeds {
                 let dir = a.out.join("gate").join(format!("{}-{form}", case.name()));
                 runs.push(GateRun {
@@ -336,21 +350,31 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
                 .collect();
             (Summary::of(&outcomes, g.settings.learned), outcomes)
         };
-        let (fused, fused_runs) = summary("fused");
-        let (reference, ref_runs) = summary("reference");
-        let bad = gate::judge(case, &g.settings, &fused, &reference);
+        let forms: Vec<(&str, Summary, Vec<Outcome>)> = a
+            .forms
+            .iter()
+            .map(|f| {
+                let (s, o) = summary(f);
+                (f.as_str(), s, o)
+            })
+            .collect();
+        let of = |name: &str| forms.iter().find(|f| f.0 == name).map(|f| &f.1);
+        let bad = match (of("fused"), of("reference")) {
+            (Some(fused), Some(reference)) => gate::judge(case, &g.settings, fused, reference),
+            (Some(s), None) => gate::judge_form(case, "fused", s),
+            (None, Some(s)) => gate::judge_form(case, "reference", s),
+            (None, None) => unreachable!("--forms names one form or both"),
+        };
         passed &= bad.is_empty();
-        for (form, s, outcomes) in [
-            ("fused", &fused, &fused_runs),
-            ("reference", &reference, &ref_runs),
-        ] {
+        for (i, (form, s, outcomes)) in forms.iter().enumerate() {
             let per_seed: Vec<String> = outcomes
                 .iter()
                 .map(|o| format!("{:.1}", 100.0 * o.final_accuracy))
                 .collect();
-            let verdict = match (form, bad.is_empty()) {
-                ("fused", true) => "pass".to_string(),
-                ("fused", false) => format!("FAIL: {}", bad.join("; ")),
+            // The verdict goes on the case's first line.
+            let verdict = match (i, bad.is_empty()) {
+                (0, true) => "pass".to_string(),
+                (0, false) => format!("FAIL: {}", bad.join("; ")),
                 _ => String::new(),
             };
             println!(
@@ -366,10 +390,11 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
             lines.push(json!({
                 "case": case.name(), "form": form, "pattern": case.pattern,
                 "seq_len": case.seq_len, "pairs": case.pairs, "steps": case.steps, "lr": case.lr,
-                "seeds": s.seeds, "learned": s.learned, "median_final": s.median_final,
-                "median_tokens_to_50": s.median_tokens_to_50,
+                "sets": case.sets, "seeds": s.seeds, "learned": s.learned,
+                "median_final": s.median_final, "median_tokens_to_50": s.median_tokens_to_50,
                 "finals": outcomes.iter().map(|o| o.final_accuracy).collect::<Vec<_>>(),
                 "tokens_to_50": outcomes.iter().map(|o| o.tokens_to_50).collect::<Vec<_>>(),
+                "curves": outcomes.iter().map(|o| &o.curve).collect::<Vec<_>>(),
                 "passed": bad.is_empty(), "failures": bad,
                 "device": device.to_string(), "minutes": minutes, "date": date, "commit": commit,
             }));
