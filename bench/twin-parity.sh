@@ -8,11 +8,13 @@
 #   bench/twin-parity.sh                                   # every pattern, both shapes
 #   SWAX_BIN=.gpu/bin bench/twin-parity.sh                 # on the GPU machine
 #   PATTERNS="S M" SHAPES=small STEPS=150 DEVICE=cpu bench/twin-parity.sh
+#   PATTERNS=SM SHAPES=swax-small LARGE_STEPS=200 bench/twin-parity.sh   # train at swax-small
 #
 # Shapes: `small` (4 layers, d_model 128, two query heads of 64 sharing one key/value head,
 # B 8, T 256, the window drawn per step from 32 and 128: logits, gradients and STEPS steps of
 # training) and `swax-small` (configs/swax-small.toml with the pattern: 12 layers, d_model 768,
-# B 1, T 4096 at window 2048: logits and gradients).
+# B 1, T 4096 at window 2048: logits and gradients, and LARGE_STEPS steps of training where it is
+# above 0; a step there takes the twin's T x T matrices, so it is left to the GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${SWAX_BIN:-target/release}
@@ -20,6 +22,7 @@ DEVICE=${DEVICE:-$( (command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/nul
 PATTERNS=${PATTERNS:-S F M G R SM MRGS}
 SHAPES=${SHAPES:-small swax-small}
 STEPS=${STEPS:-300}
+LARGE_STEPS=${LARGE_STEPS:-0}
 OUT=${OUT:-runs/twin-parity}
 RESULTS=${RESULTS:-bench/results/twin-parity.jsonl}
 PYTHON=${PYTHON:-python3}
@@ -40,14 +43,17 @@ for shape in $SHAPES; do
     rm -rf "$dir" "$dir-swax"
     echo "=== $case"
     if [ "$shape" = small ]; then
-      "$BIN/twin-dump" "${small[@]}" "${common[@]}" --set "model.pattern=\"$pattern\"" \
-        --set train.steps="$STEPS" --steps "$STEPS" --out "$dir" --device "$DEVICE"
+      shape_args=("${small[@]}") steps=$STEPS
+    else
+      shape_args=("${large[@]}") steps=$LARGE_STEPS
+    fi
+    "$BIN/twin-dump" "${shape_args[@]}" "${common[@]}" --set "model.pattern=\"$pattern\"" \
+      --set train.steps="$((steps > 0 ? steps : 1))" --steps "$((steps > 0 ? steps : 1))" \
+      --out "$dir" --device "$DEVICE"
+    run=()
+    if [ "$steps" -gt 0 ]; then
       "$BIN/swax" train --config "$dir/config.toml" --out "$dir-swax" --device "$DEVICE" --quiet
       run=(--swax-run "$dir-swax")
-    else
-      "$BIN/twin-dump" "${large[@]}" "${common[@]}" --set "model.pattern=\"$pattern\"" \
-        --set train.steps=1 --steps 1 --out "$dir" --device "$DEVICE"
-      run=()
     fi
     "$PYTHON" bench/peers/twin_parity.py "$dir" "${run[@]}" --device "$DEVICE" --case "$case" \
       --results "$RESULTS" || failed+=("$case")
