@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# gpu-check.sh: what a change to a kernel, a layer, a norm, the optimizer or the trainer shows on
+# a GPU machine (CONTRIBUTING.md): every packed test binary with its GPU tests, then the learning
+# gate, then the twin parity check. Each part's output goes to its own file in OUT as it runs, so
+# what finished is kept even where a time limit stops the rest; OUT/summary.txt says how each
+# part ended.
+#
+#   tools/gpu-pack                                     # here: binaries into .gpu/
+#   bench/gpu-check.sh OUT [PARTS...]                  # there: PARTS of tests, gate, twin (all)
+#   GATE_ARGS="--cases M-T256" bench/gpu-check.sh /tmp/check gate
+#
+# On a fresh machine the first process to use a kernel compiles it (NVRTC, then the disk cache
+# every later process reads): the tests run first and leave the gate's kernels compiled.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: bench/gpu-check.sh OUT [tests] [gate] [twin]}
+shift
+PARTS=${*:-tests gate twin}
+mkdir -p "$OUT"
+export SWAX_COMMIT=${SWAX_COMMIT:-$(cat .gpu/commit 2>/dev/null || git rev-parse --short HEAD)}
+start=$(date +%s)
+note() { echo "$1: $2 after $(($(date +%s) - start)) s" >>"$OUT/summary.txt"; }
+for part in $PARTS; do
+  case $part in
+    tests)
+      # Each binary's verdicts only: the full logs of a few hundred tests are long.
+      for t in .gpu/tests/*; do
+        echo "=== $t"
+        SWAX_REQUIRE_CUDA=1 "$t" --include-ignored 2>&1 | grep -E "^test |test result|panicked|FAILED"
+      done >"$OUT/tests.txt" 2>&1
+      note tests "$(grep -c ' FAILED' "$OUT/tests.txt") failed"
+      ;;
+    gate)
+      .gpu/bin/learn --check bench/learning-gate.toml --out "$OUT/gate-runs" \
+        --results "$OUT/gate-runs/learn.jsonl" ${GATE_ARGS:-} >"$OUT/gate.txt" 2>&1
+      note gate "exit $?"
+      ;;
+    twin)
+      SWAX_BIN=.gpu/bin OUT="$OUT/twin-runs" RESULTS="$OUT/twin-parity.jsonl" \
+        bash bench/twin-parity.sh >"$OUT/twin.txt" 2>&1
+      note twin "exit $?"
+      ;;
+    *) echo "unknown part $part: tests, gate or twin" >&2; exit 2 ;;
+  esac
+done
+cat "$OUT/summary.txt"
