@@ -579,3 +579,63 @@ fn each_study_error_says_what_it_is() {
     assert!(err.contains("no study has run here"), "{err}");
     assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
 }
+
+/// The shipped studies parse, the memory axis among them: the default's grid with the gated
+/// delta rule (GS) and with RAttention (RS, at window 16 and at the long window), and the text
+/// study on recall-mix evaluated on passkey and needles at 1 to 16 times its length.
+#[test]
+fn the_shipped_studies_cover_each_memory_and_text() {
+    let schedules = |name: &str| -> Vec<String> {
+        let (spec, _) = study::resolve(name).unwrap();
+        let mut s: Vec<String> = spec
+            .runs()
+            .unwrap()
+            .iter()
+            .map(|r| r.schedule.clone())
+            .collect();
+        s.dedup();
+        s
+    };
+    let grid =
+        |p: &str| ["short16", "long128", "p0.5", "p0.5-anneal0.1"].map(|s| format!("{p}-{s}"));
+    assert_eq!(schedules("window-h200"), grid("MS"));
+    assert_eq!(schedules("window-g"), grid("GS"));
+    assert_eq!(schedules("window-r"), grid("RS"));
+    let (h200, _) = study::resolve("window-h200").unwrap();
+    assert_eq!(h200.runs().unwrap().len(), 4 * 3);
+    let (text, _) = study::resolve("window-text").unwrap();
+    let runs = text.runs().unwrap();
+    assert!(runs.iter().all(|r| r.cfg.data.source == "recall-mix"));
+    assert_eq!(text.eval.tasks, ["passkey", "niah"]);
+    assert_eq!(text.eval.lengths, [1, 2, 4, 8, 16]);
+    assert!(runs.iter().all(|r| r.cfg.train.steps <= 2000));
+}
+
+/// The memory axis on tiny CPU runs: the same micro grid with the gated delta rule and with
+/// RAttention as the memory, each trained and reported, then put side by side.
+#[test]
+fn tiny_studies_of_two_memories_compare_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut folders = Vec::new();
+    for memory in ["GS", "RS"] {
+        let text = MICRO
+            .replace(
+                "model.pattern=\\\"SM\\\"",
+                &format!("model.pattern=\\\"{memory}\\\""),
+            )
+            .replace("seeds = 2", "seeds = 1");
+        let spec = StudySpec::parse(&text, memory, None).unwrap();
+        let out = dir.path().join(format!("micro-{memory}"));
+        assert!(run_study(&spec, &out).finished);
+        folders.push(out);
+    }
+    let side = dir.path().join("side");
+    let files = report::compare(&folders, &side).unwrap();
+    let md = std::fs::read_to_string(&files[0]).unwrap();
+    for row in [
+        "| micro-GS | GS-short8 | 8 |",
+        "| micro-RS | RS-long32 | 32 |",
+    ] {
+        assert!(md.contains(row), "{row}: {md}");
+    }
+}

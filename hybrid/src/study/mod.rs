@@ -40,6 +40,18 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "window-large",
         include_str!("../../../configs/studies/window-large.toml"),
     ),
+    (
+        "window-g",
+        include_str!("../../../configs/studies/window-g.toml"),
+    ),
+    (
+        "window-r",
+        include_str!("../../../configs/studies/window-r.toml"),
+    ),
+    (
+        "window-text",
+        include_str!("../../../configs/studies/window-text.toml"),
+    ),
 ];
 
 /// A study file, or a shipped study's name; with the name its folder takes by default. A name
