@@ -491,6 +491,33 @@ fn a_report_of_one_seed_has_no_spread_and_says_when_every_run_learned() {
     assert!(md.contains("Every run learned (4 of 4)."), "{md}");
 }
 
+/// A run with no answer within any window it trained at (a short window, a far needle) is
+/// neither learned nor not: the report says its learning is unknown, and counts it apart.
+#[test]
+fn a_run_with_nothing_within_its_window_is_of_unknown_learning() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec().with_seeds(1).unwrap();
+    saved_study(dir.path(), &spec, &[(9, 7)]);
+    let mut far = results("SM-short8-seed0", 8, 0, 7);
+    for c in &mut far.tasks {
+        (c.near_answers, c.near_correct) = (0, 0);
+    }
+    write_eval(&dir.path().join("runs/SM-short8-seed0/eval/w8"), &far).unwrap();
+    let md = std::fs::read_to_string(&report::from_saved(dir.path()).unwrap()[0]).unwrap();
+    assert!(
+        md.contains("| SM-short8-seed0 | SM | 1 | 0 | 0 | - | - | unknown |"),
+        "{md}"
+    );
+    assert!(
+        md.contains(
+            "3 of 4 runs learned. Unknown (no answer within the window at the training \
+             length): SM-short8-seed0."
+        ),
+        "{md}"
+    );
+    assert!(md.contains("| SM-short8 | 8 | 0 of 1 |"), "{md}");
+}
+
 /// `--compare`: two studies' figures in one table and one plot, each row naming its study.
 #[test]
 fn studies_are_compared_side_by_side() {

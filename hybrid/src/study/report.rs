@@ -30,13 +30,16 @@ use crate::train::metrics;
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// A run learned the task when the exact match of the answers within the window, at the
-/// training length, is at least this (%) at every window it trained at: the in-window task is
-/// the one training teaches, so a run below it says nothing about retrieval beyond the window.
+/// training length, is at least this (%) at every window it trained at that has such answers:
+/// the in-window task is the one training teaches, so a run below it says nothing about
+/// retrieval beyond the window. A run with no answer within any of its windows (a text task's
+/// needle lies farther back than a short window reaches) is neither: its learning is unknown.
 pub const LEARNED_PCT: f64 = 50.0;
 
 /// What "learned" means, for the report's reader.
 const LEARNED_MEANING: &str = "A run learned when the exact match of the answers within the \
-    window, at the training length, is at least 50% at every window it trained at.";
+    window, at the training length, is at least 50% at every window it trained at that has such \
+    answers; with none at any of its windows, whether it learned is unknown.";
 
 /// The study in `out` as saved: its spec (`study.toml`), its runs and every run's results.
 fn saved(out: &Path) -> Result<(StudySpec, Vec<RunSpec>, Vec<EvalResults>)> {
@@ -103,10 +106,11 @@ pub struct RunRow {
     pub p_short: f64,
     pub anneal: f64,
     pub final_train_loss: Option<f64>,
-    /// The lowest, over the windows it trained at, of [`in_window_recall`] (None: no answer
-    /// within the window at the training length).
+    /// The lowest, over the windows it trained at that have answers within the window, of
+    /// [`in_window_recall`] (None: no such answer at any).
     pub in_window_recall: Option<f64>,
-    pub learned: bool,
+    /// Whether `in_window_recall` is at least [`LEARNED_PCT`]; None where it is unknown.
+    pub learned: Option<bool>,
 }
 
 /// One length of one task, over a schedule's seeds.
@@ -178,6 +182,8 @@ pub struct Figures {
     pub runs: Vec<RunRow>,
     /// The runs that did not learn, by name.
     pub not_learned: Vec<String>,
+    /// The runs whose learning is unknown (no answer within any of their windows), by name.
+    pub unknown: Vec<String>,
     pub rows: Vec<Row>,
 }
 
@@ -189,15 +195,10 @@ pub fn figures(out: &Path, spec: &StudySpec, runs: &[RunSpec], results: &[EvalRe
     let run_rows: Vec<RunRow> = runs
         .iter()
         .map(|r| {
-            let recalls: Vec<Option<f64>> = of_run(&r.name)
+            let recall = of_run(&r.name)
                 .iter()
-                .map(|e| in_window_recall(e))
-                .collect();
-            // The lowest over its windows; a window with nothing within it counts as unknown.
-            let recall = match recalls.iter().all(Option::is_some) && !recalls.is_empty() {
-                true => recalls.iter().flatten().copied().reduce(f64::min),
-                false => None,
-            };
+                .filter_map(|e| in_window_recall(e))
+                .reduce(f64::min);
             RunRow {
                 name: r.name.clone(),
                 schedule: r.schedule.clone(),
@@ -207,7 +208,7 @@ pub fn figures(out: &Path, spec: &StudySpec, runs: &[RunSpec], results: &[EvalRe
                 anneal: r.cfg.train.anneal_fraction,
                 final_train_loss: final_train_loss(&out.join("runs").join(&r.name)),
                 in_window_recall: recall,
-                learned: recall.is_some_and(|v| v >= LEARNED_PCT),
+                learned: recall.map(|v| v >= LEARNED_PCT),
             }
         })
         .collect();
@@ -243,14 +244,18 @@ pub fn figures(out: &Path, spec: &StudySpec, runs: &[RunSpec], results: &[EvalRe
             seed: stats::SEED,
             min_values: stats::MIN_FOR_INTERVAL,
         },
-        not_learned: run_rows
-            .iter()
-            .filter(|r| !r.learned)
-            .map(|r| r.name.clone())
-            .collect(),
+        not_learned: names_where(&run_rows, Some(false)),
+        unknown: names_where(&run_rows, None),
         runs: run_rows,
         rows,
     }
+}
+
+fn names_where(runs: &[RunRow], learned: Option<bool>) -> Vec<String> {
+    runs.iter()
+        .filter(|r| r.learned == learned)
+        .map(|r| r.name.clone())
+        .collect()
 }
 
 /// A schedule's row at `window`, from its seeds' results `at` (one a seed).
@@ -305,7 +310,7 @@ fn row(schedule: &str, members: &[&RunRow], at: &[&EvalResults], window: usize) 
         window,
         learned: members
             .iter()
-            .filter(|m| m.learned && names.contains(&m.name))
+            .filter(|m| m.learned == Some(true) && names.contains(&m.name))
             .count(),
         runs: names,
         in_window_quality: summary(&|e| in_window_quality(e).map(|q| q.0)),
@@ -427,19 +432,30 @@ pub fn write(
             r.seed,
             r.final_train_loss.map_or("-".into(), |l| format!("{l:.4}")),
             r.in_window_recall.map_or("-".into(), |v| format!("{v:.1}")),
-            if r.learned { "yes" } else { "no" }
+            match r.learned {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "unknown",
+            }
         );
     }
-    let learned = f.runs.len() - f.not_learned.len();
-    let _ = match f.not_learned.is_empty() {
-        true => writeln!(md, "\nEvery run learned ({learned} of {}).", f.runs.len()),
-        false => writeln!(
-            md,
-            "\n{learned} of {} runs learned. Did not learn: {}.",
-            f.runs.len(),
-            f.not_learned.join(", ")
-        ),
+    let learned = learned_count(&f);
+    md += "\n";
+    let _ = match learned == f.runs.len() {
+        true => write!(md, "Every run learned ({learned} of {}).", f.runs.len()),
+        false => write!(md, "{learned} of {} runs learned.", f.runs.len()),
     };
+    if !f.not_learned.is_empty() {
+        let _ = write!(md, " Did not learn: {}.", f.not_learned.join(", "));
+    }
+    if !f.unknown.is_empty() {
+        let _ = write!(
+            md,
+            " Unknown (no answer within the window at the training length): {}.",
+            f.unknown.join(", ")
+        );
+    }
+    md += "\n";
 
     let quality_name = match spec.eval.loss {
         true => "the held-out loss over the training length at that window",
@@ -529,6 +545,10 @@ pub fn write(
     ];
     all.append(&mut files);
     Ok(all)
+}
+
+fn learned_count(f: &Figures) -> usize {
+    f.runs.iter().filter(|r| r.learned == Some(true)).count()
 }
 
 fn tasks(rows: &[Row]) -> Vec<String> {
@@ -670,7 +690,7 @@ pub fn compare(studies: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>> {
             "| {name} | {} | {} | {} of {} | {} |",
             dir.display(),
             f.seeds,
-            f.runs.len() - f.not_learned.len(),
+            learned_count(f),
             f.runs.len(),
             f.description
                 .split_whitespace()
