@@ -2,6 +2,7 @@
 //! trained at, and write `OUT/report.md` with its plots (see `swax_hybrid::study`). STUDY is a
 //! TOML file or the name of a shipped one (`configs/studies/`). Interrupted (Ctrl-C, SIGTERM),
 //! it saves the run in training and exits 130 / 143; the same command continues it.
+//! `swax study --compare A B ..` puts the reports of several study folders side by side.
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -14,10 +15,19 @@ use super::{signals, CliResult};
 #[derive(Debug, Args)]
 pub struct StudyArgs {
     /// A study file, or a shipped study's name.
-    study: String,
-    /// The study folder. Default: studies/<the study's name>.
+    #[arg(required_unless_present = "compare")]
+    study: Option<String>,
+    /// The study folder. Default: studies/<the study's name> (with --compare: studies/compare).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Seeds a schedule, instead of the study file's `grid.seeds` (3 when it has none). A
+    /// finished study run again with more seeds trains only the new ones.
+    #[arg(long, conflicts_with = "report")]
+    seeds: Option<usize>,
+    /// Study folders whose reports to put side by side, into --out (`compare.md`).
+    #[arg(long, num_args = 2.., value_name = "STUDY_FOLDER",
+          conflicts_with_all = ["study", "report", "seeds"])]
+    compare: Vec<PathBuf>,
     /// `cpu`, `cuda` or `cuda:N`. Default: the first GPU if there is one, else the CPU.
     #[arg(long)]
     device: Option<String>,
@@ -33,7 +43,16 @@ static STOP: AtomicBool = AtomicBool::new(false);
 
 pub fn run(args: StudyArgs) -> CliResult {
     signals::install(&STOP)?;
-    let (spec, name) = study::resolve(&args.study)?;
+    let Some(study) = &args.study else {
+        let out = args.out.unwrap_or_else(|| PathBuf::from("studies/compare"));
+        let files = report::compare(&args.compare, &out)?;
+        println!("{}", std::fs::read_to_string(&files[0])?);
+        return Ok(());
+    };
+    let (mut spec, name) = study::resolve(study)?;
+    if let Some(n) = args.seeds {
+        spec = spec.with_seeds(n)?;
+    }
     let out = args
         .out
         .clone()

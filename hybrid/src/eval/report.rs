@@ -164,6 +164,7 @@ fn accuracy_series(r: &EvalResults, task: &str, label: String) -> Series {
             .into_iter()
             .filter_map(|l| Some((l as f64, r.accuracy(task, l)?)))
             .collect(),
+        errors: Vec::new(),
     }
 }
 
@@ -180,12 +181,10 @@ fn accuracy_plot(title: String, series: Vec<Series>) -> String {
 
 pub(crate) fn loss_plot(runs: &[EvalResults]) -> Option<String> {
     let unit = runs.iter().find_map(|r| r.loss.as_ref())?.unit.clone();
-    // The data named where every run's loss was measured on the same.
-    let mut data: Vec<&str> = runs
+    let data: Vec<&str> = runs
         .iter()
         .filter_map(|r| Some(r.loss.as_ref()?.data.as_str()))
         .collect();
-    data.dedup();
     let series = runs
         .iter()
         .filter_map(|r| {
@@ -197,10 +196,20 @@ pub(crate) fn loss_plot(runs: &[EvalResults]) -> Option<String> {
                     .iter()
                     .map(|b| ((b.start + b.end) as f64 / 2.0, b.bits))
                     .collect(),
+                errors: Vec::new(),
             })
         })
         .collect();
-    Some(line_plot(&LinePlot {
+    Some(loss_figure(unit, &data, series))
+}
+
+/// The loss-by-position figure of `series` (x: the bucket's middle position), in `unit`, on the
+/// held-out `data` of each line.
+pub(crate) fn loss_figure(unit: String, data: &[&str], series: Vec<Series>) -> String {
+    // The data named where every line's loss was measured on the same.
+    let mut data = data.to_vec();
+    data.dedup();
+    line_plot(&LinePlot {
         title: match data[..] {
             [one] if !one.is_empty() => format!("loss by position (held-out {one})"),
             _ => "loss by position (held-out data)".into(),
@@ -210,7 +219,7 @@ pub(crate) fn loss_plot(runs: &[EvalResults]) -> Option<String> {
         log2_x: false,
         y_range: None,
         series,
-    }))
+    })
 }
 
 fn heatmap_of(r: &EvalResults, task: &str) -> String {
@@ -319,6 +328,7 @@ pub fn write_report(dir: &Path, runs: &[EvalResults]) -> Result<Vec<PathBuf>> {
             train.push(Series {
                 label: name,
                 points,
+                errors: Vec::new(),
             });
         }
     }

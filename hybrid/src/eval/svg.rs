@@ -1,13 +1,16 @@
 //! Plain SVG charts for the evaluation reports (as the trainer's loss plot: no plotting library
 //! or fonts needed, any browser shows them): lines against a linear or log2 x axis, and a
-//! heatmap of accuracies (the needle plot, length by depth).
+//! heatmap of accuracies (the needle plot, length by depth). A line may carry error bars (a
+//! study's range over its seeds).
 use std::fmt::Write;
 
 /// One line of a [`LinePlot`]: its legend and its (x, y) points.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Series {
     pub label: String,
     pub points: Vec<(f64, f64)>,
+    /// An error bar at each point, from y low to y high (empty: none).
+    pub errors: Vec<(f64, f64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -70,6 +73,12 @@ pub fn line_plot(p: &LinePlot) -> String {
         (x0, x1) = (x0.min(fx(x)), x1.max(fx(x)));
         (y0, y1) = (y0.min(y), y1.max(y));
         xs.push(x);
+    }
+    // The bars stay in view.
+    for &(lo, hi) in p.series.iter().flat_map(|s| &s.errors) {
+        if lo.is_finite() && hi.is_finite() {
+            (y0, y1) = (y0.min(lo), y1.max(hi));
+        }
     }
     if xs.is_empty() {
         (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
@@ -139,6 +148,19 @@ pub fn line_plot(p: &LinePlot) -> String {
             "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
             pts.join(" ")
         );
+        for (&(x, y), &(lo, hi)) in series.points.iter().zip(&series.errors) {
+            if [x, y, lo, hi].iter().all(|v| v.is_finite()) {
+                let (cx, top, bottom) = (px(x), py(hi), py(lo));
+                let _ = writeln!(
+                    s,
+                    "<path d=\"M{0:.1},{top:.1}V{bottom:.1}M{1:.1},{top:.1}H{2:.1}M{1:.1},\
+                     {bottom:.1}H{2:.1}\" stroke=\"{color}\" stroke-width=\"1\" fill=\"none\"/>",
+                    cx,
+                    cx - 4.0,
+                    cx + 4.0
+                );
+            }
+        }
         if pts.len() <= 32 {
             for pt in &pts {
                 let (cx, cy) = pt.split_once(',').expect("x,y");

@@ -1,12 +1,14 @@
 //! `swax study`: a window study from one TOML file. The file names a base config and its
 //! overrides, a grid of window schedules (fixed short, fixed long, stochastic `p_short` with and
-//! without the anneal, optionally for several layer patterns) and an evaluation (tasks, lengths
-//! as multiples of the training length, depths, samples). The study trains each run into
-//! `STUDY/runs/NAME` (a finished run is not trained again, an interrupted one resumes),
-//! evaluates it at each window it trained at (`RUN/eval/wW/`, skipped when that checkpoint's
-//! results are there), and writes `STUDY/report.md` with its plots from the saved results alone
-//! (`report`).
+//! without the anneal, optionally for several layer patterns), each schedule at several seeds,
+//! and an evaluation (tasks, lengths as multiples of the training length, depths, samples). The
+//! study trains each run into `STUDY/runs/NAME` (a finished run is not trained again, an
+//! interrupted one resumes), evaluates it at each window it trained at (`RUN/eval/wW/`, skipped
+//! when that checkpoint's results are there), and writes `STUDY/report.md` and `report.json`
+//! with its plots from the saved results alone (`report`): each figure as the median over the
+//! seeds with its spread (`stats`).
 pub mod report;
+pub mod stats;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -37,6 +39,18 @@ pub const BUILTIN: &[(&str, &str)] = &[
     (
         "window-large",
         include_str!("../../../configs/studies/window-large.toml"),
+    ),
+    (
+        "window-g",
+        include_str!("../../../configs/studies/window-g.toml"),
+    ),
+    (
+        "window-r",
+        include_str!("../../../configs/studies/window-r.toml"),
+    ),
+    (
+        "window-text",
+        include_str!("../../../configs/studies/window-text.toml"),
     ),
 ];
 
@@ -100,6 +114,17 @@ pub struct Grid {
     /// Each stochastic run once per anneal fraction (0: none; 0.1: the last 10% long only).
     #[serde(default = "no_anneal")]
     pub anneal: Vec<f64>,
+    /// Each schedule is trained this many times, at `train.seed` + 0, 1, ..: learning at this
+    /// scale succeeds in some seeds and not others, so one seed says little.
+    #[serde(default = "default_seeds")]
+    pub seeds: usize,
+}
+
+/// Seeds a schedule when the study file does not say.
+pub const DEFAULT_SEEDS: usize = 3;
+
+fn default_seeds() -> usize {
+    DEFAULT_SEEDS
 }
 
 fn yes() -> bool {
@@ -136,10 +161,13 @@ fn depths() -> Vec<f64> {
     vec![0.0, 0.25, 0.5, 0.75, 1.0]
 }
 
-/// One run of the grid: its folder name and its config.
+/// One run of the grid: its folder name (`SCHEDULE-seedN`), its schedule (`PATTERN-WINDOWS`,
+/// what the report gathers its seeds under), its seed and its config.
 #[derive(Clone, Debug)]
 pub struct RunSpec {
     pub name: String,
+    pub schedule: String,
+    pub seed: u64,
     pub cfg: Config,
 }
 
@@ -164,10 +192,29 @@ impl StudySpec {
         Ok(spec)
     }
 
-    /// The grid's runs, each config resolved and checked.
+    /// The study with `seeds` seeds a schedule (`swax study --seeds`), checked.
+    pub fn with_seeds(&self, seeds: usize) -> Result<StudySpec> {
+        if seeds == 0 {
+            return Err(
+                "--seeds 0: a study trains each schedule at one seed or more (3 by default)".into(),
+            );
+        }
+        let mut spec = self.clone();
+        spec.grid.seeds = seeds;
+        Ok(spec)
+    }
+
+    /// The grid's runs, each config resolved and checked: every seed of the first schedule,
+    /// then of the next.
     pub fn runs(&self) -> Result<Vec<RunSpec>> {
         let g = &self.grid;
         let err = |m: String| -> Result<Vec<RunSpec>> { Err(m.into()) };
+        if g.seeds == 0 {
+            return err(
+                "grid.seeds = 0: a study trains each schedule at one seed or more (3 by default)"
+                    .into(),
+            );
+        }
         if g.w_short == 0 || g.w_short >= g.w_long {
             return err(format!(
                 "grid.w_short {} must be positive and below grid.w_long {}",
@@ -244,10 +291,21 @@ impl StudySpec {
                     .map_err(|ConfigError(e)| format!("{pattern} {schedule}: {e}"))?;
                 // The evaluation's lengths in tokens must be countable.
                 self.plan(&cfg, g.w_long)?;
-                runs.push(RunSpec {
-                    name: format!("{pattern}-{schedule}"),
-                    cfg,
-                });
+                let group = format!("{pattern}-{schedule}");
+                for i in 0..g.seeds as u64 {
+                    let seed = cfg.train.seed.checked_add(i).ok_or_else(|| {
+                        format!("train.seed {} + {i}: past the largest seed", cfg.train.seed)
+                    })?;
+                    let cfg = cfg
+                        .with_overrides(&[format!("train.seed={seed}")])
+                        .map_err(|ConfigError(e)| format!("{group} seed {seed}: {e}"))?;
+                    runs.push(RunSpec {
+                        name: format!("{group}-seed{seed}"),
+                        schedule: group.clone(),
+                        seed,
+                        cfg,
+                    });
+                }
             }
         }
         Ok(runs)
@@ -413,7 +471,9 @@ fn covers(r: &EvalResults, plan: &Plan) -> bool {
     tasks && (!plan.loss || r.loss.is_some())
 }
 
-/// Writes the spec to `out/study.toml`, or checks that the one there is the same study.
+/// Writes the spec to `out/study.toml`, or checks that the one there is the same study. Only the
+/// number of seeds may differ (`--seeds`): a run is named by its seed, so the runs of the seeds
+/// both share are the same runs; the file then takes the new number.
 fn keep_spec(spec: &StudySpec, out: &Path) -> Result<()> {
     if out.exists() && !out.is_dir() {
         return Err(format!(
@@ -426,8 +486,16 @@ fn keep_spec(spec: &StudySpec, out: &Path) -> Result<()> {
     let text = toml::to_string(spec)?;
     // Compared as specs, not as text: one written under a field's old name (`eval.chunk`, now
     // `eval.piece`) is still the same study.
+    let seeds_aside = |mut s: StudySpec| {
+        s.grid.seeds = spec.grid.seeds;
+        s
+    };
     match std::fs::read_to_string(&path) {
         Ok(old) if toml::from_str::<StudySpec>(&old).is_ok_and(|old| old == *spec) => Ok(()),
+        Ok(old) if toml::from_str::<StudySpec>(&old).is_ok_and(|old| seeds_aside(old) == *spec) => {
+            swax_nn::checkpoint::write_atomic(&path, text.as_bytes())?;
+            Ok(())
+        }
         Ok(_) => Err(format!(
             "{} holds another study ({}): use another folder",
             out.display(),
