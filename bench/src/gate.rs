@@ -295,8 +295,13 @@ mod tests {
     fn the_shipped_gate_parses() {
         let g = Gate::parse(include_str!("../learning-gate.toml")).unwrap();
         assert!(g.cases.iter().any(|c| c.name() == "M-T256"));
-        let sweep = Gate::parse(include_str!("../learning-robustness.toml")).unwrap();
-        assert!(sweep.cases.iter().all(|c| c.min_learned == 0));
+        for sweep in [
+            include_str!("../learning-robustness.toml"),
+            include_str!("../study-regime.toml"),
+        ] {
+            let sweep = Gate::parse(sweep).unwrap();
+            assert!(sweep.cases.iter().all(|c| c.min_learned == 0));
+        }
     }
 
     #[test]
