@@ -116,14 +116,9 @@ pub struct Summary {
     pub median_tokens_to_50: Option<f64>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => v[n / 2],
-        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+/// The median of `v`, NaN for none (infinities sort last and stay infinite).
+fn median(v: Vec<f64>) -> f64 {
+    swax_hybrid::study::stats::median(&v).unwrap_or(f64::NAN)
 }
 
 impl Summary {
