@@ -1,4 +1,4 @@
-"""Parity of swax with its PyTorch twin (bench/peers/twin/swax_twin.py; docs/parity.md).
+"""Parity of swax with its PyTorch twin (hybrid/python/modeling_swax.py; docs/parity.md).
 
 From a folder `twin-dump` wrote (the config, swax's initial weights, the trainer's batches and
 windows, step 0's logits, loss and gradients), and optionally the run folder of `swax train
@@ -27,10 +27,16 @@ import warnings
 # torch warns at import when numpy is absent; nothing here uses numpy.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
+import sys
+
 import torch
 
 from swax_commit import commit
-from twin.swax_twin import SwaxTwin, load_safetensors, read_config
+
+# The twin is the modeling file of swax's Hugging Face export: one PyTorch model in the
+# repository, kept beside the Rust that embeds it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "hybrid", "python"))
+from modeling_swax import SwaxTwin, load_safetensors, read_config  # noqa: E402
 
 # Verdicts: logits and gradients in f32 differ by rounding only (summation orders); training
 # runs differ by rounding that compounds over the steps, so their losses agree on average.

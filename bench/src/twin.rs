@@ -1,4 +1,4 @@
-//! The swax side of the parity check against the PyTorch twin (`bench/peers/swax_twin.py`,
+//! The swax side of the parity check against the PyTorch twin (`hybrid/python/modeling_swax.py`,
 //! `bench/peers/twin_parity.py`, docs/parity.md): what a run of a config starts from and what it
 //! sees, written where plain PyTorch reads it. The program is `twin-dump`. Into its folder:
 //!
@@ -40,9 +40,30 @@ pub fn dump(cfg: &Config, steps: u64, device: Device, out: &Path) -> Result<Dump
     if steps == 0 {
         return Err("--steps must be at least 1: step 0's batch is dumped".into());
     }
+    let model = Model::new(&cfg.model, cfg.train.seed, device)?;
+    dump_model(cfg, &model, steps, device, out)
+}
+
+/// [`dump`] of a trained run's latest checkpoint (or a checkpoint folder): its config, and its
+/// weights in `model.safetensors` and behind `step0.safetensors`' logits. What the Hugging Face
+/// parity check (bench/peers/hf_parity.py) compares an export of that run with.
+pub fn dump_trained(run: &Path, steps: u64, device: Device, out: &Path) -> Result<Dumped> {
+    if steps == 0 {
+        return Err("--steps must be at least 1: step 0's batch is dumped".into());
+    }
+    let loaded = swax_hybrid::loaded::load(run, device)?;
+    dump_model(&loaded.cfg, &loaded.model, steps, device, out)
+}
+
+fn dump_model(
+    cfg: &Config,
+    model: &Model,
+    steps: u64,
+    device: Device,
+    out: &Path,
+) -> Result<Dumped> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     checkpoint::write_atomic(&out.join("config.toml"), cfg.to_toml().as_bytes())?;
-    let model = Model::new(&cfg.model, cfg.train.seed, device)?;
     save_model(&out.join("model.safetensors"), &model.params)?;
 
     let (accum, b, t) = (cfg.train.grad_accum, cfg.data.batch_size, cfg.data.seq_len);

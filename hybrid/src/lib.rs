@@ -6,6 +6,7 @@
 pub mod batch;
 pub mod config;
 pub mod eval;
+pub mod export;
 pub mod generate;
 pub mod loaded;
 pub mod model;

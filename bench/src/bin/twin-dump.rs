@@ -5,6 +5,7 @@
 //!   twin-dump --config swax-tiny --set 'model.pattern="G"' --set train.dtype="f32" \
 //!       --steps 200 --out runs/twin-G
 //!   swax train --config runs/twin-G/config.toml --out runs/twin-G/swax    # the same run
+//!   twin-dump --weights runs/twin-G/swax --out runs/twin-G/trained      # its trained weights
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -21,6 +22,10 @@ struct Args {
     /// The folder to write into.
     #[arg(long)]
     out: PathBuf,
+    /// A trained run (its latest checkpoint) or a checkpoint folder: dump its config and
+    /// weights instead of `--config`'s initial ones.
+    #[arg(long)]
+    weights: Option<PathBuf>,
     /// `cpu` or `cuda`; default: the GPU if there is one.
     #[arg(long)]
     device: Option<String>,
@@ -28,7 +33,10 @@ struct Args {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = Args::parse();
-    let cfg = a.config.resolve()?;
+    let cfg = match &a.weights {
+        Some(run) => swax_hybrid::loaded::load(run, swax_tensor::Device::Cpu)?.cfg,
+        None => a.config.resolve()?,
+    };
     let device = match a.device.as_deref() {
         Some("cpu") => Device::Cpu,
         Some("cuda") => Device::Cuda(0),
@@ -36,7 +44,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None if swax_tensor::cuda::device(0).is_ok() => Device::Cuda(0),
         None => Device::Cpu,
     };
-    let d = swax_bench::twin::dump(&cfg, a.steps, device, &a.out)?;
+    let d = match &a.weights {
+        Some(run) => swax_bench::twin::dump_trained(run, a.steps, device, &a.out)?,
+        None => swax_bench::twin::dump(&cfg, a.steps, device, &a.out)?,
+    };
     println!(
         "{} ({} x{} layers) on {device}, {:?}: step 0 loss {:.6}; {} steps of rows in {}",
         cfg.model.name,

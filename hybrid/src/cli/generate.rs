@@ -20,8 +20,15 @@ pub struct GenerateArgs {
     /// A run folder (its latest checkpoint) or a checkpoint folder.
     path: PathBuf,
     /// The text to continue.
-    #[arg(long, conflicts_with = "prompt_file")]
+    #[arg(long, conflicts_with_all = ["prompt_file", "prompt_ids"])]
     prompt: Option<String>,
+    /// Token ids to continue, space-separated, read as they are (no end-of-text token is put
+    /// before them): the same input another implementation of the model is given.
+    #[arg(long, conflicts_with = "prompt_file")]
+    prompt_ids: Option<String>,
+    /// Go on past the end-of-text token, to `--max-tokens`.
+    #[arg(long)]
+    no_stop: bool,
     /// A file holding the text to continue (`-`: stdin).
     #[arg(long)]
     prompt_file: Option<PathBuf>,
@@ -67,6 +74,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
         return Err("--batch and --window must be at least 1".into());
     }
     let text = match (&args.prompt, &args.prompt_file) {
+        _ if args.prompt_ids.is_some() => String::new(),
         (Some(p), _) => p.clone(),
         (None, Some(f)) if f.as_os_str() == "-" => {
             let mut s = String::new();
@@ -76,7 +84,9 @@ pub fn run(args: GenerateArgs) -> CliResult {
         (None, Some(f)) => {
             std::fs::read_to_string(f).map_err(|e| format!("--prompt-file {}: {e}", f.display()))?
         }
-        (None, None) => return Err("give the text to continue: --prompt or --prompt-file".into()),
+        (None, None) => {
+            return Err("give the text to continue: --prompt, --prompt-file or --prompt-ids".into())
+        }
     };
     let device = super::device(args.device.as_deref())?;
     let loaded = load(&args.path, device)?;
@@ -96,6 +106,21 @@ pub fn run(args: GenerateArgs) -> CliResult {
     // Every document in training began after the end-of-text token: so does the prompt.
     let mut prompt = vec![tok.eot()];
     prompt.extend(tok.encode(&text));
+    if let Some(ids) = &args.prompt_ids {
+        prompt = ids
+            .split_whitespace()
+            .map(|id| match id.parse::<u32>() {
+                Ok(id) if (id as usize) < cfg.model.vocab_size => Ok(id),
+                _ => Err(format!(
+                    "--prompt-ids: {id:?} is not a token id below the vocabulary's {}",
+                    cfg.model.vocab_size
+                )),
+            })
+            .collect::<Result<_, _>>()?;
+        if prompt.is_empty() {
+            return Err("--prompt-ids: no token ids".into());
+        }
+    }
     memory::check_generate(cfg, device, args.batch, prompt.len(), cfg.data.seq_len)?;
     let req = Request {
         max_tokens: args.max_tokens,
@@ -103,7 +128,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
         batch: args.batch,
         window: args.window.unwrap_or(cfg.train.w_long),
         piece: cfg.data.seq_len,
-        stop: Some(tok.eot()),
+        stop: (!args.no_stop).then(|| tok.eot()),
     };
     let mut out = std::io::stdout().lock();
     let streamed = args.batch == 1;
@@ -128,7 +153,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
         compute_dtype(cfg, device),
         device,
         &mut |_, token| {
-            if streamed && token != tok.eot() {
+            if streamed && (args.no_stop || token != tok.eot()) {
                 let _ = out.write_all(show(&[token], &mut text).as_bytes());
                 let _ = out.flush();
             }
@@ -138,7 +163,11 @@ pub fn run(args: GenerateArgs) -> CliResult {
         writeln!(out, "{}", text.finish())?;
     } else {
         for (i, row) in rows.iter().enumerate() {
-            let body: Vec<u32> = row.iter().copied().filter(|&t| t != tok.eot()).collect();
+            let body: Vec<u32> = row
+                .iter()
+                .copied()
+                .filter(|&t| args.no_stop || t != tok.eot())
+                .collect();
             let shown = show(&body, &mut text) + &text.finish();
             writeln!(out, "--- {i}\n{shown}")?;
         }

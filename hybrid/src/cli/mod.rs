@@ -2,7 +2,9 @@
 //! one is a new file, a variant of [`Command`] and an arm in [`Command::run`].
 
 mod eval;
+mod export;
 mod generate;
+mod import;
 mod launch;
 mod prepare;
 mod report;
@@ -38,6 +40,10 @@ pub enum Command {
     Report(report::ReportArgs),
     /// A window study from a TOML file: train its grid of runs, evaluate them, report.
     Study(study::StudyArgs),
+    /// A run as a Hugging Face folder (transformers, trust_remote_code): `--hf OUT`.
+    Export(export::ExportArgs),
+    /// A folder `swax export` wrote back to a run folder with one checkpoint.
+    Import(import::ImportArgs),
 }
 
 /// The device `--device` names (`cpu`, `cuda`, `cuda:N`); without it, the first GPU if there
@@ -80,6 +86,8 @@ impl Command {
             Command::Generate(args) => generate::run(args),
             Command::Report(args) => report::run(args),
             Command::Study(args) => study::run(args),
+            Command::Export(args) => export::run(args),
+            Command::Import(args) => import::run(args),
         }
     }
 }
