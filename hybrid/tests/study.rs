@@ -185,7 +185,7 @@ fn zero_seeds_are_refused_with_a_clear_message() {
     assert!(!out.exists());
 }
 
-/// `swax study --seeds N` trains N seeds a schedule, each into its own folder, and keeps N in
+/// `swax study --seeds N` trains N seeds per schedule, each into its own folder, and keeps N in
 /// the study's file; run again with more, it trains only the new seeds.
 #[test]
 fn the_command_line_seeds_override_the_file_and_more_seeds_add_runs() {

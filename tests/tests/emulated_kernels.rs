@@ -1097,7 +1097,7 @@ fn rms_norm_backward_kernel() -> Result<()> {
 }
 
 /// xLSTM's gated head norm's kernels in the emulator on `rows` rows of `n` in `heads` heads, the
-/// backward over `blocks` blocks a head (each then walks several row groups, as on the GPU),
+/// backward over `blocks` blocks per head (each then walks several row groups, as on the GPU),
 /// against the CPU's: y, dx, do, and dw from the per-block partial sums.
 fn gated_head_norm_case(
     rows: usize,

@@ -41,7 +41,7 @@ struct Plan {
 impl Plan {
     /// Channel groups of one 16-byte vector where C is a whole number of them and the `[B, T, C]`
     /// buffers are 16-byte aligned (pool blocks are), else of one channel; blocks of `WG_X`
-    /// groups by `WG_Y` runs, with enough row splits for `per_sm` blocks an SM (fewer where
+    /// groups by `WG_Y` runs, with enough row splits for `per_sm` blocks per SM (fewer where
     /// there are not that many runs).
     fn new(dev: &CudaDevice, s: ConvDims, data: &[&Buffer], per_sm: u32) -> Plan {
         let per_vec = 16 / data[0].dtype().size_bytes();

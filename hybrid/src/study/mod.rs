@@ -192,7 +192,7 @@ impl StudySpec {
         Ok(spec)
     }
 
-    /// The study with `seeds` seeds a schedule (`swax study --seeds`), checked.
+    /// The study with `seeds` seeds per schedule (`swax study --seeds`), checked.
     pub fn with_seeds(&self, seeds: usize) -> Result<StudySpec> {
         if seeds == 0 {
             return Err(

@@ -45,7 +45,7 @@ const WSB_KEYS: usize = 128;
 const WSB_THREADS: u32 = 384;
 const WSB_STAGES: usize = 2;
 /// The narrowest window (at most T) whose backward on Hopper is hopper_bwd.cu's: narrower
-/// windows give its 128-key tiles few query tiles to walk, and there swa_bwd's two blocks an SM
+/// windows give its 128-key tiles few query tiles to walk, and there swa_bwd's two blocks per SM
 /// hide more of each walk's latency (measured at windows 128 and 512: BENCHMARKS.md).
 const WS_BWD_MIN_WINDOW: u32 = 512;
 /// Threads a block of `swa_dq_unblock`.

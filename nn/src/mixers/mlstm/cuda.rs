@@ -128,7 +128,7 @@ const GATE_THREADS: u32 = 256;
 /// The most threads of an `mlstm_grads_lean` block (`GRADS_LEAN_THREADS` in mlstm.cu).
 const GRADS_LEAN_THREADS: u32 = 256;
 
-/// Whether the backward runs `mlstm_grads_lean` (registers bounded for three blocks an SM, C_prev
+/// Whether the backward runs `mlstm_grads_lean` (registers bounded for three blocks per SM, C_prev
 /// sharing dC's tile) rather than `mlstm_grads`: wherever its bound allows the blocks
 /// (`block_threads`): at swax-small's heads it measured faster than `mlstm_grads`
 /// (BENCHMARKS.md).
