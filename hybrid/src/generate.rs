@@ -12,6 +12,7 @@
 //! Output: [`Utf8Stream`] turns the bytes of the tokens, as they come, into text a terminal
 //! shows, whatever the model emits.
 use swax_data::Rng;
+use swax_nn::layers::pieces::Decode;
 use swax_nn::Weights;
 use swax_tensor::{DType, Device, Result, Tensor};
 
@@ -125,6 +126,14 @@ impl<'a> Decoder<'a> {
             state: SequenceState::default(),
             batch,
         })
+    }
+
+    /// How the layers read a token after the prompt: `Decode::Steps` (the default) by the
+    /// single-step kernels, `Decode::Recompute` as a piece of one token. Set before the first
+    /// read.
+    pub fn with_decode(mut self, decode: Decode) -> Decoder<'a> {
+        self.state.decode = decode;
+        self
     }
 
     /// Tokens read so far.

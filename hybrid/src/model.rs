@@ -5,7 +5,7 @@ use crate::config::{Mixers, ModelConfig};
 use swax_data::IGNORE;
 use swax_nn::layers::basic::{Embedding, Linear, RmsNorm, INIT_STD};
 use swax_nn::layers::linear_cross_entropy::linear_cross_entropy;
-use swax_nn::layers::pieces::MixerState;
+use swax_nn::layers::pieces::{Decode, MixerState};
 use swax_nn::layers::{Forms, MixerDims};
 use swax_nn::{Block, Params, Weights};
 use swax_tensor::{DType, Device, Error, Result, Tensor};
@@ -126,6 +126,8 @@ impl Model {
 pub struct SequenceState {
     pub pos: usize,
     pub layers: Vec<MixerState>,
+    /// How each layer reads a one-token piece after the first piece.
+    pub decode: Decode,
 }
 
 impl Model {
@@ -153,9 +155,11 @@ impl Model {
         window: usize,
         state: &mut SequenceState,
     ) -> Result<Tensor> {
-        state
-            .layers
-            .resize_with(self.blocks.len(), MixerState::default);
+        let decode = state.decode;
+        state.layers.resize_with(self.blocks.len(), || MixerState {
+            decode,
+            ..MixerState::default()
+        });
         let mut x = self.embed.forward(w, ids)?;
         for (block, layer) in self.blocks.iter().zip(&mut state.layers) {
             x = block.forward_piece(w, &x, window, state.pos, layer)?;

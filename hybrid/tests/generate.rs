@@ -10,6 +10,7 @@ use swax_data::Rng;
 use swax_hybrid::eval::run::{all_logits, OneShot};
 use swax_hybrid::generate::{generate, Decoder, Request, Sampling, Utf8Stream};
 use swax_hybrid::model::{Model, SequenceState};
+use swax_nn::layers::pieces::Decode;
 use swax_tensor::{DType, Device};
 
 fn model(pattern: &str, seed: u64) -> Model {
@@ -123,6 +124,39 @@ fn the_nucleus_and_the_top_k_bound_what_is_drawn() {
     assert!(s(0, 0.0).check().is_err());
 }
 
+/// The single-step kernels (attention's cache of rotated keys, the recurrent steps) give the
+/// logits of reading each token as a piece of one, for every mixer and a pair of them, step
+/// after step far past the window (8) and the convolution's taps, on two rows.
+#[test]
+fn decoding_steps_give_the_logits_of_one_token_pieces() {
+    for pattern in ["S", "F", "M", "G", "R", "MS", "GF"] {
+        let m = model(pattern, 7);
+        let mut rng = Rng::new(11);
+        let open = |decode| {
+            let mut dec = Decoder::new(&m, 8, DType::F32, Device::Cpu, 2)
+                .unwrap()
+                .with_decode(decode);
+            dec.prefill(&PROMPT, 4).unwrap();
+            dec
+        };
+        let (mut steps, mut pieces) = (open(Decode::Steps), open(Decode::Recompute));
+        for step in 0..40 {
+            let next = [rng.below(256) as u32, rng.below(256) as u32];
+            let got = steps.read(&next).unwrap().to_vec::<f32>().unwrap();
+            let want = pieces.read(&next).unwrap().to_vec::<f32>().unwrap();
+            let scale = want.iter().fold(0f32, |a, b| a.max(b.abs()));
+            let worst = got
+                .iter()
+                .zip(&want)
+                .fold(0f32, |a, (g, w)| a.max((g - w).abs()));
+            assert!(
+                worst <= 1e-4 * scale,
+                "{pattern}: step {step}: worst logit off by {worst:e} of {scale:e}"
+            );
+        }
+    }
+}
+
 /// Values held by the layers' decoding states.
 fn held(state: &SequenceState) -> usize {
     state
@@ -134,7 +168,8 @@ fn held(state: &SequenceState) -> usize {
                 .mlstm
                 .as_ref()
                 .map_or(0, |s| s.c.numel() + s.n.numel() + s.m.numel());
-            n(&l.kv_tail) + n(&l.linear) + n(&l.conv_tail) + n(&l.delta) + m
+            let kv = l.kv.as_ref().map_or(0, |c| c.k.numel() + c.v.numel());
+            n(&l.kv_tail) + n(&l.linear) + n(&l.conv_tail) + n(&l.delta) + m + kv
         })
         .sum()
 }

@@ -7,7 +7,9 @@
 //! and f32), sliding-window attention's on their mma.sync path (attention.cu, bf16: the path of
 //! every GPU but Hopper, which the H200's GPU tests never run) and on Hopper's (wgmma, and
 //! hopper_fwd.cu's and hopper_bwd.cu's warp-specialised forward and backward), and RAttention's
-//! linear branch (rla.cu, bf16); and the
+//! linear branch (rla.cu, bf16); the decoding steps (decode.cu: the mLSTM's and the gated delta
+//! rule's single step with its short convolution, one query attending to a cache; bf16 and
+//! f32); and the
 //! fused SwiGLU
 //! (swiglu.cu, both instantiations, in bf16 and f32), the short convolution (short_conv.cu, both
 //! variants, in bf16 and f32), RMSNorm's backward (norm.cu, with and without a residual's
@@ -133,6 +135,11 @@ const RATTENTION_HOPPER: Driver = Driver {
     ],
 };
 
+const DECODE: Driver = Driver {
+    name: "decode",
+    sources: &["nn/src/mixers/decode/decode.cu"],
+};
+
 const CROSS_ENTROPY: Driver = Driver {
     name: "cross_entropy",
     sources: &["cuda/kernels/cross_entropy.cu"],
@@ -203,6 +210,12 @@ fn rattention_harness() -> Option<&'static Path> {
 fn rattention_hopper_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| build(&RATTENTION_HOPPER)).as_deref()
+}
+
+/// The decoding kernels' harness, likewise.
+fn decode_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&DECODE)).as_deref()
 }
 
 /// The functions of the kernel sources that wrap PTX; emu.h has their CPU versions.
@@ -1510,4 +1523,147 @@ fn rattention_gqa4_long_window_d128() -> Result<()> {
         150,
         630,
     )
+}
+
+/// Random values of `dims` rounded to `dtype`, held in f32 for the harness, and as `dtype` for
+/// the CPU kernel; written to `dir/name.f32`.
+fn decode_input(dir: &Path, name: &str, dims: &[usize], seed: u64, dtype: DType) -> Result<Tensor> {
+    let x = Tensor::randn(dims.to_vec(), 1.0, seed, DType::F32, Device::Cpu)?.to_dtype(dtype)?;
+    write(&dir.join(format!("{name}.f32")), &x)?;
+    Ok(x)
+}
+
+/// One recurrent step (`kind` "gdn" or "mlstm") in the emulator at `[B, H, Dk, Dv]` from a
+/// random state, against the CPU step on the same rounded inputs.
+fn decode_step_case(
+    name: &str,
+    kind: &str,
+    [b, h, dk, dv]: [usize; 4],
+    dtype: DType,
+) -> Result<()> {
+    use swax_nn::mixers::decode::{self, ConvStep, GatedDeltaStep, MlstmStep};
+    let Some(exe) = decode_harness() else {
+        return Ok(());
+    };
+    let dir = case_dir(name)?;
+    let (c, k) = (h * (2 * dk + dv), 4);
+    let x = decode_input(&dir, "x", &[b, c], 1, dtype)?;
+    let w = decode_input(&dir, "w", &[c, k], 2, dtype)?;
+    let tail = decode_input(&dir, "tail", &[b, k - 1, c], 3, dtype)?;
+    let ga = decode_input(&dir, "a", &[b, h], 4, dtype)?;
+    let gb = decode_input(&dir, "b", &[b, h], 5, dtype)?;
+    let state = decode_input(&dir, "c", &[b, h, dk, dv], 6, DType::F32)?;
+    let conv = ConvStep {
+        x: &x,
+        weight: &w,
+        tail: &tail,
+    };
+    let (out, next_tail, states) = if kind == "gdn" {
+        // beta in (0, 1) and a log decay <= 0, as the layer gives them.
+        let beta = ga.sigmoid()?;
+        let g = gb.neg()?.exp()?.neg()?;
+        write(&dir.join("a.f32"), &beta)?;
+        write(&dir.join("b.f32"), &g)?;
+        let y = decode::gated_delta_step(&GatedDeltaStep {
+            conv,
+            beta: &beta,
+            g: &g,
+            state: &state,
+        })?;
+        (y.out, y.tail, vec![("c", y.state)])
+    } else {
+        let n = decode_input(&dir, "n", &[b, h, dk], 7, DType::F32)?;
+        let m = decode_input(&dir, "m", &[b, h], 8, DType::F32)?;
+        let s = mlstm::MlstmState {
+            c: &state,
+            n: &n,
+            m: &m,
+        };
+        let y = decode::mlstm_step(
+            &MlstmStep {
+                conv,
+                i: &ga,
+                f: &gb,
+                state: s,
+            },
+            mlstm::EPS,
+        )?;
+        (
+            y.out,
+            y.tail,
+            vec![("c", y.state.c), ("n", y.state.n), ("m", y.state.m)],
+        )
+    };
+    emulate(
+        exe,
+        &dir,
+        name,
+        ("dims", &format!("{kind} {b} {h} {dk} {dv} {k} 0\n")),
+        dtype_arg(dtype),
+    )?;
+    let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+    let mut outputs = vec![("out", &out), ("tail", &next_tail)];
+    outputs.extend(states.iter().map(|(label, s)| (*label, s)));
+    check_outputs(&dir, name, &outputs, tolerance)
+}
+
+/// One query per row and head against `n` of a cache's `slots` in the emulator, against the
+/// CPU's.
+fn decode_attend_case(
+    name: &str,
+    [b, h, hkv, d, slots, n]: [usize; 6],
+    dtype: DType,
+) -> Result<()> {
+    use swax_nn::mixers::decode::{self, AttendIn};
+    let Some(exe) = decode_harness() else {
+        return Ok(());
+    };
+    let dir = case_dir(name)?;
+    let q = decode_input(&dir, "q", &[b, h, d], 1, dtype)?;
+    let k = decode_input(&dir, "k", &[b, slots, hkv, d], 2, dtype)?;
+    let v = decode_input(&dir, "v", &[b, slots, hkv, d], 3, dtype)?;
+    let out = decode::attend(
+        &AttendIn {
+            q: &q,
+            k: &k,
+            v: &v,
+        },
+        n,
+        None,
+    )?;
+    emulate(
+        exe,
+        &dir,
+        name,
+        ("dims", &format!("attend {b} {h} {hkv} {d} {slots} {n}\n")),
+        dtype_arg(dtype),
+    )?;
+    let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+    check_outputs(&dir, name, &[("out", &out)], tolerance)
+}
+
+/// Value dims unlike the key dims and above a block's threads' share, several rows and heads.
+#[test]
+fn decode_gated_delta_step() -> Result<()> {
+    decode_step_case("decode_gdn_bf16", "gdn", [2, 3, 64, 64], DType::BF16)?;
+    decode_step_case("decode_gdn_f32", "gdn", [3, 2, 32, 48], DType::F32)
+}
+
+#[test]
+fn decode_mlstm_step() -> Result<()> {
+    decode_step_case("decode_mlstm_bf16", "mlstm", [2, 3, 32, 64], DType::BF16)?;
+    decode_step_case("decode_mlstm_f32", "mlstm", [3, 2, 16, 24], DType::F32)
+}
+
+/// More slots than one tile of scores (the online softmax across tiles), slots beyond n never
+/// read, grouped queries, head dims of 64 and 128.
+#[test]
+fn decode_attend() -> Result<()> {
+    decode_attend_case(
+        "decode_attend_tiles",
+        [2, 4, 2, 64, 2600, 2500],
+        DType::BF16,
+    )?;
+    decode_attend_case("decode_attend_one", [1, 2, 1, 128, 8, 1], DType::BF16)?;
+    decode_attend_case("decode_attend_f32", [2, 3, 3, 32, 40, 37], DType::F32)
 }

@@ -3,8 +3,10 @@
 //! carries the qkv projection of the window's last tokens: `join_tail` and `tail_len`, which
 //! RAttention's layer shares.
 use super::basic::{Linear, INIT_STD};
+use super::pieces::KvCache;
 use super::{in_f32, split_heads, Forms, MixerDims};
 use crate::mixers::attention::{has_kernel, node as swa_node, reference};
+use crate::mixers::decode::{self, AttendIn};
 use crate::params::{Params, Weights};
 use swax_autograd::Tape;
 use swax_tensor::{Error, Result, Tensor};
@@ -80,6 +82,83 @@ impl Attention {
         };
         let o = tape.reshape(&tape.narrow(&o, 1, t - tp, tp)?, vec![b, tp, h * d])?;
         Ok((self.out.forward(w, &o)?, qkv))
+    }
+}
+
+impl Attention {
+    /// Whether `step` runs for activations of this dtype on this device: the fused forms and
+    /// the decoding kernel there.
+    pub fn steps(&self, x: &Tensor) -> bool {
+        self.forms
+            .fused(decode::has_kernel(x.device(), x.dtype(), self.d))
+    }
+
+    /// One decoding step x `[B, 1, C]` at position `pos`: its key (RoPE applied once, here)
+    /// enters `cache`, made on the first step from the qkv `tail` a piece left, and its query
+    /// attends to the cached keys alone. `window` bounds the cache (a ring of that many slots);
+    /// `usize::MAX` grows it (full attention).
+    pub fn step(
+        &self,
+        w: &Weights,
+        x: &Tensor,
+        window: usize,
+        pos: usize,
+        cache: &mut Option<KvCache>,
+        tail: &mut Option<Tensor>,
+    ) -> Result<Tensor> {
+        let tape = w.tape();
+        let b = x.dims()[0];
+        let (h, hkv, d) = (self.h, self.hkv, self.d);
+        let [q, k, v] = split_heads(tape, &self.qkv.forward(w, x)?, [(h, d), (hkv, d), (hkv, d)])?;
+        let mut kv = match cache.take() {
+            Some(c) => c,
+            None => self.cache_of(w, tail.take(), x, window, pos)?,
+        };
+        kv.push(&tape.rope(&k, pos, self.rope_theta)?, &v)?;
+        let q = tape
+            .rope(&q, pos, self.rope_theta)?
+            .reshape(vec![b, h, d])?;
+        let o = decode::attend(
+            &AttendIn {
+                q: &q,
+                k: &kv.k,
+                v: &kv.v,
+            },
+            kv.n,
+            None,
+        )?;
+        *cache = Some(kv);
+        self.out.forward(w, &o.reshape(vec![b, 1, h * d])?)
+    }
+
+    /// The cache of the keys (RoPE applied) and values in a piece's qkv `tail`, which ends just
+    /// before `pos` (none: nothing before); a ring of `window` slots, or just those keys for a
+    /// cache that grows.
+    fn cache_of(
+        &self,
+        w: &Weights,
+        tail: Option<Tensor>,
+        x: &Tensor,
+        window: usize,
+        pos: usize,
+    ) -> Result<KvCache> {
+        let tape = w.tape();
+        let (b, hkv, d) = (x.dims()[0], self.hkv, self.d);
+        let (k, v) = match tail {
+            Some(t) => {
+                let [_, k, v] = split_heads(tape, &t, [(self.h, d), (hkv, d), (hkv, d)])?;
+                let start = pos.checked_sub(k.dims()[1]).ok_or_else(|| Error::Invalid {
+                    op: "Attention::step",
+                    msg: format!("a tail of {} tokens before position {pos}", k.dims()[1]),
+                })?;
+                (tape.rope(&k, start, self.rope_theta)?, v)
+            }
+            None => {
+                let empty = Tensor::zeros(vec![b, 0, hkv, d], x.dtype(), x.device())?;
+                (empty.clone(), empty)
+            }
+        };
+        KvCache::new(k, v, window)
     }
 }
 

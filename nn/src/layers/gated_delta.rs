@@ -7,6 +7,7 @@ use super::gates::log_decay;
 use super::output_norm::gated_rms_norm;
 use super::short_conv::ShortConv;
 use super::{cast, split_heads, Forms, MixerDims};
+use crate::mixers::decode::{self, ConvStep, GatedDeltaStep};
 use crate::mixers::gated_delta;
 use crate::params::{Init, ParamId, Params, Weights};
 use swax_tensor::{DType, Result, Tensor};
@@ -84,7 +85,6 @@ impl GatedDelta {
         state: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let tape = w.tape();
-        let (b, t) = (x.dims()[0], x.dims()[1]);
         let (h, d) = (self.h, self.d);
         let (qkv, tail) = self.conv.forward(w, &self.qkv.forward(w, x)?, conv_tail)?;
         let [q, k, v] = split_heads(tape, &qkv, [(h, d); 3])?;
@@ -106,9 +106,63 @@ impl GatedDelta {
                 gated_delta::recurrent(tape, &q32, &k32, &v32, &up(&beta)?, &up(&g)?, state)?;
             (cast(w, &o, q.dtype())?, s)
         };
+        Ok((self.finish(w, x, &o)?, tail, state))
+    }
+
+    /// The gated RMSNorm and the out projection of the mixer's output o `[B, T, H, D]`.
+    fn finish(&self, w: &Weights, x: &Tensor, o: &Tensor) -> Result<Tensor> {
+        let tape = w.tape();
+        let (b, t) = (x.dims()[0], x.dims()[1]);
+        let (h, d) = (self.h, self.d);
         let gate = tape.reshape(&self.gate.forward(w, x)?, vec![b, t, h, d])?;
-        let y = gated_rms_norm(tape, &o, &gate, w.get(self.norm), self.eps)?;
-        let y = self.out.forward(w, &tape.reshape(&y, vec![b, t, h * d])?)?;
-        Ok((y, tail, state))
+        let y = gated_rms_norm(tape, o, &gate, w.get(self.norm), self.eps)?;
+        self.out.forward(w, &tape.reshape(&y, vec![b, t, h * d])?)
+    }
+
+    /// Whether `step` runs for activations x: the fused forms and the decoding kernel there.
+    pub fn steps(&self, x: &Tensor) -> bool {
+        self.forms
+            .fused(decode::has_kernel(x.device(), x.dtype(), self.d))
+    }
+
+    /// One decoding step x `[B, 1, C]` by the single-step kernel (`mixers::decode`), from the
+    /// convolution's tail and the state a piece or a step left (`None`: the sequence starts
+    /// here). Returns the output, the next tail and the next state (f32 for bf16 data).
+    pub fn step(
+        &self,
+        w: &Weights,
+        x: &Tensor,
+        conv_tail: Option<&Tensor>,
+        state: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let tape = w.tape();
+        let b = x.dims()[0];
+        let (h, d) = (self.h, self.d);
+        let qkv = self.qkv.forward(w, x)?;
+        let width = qkv.dims()[2];
+        let beta = tape.sigmoid(&self.beta.forward(w, x)?)?;
+        let g = log_decay(
+            tape,
+            &self.decay.forward(w, x)?,
+            w.get(self.a_log),
+            w.get(self.dt_bias),
+        )?;
+        let sd = decode::state_dtype(x.dtype());
+        let state = match state {
+            Some(s) => s.to_dtype(sd)?,
+            None => Tensor::zeros(vec![b, h, d, d], sd, x.device())?,
+        };
+        let y = decode::gated_delta_step(&GatedDeltaStep {
+            conv: ConvStep {
+                x: &qkv.reshape(vec![b, width])?,
+                weight: w.get(self.conv.weight),
+                tail: &self.conv.full_tail(conv_tail, x, width)?,
+            },
+            beta: &beta.reshape(vec![b, h])?,
+            g: &g.to_dtype(x.dtype())?.reshape(vec![b, h])?,
+            state: &state,
+        })?;
+        let o = y.out.reshape(vec![b, 1, h, d])?;
+        Ok((self.finish(w, x, &o)?, y.tail, y.state))
     }
 }

@@ -14,6 +14,7 @@ use super::gates::soft_cap;
 use super::output_norm::{gated_head_layer_norm, head_layer_norm};
 use super::short_conv::ShortConv;
 use super::{cast, split_heads, Forms, MixerDims};
+use crate::mixers::decode::{self, ConvStep, MlstmStep};
 use crate::mixers::mlstm;
 use crate::params::{ParamId, Params, Weights};
 use swax_tensor::{DType, Error, Result, Tensor};
@@ -100,7 +101,6 @@ impl Mlstm {
         state: Option<&mlstm::MlstmState>,
     ) -> Result<(Tensor, Tensor, mlstm::MlstmState)> {
         let tape = w.tape();
-        let (b, t) = (x.dims()[0], x.dims()[1]);
         let (h, dk, dv) = (self.h, self.dk, self.dv);
         let (qkv, tail) = self.conv.forward(w, &self.qkv.forward(w, x)?, conv_tail)?;
         let [q, k, v] = split_heads(tape, &qkv, [(h, dk), (h, dk), (h, dv)])?;
@@ -129,18 +129,73 @@ impl Mlstm {
             )?;
             (cast(w, &hs, q.dtype())?, s)
         };
+        let y = self.finish(w, x, &hs)?;
+        Ok((y, tail, state))
+    }
+
+    /// The gated head norm and the out projection of the mixer's output hs `[B, T, H, Dv]`.
+    fn finish(&self, w: &Weights, x: &Tensor, hs: &Tensor) -> Result<Tensor> {
+        let tape = w.tape();
+        let (b, t) = (x.dims()[0], x.dims()[1]);
+        let (h, dv) = (self.h, self.dv);
         let o = tape.reshape(&self.ogate.forward(w, x)?, vec![b, t, h, dv])?;
         let gated = match self.forms {
-            Forms::Fused => gated_head_layer_norm(tape, &hs, &o, w.get(self.norm), self.eps)?,
+            Forms::Fused => gated_head_layer_norm(tape, hs, &o, w.get(self.norm), self.eps)?,
             // The same norm and gate from primitive ops: the fused node is checked with the rest.
             Forms::Reference => {
-                let normed = head_layer_norm(tape, &hs, w.get(self.norm), None, self.eps)?;
+                let normed = head_layer_norm(tape, hs, w.get(self.norm), None, self.eps)?;
                 tape.mul(&normed, &tape.sigmoid(&o)?)?
             }
         };
-        let y = self
-            .out
-            .forward(w, &tape.reshape(&gated, vec![b, t, h * dv])?)?;
-        Ok((y, tail, state))
+        self.out
+            .forward(w, &tape.reshape(&gated, vec![b, t, h * dv])?)
+    }
+
+    /// Whether `step` runs for activations x: the fused forms and the decoding kernel there.
+    pub fn steps(&self, x: &Tensor) -> bool {
+        self.forms.fused(decode::has_kernel(
+            x.device(),
+            x.dtype(),
+            self.dk.max(self.dv),
+        ))
+    }
+
+    /// One decoding step x `[B, 1, C]` by the single-step kernel (`mixers::decode`), from the
+    /// convolution's tail and the state a piece or a step left (`None`: the sequence starts
+    /// here). Returns the output, the next tail and the next state (f32 for bf16 data).
+    pub fn step(
+        &self,
+        w: &Weights,
+        x: &Tensor,
+        conv_tail: Option<&Tensor>,
+        state: Option<&mlstm::MlstmState>,
+    ) -> Result<(Tensor, Tensor, mlstm::MlstmState)> {
+        let tape = w.tape();
+        let b = x.dims()[0];
+        let (h, dk, dv) = (self.h, self.dk, self.dv);
+        let qkv = self.qkv.forward(w, x)?;
+        let width = qkv.dims()[2];
+        let gates = tape.add(&self.gates.forward(w, x)?, w.get(self.gate_bias))?;
+        let gates = soft_cap(tape, &gates, GATE_CAP)?.reshape(vec![b, 2 * h])?;
+        let sd = decode::state_dtype(x.dtype());
+        let state = match state {
+            Some(s) => s.try_map(|t| t.to_dtype(sd))?,
+            None => mlstm::MlstmState::zeros(b, h, dk, dv, sd, x.device())?,
+        };
+        let y = decode::mlstm_step(
+            &MlstmStep {
+                conv: ConvStep {
+                    x: &qkv.reshape(vec![b, width])?,
+                    weight: w.get(self.conv.weight),
+                    tail: &self.conv.full_tail(conv_tail, x, width)?,
+                },
+                i: &gates.narrow(1, 0, h)?,
+                f: &gates.narrow(1, h, h)?,
+                state: state.try_map(Ok)?,
+            },
+            mlstm::EPS,
+        )?;
+        let hs = y.out.reshape(vec![b, 1, h, dv])?;
+        Ok((self.finish(w, x, &hs)?, y.tail, y.state))
     }
 }

@@ -9,7 +9,74 @@ use super::attention::{tail_len, Attention};
 use super::Mixer;
 use crate::mixers::mlstm::MlstmState;
 use crate::params::Weights;
-use swax_tensor::{Result, Tensor};
+use swax_tensor::{Error, Result, Tensor};
+
+/// How a piece of one token is read once a piece came before it (decoding).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Decode {
+    /// The single-step kernels (`mixers::decode`) where the layer has them: attention keeps a
+    /// cache of keys (RoPE applied) and values and attends one query to it, the recurrent layers
+    /// step their state.
+    #[default]
+    Steps,
+    /// The token as a piece of length one: attention recomputes every query of its window, the
+    /// recurrent layers run their chunkwise kernels on one step (the reference for `Steps`).
+    Recompute,
+}
+
+/// Attention's keys (RoPE applied) and values `[B, S, Hkv, D]` for decoding: a ring of S = W
+/// slots for a sliding window (a key enters where the one leaving the window was: softmax does
+/// not care about the order), or all the keys so far for full attention.
+#[derive(Clone, Debug)]
+pub struct KvCache {
+    pub k: Tensor,
+    pub v: Tensor,
+    /// Slots that hold a key.
+    pub n: usize,
+    /// The slot the next key enters.
+    next: usize,
+    /// The ring's slots; `usize::MAX`: it grows.
+    window: usize,
+}
+
+impl KvCache {
+    /// The cache holding keys k and values v `[B, n, Hkv, D]` (the last of at most `window`).
+    pub fn new(k: Tensor, v: Tensor, window: usize) -> Result<KvCache> {
+        let n = k.dims()[1];
+        if n >= window.max(1) {
+            return Err(Error::Invalid {
+                op: "KvCache::new",
+                msg: format!("{n} keys leave no slot of a window of {window} for the next"),
+            });
+        }
+        let (k, v) = match window {
+            usize::MAX => (k, v),
+            w => (k.pad(1, 0, w - n)?, v.pad(1, 0, w - n)?),
+        };
+        Ok(KvCache {
+            k: k.into_unique()?,
+            v: v.into_unique()?,
+            n,
+            next: n,
+            window,
+        })
+    }
+
+    /// Takes the step's key and value `[B, 1, Hkv, D]`: over the oldest in a full ring.
+    pub fn push(&mut self, k: &Tensor, v: &Tensor) -> Result<()> {
+        if self.window == usize::MAX {
+            self.k = Tensor::concat(&[&self.k, k], 1)?;
+            self.v = Tensor::concat(&[&self.v, v], 1)?;
+            self.n += 1;
+            return Ok(());
+        }
+        self.k.write_at(1, self.next, k)?;
+        self.v.write_at(1, self.next, v)?;
+        self.next = (self.next + 1) % self.window;
+        self.n = (self.n + 1).min(self.window);
+        Ok(())
+    }
+}
 
 /// What one mixer carries from a piece to the next (`None`s before the first piece).
 #[derive(Clone, Debug, Default)]
@@ -23,6 +90,10 @@ pub struct MixerState {
     pub mlstm: Option<MlstmState>,
     /// Gated delta rule: its state.
     pub delta: Option<Tensor>,
+    /// Attention after its first decoding step: the cache that replaces `kv_tail`.
+    pub kv: Option<KvCache>,
+    /// How a one-token piece after the first piece is read.
+    pub decode: Decode,
 }
 
 impl Mixer {
@@ -37,6 +108,56 @@ impl Mixer {
         state: &mut MixerState,
     ) -> Result<Tensor> {
         let tape = w.tape();
+        let step = x.dims()[1] == 1 && pos > 0 && state.decode == Decode::Steps;
+        if step {
+            match self {
+                Mixer::Swa(m) if m.steps(x) => {
+                    return m.step(w, x, window, pos, &mut state.kv, &mut state.kv_tail)
+                }
+                Mixer::Full(m) if m.steps(x) => {
+                    return m.step(w, x, usize::MAX, pos, &mut state.kv, &mut state.kv_tail)
+                }
+                Mixer::Mlstm(m) if m.steps(x) => {
+                    let (y, tail, s) =
+                        m.step(w, x, state.conv_tail.as_ref(), state.mlstm.as_ref())?;
+                    (state.conv_tail, state.mlstm) = (Some(tail), Some(s));
+                    return Ok(y);
+                }
+                Mixer::GatedDelta(m) if m.steps(x) => {
+                    let (y, tail, s) =
+                        m.step(w, x, state.conv_tail.as_ref(), state.delta.as_ref())?;
+                    (state.conv_tail, state.delta) = (Some(tail), Some(s));
+                    return Ok(y);
+                }
+                _ => {}
+            }
+        }
+        if state.kv.is_some() {
+            return Err(Error::Invalid {
+                op: "Mixer::forward_piece",
+                msg: "a piece of several tokens after decoding steps: attention holds a cache \
+                      of keys, not the tail a piece joins (read the sequence in pieces, or \
+                      with Decode::Recompute)"
+                    .into(),
+            });
+        }
+        // A state a step left in f32 (`decode::state_dtype`), as the chunkwise kernels take it
+        // (only the fused forms step; the reference forms carry theirs in f32).
+        let dtype = x.dtype();
+        let cast = |t: &Tensor| t.to_dtype(dtype);
+        match self {
+            Mixer::GatedDelta(m) if m.steps(x) => {
+                if let Some(s) = state.delta.as_mut() {
+                    *s = cast(s)?;
+                }
+            }
+            Mixer::Mlstm(m) if m.steps(x) => {
+                if let Some(s) = state.mlstm.as_mut() {
+                    *s = s.try_map(cast)?;
+                }
+            }
+            _ => {}
+        }
         let attend = |m: &Attention, window: usize, state: &mut MixerState| {
             let (y, joined) = m.forward_piece(w, x, window, pos, state.kv_tail.as_ref())?;
             let t = joined.dims()[1];

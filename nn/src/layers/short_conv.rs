@@ -60,6 +60,19 @@ impl ShortConv {
     }
 }
 
+impl ShortConv {
+    /// The K - 1 inputs `[B, K - 1, width]` before a decoding step, from the `tail` a piece or a
+    /// step left (shorter after a short prompt, none at the start): zeros where the sequence
+    /// had no token, as the causal convolution reads them. x is the step's input, for its
+    /// batch, dtype and device.
+    pub fn full_tail(&self, tail: Option<&Tensor>, x: &Tensor, width: usize) -> Result<Tensor> {
+        match tail {
+            Some(t) => t.pad(1, (TAPS - 1).saturating_sub(t.dims()[1]), 0),
+            None => Tensor::zeros(vec![x.dims()[0], TAPS - 1, width], x.dtype(), x.device()),
+        }
+    }
+}
+
 /// `silu(short_conv(x, w))` over x `[B, T, C]`: the fused kernel (every device has it), or
 /// in the reference form the same sum written as K shifted copies of x
 /// (`sum_j w[:, j] x[t - K + 1 + j]`).

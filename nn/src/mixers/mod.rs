@@ -1,5 +1,6 @@
 //! Sequence mixers. Inputs are `[B, T, H, D]` unless a mixer documents otherwise.
 pub mod attention;
+pub mod decode;
 pub mod gated_delta;
 pub mod mlstm;
 mod one_step;
@@ -18,6 +19,7 @@ mod tests {
     fn every_mixer_kernel_compiles_for_every_architecture() {
         match compile_for_every_architecture(&[
             &super::attention::SOURCE,
+            &super::decode::SOURCE,
             &super::gated_delta::SOURCE,
             &super::gated_delta::PARALLEL_SOURCE,
             &super::mlstm::SOURCE,

@@ -174,6 +174,37 @@ impl Tensor {
         Ok(self.with_storage(out, shape))
     }
 
+    /// Writes `src` over entries `start..start + src.dims()[axis]` of `axis`, in place: one copy
+    /// of `src`'s size, where building the tensor anew would copy all of it (a decoding cache
+    /// taking one step's keys). `src` has this tensor's dtype and device and its dims off `axis`;
+    /// an error where this tensor's buffer is shared (`Tensor::into_unique` makes it its own).
+    pub fn write_at(&mut self, axis: isize, start: usize, src: &Tensor) -> Result<()> {
+        const OP: &str = "write_at";
+        let a = self.shape().axis(OP, axis)?;
+        let fits = src.dims().len() == self.dims().len()
+            && src
+                .dims()
+                .iter()
+                .zip(self.dims())
+                .enumerate()
+                .all(|(i, (&s, &d))| if i == a { start + s <= d } else { s == d });
+        if !fits || src.dtype() != self.dtype() {
+            return Err(crate::Error::Invalid {
+                op: OP,
+                msg: format!(
+                    "{} {} does not fit at {start} of axis {a} of {} {}",
+                    src.dtype(),
+                    src.shape(),
+                    self.dtype(),
+                    self.shape()
+                ),
+            });
+        }
+        let strides = self.shape().strides();
+        let offset = start * strides[a];
+        src.copy_to_region(self.storage_mut(OP)?, &strides, offset)
+    }
+
     /// Shifts entries along `axis` by `k` (later for k > 0), filling with zeros: out[t] = x[t-k].
     /// How a state "as of w steps ago" is read off a running sum.
     pub fn shift(&self, axis: isize, k: isize) -> Result<Tensor> {

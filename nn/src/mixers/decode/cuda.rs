@@ -1,0 +1,229 @@
+//! The decoding steps on CUDA (`decode.cu`): one block of `DECODE_THREADS` per row and head,
+//! each kernel one launch.
+use super::{AttendIn, AttendShape, GatedDeltaStep, MlstmStep, StepShape, Stepped};
+use swax_cuda::kernels::chunk::check_operands;
+use swax_cuda::kernels::{float_kernel, launch, Launch};
+use swax_cuda::{Buffer, CudaError, DType, KernelSource};
+use swax_tensor::cuda::CudaStorage;
+
+pub(crate) const SOURCE: KernelSource = KernelSource {
+    name: "decode",
+    source: &[include_str!("decode.cu")],
+};
+
+/// Threads of a block (`DECODE_THREADS` in decode.cu).
+const DECODE_THREADS: u32 = 256;
+/// Scores a block of `attend` holds at once (`DECODE_TILE`).
+const DECODE_TILE: usize = 1024;
+/// The largest head dim: `attend`'s groups of threads each sum one element of every value, so a
+/// head's elements must fit in a block's threads.
+pub(super) const MAX_HEAD_DIM: usize = DECODE_THREADS as usize;
+
+fn u32_of(op: &'static str, what: &str, n: usize) -> Result<u32, CudaError> {
+    u32::try_from(n).map_err(|_| CudaError::invalid(op, format!("{what} {n} exceeds u32")))
+}
+
+/// One block per row and head with `shared` bytes.
+fn blocks(op: &'static str, rows: usize, shared: usize) -> Result<Launch, CudaError> {
+    Ok(Launch {
+        grid: (u32_of(op, "rows x heads", rows)?, 1, 1),
+        block: (DECODE_THREADS, 1, 1),
+        shared: u32_of(op, "shared bytes", shared)?,
+    })
+}
+
+/// Checks the convolution's operands against the sizes (data of x's dtype, f32 states).
+fn check_conv(
+    op: &'static str,
+    x: &super::ConvStep<&Buffer>,
+    d: &StepShape,
+    gates: [(&str, &Buffer); 2],
+    states: &[(&str, &Buffer, usize)],
+) -> Result<DType, CudaError> {
+    let dt = x.x.dtype();
+    if d.dk.max(d.dv) > MAX_HEAD_DIM {
+        return Err(CudaError::invalid(
+            op,
+            format!("head dims {} and {} above {MAX_HEAD_DIM}", d.dk, d.dv),
+        ));
+    }
+    let (c, k) = (d.channels(), d.taps);
+    let mut all = vec![
+        ("x", x.x, dt, d.b * c),
+        ("weight", x.weight, dt, c * k),
+        ("tail", x.tail, dt, d.b * (k - 1) * c),
+    ];
+    all.extend(gates.map(|(name, g)| (name, g, dt, d.b * d.h)));
+    all.extend(states.iter().map(|&(name, s, n)| (name, s, DType::F32, n)));
+    check_operands(op, x.x.device(), &all)?;
+    Ok(dt)
+}
+
+pub(super) fn gated_delta_step(
+    x: &GatedDeltaStep<&Buffer>,
+    d: &StepShape,
+) -> Result<Stepped<CudaStorage>, CudaError> {
+    const OP: &str = "gated_delta_step";
+    let heads = d.b * d.h;
+    let dt = check_conv(
+        OP,
+        &x.conv,
+        d,
+        [("beta", x.beta), ("g", x.g)],
+        &[("state", x.state, heads * d.dk * d.dv)],
+    )?;
+    let dev = x.conv.x.device();
+    let out = dev.alloc(dt, heads * d.dv)?;
+    let tail = dev.alloc(dt, x.conv.tail.len())?;
+    let state = dev.alloc(DType::F32, heads * d.dk * d.dv)?;
+    let name = float_kernel!(OP, "gated_delta_step", dt)?;
+    let cfg = blocks(OP, heads, 4 * (2 * d.dk + d.dv))?;
+    let sizes = [d.h, d.dk, d.dv, d.taps].map(|n| n as u32);
+    // SAFETY: gated_delta_step_T(x, w, tail, beta, g, s, out, tail_out, s_out, heads, dk, dv,
+    // taps); every buffer checked or allocated at the length these sizes imply, and the shared
+    // memory holds the head's q, k, v in f32.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            cfg,
+            &[
+                x.conv.x,
+                x.conv.weight,
+                x.conv.tail,
+                x.beta,
+                x.g,
+                x.state,
+                &out,
+                &tail,
+                &state,
+                &sizes[0],
+                &sizes[1],
+                &sizes[2],
+                &sizes[3],
+            ],
+        )?;
+    }
+    Ok(Stepped {
+        out: out.into(),
+        tail: tail.into(),
+        state: vec![state.into()],
+    })
+}
+
+pub(super) fn mlstm_step(
+    x: &MlstmStep<&Buffer>,
+    d: &StepShape,
+    eps: f32,
+) -> Result<Stepped<CudaStorage>, CudaError> {
+    const OP: &str = "mlstm_step";
+    let heads = d.b * d.h;
+    let s = &x.state;
+    let dt = check_conv(
+        OP,
+        &x.conv,
+        d,
+        [("i", x.i), ("f", x.f)],
+        &[
+            ("c", s.c, heads * d.dk * d.dv),
+            ("n", s.n, heads * d.dk),
+            ("m", s.m, heads),
+        ],
+    )?;
+    let dev = x.conv.x.device();
+    let out = dev.alloc(dt, heads * d.dv)?;
+    let tail = dev.alloc(dt, x.conv.tail.len())?;
+    let c = dev.alloc(DType::F32, heads * d.dk * d.dv)?;
+    let n = dev.alloc(DType::F32, heads * d.dk)?;
+    let m = dev.alloc(DType::F32, heads)?;
+    let name = float_kernel!(OP, "mlstm_step", dt)?;
+    let cfg = blocks(OP, heads, 4 * (2 * d.dk + d.dv))?;
+    let sizes = [d.h, d.dk, d.dv, d.taps].map(|n| n as u32);
+    // SAFETY: mlstm_step_T(x, w, tail, i, f, c, n, m, out, tail_out, c_out, n_out, m_out, heads,
+    // dk, dv, taps, eps); every buffer checked or allocated at the length these sizes imply, and
+    // the shared memory holds the head's q, k, v in f32.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            cfg,
+            &[
+                x.conv.x,
+                x.conv.weight,
+                x.conv.tail,
+                x.i,
+                x.f,
+                s.c,
+                s.n,
+                s.m,
+                &out,
+                &tail,
+                &c,
+                &n,
+                &m,
+                &sizes[0],
+                &sizes[1],
+                &sizes[2],
+                &sizes[3],
+                &eps,
+            ],
+        )?;
+    }
+    Ok(Stepped {
+        out: out.into(),
+        tail: tail.into(),
+        state: vec![c.into(), n.into(), m.into()],
+    })
+}
+
+pub(super) fn attend(
+    x: &AttendIn<&Buffer>,
+    d: &AttendShape,
+    scale: f32,
+) -> Result<CudaStorage, CudaError> {
+    const OP: &str = "attend";
+    let dt = x.q.dtype();
+    if d.d > MAX_HEAD_DIM {
+        return Err(CudaError::invalid(
+            OP,
+            format!("head dim {} above {MAX_HEAD_DIM}", d.d),
+        ));
+    }
+    let cache = d.b * d.slots * d.hkv * d.d;
+    check_operands(
+        OP,
+        x.q.device(),
+        &[
+            ("q", x.q, dt, d.b * d.h * d.d),
+            ("k", x.k, dt, cache),
+            ("v", x.v, dt, cache),
+        ],
+    )?;
+    let dev = x.q.device();
+    let out = dev.alloc(dt, d.b * d.h * d.d)?;
+    let name = float_kernel!(OP, "attend", dt)?;
+    // q, a tile of scores, the groups' sums of the values.
+    let cfg = blocks(
+        OP,
+        d.b * d.h,
+        4 * (d.d + DECODE_TILE + DECODE_THREADS as usize),
+    )?;
+    let sizes = [d.h, d.hkv, d.d, d.slots, d.n].map(|n| n as u32);
+    // SAFETY: attend_T(q, k, v, out, heads, kv_heads, d, slots, n, scale); buffers checked or
+    // allocated at the lengths these sizes imply (n <= slots, checked by the op), and the shared
+    // memory is what the kernel carves.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            cfg,
+            &[
+                x.q, x.k, x.v, &out, &sizes[0], &sizes[1], &sizes[2], &sizes[3], &sizes[4], &scale,
+            ],
+        )?;
+    }
+    Ok(out.into())
+}

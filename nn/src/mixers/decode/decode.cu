@@ -1,0 +1,190 @@
+// decode.cu: one decoding step of each mixer, for B rows at once (equations and layouts: mod.rs
+// beside this file; the CPU forms in cpu.rs compute the same).
+//
+// - mlstm_step_T and gated_delta_step_T: one block per (row, head). The block first runs the
+//   short convolution and SiLU on its head's q, k, v channels of the step's pre-convolution row
+//   (rounded to T, as the chunkwise path stores them) and writes those channels of the next
+//   convolution tail; then one thread per value column updates the column of the state [Dk, Dv]
+//   and reads the output from it. The state is f32 and read once and written once: a step is
+//   bound by those bytes, so nothing is staged in shared memory beyond q, k and v.
+// - attend_T: one query per (row, head) against the n cached keys and values of its kv head
+//   (the window's keys, RoPE already applied). Keys in tiles of DECODE_TILE scores in shared
+//   memory, a warp per key (its lanes read the key's contiguous elements), softmax online across
+//   tiles; the values summed by groups of threads, each thread one element of the head dim.
+#include "common.cuh"
+
+// Threads of every decoding kernel's block; matches DECODE_THREADS in cuda.rs.
+#define DECODE_THREADS 256
+// Scores held in shared memory per tile of keys; matches DECODE_TILE in cuda.rs.
+#define DECODE_TILE 1024
+
+// Channel `ch` of silu(short_conv) at the step: the K - 1 tail inputs [B, K - 1, C], then the
+// step's x [B, C]; weights [C, K], tap K - 1 on the step. Writes the channel's next tail (the
+// last K - 1 inputs) and returns the output rounded to T.
+template <typename T>
+__device__ __forceinline__ float conv_channel(const T* x, const T* w, const T* tail, T* tail_out, u32 b, u32 c,
+                                              u32 taps, u32 ch) {
+    const u64 row = (u64)b * (taps - 1);
+    const float now = to_float(x[(u64)b * c + ch]);
+    float sum = to_float(w[(u64)ch * taps + taps - 1]) * now;
+    for (u32 j = 0; j + 1 < taps; ++j) {
+        const float in = to_float(tail[(row + j) * c + ch]);
+        sum += to_float(w[(u64)ch * taps + j]) * in;
+        tail_out[(row + j) * c + ch] = j + 2 < taps ? tail[(row + j + 1) * c + ch] : x[(u64)b * c + ch];
+    }
+    return to_float(Convert<T>::from(sum * sigmoid(sum)));
+}
+
+// q, k (Dk each) and v (Dv) of head h into s (f32), from the pre-convolution row laid out as
+// [q of every head, k of every head, v of every head].
+template <typename T>
+__device__ __forceinline__ void conv_heads(const T* x, const T* w, const T* tail, T* tail_out, u32 b, u32 h,
+                                           u32 heads, u32 dk, u32 dv, u32 taps, float* s) {
+    const u32 c = heads * (2 * dk + dv);
+    for (u32 i = threadIdx.x; i < 2 * dk + dv; i += blockDim.x) {
+        const u32 ch = i < dk ? h * dk + i : i < 2 * dk ? heads * dk + h * dk + (i - dk) : 2 * heads * dk + h * dv + (i - 2 * dk);
+        s[i] = conv_channel(x, w, tail, tail_out, b, c, taps, ch);
+    }
+    __syncthreads();
+}
+
+// Sum over the block of each thread's value, returned to all.
+__device__ __forceinline__ float block_sum(float v) { return row_reduce(v, SumOp()); }
+
+template <typename T>
+__device__ void gated_delta_step(const T* x, const T* w, const T* tail, const T* beta, const T* g, const float* s,
+                                 T* out, T* tail_out, float* s_out, u32 heads, u32 dk, u32 dv, u32 taps) {
+    extern __shared__ float sm[];
+    const u32 bh = blockIdx.x, b = bh / heads, h = bh % heads;
+    float *q = sm, *k = sm + dk, *v = sm + 2 * dk;
+    conv_heads(x, w, tail, tail_out, b, h, heads, dk, dv, taps, sm);
+    float qq = 0.0f, kk = 0.0f;
+    for (u32 i = threadIdx.x; i < dk; i += blockDim.x) {
+        qq += q[i] * q[i];
+        kk += k[i] * k[i];
+    }
+    // L2-normalized q (then scaled by 1/sqrt(Dk)) and k, as the chunkwise kernels normalize.
+    const float qs = rsqrtf(block_sum(qq) + 1e-6f) * rsqrtf((float)dk), ks = rsqrtf(block_sum(kk) + 1e-6f);
+    const float a = expf(to_float(g[bh])), bt = to_float(beta[bh]);
+    const float* S = s + (u64)bh * dk * dv;
+    float* So = s_out + (u64)bh * dk * dv;
+    for (u32 j = threadIdx.x; j < dv; j += blockDim.x) {
+        float kS = 0.0f;
+        for (u32 i = 0; i < dk; ++i) kS += k[i] * S[(u64)i * dv + j];
+        // The delta u = beta (v - a S^T k); the column becomes a S + k u.
+        const float u = bt * (v[j] - a * ks * kS);
+        float o = 0.0f;
+        for (u32 i = 0; i < dk; ++i) {
+            const float next = a * S[(u64)i * dv + j] + ks * k[i] * u;
+            So[(u64)i * dv + j] = next;
+            o += q[i] * next;
+        }
+        out[(u64)bh * dv + j] = Convert<T>::from(o * qs);
+    }
+}
+
+template <typename T>
+__device__ void mlstm_step(const T* x, const T* w, const T* tail, const T* ig, const T* fg, const float* c,
+                           const float* n, const float* m, T* out, T* tail_out, float* c_out, float* n_out,
+                           float* m_out, u32 heads, u32 dk, u32 dv, u32 taps, float eps) {
+    extern __shared__ float sm[];
+    const u32 bh = blockIdx.x, b = bh / heads, h = bh % heads;
+    float *q = sm, *k = sm + dk, *v = sm + 2 * dk;
+    conv_heads(x, w, tail, tail_out, b, h, heads, dk, dv, taps, sm);
+    const float i_t = to_float(ig[bh]), f_t = to_float(fg[bh]), m0 = m[bh];
+    // log_sigmoid(f), stable for either sign.
+    const float lf = fminf(f_t, 0.0f) - log1pf(expf(-fabsf(f_t)));
+    const float m1 = fmaxf(lf + m0, i_t), decay = expf(lf + m0 - m1), input = expf(i_t - m1);
+    const float qs = rsqrtf((float)dk);
+    float qn = 0.0f;
+    for (u32 i = threadIdx.x; i < dk; i += blockDim.x) {
+        const float next = decay * n[(u64)bh * dk + i] + input * k[i];
+        n_out[(u64)bh * dk + i] = next;
+        qn += q[i] * next;
+    }
+    qn = block_sum(qn) * qs;
+    if (threadIdx.x == 0) m_out[bh] = m1;
+    const float den = fmaxf(fabsf(qn), expf(-m1)) + eps;
+    const float* C = c + (u64)bh * dk * dv;
+    float* Co = c_out + (u64)bh * dk * dv;
+    for (u32 j = threadIdx.x; j < dv; j += blockDim.x) {
+        const float iv = input * v[j];
+        float o = 0.0f;
+        for (u32 i = 0; i < dk; ++i) {
+            const float next = decay * C[(u64)i * dv + j] + k[i] * iv;
+            Co[(u64)i * dv + j] = next;
+            o += q[i] * next;
+        }
+        out[(u64)bh * dv + j] = Convert<T>::from(o * qs / den);
+    }
+}
+
+template <typename T>
+__device__ void attend(const T* q, const T* k, const T* v, T* out, u32 heads, u32 kv_heads, u32 d, u32 slots,
+                       u32 n, float scale) {
+    extern __shared__ float sm[];
+    float *qs = sm, *p = sm + d, *acc = p + DECODE_TILE;
+    const u32 bh = blockIdx.x, b = bh / heads, h = bh % heads, hk = h / (heads / kv_heads);
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (u32 e = threadIdx.x; e < d; e += blockDim.x) qs[e] = to_float(q[(u64)bh * d + e]);
+    // Thread (g, e) sums element e of the values of keys g, g + groups, ...
+    const u32 groups = blockDim.x / d, e = threadIdx.x % d, g = threadIdx.x / d;
+    float mx = neg_inf(), l = 0.0f, sum = 0.0f;
+    for (u32 t0 = 0; t0 < n; t0 += DECODE_TILE) {
+        const u32 len = min(n - t0, (u32)DECODE_TILE);
+        __syncthreads();  // qs written; the previous tile's p read
+        for (u32 t = warp; t < len; t += warps) {
+            const T* key = k + (((u64)b * slots + t0 + t) * kv_heads + hk) * d;
+            float dot = 0.0f;
+            for (u32 i = lane; i < d; i += 32) dot += qs[i] * to_float(key[i]);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) dot += shfl_xor(dot, o);
+            if (lane == 0) p[t] = dot * scale;
+        }
+        __syncthreads();
+        float tmax = neg_inf();
+        for (u32 t = threadIdx.x; t < len; t += blockDim.x) tmax = fmaxf(tmax, p[t]);
+        const float next = fmaxf(mx, row_reduce(tmax, MaxOp()));
+        const float rescale = expf(mx - next);
+        float part = 0.0f;
+        for (u32 t = threadIdx.x; t < len; t += blockDim.x) {
+            p[t] = expf(p[t] - next);
+            part += p[t];
+        }
+        l = l * rescale + block_sum(part);  // block_sum synchronizes: every p[t] is written
+        mx = next;
+        sum *= rescale;
+        if (g < groups)
+            for (u32 t = g; t < len; t += groups) sum += p[t] * to_float(v[(((u64)b * slots + t0 + t) * kv_heads + hk) * d + e]);
+    }
+    if (g < groups) acc[g * d + e] = sum;
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < d; i += blockDim.x) {
+        float o = 0.0f;
+        for (u32 j = 0; j < groups; ++j) o += acc[j * d + i];
+        out[(u64)bh * d + i] = Convert<T>::from(o / l);
+    }
+}
+
+#define DECODE_KERNELS(T, SUFFIX)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
+        gated_delta_step_##SUFFIX(const T* x, const T* w, const T* tail, const T* beta, const T* g,              \
+                                  const float* s, T* out, T* tail_out, float* s_out, u32 heads, u32 dk, u32 dv,  \
+                                  u32 taps) {                                                                    \
+        gated_delta_step<T>(x, w, tail, beta, g, s, out, tail_out, s_out, heads, dk, dv, taps);                  \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
+        mlstm_step_##SUFFIX(const T* x, const T* w, const T* tail, const T* ig, const T* fg, const float* c,     \
+                            const float* n, const float* m, T* out, T* tail_out, float* c_out, float* n_out,     \
+                            float* m_out, u32 heads, u32 dk, u32 dv, u32 taps, float eps) {                      \
+        mlstm_step<T>(x, w, tail, ig, fg, c, n, m, out, tail_out, c_out, n_out, m_out, heads, dk, dv, taps,     \
+                      eps);                                                                                      \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
+        attend_##SUFFIX(const T* q, const T* k, const T* v, T* out, u32 heads, u32 kv_heads, u32 d, u32 slots,   \
+                        u32 n, float scale) {                                                                    \
+        attend<T>(q, k, v, out, heads, kv_heads, d, slots, n, scale);                                            \
+    }
+
+DECODE_KERNELS(float, f32)
+DECODE_KERNELS(bf16, bf16)

@@ -1,0 +1,146 @@
+//! The decoding kernels on the GPU (decode.cu) against their CPU forms on the same rounded
+//! inputs: the mLSTM's and the gated delta rule's single step (with the short convolution and
+//! its tail), several steps in a row so the state carries, and one query attending to a cache
+//! longer than a tile of scores, in bf16 and f32. Skips without a GPU (see `swax_tests::gpu`).
+use swax_nn::mixers::decode::{self, AttendIn, ConvStep, GatedDeltaStep, MlstmStep};
+use swax_nn::mixers::mlstm::{MlstmState, EPS};
+use swax_tensor::{DType, Device, Result, Tensor};
+use swax_tests::{gpu, worst_element_error};
+
+fn input(dims: &[usize], seed: u64, dtype: DType) -> Tensor {
+    Tensor::randn(dims.to_vec(), 1.0, seed, DType::F32, Device::Cpu)
+        .and_then(|x| x.to_dtype(dtype))
+        .unwrap()
+}
+
+/// Worst element within `tol` of the largest: f32 sums in one order on both devices but
+/// expf's rounding; bf16 outputs rounded once, the state kept in f32.
+fn check(name: &str, got: &Tensor, want: &Tensor, dtype: DType) {
+    let tol = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+    let got = got.to_device(Device::Cpu).unwrap();
+    let err = worst_element_error(&got, want).unwrap();
+    eprintln!("{name}: worst element {err:.2e}");
+    assert!(err < tol, "{name}: worst element {err:.3e} > {tol:.0e}");
+}
+
+/// Eight steps of `kind` ("gdn" or "mlstm") on both devices, each device carrying its own
+/// state and tail.
+fn steps(kind: &str, dev: Device, [b, h, dk, dv]: [usize; 4], dtype: DType) -> Result<()> {
+    let (c, k) = (h * (2 * dk + dv), 4);
+    let w = input(&[c, k], 1, dtype);
+    let sd = decode::state_dtype(dtype);
+    let zeros = |dims: &[usize], dt| Tensor::zeros(dims.to_vec(), dt, Device::Cpu);
+    let mut cpu = (
+        zeros(&[b, k - 1, c], dtype)?,
+        MlstmState::zeros(b, h, dk, dv, sd, Device::Cpu)?,
+    );
+    let mut gpu = (cpu.0.to_device(dev)?, cpu.1.try_map(|t| t.to_device(dev))?);
+    let wg = w.to_device(dev)?;
+    for step in 0..8u64 {
+        let x = input(&[b, c], 10 + step, dtype);
+        let (ga, gb) = (
+            input(&[b, h], 20 + step, dtype),
+            input(&[b, h], 30 + step, dtype),
+        );
+        let (ga, gb) = match kind {
+            "gdn" => (ga.sigmoid()?, gb.neg()?.exp()?.neg()?),
+            _ => (ga, gb),
+        };
+        let on = |d: Device| -> Result<[Tensor; 3]> {
+            Ok([x.to_device(d)?, ga.to_device(d)?, gb.to_device(d)?])
+        };
+        let run =
+            |at: Device, weight: &Tensor, (tail, s): &mut (Tensor, MlstmState)| -> Result<Tensor> {
+                let [x, ga, gb] = on(at)?;
+                let conv = ConvStep {
+                    x: &x,
+                    weight,
+                    tail: &*tail,
+                };
+                let out = if kind == "gdn" {
+                    let y = decode::gated_delta_step(&GatedDeltaStep {
+                        conv,
+                        beta: &ga,
+                        g: &gb,
+                        state: &s.c,
+                    })?;
+                    (*tail, s.c) = (y.tail, y.state);
+                    y.out
+                } else {
+                    let y = decode::mlstm_step(
+                        &MlstmStep {
+                            conv,
+                            i: &ga,
+                            f: &gb,
+                            state: s.try_map(Ok)?,
+                        },
+                        EPS,
+                    )?;
+                    (*tail, *s) = (y.tail, y.state);
+                    y.out
+                };
+                Ok(out)
+            };
+        let want = run(Device::Cpu, &w, &mut cpu)?;
+        let got = run(dev, &wg, &mut gpu)?;
+        check(&format!("{kind} {dtype} out[{step}]"), &got, &want, dtype);
+    }
+    check(&format!("{kind} {dtype} tail"), &gpu.0, &cpu.0, dtype);
+    check(&format!("{kind} {dtype} state"), &gpu.1.c, &cpu.1.c, dtype);
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
+fn recurrent_steps_match_the_cpu() -> Result<()> {
+    let Some(dev) = gpu() else {
+        return Ok(());
+    };
+    for dtype in [DType::BF16, DType::F32] {
+        steps("gdn", dev, [3, 4, 128, 128], dtype)?;
+        steps("gdn", dev, [2, 3, 64, 96], dtype)?;
+        steps("mlstm", dev, [3, 4, 64, 128], dtype)?;
+        steps("mlstm", dev, [2, 3, 32, 48], dtype)?;
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
+fn attend_matches_the_cpu() -> Result<()> {
+    let Some(dev) = gpu() else {
+        return Ok(());
+    };
+    for dtype in [DType::BF16, DType::F32] {
+        for [b, h, hkv, d, slots, n] in [
+            [4, 8, 2, 128, 4096, 3000],
+            [2, 4, 4, 64, 33, 33],
+            [1, 2, 1, 256, 8, 5],
+        ] {
+            let q = input(&[b, h, d], 1, dtype);
+            let k = input(&[b, slots, hkv, d], 2, dtype);
+            let v = input(&[b, slots, hkv, d], 3, dtype);
+            let want = decode::attend(
+                &AttendIn {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                },
+                n,
+                None,
+            )?;
+            let (q, k, v) = (q.to_device(dev)?, k.to_device(dev)?, v.to_device(dev)?);
+            let got = decode::attend(
+                &AttendIn {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                },
+                n,
+                None,
+            )?;
+            check(&format!("attend {dtype} {slots} slots"), &got, &want, dtype);
+        }
+    }
+    Ok(())
+}
