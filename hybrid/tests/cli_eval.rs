@@ -21,6 +21,18 @@ fn text(out: &Output) -> String {
 }
 
 /// Trains the micro model into `run` with `extra` settings over the defaults below.
+/// Runs `swax eval RUN ARGS...` on the CPU, which must succeed, and returns its output and the
+/// `results.json` it wrote at window 32 (the runs' long window).
+fn eval(run: &Path, args: &[&str]) -> (String, serde_json::Value) {
+    let mut all = vec!["eval", run.to_str().unwrap(), "--device", "cpu"];
+    all.extend_from_slice(args);
+    let out = swax(&all);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let results = std::fs::read_to_string(run.join("eval/w32/results.json")).expect(&log);
+    (log, serde_json::from_str(&results).unwrap())
+}
+
 fn train(run: &Path, extra: &[&str]) {
     let sets = [
         "model.pattern=\"SMR\"",
@@ -55,25 +67,20 @@ fn eval_and_report_work_on_a_run_made_by_train() {
     let run = dir.path().join("run");
     train(&run, &[]);
     let path = run.to_str().unwrap();
-    let out = swax(&[
-        "eval",
-        path,
-        "--device",
-        "cpu",
-        "--tasks",
-        "passkey,mqar,loss",
-        "--lengths",
-        "256,512",
-        "--depths",
-        "0.5",
-        "--samples",
-        "1",
-    ]);
-    let log = text(&out);
-    assert!(out.status.success(), "{log}");
     // The window defaults to the run's long window; every task and the loss ran at each length.
-    let results = std::fs::read_to_string(run.join("eval/w32/results.json")).expect(&log);
-    let json: serde_json::Value = serde_json::from_str(&results).unwrap();
+    let (log, json) = eval(
+        &run,
+        &[
+            "--tasks",
+            "passkey,mqar,loss",
+            "--lengths",
+            "256,512",
+            "--depths",
+            "0.5",
+            "--samples",
+            "1",
+        ],
+    );
     let cells = json["tasks"].as_array().unwrap();
     for (task, len) in [
         ("passkey", 256),
@@ -85,7 +92,7 @@ fn eval_and_report_work_on_a_run_made_by_train() {
             cells.iter().any(|c| c["task"] == task
                 && c["length"] == len
                 && c["answers"].as_u64() > Some(0)),
-            "{task} at {len} missing from {results}"
+            "{task} at {len} missing from {json}"
         );
     }
     let buckets = json["loss"]["buckets"].as_array().unwrap();
@@ -137,28 +144,23 @@ fn generation_scoring_sits_beside_exact_match() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     train(&run, &[]);
-    let out = swax(&[
-        "eval",
-        run.to_str().unwrap(),
-        "--device",
-        "cpu",
-        "--tasks",
-        "passkey,mqar",
-        "--lengths",
-        "256",
-        "--depths",
-        "0.5",
-        "--samples",
-        "2",
-        "--scoring",
-        "generate",
-        "--generate-tokens",
-        "8",
-    ]);
-    let log = text(&out);
-    assert!(out.status.success(), "{log}");
-    let results = std::fs::read_to_string(run.join("eval/w32/results.json")).expect(&log);
-    let json: serde_json::Value = serde_json::from_str(&results).unwrap();
+    let (log, json) = eval(
+        &run,
+        &[
+            "--tasks",
+            "passkey,mqar",
+            "--lengths",
+            "256",
+            "--depths",
+            "0.5",
+            "--samples",
+            "2",
+            "--scoring",
+            "generate",
+            "--generate-tokens",
+            "8",
+        ],
+    );
     let cell = |task: &str| {
         json["tasks"]
             .as_array()
@@ -188,20 +190,7 @@ fn an_mqar_run_is_evaluated_on_mqar_and_generates_readable_output() {
     let run = dir.path().join("run");
     train(&run, &["data.source=\"mqar\"", "data.mqar_pairs=4"]);
     let path = run.to_str().unwrap();
-    let out = swax(&[
-        "eval",
-        path,
-        "--device",
-        "cpu",
-        "--lengths",
-        "64,128",
-        "--samples",
-        "1",
-    ]);
-    let log = text(&out);
-    assert!(out.status.success(), "{log}");
-    let results = std::fs::read_to_string(run.join("eval/w32/results.json")).expect(&log);
-    let json: serde_json::Value = serde_json::from_str(&results).unwrap();
+    let (log, json) = eval(&run, &["--lengths", "64,128", "--samples", "1"]);
     let tasks: Vec<&str> = json["tasks"]
         .as_array()
         .unwrap()
