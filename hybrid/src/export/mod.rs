@@ -80,11 +80,10 @@ pub fn export(run: &Path, out: &Path) -> Result<Exported> {
         for (name, bytes) in tokenizer::files(cfg, &loaded.run)? {
             put(&name, &bytes)?;
         }
-        // transformers refuses safetensors whose metadata names no framework it knows.
-        let meta = HashMap::from([
-            ("format".to_string(), "pt".to_string()),
-            ("swax_step".to_string(), step.to_string()),
-        ]);
+        // transformers refuses safetensors whose metadata names no framework it knows. One key
+        // only: the metadata is a map written in its own order, so a second key would make two
+        // exports of one run differ in their bytes (the step is in config.json).
+        let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
         checkpoint::save(&dir.join("model.safetensors"), &tensors, meta)?;
         files.push("model.safetensors".into());
         Ok(files)
