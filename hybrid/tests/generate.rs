@@ -124,9 +124,10 @@ fn the_nucleus_and_the_top_k_bound_what_is_drawn() {
     assert!(s(0, 0.0).check().is_err());
 }
 
-/// The single-step kernels (attention's cache of rotated keys, the recurrent steps) give the
-/// logits of reading each token as a piece of one, for every mixer and a pair of them, step
-/// after step far past the window (8) and the convolution's taps, on two rows.
+/// The single-step kernels (attention's cache of rotated keys, RAttention's linear state, the
+/// recurrent steps) give the logits of reading each token as a piece of one, for every mixer and
+/// a pair of them, step after step far past the window (8) and the convolution's taps, on two
+/// rows; every attention layer (S, F, R) read its steps from its cache.
 #[test]
 fn decoding_steps_give_the_logits_of_one_token_pieces() {
     for pattern in ["S", "F", "M", "G", "R", "MS", "GF"] {
@@ -154,6 +155,14 @@ fn decoding_steps_give_the_logits_of_one_token_pieces() {
                 "{pattern}: step {step}: worst logit off by {worst:e} of {scale:e}"
             );
         }
+        let layers = &steps.state().layers;
+        for (l, kind) in layers.iter().zip(pattern.chars().cycle()) {
+            assert_eq!(
+                l.kv.is_some(),
+                "SFR".contains(kind),
+                "{pattern}: {kind} stepped"
+            );
+        }
     }
 }
 
@@ -168,7 +177,9 @@ fn held(state: &SequenceState) -> usize {
                 .mlstm
                 .as_ref()
                 .map_or(0, |s| s.c.numel() + s.n.numel() + s.m.numel());
-            let kv = l.kv.as_ref().map_or(0, |c| c.k.numel() + c.v.numel());
+            let kv = l.kv.as_ref().map_or(0, |c| {
+                c.k.numel() + c.v.numel() + c.raw.as_ref().map_or(0, |r| r.numel())
+            });
             n(&l.kv_tail) + n(&l.linear) + n(&l.conv_tail) + n(&l.delta) + m + kv
         })
         .sum()
