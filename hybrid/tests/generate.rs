@@ -2,13 +2,13 @@
 //! pass over the whole sequence, for every mixer; sampling is reproducible from its seed and
 //! top-k 1 is greedy; the decoding state stays the same size step after step for the bounded
 //! mixers (S, M, G, R) and grows only for full attention; the printed text is valid UTF-8
-//! whatever bytes the tokens stand for.
+//! whatever bytes the tokens stand for; a greedy step reads back token ids, not logits.
 mod common;
 
 use common::micro;
 use swax_data::Rng;
 use swax_hybrid::eval::run::{all_logits, OneShot};
-use swax_hybrid::generate::{generate, Decoder, Request, Sampling, Utf8Stream};
+use swax_hybrid::generate::{generate, generate_profiled, Decoder, Request, Sampling, Utf8Stream};
 use swax_hybrid::model::{Model, SequenceState};
 use swax_nn::layers::pieces::Decode;
 use swax_tensor::{DType, Device};
@@ -163,6 +163,30 @@ fn decoding_steps_give_the_logits_of_one_token_pieces() {
                 "{pattern}: {kind} stepped"
             );
         }
+    }
+}
+
+/// A greedy step picks on the device and reads back its B token ids; a sampled one reads back
+/// the B × V logits. Every step is counted, and the CPU makes no swax-cuda counts.
+#[test]
+fn a_greedy_step_reads_back_token_ids_only() {
+    let m = model("MS", 4);
+    let batch = 3;
+    let hot = Sampling {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        seed: 2,
+    };
+    for (sampling, per_row) in [(Sampling::GREEDY, 4), (hot, 4 * 256)] {
+        let req = request(sampling, batch);
+        let (out, p) =
+            generate_profiled(&m, &PROMPT, &req, DType::F32, Device::Cpu, &mut |_, _| {}).unwrap();
+        assert_eq!(out[0].len(), 24);
+        assert_eq!(p.steps, 23, "every step after the prompt's is counted");
+        assert_eq!(p.read_back_bytes, p.steps * batch as u64 * per_row);
+        assert_eq!(p.gpu, Default::default());
+        assert!(p.backend_calls > 0 && p.seconds > 0.0, "{p:?}");
     }
 }
 
