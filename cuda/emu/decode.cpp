@@ -2,8 +2,10 @@
 // the inputs that tests/tests/emulated_kernels.rs wrote into DIR as raw f32 files. DIR/dims
 // names the kernel and its sizes: `gdn B H Dk Dv K` or `mlstm B H Dk Dv K` (inputs x, w, tail,
 // the two gates a and b, the state c, and for the mLSTM n and m; writes emu_out, emu_tail,
-// emu_c, and emu_n, emu_m), or `attend B H Hkv D S N` (inputs q, k, v; writes emu_out). Blocks
-// of DECODE_THREADS, one per row and head, with the shared memory cuda.rs asks for.
+// emu_c, and emu_n, emu_m), `attend B H Hkv D S N` (inputs q, k, v; writes emu_out), or
+// `rla B H Hkv D S SLOT` (inputs q, k, v and the state c; writes emu_out, emu_c). Blocks of
+// DECODE_THREADS, one per row and head (row and kv head for rla), with the shared memory
+// cuda.rs asks for.
 //     decode DIR bf16|f32
 #include "kernels.cpp"  // the kernel sources as C++ over emu.h, written by the test
 #include "io.h"
@@ -23,6 +25,20 @@ static void run(const std::string& dir, const std::string& kind, const unsigned 
         const float scale = 1.0f / sqrtf((float)d);
         emu_launch(grid, [&] { attend<E>(q.data(), k.data(), v.data(), o.data(), h, hkv, d, slots, n, scale); });
         out("out", o);
+        return;
+    }
+    if (kind == "rla") {
+        const unsigned b = a[0], h = a[1], hkv = a[2], d = a[3], slots = a[4], slot = a[5], g = h / hkv;
+        const auto q = in("q"), k = in("k"), v = in("v");
+        const auto c = f32("c");
+        auto o = nans<E>((size_t)b * h * d);
+        std::vector<float> c_out(c.size(), NAN);
+        const EmuLaunch grid{{b * hkv, 1, 1}, {DECODE_THREADS, 1, 1}, 4 * (2 * d + g * 2 * d + d + g * d)};
+        emu_launch(grid, [&] {
+            rla_step<E>(q.data(), k.data(), v.data(), c.data(), o.data(), c_out.data(), h, hkv, d, slots, slot);
+        });
+        out("out", o);
+        out("c", c_out);
         return;
     }
     const unsigned b = a[0], h = a[1], dk = a[2], dv = a[3], taps = a[4];
@@ -62,7 +78,7 @@ int main(int argc, char** argv) {
     unsigned a[6] = {};
     FILE* f = fopen((dir + "/dims").c_str(), "r");
     if (!f || fscanf(f, "%15s %u %u %u %u %u %u", kind, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]) < 6) {
-        fprintf(stderr, "%s/dims: expected gdn|mlstm B H Dk Dv K, or attend B H Hkv D S N\n", dir.c_str());
+        fprintf(stderr, "%s/dims: expected gdn|mlstm B H Dk Dv K, attend B H Hkv D S N or rla B H Hkv D S SLOT\n", dir.c_str());
         return 2;
     }
     fclose(f);

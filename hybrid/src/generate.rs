@@ -8,13 +8,23 @@
 //! Sampling: greedy at temperature 0, else softmax at the temperature, cut to the `top_k` most
 //! likely tokens and to the smallest set whose probability reaches `top_p`; each sequence of a
 //! batch draws from its own stream of the seed, so a seed gives the same text every time.
+//! Greedy picking runs on the device (`Tensor::argmax` over each row's vocabulary), so a greedy
+//! step reads back B token ids instead of B × V logits; sampling reads the logits back and
+//! draws on the host.
+//!
+//! Profile: [`generate_profiled`] counts what each decoding step asked of the device
+//! (`DecodeProfile`: swax-cuda's launches, cuBLAS calls, host syncs and uploads, the backend
+//! calls either device makes, the bytes read back), for `swax generate --profile`.
 //!
 //! Output: [`Utf8Stream`] turns the bytes of the tokens, as they come, into text a terminal
 //! shows, whatever the model emits.
+use std::time::Instant;
+
 use swax_data::Rng;
 use swax_nn::layers::pieces::Decode;
 use swax_nn::Weights;
-use swax_tensor::{DType, Device, Result, Tensor};
+use swax_tensor::counters::{self, Counts};
+use swax_tensor::{calls, DType, Device, Result, Tensor};
 
 use crate::model::{Model, SequenceState};
 
@@ -51,6 +61,11 @@ impl Sampling {
         Ok(())
     }
 
+    /// Whether the next token is the most likely one: temperature 0 or top-k 1.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0 || self.top_k == 1
+    }
+
     /// The next token from one row of logits.
     pub fn pick(&self, logits: &[f32], rng: &mut Rng) -> u32 {
         let greedy = || {
@@ -63,7 +78,7 @@ impl Sampling {
                 })
                 .0 as u32
         };
-        if self.temperature == 0.0 || self.top_k == 1 {
+        if self.is_greedy() {
             return greedy();
         }
         let mut order: Vec<usize> = (0..logits.len()).collect();
@@ -198,6 +213,76 @@ pub struct Request {
     pub stop: Option<u32>,
 }
 
+/// What the decoding steps after the prompt asked of the device, summed over `steps`; a step is
+/// reading one token per row and picking the next from its logits.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DecodeProfile {
+    pub steps: u64,
+    /// swax-cuda's launches, cuBLAS calls, host syncs and uploads: all zero on the CPU, which
+    /// runs no kernels of swax-cuda. Process-wide counts: other threads' work shows in them.
+    pub gpu: Counts,
+    /// Backend calls (`swax_tensor::calls`), on either device: on the GPU each is at least one
+    /// launch; the fused ops (`DeviceOp`s, such as the decoding steps) are not among them.
+    pub backend_calls: u64,
+    /// Bytes read back to the host: B token ids (u32) a greedy step, B × V f32 logits a
+    /// sampled one.
+    pub read_back_bytes: u64,
+    /// Wall time, host and device together.
+    pub seconds: f64,
+}
+
+impl DecodeProfile {
+    /// One line per step's averages.
+    pub fn per_step(&self) -> String {
+        let n = self.steps.max(1) as f64;
+        let each = |x: u64| x as f64 / n;
+        let g = &self.gpu;
+        format!(
+            "{} decoding steps, per step: {:.2} ms, {:.1} launches, {:.1} cuBLAS calls, {:.2} host \
+             syncs, {:.2} event waits, {:.2} uploads ({:.0} bytes), {:.1} backend calls, {:.0} \
+             bytes read back{}",
+            self.steps,
+            self.seconds * 1e3 / n,
+            each(g.launches),
+            each(g.blas_calls),
+            each(g.syncs),
+            each(g.event_waits),
+            each(g.uploads),
+            each(g.upload_bytes),
+            each(self.backend_calls),
+            each(self.read_back_bytes),
+            match g == &Counts::default() {
+                true => " (no swax-cuda counts: the CPU runs none of its kernels)",
+                false => "",
+            }
+        )
+    }
+}
+
+/// The counts at one moment: swax-cuda's and the backend calls.
+fn snapshot() -> (Counts, u64, Instant) {
+    let backend = calls::calls().values().map(|c| c.calls).sum();
+    (counters::counts(), backend, Instant::now())
+}
+
+/// Each row's next token from the logits `[B, V]` (f32): greedy on the device, reading back B
+/// ids, else drawn on the host from the logits read back. Returns the tokens and the bytes read.
+fn pick_all(logits: &Tensor, sampling: &Sampling, rngs: &mut [Rng]) -> Result<(Vec<u32>, u64)> {
+    if sampling.is_greedy() {
+        let ids = logits.argmax(-1, false)?.to_vec::<u32>()?;
+        let bytes = 4 * ids.len() as u64;
+        return Ok((ids, bytes));
+    }
+    let rows = logits.to_vec::<f32>()?;
+    let v = rows.len() / rngs.len().max(1);
+    let ids = rngs
+        .iter_mut()
+        .enumerate()
+        .map(|(row, rng)| sampling.pick(&rows[row * v..(row + 1) * v], rng))
+        .collect();
+    Ok((ids, 4 * rows.len() as u64))
+}
+
 /// Generates up to `req.max_tokens` tokens after `prompt` for each of `req.batch` rows, telling
 /// `each(row, token)` every token as it comes; returns each row's tokens (its stop token
 /// included when it stopped on it).
@@ -209,23 +294,44 @@ pub fn generate(
     device: Device,
     each: &mut dyn FnMut(usize, u32),
 ) -> Result<Vec<Vec<u32>>> {
+    Ok(generate_profiled(model, prompt, req, dtype, device, each)?.0)
+}
+
+/// [`generate`], also returning what its decoding steps asked of the device.
+pub fn generate_profiled(
+    model: &Model,
+    prompt: &[u32],
+    req: &Request,
+    dtype: DType,
+    device: Device,
+    each: &mut dyn FnMut(usize, u32),
+) -> Result<(Vec<Vec<u32>>, DecodeProfile)> {
     let mut dec = Decoder::new(model, req.window, dtype, device, req.batch)?;
     let mut rngs: Vec<Rng> = (0..req.batch as u64)
         .map(|row| Rng::derive(req.sampling.seed, &[0x47_454e, row]))
         .collect();
     let mut out: Vec<Vec<u32>> = vec![Vec::new(); req.batch];
     let mut done = vec![false; req.batch];
+    let mut profile = DecodeProfile::default();
     let mut logits = dec.prefill(prompt, req.piece)?;
+    // The counts when the step now reading began (none while the prompt's logits are picked).
+    let mut began: Option<(Counts, u64, Instant)> = None;
     for step in 0..req.max_tokens {
-        let rows = logits.to_vec::<f32>()?;
-        let v = rows.len() / req.batch;
+        let (picked, bytes) = pick_all(&logits, &req.sampling, &mut rngs)?;
+        if let Some((gpu, backend, at)) = began.take() {
+            let (gpu_now, backend_now, _) = snapshot();
+            profile.steps += 1;
+            profile.gpu = profile.gpu + gpu_now.since(&gpu);
+            profile.backend_calls += backend_now - backend;
+            profile.read_back_bytes += bytes;
+            profile.seconds += at.elapsed().as_secs_f64();
+        }
         let mut next = Vec::with_capacity(req.batch);
-        for (row, rng) in rngs.iter_mut().enumerate() {
+        for (row, &t) in picked.iter().enumerate() {
             // A finished row keeps reading its stop token: the batch steps together.
             let token = match done[row] {
                 true => *out[row].last().expect("a finished row has its stop token"),
                 false => {
-                    let t = req.sampling.pick(&rows[row * v..(row + 1) * v], rng);
                     out[row].push(t);
                     each(row, t);
                     done[row] = Some(t) == req.stop;
@@ -237,9 +343,10 @@ pub fn generate(
         if done.iter().all(|&d| d) || step + 1 == req.max_tokens {
             break;
         }
+        began = Some(snapshot());
         logits = dec.read(&next)?;
     }
-    Ok(out)
+    Ok((out, profile))
 }
 
 /// Bytes to printable text as they come: a character split over tokens is held until it is

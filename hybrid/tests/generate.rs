@@ -2,13 +2,13 @@
 //! pass over the whole sequence, for every mixer; sampling is reproducible from its seed and
 //! top-k 1 is greedy; the decoding state stays the same size step after step for the bounded
 //! mixers (S, M, G, R) and grows only for full attention; the printed text is valid UTF-8
-//! whatever bytes the tokens stand for.
+//! whatever bytes the tokens stand for; a greedy step reads back token ids, not logits.
 mod common;
 
 use common::micro;
 use swax_data::Rng;
 use swax_hybrid::eval::run::{all_logits, OneShot};
-use swax_hybrid::generate::{generate, Decoder, Request, Sampling, Utf8Stream};
+use swax_hybrid::generate::{generate, generate_profiled, Decoder, Request, Sampling, Utf8Stream};
 use swax_hybrid::model::{Model, SequenceState};
 use swax_nn::layers::pieces::Decode;
 use swax_tensor::{DType, Device};
@@ -124,9 +124,10 @@ fn the_nucleus_and_the_top_k_bound_what_is_drawn() {
     assert!(s(0, 0.0).check().is_err());
 }
 
-/// The single-step kernels (attention's cache of rotated keys, the recurrent steps) give the
-/// logits of reading each token as a piece of one, for every mixer and a pair of them, step
-/// after step far past the window (8) and the convolution's taps, on two rows.
+/// The single-step kernels (attention's cache of rotated keys, RAttention's linear state, the
+/// recurrent steps) give the logits of reading each token as a piece of one, for every mixer and
+/// a pair of them, step after step far past the window (8) and the convolution's taps, on two
+/// rows; every attention layer (S, F, R) read its steps from its cache.
 #[test]
 fn decoding_steps_give_the_logits_of_one_token_pieces() {
     for pattern in ["S", "F", "M", "G", "R", "MS", "GF"] {
@@ -154,6 +155,38 @@ fn decoding_steps_give_the_logits_of_one_token_pieces() {
                 "{pattern}: step {step}: worst logit off by {worst:e} of {scale:e}"
             );
         }
+        let layers = &steps.state().layers;
+        for (l, kind) in layers.iter().zip(pattern.chars().cycle()) {
+            assert_eq!(
+                l.kv.is_some(),
+                "SFR".contains(kind),
+                "{pattern}: {kind} stepped"
+            );
+        }
+    }
+}
+
+/// A greedy step picks on the device and reads back its B token ids; a sampled one reads back
+/// the B × V logits. Every step is counted, and the CPU makes no swax-cuda counts.
+#[test]
+fn a_greedy_step_reads_back_token_ids_only() {
+    let m = model("MS", 4);
+    let batch = 3;
+    let hot = Sampling {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        seed: 2,
+    };
+    for (sampling, per_row) in [(Sampling::GREEDY, 4), (hot, 4 * 256)] {
+        let req = request(sampling, batch);
+        let (out, p) =
+            generate_profiled(&m, &PROMPT, &req, DType::F32, Device::Cpu, &mut |_, _| {}).unwrap();
+        assert_eq!(out[0].len(), 24);
+        assert_eq!(p.steps, 23, "every step after the prompt's is counted");
+        assert_eq!(p.read_back_bytes, p.steps * batch as u64 * per_row);
+        assert_eq!(p.gpu, Default::default());
+        assert!(p.backend_calls > 0 && p.seconds > 0.0, "{p:?}");
     }
 }
 
@@ -168,7 +201,9 @@ fn held(state: &SequenceState) -> usize {
                 .mlstm
                 .as_ref()
                 .map_or(0, |s| s.c.numel() + s.n.numel() + s.m.numel());
-            let kv = l.kv.as_ref().map_or(0, |c| c.k.numel() + c.v.numel());
+            let kv = l.kv.as_ref().map_or(0, |c| {
+                c.k.numel() + c.v.numel() + c.raw.as_ref().map_or(0, |r| r.numel())
+            });
             n(&l.kv_tail) + n(&l.linear) + n(&l.conv_tail) + n(&l.delta) + m + kv
         })
         .sum()

@@ -2,10 +2,11 @@
 //! tokens stepped one by one through the mLSTM's and the gated delta rule's step give the
 //! outputs and final state of the short convolution and the chunkwise kernel over all T; one
 //! query attending to its window's cached keys gives the last row of sliding-window attention
-//! over the whole sequence, whatever the order of the cache's slots.
+//! over the whole sequence, whatever the order of the cache's slots; RAttention's linear branch
+//! stepped over a ring of the window's keys gives each row of the branch over the whole sequence.
 use swax_autograd::Tape;
-use swax_nn::mixers::decode::{self, AttendIn, ConvStep, GatedDeltaStep, MlstmStep};
-use swax_nn::mixers::{attention, gated_delta, mlstm};
+use swax_nn::mixers::decode::{self, AttendIn, ConvStep, GatedDeltaStep, MlstmStep, RlaStepIn};
+use swax_nn::mixers::{attention, gated_delta, mlstm, rattention};
 use swax_tensor::{DType, Device, Result, Tensor};
 
 const TAPS: usize = 4;
@@ -260,4 +261,57 @@ fn attend_refuses_bad_sizes() {
         let err = decode::attend(&x, n, None).unwrap_err().to_string();
         assert!(err.contains("attend"), "{err}");
     }
+}
+
+/// RAttention's linear branch over `[B, T, ..]` at window W, against `rla_step` token by token:
+/// the state from zero, the step's key written into a ring of W slots after the step reads the
+/// slot it overwrites (zeros until the ring is full).
+fn rla_case([b, t, h, hkv, d, window]: [usize; 6], dtype: DType) -> Result<()> {
+    let q = randn(&[b, t, h, d], 1.0, 13, dtype);
+    let k = randn(&[b, t, hkv, d], 1.0, 14, dtype);
+    let v = randn(&[b, t, hkv, d], 1.0, 15, dtype);
+    let tape = Tape::new();
+    let f32s = |x: &Tensor| x.to_dtype(DType::F32);
+    let (qf, kf, vf) = (f32s(&q)?, f32s(&k)?, f32s(&v)?);
+    let dims = attention::shape("rla", &qf, &kf, &vf, window)?;
+    let want = rattention::reference::linear(&tape, &qf, &kf, &vf, dims, window)?;
+    let ring = || Tensor::zeros(vec![b, window, hkv, d], dtype, Device::Cpu);
+    let (mut rk, mut rv) = (ring()?, ring()?);
+    let mut s = Tensor::zeros(
+        vec![b, hkv, 2 * d, d],
+        decode::state_dtype(dtype),
+        Device::Cpu,
+    )?;
+    for step in 0..t {
+        let slot = step % window;
+        let (o, next) = decode::rla_step(
+            &RlaStepIn {
+                q: &at(&q, step),
+                k: &rk,
+                v: &rv,
+                state: &s,
+            },
+            slot,
+        )?;
+        s = next;
+        rk.write_at(1, slot, &k.narrow(1, step, 1)?)?;
+        rv.write_at(1, slot, &v.narrow(1, step, 1)?)?;
+        if step >= window {
+            close(
+                &format!("rla_step {dtype} W {window} t {step}"),
+                &o,
+                &at(&want, step),
+                tolerance(dtype),
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn rla_steps_match_the_linear_branch() -> Result<()> {
+    rla_case([2, 30, 4, 2, 16, 7], DType::F32)?;
+    rla_case([1, 20, 3, 3, 8, 1], DType::F32)?;
+    rla_case([2, 24, 4, 1, 32, 5], DType::BF16)?;
+    rla_case([1, 12, 2, 1, 8, 4], DType::F64)
 }

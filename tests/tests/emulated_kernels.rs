@@ -1642,6 +1642,50 @@ fn decode_attend_case(
     check_outputs(&dir, name, &[("out", &out)], tolerance)
 }
 
+/// RAttention's linear-branch step in the emulator: slot `slot` of a cache of `slots` added to a
+/// random state, read by every q head; against the CPU's.
+fn decode_rla_case(
+    name: &str,
+    [b, h, hkv, d, slots, slot]: [usize; 6],
+    dtype: DType,
+) -> Result<()> {
+    use swax_nn::mixers::decode::{self, RlaStepIn};
+    let Some(exe) = decode_harness() else {
+        return Ok(());
+    };
+    let dir = case_dir(name)?;
+    let q = decode_input(&dir, "q", &[b, h, d], 1, dtype)?;
+    let k = decode_input(&dir, "k", &[b, slots, hkv, d], 2, dtype)?;
+    let v = decode_input(&dir, "v", &[b, slots, hkv, d], 3, dtype)?;
+    let state = decode_input(&dir, "c", &[b, hkv, 2 * d, d], 4, DType::F32)?;
+    let (out, next) = decode::rla_step(
+        &RlaStepIn {
+            q: &q,
+            k: &k,
+            v: &v,
+            state: &state,
+        },
+        slot,
+    )?;
+    emulate(
+        exe,
+        &dir,
+        name,
+        ("dims", &format!("rla {b} {h} {hkv} {d} {slots} {slot}\n")),
+        dtype_arg(dtype),
+    )?;
+    let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+    check_outputs(&dir, name, &[("out", &out), ("c", &next)], tolerance)
+}
+
+/// Grouped queries (4 and 1 per kv head), head dims of 64 and 128, the last slot and the first.
+#[test]
+fn decode_rla_step() -> Result<()> {
+    decode_rla_case("decode_rla_bf16", [2, 8, 2, 64, 9, 8], DType::BF16)?;
+    decode_rla_case("decode_rla_d128", [1, 2, 2, 128, 4, 0], DType::BF16)?;
+    decode_rla_case("decode_rla_f32", [2, 3, 1, 32, 5, 2], DType::F32)
+}
+
 /// Value dims unlike the key dims and above a block's threads' share, several rows and heads.
 #[test]
 fn decode_gated_delta_step() -> Result<()> {

@@ -1,8 +1,9 @@
 //! The decoding kernels on the GPU (decode.cu) against their CPU forms on the same rounded
 //! inputs: the mLSTM's and the gated delta rule's single step (with the short convolution and
-//! its tail), several steps in a row so the state carries, and one query attending to a cache
-//! longer than a tile of scores, in bf16 and f32. Skips without a GPU (see `swax_tests::gpu`).
-use swax_nn::mixers::decode::{self, AttendIn, ConvStep, GatedDeltaStep, MlstmStep};
+//! its tail), several steps in a row so the state carries, one query attending to a cache
+//! longer than a tile of scores, and RAttention's linear-branch step over several steps, in bf16
+//! and f32. Skips without a GPU (see `swax_tests::gpu`).
+use swax_nn::mixers::decode::{self, AttendIn, ConvStep, GatedDeltaStep, MlstmStep, RlaStepIn};
 use swax_nn::mixers::mlstm::{MlstmState, EPS};
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::{gpu, worst_element_error};
@@ -140,6 +141,54 @@ fn attend_matches_the_cpu() -> Result<()> {
                 None,
             )?;
             check(&format!("attend {dtype} {slots} slots"), &got, &want, dtype);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
+fn rla_steps_match_the_cpu() -> Result<()> {
+    let Some(dev) = gpu() else {
+        return Ok(());
+    };
+    for dtype in [DType::BF16, DType::F32] {
+        for [b, h, hkv, d, slots] in [[4, 8, 2, 128, 16], [2, 3, 3, 64, 5], [1, 4, 1, 32, 3]] {
+            let k = input(&[b, slots, hkv, d], 2, dtype);
+            let v = input(&[b, slots, hkv, d], 3, dtype);
+            let (kg, vg) = (k.to_device(dev)?, v.to_device(dev)?);
+            let mut cpu = Tensor::zeros(vec![b, hkv, 2 * d, d], DType::F32, Device::Cpu)?;
+            let mut on_gpu = cpu.to_device(dev)?;
+            // Every slot in turn, each device carrying its own state.
+            for step in 0..2 * slots {
+                let q = input(&[b, h, d], 10 + step as u64, dtype);
+                let (want, s) = decode::rla_step(
+                    &RlaStepIn {
+                        q: &q,
+                        k: &k,
+                        v: &v,
+                        state: &cpu,
+                    },
+                    step % slots,
+                )?;
+                let (got, sg) = decode::rla_step(
+                    &RlaStepIn {
+                        q: &q.to_device(dev)?,
+                        k: &kg,
+                        v: &vg,
+                        state: &on_gpu,
+                    },
+                    step % slots,
+                )?;
+                (cpu, on_gpu) = (s, sg);
+                check(
+                    &format!("rla {dtype} d {d} out[{step}]"),
+                    &got,
+                    &want,
+                    dtype,
+                );
+            }
+            check(&format!("rla {dtype} d {d} state"), &on_gpu, &cpu, dtype);
         }
     }
     Ok(())

@@ -10,7 +10,8 @@
 //! of `--decode-tokens` steps after `--warmup` steps. Memory is the CUDA pool's: the peak while
 //! prefilling, the peak while decoding, and the bytes in use once the prompt is read and again
 //! after the last step (the weights and the decoding state: flat for windowed and recurrent
-//! layers, growing for full attention).
+//! layers, growing for full attention). The JSON line also holds what a timed step asked of
+//! the GPU on average (`swax_cuda::counters`: launches, cuBLAS calls, host syncs, uploads).
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -92,7 +93,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{} ({} x{} layers, d_model {}), window {window}, on {device}, {dtype:?}",
         cfg.model.name, cfg.model.pattern, cfg.model.n_layers, cfg.model.d_model
     );
-    println!("batch  context  piece  prefill tok/s  decode ms/token  decode tok/s  peak GiB prefill/decode  in use GiB after prefill/decode");
+    println!("batch  context  piece  prefill tok/s  decode ms/token  decode tok/s  peak GiB prefill/decode  in use GiB after prefill/decode  launches/syncs per step");
     let mut lines = Vec::new();
     for &batch in &a.batches {
         // Kernels compiled and the pool filled before anything is timed.
@@ -112,14 +113,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let after_prefill = pool(device);
             reset_peak(device);
             let mut times = Vec::with_capacity(a.decode_tokens);
+            let mut counts = swax_cuda::counters::Counts::default();
             for step in 0..a.warmup + a.decode_tokens {
                 let next: Vec<u32> = (0..batch as u32).map(|r| (r + step as u32) % v).collect();
+                if step == a.warmup {
+                    counts = swax_cuda::counters::counts();
+                }
                 let start = Instant::now();
                 dec.read(&next)?.to_vec::<f32>()?;
                 if step >= a.warmup {
                     times.push(start.elapsed().as_secs_f64() * 1e3);
                 }
             }
+            let counts = swax_cuda::counters::counts().since(&counts);
+            let per_step = |x: u64| x as f64 / a.decode_tokens.max(1) as f64;
             let after_decode = pool(device);
             times.sort_by(f64::total_cmp);
             let decode_ms = times[times.len() / 2];
@@ -128,11 +135,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let peak = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.peak_in_use);
             let held = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.in_use);
             println!(
-                "{batch:>5}  {context:>7}  {piece:>5}  {prefill_tps:>13.0}  {decode_ms:>15.2}  {decode_tps:>12.0}  {:>11} / {:<11}  {:>12} / {}",
+                "{batch:>5}  {context:>7}  {piece:>5}  {prefill_tps:>13.0}  {decode_ms:>15.2}  {decode_tps:>12.0}  {:>11} / {:<11}  {:>12} / {:<12}  {:.0} / {:.1}",
                 gib(peak(&after_prefill)),
                 gib(peak(&after_decode)),
                 gib(held(&after_prefill)),
                 gib(held(&after_decode)),
+                per_step(counts.launches),
+                per_step(counts.syncs),
             );
             lines.push(json!({
                 "bench": "generate", "date": record::today(), "commit": record::commit(),
@@ -142,6 +151,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "prefill_s": prefill_s, "prefill_tokens_per_s": prefill_tps,
                 "decode_ms_per_token": decode_ms, "decode_tokens_per_s": decode_tps,
                 "decode_steps": a.decode_tokens,
+                "launches_per_step": per_step(counts.launches),
+                "blas_calls_per_step": per_step(counts.blas_calls),
+                "syncs_per_step": per_step(counts.syncs),
+                "uploads_per_step": per_step(counts.uploads),
                 "peak_bytes_prefill": peak(&after_prefill), "peak_bytes_decode": peak(&after_decode),
                 "in_use_bytes_after_prefill": held(&after_prefill),
                 "in_use_bytes_after_decode": held(&after_decode),

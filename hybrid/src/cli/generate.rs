@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use clap::Args;
-use swax_hybrid::generate::{generate, Request, Sampling, Utf8Stream};
+use swax_hybrid::generate::{generate_profiled, Request, Sampling, Utf8Stream};
 use swax_hybrid::loaded::load;
 use swax_hybrid::train::data::Source;
 use swax_hybrid::train::{compute_dtype, memory};
@@ -60,6 +60,10 @@ pub struct GenerateArgs {
     /// trained on token ids, such as MQAR's).
     #[arg(long)]
     ids: bool,
+    /// Print to stderr, per decoding step: the time, kernel launches, cuBLAS calls, host syncs,
+    /// uploads, backend calls and bytes read back.
+    #[arg(long)]
+    profile: bool,
 }
 
 pub fn run(args: GenerateArgs) -> CliResult {
@@ -146,7 +150,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
         }
         s
     };
-    let rows = generate(
+    let (rows, profile) = generate_profiled(
         &loaded.model,
         &prompt,
         &req,
@@ -178,6 +182,9 @@ pub fn run(args: GenerateArgs) -> CliResult {
              token ids",
             text.replaced()
         );
+    }
+    if args.profile {
+        eprintln!("profile: {}", profile.per_step());
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The attention layer (sliding-window or full): q, k, v from one projection, RoPE on q and k,
 //! grouped-query heads, the SWA mixer, the output projection. Run in pieces (`pieces.rs`), it
 //! carries the qkv projection of the window's last tokens: `join_tail` and `tail_len`, which
-//! RAttention's layer shares.
+//! RAttention's layer shares, as it shares `tail_keys` to start a decoding cache from them.
 use super::basic::{Linear, INIT_STD};
 use super::pieces::KvCache;
 use super::{in_f32, split_heads, Forms, MixerDims};
@@ -112,9 +112,13 @@ impl Attention {
         let [q, k, v] = split_heads(tape, &self.qkv.forward(w, x)?, [(h, d), (hkv, d), (hkv, d)])?;
         let mut kv = match cache.take() {
             Some(c) => c,
-            None => self.cache_of(w, tail.take(), x, window, pos)?,
+            None => {
+                let heads = [h, hkv, d];
+                let [k, v, _] = tail_keys(tape, tail.take(), x, heads, self.rope_theta, pos)?;
+                KvCache::new(k, v, None, window)?
+            }
         };
-        kv.push(&tape.rope(&k, pos, self.rope_theta)?, &v)?;
+        kv.push(&tape.rope(&k, pos, self.rope_theta)?, &v, None)?;
         let q = tape
             .rope(&q, pos, self.rope_theta)?
             .reshape(vec![b, h, d])?;
@@ -130,35 +134,32 @@ impl Attention {
         *cache = Some(kv);
         self.out.forward(w, &o.reshape(vec![b, 1, h * d])?)
     }
+}
 
-    /// The cache of the keys (RoPE applied) and values in a piece's qkv `tail`, which ends just
-    /// before `pos` (none: nothing before); a ring of `window` slots, or just those keys for a
-    /// cache that grows.
-    fn cache_of(
-        &self,
-        w: &Weights,
-        tail: Option<Tensor>,
-        x: &Tensor,
-        window: usize,
-        pos: usize,
-    ) -> Result<KvCache> {
-        let tape = w.tape();
-        let (b, hkv, d) = (x.dims()[0], self.hkv, self.d);
-        let (k, v) = match tail {
-            Some(t) => {
-                let [_, k, v] = split_heads(tape, &t, [(self.h, d), (hkv, d), (hkv, d)])?;
-                let start = pos.checked_sub(k.dims()[1]).ok_or_else(|| Error::Invalid {
-                    op: "Attention::step",
-                    msg: format!("a tail of {} tokens before position {pos}", k.dims()[1]),
-                })?;
-                (tape.rope(&k, start, self.rope_theta)?, v)
-            }
-            None => {
-                let empty = Tensor::zeros(vec![b, 0, hkv, d], x.dtype(), x.device())?;
-                (empty.clone(), empty)
-            }
-        };
-        KvCache::new(k, v, window)
+/// The keys with RoPE applied, the values and the keys before RoPE `[B, n, Hkv, D]` of a
+/// piece's qkv `tail` of heads `[H, Hkv, D]`, which ends just before `pos` (none: nothing
+/// before, n = 0): what a decoding cache starts from.
+pub(crate) fn tail_keys(
+    tape: &Tape,
+    tail: Option<Tensor>,
+    x: &Tensor,
+    [h, hkv, d]: [usize; 3],
+    theta: f64,
+    pos: usize,
+) -> Result<[Tensor; 3]> {
+    match tail {
+        Some(t) => {
+            let [_, k, v] = split_heads(tape, &t, [(h, d), (hkv, d), (hkv, d)])?;
+            let start = pos.checked_sub(k.dims()[1]).ok_or_else(|| Error::Invalid {
+                op: "decoding step",
+                msg: format!("a tail of {} tokens before position {pos}", k.dims()[1]),
+            })?;
+            Ok([tape.rope(&k, start, theta)?, v, k])
+        }
+        None => {
+            let empty = Tensor::zeros(vec![x.dims()[0], 0, hkv, d], x.dtype(), x.device())?;
+            Ok([empty.clone(), empty.clone(), empty])
+        }
     }
 }
 

@@ -26,7 +26,8 @@ pub enum Decode {
 
 /// Attention's keys (RoPE applied) and values `[B, S, Hkv, D]` for decoding: a ring of S = W
 /// slots for a sliding window (a key enters where the one leaving the window was: softmax does
-/// not care about the order), or all the keys so far for full attention.
+/// not care about the order), or all the keys so far for full attention. RAttention's ring also
+/// keeps each key before RoPE, which its linear branch reads as the key leaves the window.
 #[derive(Clone, Debug)]
 pub struct KvCache {
     pub k: Tensor,
@@ -37,11 +38,14 @@ pub struct KvCache {
     next: usize,
     /// The ring's slots; `usize::MAX`: it grows.
     window: usize,
+    /// RAttention: the keys before RoPE `[B, S, Hkv, D]`, slot for slot with `k`.
+    pub raw: Option<Tensor>,
 }
 
 impl KvCache {
-    /// The cache holding keys k and values v `[B, n, Hkv, D]` (the last of at most `window`).
-    pub fn new(k: Tensor, v: Tensor, window: usize) -> Result<KvCache> {
+    /// The cache holding keys k and values v `[B, n, Hkv, D]` (the last of at most `window`),
+    /// and the keys before RoPE where the layer reads them (RAttention).
+    pub fn new(k: Tensor, v: Tensor, raw: Option<Tensor>, window: usize) -> Result<KvCache> {
         let n = k.dims()[1];
         if n >= window.max(1) {
             return Err(Error::Invalid {
@@ -49,21 +53,32 @@ impl KvCache {
                 msg: format!("{n} keys leave no slot of a window of {window} for the next"),
             });
         }
-        let (k, v) = match window {
-            usize::MAX => (k, v),
-            w => (k.pad(1, 0, w - n)?, v.pad(1, 0, w - n)?),
+        // The ring's free slots hold zeros (`rla_step` reads a zero value as adding nothing).
+        let slots = |x: Tensor| match window {
+            usize::MAX => x.into_unique(),
+            w => x.pad(1, 0, w - n)?.into_unique(),
         };
         Ok(KvCache {
-            k: k.into_unique()?,
-            v: v.into_unique()?,
+            k: slots(k)?,
+            v: slots(v)?,
             n,
             next: n,
             window,
+            raw: raw.map(slots).transpose()?,
         })
     }
 
-    /// Takes the step's key and value `[B, 1, Hkv, D]`: over the oldest in a full ring.
-    pub fn push(&mut self, k: &Tensor, v: &Tensor) -> Result<()> {
+    /// The slot the next key enters: in a full ring, the oldest key's, which leaves the window.
+    pub fn next_slot(&self) -> usize {
+        self.next
+    }
+
+    /// Takes the step's key and value `[B, 1, Hkv, D]` (and its key before RoPE where the cache
+    /// keeps those): over the oldest in a full ring.
+    pub fn push(&mut self, k: &Tensor, v: &Tensor, raw: Option<&Tensor>) -> Result<()> {
+        if let (Some(ring), Some(raw)) = (self.raw.as_mut(), raw) {
+            ring.write_at(1, self.next, raw)?;
+        }
         if self.window == usize::MAX {
             self.k = Tensor::concat(&[&self.k, k], 1)?;
             self.v = Tensor::concat(&[&self.v, v], 1)?;
@@ -83,14 +98,16 @@ impl KvCache {
 pub struct MixerState {
     /// Attention and RAttention: the qkv projection of the tokens still within the window.
     pub kv_tail: Option<Tensor>,
-    /// RAttention: `sum phi(k)^T v` over the keys before the tail (`mixers::rattention::carry`).
+    /// RAttention: `sum phi(k)^T v` over the keys before the tail (`mixers::rattention::carry`),
+    /// or after a decoding step over the keys before the window (f32, f64 for f64 data).
     pub linear: Option<Tensor>,
     /// mLSTM and gated delta rule: the pre-convolution qkv of the last K - 1 tokens.
     pub conv_tail: Option<Tensor>,
     pub mlstm: Option<MlstmState>,
     /// Gated delta rule: its state.
     pub delta: Option<Tensor>,
-    /// Attention after its first decoding step: the cache that replaces `kv_tail`.
+    /// Attention and RAttention after their first decoding step: the cache that replaces
+    /// `kv_tail`.
     pub kv: Option<KvCache>,
     /// How a one-token piece after the first piece is read.
     pub decode: Decode,
@@ -129,6 +146,7 @@ impl Mixer {
                     (state.conv_tail, state.delta) = (Some(tail), Some(s));
                     return Ok(y);
                 }
+                Mixer::RAttention(m) if m.steps(x) => return m.step(w, x, window, pos, state),
                 _ => {}
             }
         }

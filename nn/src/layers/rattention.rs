@@ -1,12 +1,13 @@
 //! The RAttention layer: q, k, v from one projection (grouped-query heads), the RAttention
 //! mixer (sliding-window attention with RoPE plus the residual linear attention over older
-//! keys, each branch RMS-normalized, summed), the out projection; and the same over one piece of
-//! a longer sequence, for evaluation in pieces.
-use super::attention::{join_tail, tail_len};
+//! keys, each branch RMS-normalized, summed), the out projection; the same over one piece of
+//! a longer sequence, for evaluation in pieces; and one decoding step.
+use super::attention::{join_tail, tail_keys, tail_len};
 use super::basic::{Linear, INIT_STD};
-use super::pieces::MixerState;
+use super::pieces::{KvCache, MixerState};
 use super::{in_f32, split_heads, Forms, MixerDims};
 use crate::mixers::attention::{self as swa, node as swa_node, reference as swa_reference};
+use crate::mixers::decode::{self, AttendIn, RlaStepIn};
 use crate::mixers::rattention::{
     self as ra, carry, node as rattention_node, reference, Config, Rope,
 };
@@ -171,5 +172,76 @@ impl RAttention {
         state.kv_tail = Some(tape.narrow(&qkv, 1, t - keep, keep)?);
         self.out
             .forward(w, &tape.reshape(&o, vec![b, tp, self.h * self.d])?)
+    }
+
+    /// Whether `step` runs for activations of this dtype on this device: the fused forms and
+    /// the decoding kernels there.
+    pub fn steps(&self, x: &Tensor) -> bool {
+        self.forms
+            .fused(decode::has_kernel(x.device(), x.dtype(), self.d))
+    }
+
+    /// One decoding step x `[B, 1, C]` at position `pos`. The SWA branch is `Attention::step`'s:
+    /// the key (RoPE applied once) enters a ring of `window` slots, made on the first step from
+    /// the qkv tail a piece left, which also keeps the key before RoPE. The linear branch first
+    /// adds the key leaving the window (the one the step's key overwrites) to the state, then
+    /// reads the state with the query (`decode::rla_step`).
+    pub fn step(
+        &self,
+        w: &Weights,
+        x: &Tensor,
+        window: usize,
+        pos: usize,
+        state: &mut MixerState,
+    ) -> Result<Tensor> {
+        let tape = w.tape();
+        let b = x.dims()[0];
+        let (h, hkv, d, theta) = (self.h, self.hkv, self.d, self.rope_theta);
+        let [q, k, v] = self.heads(tape, &self.qkv.forward(w, x)?)?;
+        let mut kv = match state.kv.take() {
+            Some(c) => c,
+            None => {
+                let tail = state.kv_tail.take();
+                let [k, v, raw] = tail_keys(tape, tail, x, [h, hkv, d], theta, pos)?;
+                KvCache::new(k, v, Some(raw), window)?
+            }
+        };
+        // The pieces carry the state in f32: the step keeps it in `state_dtype`.
+        let sd = decode::state_dtype(x.dtype());
+        let s = match state.linear.take() {
+            Some(s) => s.to_dtype(sd)?,
+            None => Tensor::zeros(vec![b, hkv, 2 * d, d], sd, x.device())?,
+        };
+        let raw = kv.raw.as_ref().ok_or_else(|| Error::Invalid {
+            op: "RAttention::step",
+            msg: "a cache without the keys before RoPE (made by another layer)".into(),
+        })?;
+        let (o_rla, s) = decode::rla_step(
+            &RlaStepIn {
+                q: &q.reshape(vec![b, h, d])?,
+                k: raw,
+                v: &kv.v,
+                state: &s,
+            },
+            kv.next_slot(),
+        )?;
+        state.linear = Some(s);
+        kv.push(&tape.rope(&k, pos, theta)?, &v, Some(&k))?;
+        let o_swa = decode::attend(
+            &AttendIn {
+                q: &tape.rope(&q, pos, theta)?.reshape(vec![b, h, d])?,
+                k: &kv.k,
+                v: &kv.v,
+            },
+            kv.n,
+            None,
+        )?;
+        state.kv = Some(kv);
+        let (ns, nr) = (w.get(self.norm_swa), w.get(self.norm_rla));
+        let o = tape.add(
+            &tape.rms_norm(&o_swa, ns, self.eps)?,
+            &tape.rms_norm(&o_rla, nr, self.eps)?,
+        )?;
+        self.out.forward(w, &o.reshape(vec![b, 1, h * d])?)
     }
 }

@@ -1,7 +1,9 @@
 //! The decoding steps on the CPU (the spec: `mod.rs`), in f32 for f32 and bf16 data and in f64
 //! for f64: the reference the CUDA kernels of `decode.cu` are tested against, computing the same
 //! sums in the same order per row and head.
-use super::{AttendIn, AttendShape, ConvStep, GatedDeltaStep, MlstmStep, StepShape, Stepped};
+use super::{
+    AttendIn, AttendShape, ConvStep, GatedDeltaStep, MlstmStep, RlaStepIn, StepShape, Stepped,
+};
 use crate::mixers::mlstm::MlstmState;
 use swax_tensor::backend::Backend;
 use swax_tensor::cpu::{CpuStorage, Real};
@@ -243,4 +245,60 @@ pub(super) fn attend(
         Ok(T::store(out, x.q.dtype()))
     }
     by_dtype!(op, x.q.dtype(), run(op, x, d, scale))
+}
+
+/// `phi(x) = [softmax(x), softmax(-x)]` of one head's x, each feature rounded to `dtype` (the
+/// pieces path computes phi in the data's dtype).
+fn phi<T: Real>(x: &[T], dtype: DType) -> Vec<T> {
+    let hi = x.iter().fold(T::neg_infinity(), |a, &e| a.max(e));
+    let lo = x.iter().fold(T::infinity(), |a, &e| a.min(e));
+    let up: Vec<T> = x.iter().map(|&e| (e - hi).exp()).collect();
+    let down: Vec<T> = x.iter().map(|&e| (lo - e).exp()).collect();
+    let (zu, zd) = (
+        up.iter().fold(T::zero(), |a, &e| a + e),
+        down.iter().fold(T::zero(), |a, &e| a + e),
+    );
+    let up = up.into_iter().map(|e| rounded(e / zu, dtype));
+    up.chain(down.into_iter().map(|e| rounded(e / zd, dtype)))
+        .collect()
+}
+
+/// The slot is `d.n` (`mod.rs`).
+pub(super) fn rla_step(
+    op: &'static str,
+    x: &RlaStepIn<&CpuStorage>,
+    d: &AttendShape,
+) -> Result<(CpuStorage, CpuStorage)> {
+    fn run<T: Real>(
+        op: &'static str,
+        x: &RlaStepIn<&CpuStorage>,
+        d: &AttendShape,
+    ) -> Result<(CpuStorage, CpuStorage)> {
+        let dtype = x.q.dtype();
+        let (q, k, v) = (T::read(op, x.q)?, T::read(op, x.k)?, T::read(op, x.v)?);
+        let mut s = T::read(op, x.state)?.into_owned();
+        let (dh, f, group) = (d.d, 2 * d.d, d.h / d.hkv);
+        let mut out = vec![T::zero(); d.b * d.h * dh];
+        for b in 0..d.b {
+            for hk in 0..d.hkv {
+                let at = ((b * d.slots + d.n) * d.hkv + hk) * dh;
+                let (fk, vs) = (phi(&k[at..at + dh], dtype), &v[at..at + dh]);
+                let st = &mut s[(b * d.hkv + hk) * f * dh..][..f * dh];
+                for i in 0..f {
+                    for j in 0..dh {
+                        st[i * dh + j] = st[i * dh + j] + fk[i] * vs[j];
+                    }
+                }
+                for h in hk * group..(hk + 1) * group {
+                    let row = (b * d.h + h) * dh;
+                    let fq = phi(&q[row..row + dh], dtype);
+                    for j in 0..dh {
+                        out[row + j] = (0..f).fold(T::zero(), |a, i| a + fq[i] * st[i * dh + j]);
+                    }
+                }
+            }
+        }
+        Ok((T::store(out, dtype), T::store(s, x.state.dtype())))
+    }
+    by_dtype!(op, x.q.dtype(), run(op, x, d))
 }

@@ -1,6 +1,6 @@
-//! The decoding steps on CUDA (`decode.cu`): one block of `DECODE_THREADS` per row and head,
-//! each kernel one launch.
-use super::{AttendIn, AttendShape, GatedDeltaStep, MlstmStep, StepShape, Stepped};
+//! The decoding steps on CUDA (`decode.cu`): one block of `DECODE_THREADS` per row and head
+//! (per row and kv head for `rla_step`), each kernel one launch.
+use super::{AttendIn, AttendShape, GatedDeltaStep, MlstmStep, RlaStepIn, StepShape, Stepped};
 use swax_cuda::kernels::chunk::check_operands;
 use swax_cuda::kernels::{float_kernel, launch, Launch};
 use swax_cuda::{Buffer, CudaError, DType, KernelSource};
@@ -226,4 +226,63 @@ pub(super) fn attend(
         )?;
     }
     Ok(out.into())
+}
+
+/// The most shared memory a block asks for without opting in.
+const SHARED_LIMIT: usize = 48 << 10;
+
+/// The slot is `d.n` (`mod.rs`).
+pub(super) fn rla_step(
+    x: &RlaStepIn<&Buffer>,
+    d: &AttendShape,
+) -> Result<(CudaStorage, CudaStorage), CudaError> {
+    const OP: &str = "rla_step";
+    let dt = x.q.dtype();
+    let (group, f) = (d.h / d.hkv, 2 * d.d);
+    // phi(k), phi(q) of the kv head's q heads, v, and each q head's output column sums.
+    let shared = 4 * (f + group * f + d.d + group * d.d);
+    if d.d > MAX_HEAD_DIM || shared > SHARED_LIMIT {
+        return Err(CudaError::invalid(
+            OP,
+            format!(
+                "head dim {} (at most {MAX_HEAD_DIM}) and {group} q heads per kv head need \
+                 {shared} bytes of shared memory (at most {SHARED_LIMIT})",
+                d.d
+            ),
+        ));
+    }
+    let cache = d.b * d.slots * d.hkv * d.d;
+    let states = d.b * d.hkv * f * d.d;
+    check_operands(
+        OP,
+        x.q.device(),
+        &[
+            ("q", x.q, dt, d.b * d.h * d.d),
+            ("k", x.k, dt, cache),
+            ("v", x.v, dt, cache),
+            ("state", x.state, DType::F32, states),
+        ],
+    )?;
+    let dev = x.q.device();
+    let out = dev.alloc(dt, d.b * d.h * d.d)?;
+    let state = dev.alloc(DType::F32, states)?;
+    let name = float_kernel!(OP, "rla_step", dt)?;
+    let cfg = blocks(OP, d.b * d.hkv, shared)?;
+    let sizes = [d.h, d.hkv, d.d, d.slots, d.n].map(|n| n as u32);
+    // SAFETY: rla_step_T(q, k, v, s, out, s_out, heads, kv_heads, d, slots, slot); buffers
+    // checked or allocated at the lengths these sizes imply (slot < slots, checked by the op),
+    // and the shared memory is what the kernel carves.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            cfg,
+            &[
+                x.q, x.k, x.v, x.state, &out, &state, &sizes[0], &sizes[1], &sizes[2], &sizes[3],
+                &sizes[4],
+            ],
+        )?;
+    }
+    Ok((out.into(), state.into()))
 }

@@ -11,6 +11,10 @@
 //   (the window's keys, RoPE already applied). Keys in tiles of DECODE_TILE scores in shared
 //   memory, a warp per key (its lanes read the key's contiguous elements), softmax online across
 //   tiles; the values summed by groups of threads, each thread one element of the head dim.
+// - rla_step_T: RAttention's linear branch, one block per (row, kv head): phi of the key leaving
+//   the window and of the kv head's q heads into shared memory, then one thread per column of
+//   the state [2D, D] adds phi(k) v to it and sums that column against each q head's phi(q).
+//   The state is read once and written once, as in the recurrent steps.
 #include "common.cuh"
 
 // Threads of every decoding kernel's block; matches DECODE_THREADS in cuda.rs.
@@ -166,6 +170,60 @@ __device__ void attend(const T* q, const T* k, const T* v, T* out, u32 heads, u3
     }
 }
 
+// phi(x) = [softmax(x), softmax(-x)] of one head's D elements into f (2D), each feature rounded
+// to T as the pieces path computes phi in the data's dtype. Every thread of the block calls it.
+template <typename T>
+__device__ void phi(const T* x, u32 d, float* f) {
+    // The largest of x and of -x, each half's softmax shift.
+    float hi = neg_inf(), nlo = neg_inf();
+    for (u32 i = threadIdx.x; i < d; i += blockDim.x) {
+        const float e = to_float(x[i]);
+        hi = fmaxf(hi, e);
+        nlo = fmaxf(nlo, -e);
+    }
+    hi = row_reduce(hi, MaxOp());
+    nlo = row_reduce(nlo, MaxOp());
+    float up = 0.0f, down = 0.0f;
+    for (u32 i = threadIdx.x; i < d; i += blockDim.x) {
+        const float e = to_float(x[i]);
+        up += expf(e - hi);
+        down += expf(-e - nlo);
+    }
+    up = block_sum(up);
+    down = block_sum(down);
+    for (u32 i = threadIdx.x; i < d; i += blockDim.x) {
+        const float e = to_float(x[i]);
+        f[i] = to_float(Convert<T>::from(expf(e - hi) / up));
+        f[d + i] = to_float(Convert<T>::from(expf(-e - nlo) / down));
+    }
+}
+
+template <typename T>
+__device__ void rla_step(const T* q, const T* k, const T* v, const float* s, T* out, float* s_out, u32 heads,
+                         u32 kv_heads, u32 d, u32 slots, u32 slot) {
+    extern __shared__ float sm[];
+    const u32 group = heads / kv_heads, f = 2 * d;
+    const u32 bk = blockIdx.x, b = bk / kv_heads, hk = bk % kv_heads;
+    // phi(k) [2D], phi(q) [group, 2D], v [D], the output sums [group, D] (column j: thread j's).
+    float *fk = sm, *fq = fk + f, *vs = fq + group * f, *acc = vs + d;
+    const u64 at = (((u64)b * slots + slot) * kv_heads + hk) * d;
+    phi(k + at, d, fk);
+    for (u32 g = 0; g < group; ++g) phi(q + ((u64)b * heads + hk * group + g) * d, d, fq + g * f);
+    for (u32 e = threadIdx.x; e < d; e += blockDim.x) vs[e] = to_float(v[at + e]);
+    __syncthreads();
+    const float* S = s + (u64)bk * f * d;
+    float* So = s_out + (u64)bk * f * d;
+    for (u32 j = threadIdx.x; j < d; j += blockDim.x) {
+        for (u32 g = 0; g < group; ++g) acc[g * d + j] = 0.0f;
+        for (u32 i = 0; i < f; ++i) {
+            const float next = S[(u64)i * d + j] + fk[i] * vs[j];
+            So[(u64)i * d + j] = next;
+            for (u32 g = 0; g < group; ++g) acc[g * d + j] += fq[g * f + i] * next;
+        }
+        for (u32 g = 0; g < group; ++g) out[((u64)b * heads + hk * group + g) * d + j] = Convert<T>::from(acc[g * d + j]);
+    }
+}
+
 #define DECODE_KERNELS(T, SUFFIX)                                                                                 \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
         gated_delta_step_##SUFFIX(const T* x, const T* w, const T* tail, const T* beta, const T* g,              \
@@ -184,6 +242,11 @@ __device__ void attend(const T* q, const T* k, const T* v, T* out, u32 heads, u3
         attend_##SUFFIX(const T* q, const T* k, const T* v, T* out, u32 heads, u32 kv_heads, u32 d, u32 slots,   \
                         u32 n, float scale) {                                                                    \
         attend<T>(q, k, v, out, heads, kv_heads, d, slots, n, scale);                                            \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
+        rla_step_##SUFFIX(const T* q, const T* k, const T* v, const float* s, T* out, float* s_out, u32 heads,   \
+                          u32 kv_heads, u32 d, u32 slots, u32 slot) {                                            \
+        rla_step<T>(q, k, v, s, out, s_out, heads, kv_heads, d, slots, slot);                                    \
     }
 
 DECODE_KERNELS(float, f32)

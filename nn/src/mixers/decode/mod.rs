@@ -18,6 +18,14 @@
 //! applied at theirs): `o = softmax(scale · q·k) v` over those slots, grouped-query heads as in
 //! `attention/mod.rs`. Softmax does not care about the order of the slots, so the cache of a
 //! sliding window is a ring: the step's key overwrites the one that leaves the window.
+//!
+//! **RAttention's linear branch** (`rla_step`, equations: `rattention/mod.rs`): its SWA branch
+//! is `attend`; its linear branch reads `S = sum phi(k_s)^T v_s` over the keys older than the
+//! window, f32 `[B, Hkv, 2D, D]` (f64 for f64 data). A step first adds the key that leaves the
+//! window, slot `slot` of the caches of keys *before* RoPE (phi reads them unrotated) and of
+//! values `[B, S, Hkv, D]`, then returns `phi(q) · S` for q `[B, H, D]` (before RoPE) and the
+//! next S. A slot not yet written holds zeros, and a zero value adds nothing, so the slot the
+//! step's key enters can be given before the ring is full.
 mod cpu;
 mod cuda;
 
@@ -86,7 +94,18 @@ swax_tensor::operands!(MlstmStep {
     f,
     state: nested
 });
+/// RAttention's linear branch at a step: q `[B, H, D]`, the caches k (before RoPE), v
+/// `[B, S, Hkv, D]`, the state `[B, Hkv, 2D, D]`.
+#[derive(Clone, Debug)]
+pub struct RlaStepIn<T = Tensor> {
+    pub q: T,
+    pub k: T,
+    pub v: T,
+    pub state: T,
+}
+
 swax_tensor::operands!(AttendIn { q, k, v });
+swax_tensor::operands!(RlaStepIn { q, k, v, state });
 
 /// The sizes of a recurrent step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -247,6 +266,45 @@ pub fn attend(x: &AttendIn<&Tensor>, n: usize, scale: Option<f64>) -> Result<Ten
     Tensor::apply(&AttendOp { dims, scale }, x)
 }
 
+/// RAttention's linear branch at a step: adds slot `slot` of the caches to the state, then reads
+/// it with q. Returns the branch's output `[B, H, D]` (q's dtype) and the next state.
+pub fn rla_step(x: &RlaStepIn<&Tensor>, slot: usize) -> Result<(Tensor, Tensor)> {
+    let op = RlaStepOp::NAME;
+    let (q, k) = (x.q, x.k);
+    let dtype = q.dtype();
+    if !dtype.is_float() {
+        return Err(Error::UnsupportedDType { op, dtype });
+    }
+    let &[b, slots, hkv, d] = k.dims() else {
+        return Err(Error::Invalid {
+            op,
+            msg: format!("the key cache must be [B, S, Hkv, D], got {}", k.shape()),
+        });
+    };
+    let h = q.dims().get(1).copied().unwrap_or(0);
+    if hkv == 0 || h % hkv != 0 || slot >= slots {
+        return Err(Error::Invalid {
+            op,
+            msg: format!(
+                "needs H {h} a multiple of Hkv {hkv} and slot {slot} < the cache's {slots} slots"
+            ),
+        });
+    }
+    expect(op, q, &[b, h, d], dtype)?;
+    expect(op, k, &[b, slots, hkv, d], dtype)?;
+    expect(op, x.v, &[b, slots, hkv, d], dtype)?;
+    expect(op, x.state, &[b, hkv, 2 * d, d], state_dtype(dtype))?;
+    let dims = AttendShape {
+        b,
+        h,
+        hkv,
+        d,
+        slots,
+        n: slot,
+    };
+    Tensor::apply(&RlaStepOp { dims }, x)
+}
+
 /// Whether the decoding kernels run for data of this dtype and head dims (the largest of them)
 /// on this device: the CPU's take every float dtype, the CUDA kernels f32 and bf16 with head
 /// dims up to `cuda::MAX_HEAD_DIM`.
@@ -372,5 +430,35 @@ impl DeviceOp for AttendOp {
         let x = x.try_map(|s| Ok(s.buffer()))?;
         let d = &self.dims;
         tensor(cuda::attend(&x, d, self.scale as f32)?, &[d.b, d.h, d.d])
+    }
+}
+
+/// `rla_step` with the slot in `dims.n`.
+struct RlaStepOp {
+    dims: AttendShape,
+}
+
+impl RlaStepOp {
+    fn out(&self, (o, s): (impl Into<Storage>, impl Into<Storage>)) -> Result<(Tensor, Tensor)> {
+        let d = &self.dims;
+        Ok((
+            tensor(o, &[d.b, d.h, d.d])?,
+            tensor(s, &[d.b, d.hkv, 2 * d.d, d.d])?,
+        ))
+    }
+}
+
+impl DeviceOp for RlaStepOp {
+    const NAME: &'static str = "rla_step";
+    type In = RlaStepIn;
+    type Out = (Tensor, Tensor);
+
+    fn cpu(&self, x: RlaStepIn<&CpuStorage>) -> Result<(Tensor, Tensor)> {
+        self.out(cpu::rla_step(Self::NAME, &x, &self.dims)?)
+    }
+
+    fn cuda(&self, x: RlaStepIn<&CudaStorage>) -> Result<(Tensor, Tensor)> {
+        let x = x.try_map(|s| Ok(s.buffer()))?;
+        self.out(cuda::rla_step(&x, &self.dims)?)
     }
 }

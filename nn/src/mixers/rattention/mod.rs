@@ -19,7 +19,7 @@
 //! as two ops over named operands, run by the device that holds them), its CPU version `cpu.rs`
 //! and CUDA version `cuda.rs` + `rla.cu`, `node.rs` (`rattention`, one tape node over both
 //! branches' kernels) and `carry.rs` (the linear state carried between the pieces of a long
-//! sequence). The linear branch's kernel, chunk by chunk (any chunk gives the same values):
+//! sequence); a decoding step's linear branch is `decode::rla_step`. The linear branch's kernel, chunk by chunk (any chunk gives the same values):
 //!
 //! ```text
 //! k'_t = k_{t-W}, v'_t = v_{t-W} (nothing before W): causal linear attention of q against k'
