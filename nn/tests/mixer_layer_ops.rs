@@ -1,12 +1,16 @@
 //! The recurrent mixer layers' own ops, the gates and the output norms: every op's gradient
 //! against central differences in f64 on random shapes; the soft cap stays within its cap, the
 //! log-decay is never positive, the head norm normalizes each head, the fused gated head norm
-//! matches the ops it replaces; bad shapes are errors.
+//! matches the ops it replaces; bad shapes are errors, and so are the gated head norm op's
+//! operands of another dtype.
 use proptest::prelude::*;
 use swax_autograd::gradcheck::{check, Tolerance};
 use swax_autograd::Tape;
 use swax_nn::layers::gates::{log_decay, soft_cap};
-use swax_nn::layers::output_norm::{gated_head_layer_norm, gated_rms_norm, head_layer_norm};
+use swax_nn::layers::output_norm::{
+    gated_head_layer_norm, gated_head_norm, gated_head_norm_backward, gated_rms_norm,
+    head_layer_norm, GatedHeadNormBackward, GatedHeadNormIn,
+};
 use swax_tensor::{DType, Device, Result, Tensor};
 
 fn randn(dims: &[usize], seed: u64) -> Tensor {
@@ -149,4 +153,33 @@ fn bad_shapes_are_errors() {
         gated_head_layer_norm(&tape, &x, &randn(&[2, 5, 3], 2), &randn(&[3], 3), 1e-5).is_err()
     );
     assert!(head_layer_norm(&tape, &x, &randn(&[5, 3], 2), Some(&randn(&[3], 3)), 1e-5).is_err());
+}
+
+/// The gated head norm op's own checks, which the tape node's forward does not reach: the
+/// backward's dy of x's shape, and every operand of x's dtype.
+#[test]
+fn bad_gated_head_norm_operands_are_errors() {
+    let (x, o, w) = (
+        randn(&[2, 5, 3], 1),
+        randn(&[2, 5, 3], 2),
+        randn(&[5, 3], 3),
+    );
+    let input = GatedHeadNormIn {
+        x: &x,
+        o: &o,
+        weight: &w,
+    };
+    assert!(gated_head_norm(&input, 1e-5).is_ok());
+    let dy = randn(&[2, 5, 4], 4);
+    let backward = GatedHeadNormBackward {
+        input: input.clone(),
+        dy: &dy,
+    };
+    assert!(gated_head_norm_backward(&backward, 1e-5).is_err());
+    let w32 = w.to_dtype(DType::F32).unwrap();
+    let input = GatedHeadNormIn {
+        weight: &w32,
+        ..input
+    };
+    assert!(gated_head_norm(&input, 1e-5).is_err());
 }

@@ -127,28 +127,6 @@ pub trait Backend: Sized {
         n: usize,
     ) -> Result<(Self, Self, Self)>;
 
-    /// xLSTM's gated head norm of x (`self`, rows of `n`, row r in head `r % heads`):
-    /// `LayerNorm(x) · weight[head] · sigmoid(o)`, weight `[heads, n]`, the LayerNorm without an
-    /// affine map of its own.
-    fn gated_head_norm(
-        &self,
-        o: &Self,
-        weight: &Self,
-        heads: usize,
-        n: usize,
-        eps: f64,
-    ) -> Result<Self>;
-    /// Returns `(dx, do, dweight)` from the inputs and dy, the row statistics recomputed.
-    fn gated_head_norm_backward(
-        &self,
-        o: &Self,
-        weight: &Self,
-        dy: &Self,
-        heads: usize,
-        n: usize,
-        eps: f64,
-    ) -> Result<(Self, Self, Self)>;
-
     /// Mean cross-entropy of logit rows of length `v` against U32 targets, rows whose target is
     /// `ignore_index` left out. Returns `(loss, lse, totals)`: the scalar loss, each row's
     /// log-sum-exp, and f32 `[mean loss, counted rows]` (the count scales the backward).

@@ -558,62 +558,6 @@ impl Backend for CudaStorage {
         ))
     }
 
-    fn gated_head_norm(
-        &self,
-        o: &Self,
-        weight: &Self,
-        heads: usize,
-        n: usize,
-        eps: f64,
-    ) -> Result<Self> {
-        let w = self.read_as(&weight.buf, DType::F32)?;
-        let mut y = self.alloc_like(self.buf.len())?;
-        k::norm::gated_head_norm(
-            self.dev(),
-            &self.buf,
-            &o.buf,
-            &w,
-            heads,
-            n,
-            eps as f32,
-            &mut y,
-        )?;
-        Ok(Self::wrap(y))
-    }
-
-    fn gated_head_norm_backward(
-        &self,
-        o: &Self,
-        weight: &Self,
-        dy: &Self,
-        heads: usize,
-        n: usize,
-        eps: f64,
-    ) -> Result<(Self, Self, Self)> {
-        let w = self.read_as(&weight.buf, DType::F32)?;
-        let mut dx = self.alloc_like(self.buf.len())?;
-        let mut d_o = self.alloc_like(self.buf.len())?;
-        let mut dw = self.alloc(DType::F32, heads * n)?;
-        k::norm::gated_head_norm_backward(
-            self.dev(),
-            &self.buf,
-            &o.buf,
-            &w,
-            &dy.buf,
-            heads,
-            n,
-            eps as f32,
-            &mut dx,
-            &mut d_o,
-            &mut dw,
-        )?;
-        Ok((
-            Self::wrap(dx),
-            Self::wrap(d_o),
-            Self::wrap(self.cast_to(dw, weight.buf.dtype())?),
-        ))
-    }
-
     fn cross_entropy(
         &self,
         targets: &Self,

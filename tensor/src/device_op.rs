@@ -1,7 +1,8 @@
 //! `DeviceOp`: an op whose kernels live outside this crate, one per device (the fused sequence
-//! mixers, each in its folder in swax-nn). `Backend` holds the primitive ops; an op of this kind
-//! names its operands in a struct generic over what holds them (tensors where it is called, one
-//! device's storage in that device's kernel: [`Operands`], written by [`operands!`]), and
+//! mixers, each in its folder in swax-nn, and xLSTM's gated head norm, beside its layer there).
+//! `Backend` holds the primitive ops; an op of this kind names its operands in a struct generic
+//! over what holds them (tensors where it is called, one device's storage in that device's
+//! kernel: [`Operands`], written by [`operands!`]), and
 //! `Tensor::apply` runs the kernel of the device its operands live on. What such a kernel needs
 //! from this crate is the storage of each device (`Storage::as_cpu`, `Storage::as_cuda`) and a
 //! tensor made from storage (`Tensor::from_storage`).

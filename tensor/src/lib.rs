@@ -1,6 +1,7 @@
 //! swax-tensor: `Tensor` (row-major, contiguous, immutable), its shapes, dtypes and devices, and
 //! every op the models need, with a kernel per device behind one seam (`backend::Backend`), and
-//! the seam for ops whose kernels live elsewhere (`device_op::DeviceOp`: the fused mixers).
+//! the seam for ops whose kernels live elsewhere (`device_op::DeviceOp`: the fused mixers and
+//! xLSTM's gated head norm).
 //!
 //! Reading order: `tensor.rs` (the type), `ops/` (what each op checks and computes),
 //! `backend.rs` (the seam), `cpu/` (the CPU kernels), `device_op.rs`.

@@ -436,31 +436,6 @@ impl Backend for Storage {
             .layer_norm_backward(weight, mean, rstd, dy, n))
     }
 
-    fn gated_head_norm(
-        &self,
-        o: &Self,
-        weight: &Self,
-        heads: usize,
-        n: usize,
-        eps: f64,
-    ) -> Result<Self> {
-        forward!("gated_head_norm", self, [o, weight], |s| s
-            .gated_head_norm(o, weight, heads, n, eps))
-    }
-
-    fn gated_head_norm_backward(
-        &self,
-        o: &Self,
-        weight: &Self,
-        dy: &Self,
-        heads: usize,
-        n: usize,
-        eps: f64,
-    ) -> Result<(Self, Self, Self)> {
-        forward!("gated_head_norm_backward", self, [o, weight, dy], |s| s
-            .gated_head_norm_backward(o, weight, dy, heads, n, eps))
-    }
-
     fn cross_entropy(
         &self,
         targets: &Self,

@@ -23,6 +23,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use swax_cuda::kernels::chunk::RecurrentShape;
+use swax_nn::layers::output_norm::{
+    gated_head_norm, gated_head_norm_backward, GatedHeadNormBackward, GatedHeadNormIn,
+};
 use swax_nn::mixers::attention::{self, SwaBackward, SwaIn, SwaOut};
 use swax_nn::mixers::gated_delta;
 use swax_nn::mixers::mlstm;
@@ -1111,7 +1114,8 @@ fn rms_norm_backward_kernel() -> Result<()> {
 
 /// xLSTM's gated head norm's kernels in the emulator on `rows` rows of `n` in `heads` heads, the
 /// backward over `blocks` blocks per head (each then walks several row groups, as on the GPU),
-/// against the CPU's: y, dx, do, and dw from the per-block partial sums.
+/// against the CPU kernel of its op (`swax_nn::layers::output_norm`): y, dx, do, and dw from
+/// the per-block partial sums.
 fn gated_head_norm_case(
     rows: usize,
     heads: usize,
@@ -1148,8 +1152,14 @@ fn gated_head_norm_case(
         l.block.0, l.block.1, vec as u32
     );
     emulate(exe, &dir, &name, ("launch", &sizes), dtype_arg(dtype))?;
-    let y = x.gated_head_norm(&o, &w, 1e-5)?;
-    let (dx, d_o, dw) = x.gated_head_norm_backward(&o, &w, &dy, 1e-5)?;
+    let input = GatedHeadNormIn {
+        x: &x,
+        o: &o,
+        weight: &w,
+    };
+    let y = gated_head_norm(&input, 1e-5)?;
+    let g = gated_head_norm_backward(&GatedHeadNormBackward { input, dy: &dy }, 1e-5)?;
+    let (dx, d_o, dw) = (g.x, g.o, g.weight);
     let partial = read(
         &dir.join("emu_partial.f32"),
         &Tensor::zeros(vec![blocks as usize, heads, n], DType::F32, Device::Cpu)?,

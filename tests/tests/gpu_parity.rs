@@ -1,7 +1,8 @@
-//! Every primitive op on the GPU against the CPU, values and gradients through the tape, in f32
-//! and bf16, at odd sizes (not multiples of any block or tile). Skips without a GPU (see
-//! `swax_tests::gpu`).
+//! Every primitive op, and xLSTM's gated head norm, on the GPU against the CPU, values and
+//! gradients through the tape, in f32 and bf16, at odd sizes (not multiples of any block or
+//! tile). Skips without a GPU (see `swax_tests::gpu`).
 use swax_autograd::Tape;
+use swax_nn::layers::output_norm::gated_head_layer_norm;
 use swax_tensor::{DType, Device, Result, Shape, Tensor, UnaryOp, CAUSAL};
 use swax_tests::{gpu, relative_error};
 
@@ -221,8 +222,9 @@ fn cases() -> Vec<Case> {
             t.add(&t.mul(&skip, &x[2])?, &y)
         },
     ));
-    // xLSTM's gated head norm at the mLSTM's head width (the vector kernels) and one narrower
-    // (the scalar ones), several heads, so that each row must take its own head's weight.
+    // xLSTM's gated head norm (swax-nn's op, not a primitive, but a row kernel like the norms
+    // around it) at the mLSTM's head width (the vector kernels) and one narrower (the scalar
+    // ones), several heads, so that each row must take its own head's weight.
     for (name, d) in [("gated_head_norm", 64), ("gated_head_norm_scalar", 63)] {
         all.push(case(
             name,
@@ -231,7 +233,7 @@ fn cases() -> Vec<Case> {
                 mapped(&[2, 37, 3, d], 21, |v| 2.0 * v),
                 mapped(&[3, d], 22, |v| 1.0 + 0.3 * v),
             ],
-            |t, x| t.gated_head_norm(&x[0], &x[1], &x[2], 1e-5),
+            |t, x| gated_head_layer_norm(t, &x[0], &x[1], &x[2], 1e-5),
         ));
     }
     all.push(case(

@@ -1,6 +1,5 @@
 //! RMSNorm and LayerNorm: one node each, with the fused backward kernels and saved statistics;
-//! RMSNorm at the head of a residual branch, whose backward also adds the residual's gradient;
-//! and xLSTM's gated head norm, which keeps only its inputs (its backward recomputes the rest).
+//! and RMSNorm at the head of a residual branch, whose backward also adds the residual's gradient.
 use super::grads;
 use crate::Tape;
 use swax_tensor::{Result, Tensor};
@@ -60,26 +59,6 @@ impl Tape {
                     needs,
                     [&|| Ok(dx.clone()), &|| Ok(dw.clone()), &|| Ok(db.clone())],
                 )
-            }),
-        )
-    }
-
-    /// `LayerNorm_D(x) · weight[h] · sigmoid(o)` for x and o `[.., H, D]`, weight `[H, D]`
-    /// (see [`Tensor::gated_head_norm`]), as one node: it keeps x, o and the weight, no
-    /// intermediate.
-    pub fn gated_head_norm(
-        &self,
-        x: &Tensor,
-        o: &Tensor,
-        weight: &Tensor,
-        eps: f64,
-    ) -> Result<Tensor> {
-        let y = x.gated_head_norm(o, weight, eps)?;
-        let (sx, so, sw) = (x.clone(), o.clone(), weight.clone());
-        Ok(
-            self.record("gated_head_norm", &[x, o, weight], y, move |dy, _| {
-                let (dx, d_o, dw) = sx.gated_head_norm_backward(&so, &sw, dy, eps)?;
-                Ok(vec![Some(dx), Some(d_o), Some(dw)])
             }),
         )
     }

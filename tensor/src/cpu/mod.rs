@@ -23,6 +23,8 @@ use half::bf16;
 use std::borrow::Cow;
 
 pub use elementwise::{sigmoid, softplus};
+pub use norm::row_stats;
+pub use softmax::for_rows;
 
 /// Below this many elements a kernel runs on one thread: rayon's fork/join costs more.
 pub(crate) const PAR_MIN: usize = 1 << 15;
@@ -520,41 +522,6 @@ impl Backend for CpuStorage {
             |x, out, _s| {
                 let (dx, dw, db) = norm::layer_norm_backward(&x[0], &x[1], &x[2], &x[3], &x[4], n);
                 (out(dx), out(dw), out(db))
-            }
-        ))
-    }
-
-    fn gated_head_norm(
-        &self,
-        o: &Self,
-        weight: &Self,
-        heads: usize,
-        n: usize,
-        eps: f64,
-    ) -> Result<Self> {
-        Ok(with_floats!(
-            "gated_head_norm",
-            [self, o, weight],
-            |x, out, _s| out(norm::gated_head_norm(&x[0], &x[1], &x[2], heads, n, eps))
-        ))
-    }
-
-    fn gated_head_norm_backward(
-        &self,
-        o: &Self,
-        weight: &Self,
-        dy: &Self,
-        heads: usize,
-        n: usize,
-        eps: f64,
-    ) -> Result<(Self, Self, Self)> {
-        Ok(with_floats!(
-            "gated_head_norm_backward",
-            [self, o, weight, dy],
-            |x, out, _s| {
-                let (dx, d_o, dw) =
-                    norm::gated_head_norm_backward(&x[0], &x[1], &x[2], &x[3], heads, n, eps);
-                (out(dx), out(d_o), out(dw))
             }
         ))
     }

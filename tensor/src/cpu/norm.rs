@@ -1,7 +1,5 @@
-//! RMSNorm and LayerNorm over the last axis, with weight (and bias), forward and backward; and
-//! xLSTM's gated head norm (LayerNorm · per-head weight · sigmoid gate), its statistics recomputed.
+//! RMSNorm and LayerNorm over the last axis, with weight (and bias), forward and backward.
 //! Statistics accumulate in the compute type (f32 for f32/bf16 storage, f64 for f64).
-use super::elementwise::sigmoid;
 use super::softmax::for_rows;
 use super::Real;
 
@@ -109,77 +107,11 @@ pub(crate) fn layer_norm_backward<T: Real>(
     (dx, dw, db)
 }
 
-/// A row's mean and rstd = 1 / sqrt(biased variance + eps): LayerNorm's statistics.
-fn row_stats<T: Real>(row: &[T], eps: f64) -> (T, T) {
+/// A row's mean and rstd = 1 / sqrt(biased variance + eps): LayerNorm's statistics (also
+/// those of xLSTM's gated head norm, in swax-nn).
+pub fn row_stats<T: Real>(row: &[T], eps: f64) -> (T, T) {
     let nf = T::of(row.len() as f64);
     let mean = row.iter().copied().sum::<T>() / nf;
     let var = row.iter().map(|&v| (v - mean) * (v - mean)).sum::<T>() / nf;
     (mean, (var + T::of(eps)).sqrt().recip())
-}
-
-/// xLSTM's gated head norm: with xhat the LayerNorm of each row of `n` (no affine of its own)
-/// and row r in head `r % heads`, y = xhat · w[head] · sigmoid(o); `w` is `[heads, n]`.
-pub(crate) fn gated_head_norm<T: Real>(
-    x: &[T],
-    o: &[T],
-    w: &[T],
-    heads: usize,
-    n: usize,
-    eps: f64,
-) -> Vec<T> {
-    for_rows(x.len(), n, |r, out| {
-        let (xr, or, wh) = (
-            &x[r * n..(r + 1) * n],
-            &o[r * n..(r + 1) * n],
-            &w[(r % heads) * n..(r % heads + 1) * n],
-        );
-        let (mean, rstd) = row_stats(xr, eps);
-        for k in 0..n {
-            out[k] = (xr[k] - mean) * rstd * wh[k] * sigmoid(or[k]);
-        }
-    })
-}
-
-/// Backward of [`gated_head_norm`], the statistics recomputed: with s = sigmoid(o) and
-/// g = dy·s·w (the gradient reaching xhat), dx = rstd·(g − mean(g) − xhat·mean(g·xhat)),
-/// do = dy·xhat·w·s·(1 − s), dw[head] = Σ over the head's rows of dy·s·xhat.
-pub(crate) fn gated_head_norm_backward<T: Real>(
-    x: &[T],
-    o: &[T],
-    w: &[T],
-    dy: &[T],
-    heads: usize,
-    n: usize,
-    eps: f64,
-) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let nf = T::of(n as f64);
-    let rows = x.len().checked_div(n).unwrap_or(0);
-    let stats: Vec<(T, T)> = (0..rows)
-        .map(|r| row_stats(&x[r * n..(r + 1) * n], eps))
-        .collect();
-    let xhat = |r: usize, k: usize| (x[r * n + k] - stats[r].0) * stats[r].1;
-    let gate = |r: usize, k: usize| sigmoid(o[r * n + k]);
-    let wt = |r: usize, k: usize| w[(r % heads) * n + k];
-    let dx = for_rows(x.len(), n, |r, out| {
-        let g = |k: usize| dy[r * n + k] * gate(r, k) * wt(r, k);
-        let mean_g = (0..n).map(g).sum::<T>() / nf;
-        let mean_gx = (0..n).map(|k| g(k) * xhat(r, k)).sum::<T>() / nf;
-        for k in 0..n {
-            out[k] = stats[r].1 * (g(k) - mean_g - xhat(r, k) * mean_gx);
-        }
-    });
-    let d_o = for_rows(x.len(), n, |r, out| {
-        for k in 0..n {
-            let s = gate(r, k);
-            out[k] = dy[r * n + k] * xhat(r, k) * wt(r, k) * s * (T::one() - s);
-        }
-    });
-    let mut dw = vec![T::zero(); heads * n];
-    for r in 0..rows {
-        let h = r % heads;
-        for k in 0..n {
-            dw[h * n + k] = dw[h * n + k] + dy[r * n + k] * gate(r, k) * xhat(r, k);
-        }
-    }
-    (dx, d_o, dw)
 }

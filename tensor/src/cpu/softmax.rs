@@ -3,8 +3,9 @@ use super::{Real, PAR_MIN};
 use crate::backend::Softmax;
 use rayon::prelude::*;
 
-/// Runs `f(row_in..., row_out)` over rows of length `n`, in parallel when the buffer is large.
-pub(crate) fn for_rows<T: Real>(
+/// Runs `f(row_in..., row_out)` over rows of length `n`, in parallel when the buffer is large
+/// (also for the row kernels in swax-nn).
+pub fn for_rows<T: Real>(
     len: usize,
     n: usize,
     f: impl Fn(usize, &mut [T]) + Sync + Send,

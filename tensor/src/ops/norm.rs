@@ -1,5 +1,4 @@
-//! RMSNorm and LayerNorm over the last axis, fused, with the statistics the backward reuses;
-//! and xLSTM's gated head norm, whose backward recomputes them.
+//! RMSNorm and LayerNorm over the last axis, fused, with the statistics the backward reuses.
 use crate::backend::Backend;
 use crate::{Error, Result, Shape, Tensor};
 
@@ -133,68 +132,6 @@ impl Tensor {
             self.with_storage(dx, self.shape().clone()),
             self.with_storage(dw, weight.shape().clone()),
             self.with_storage(db, weight.shape().clone()),
-        ))
-    }
-
-    /// The shapes of the gated head norm: x and o `[.., H, D]`, weight `[H, D]`; returns
-    /// `(H, D)`.
-    fn gated_head_dims(
-        &self,
-        op: &'static str,
-        o: &Tensor,
-        weight: &Tensor,
-    ) -> Result<(usize, usize)> {
-        self.float_only(op)?;
-        self.same_shape(op, o)?;
-        self.same_dtype(op, o)?;
-        self.same_dtype(op, weight)?;
-        let r = self.rank();
-        if r < 2 || weight.dims() != &self.dims()[r - 2..] {
-            return Err(Error::ShapeMismatch {
-                op,
-                lhs: self.shape().clone(),
-                rhs: weight.shape().clone(),
-            });
-        }
-        Ok((self.dims()[r - 2], self.dims()[r - 1]))
-    }
-
-    /// `LayerNorm_D(x) · weight[h] · sigmoid(o)` for x and o `[.., H, D]`, weight `[H, D]`: the
-    /// LayerNorm over D without an affine map of its own, computed in f32 (f64 for f64) and
-    /// rounded once.
-    pub fn gated_head_norm(&self, o: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
-        let (h, d) = self.gated_head_dims("gated_head_norm", o, weight)?;
-        let y = self
-            .storage()
-            .gated_head_norm(o.storage(), weight.storage(), h, d, eps)?;
-        Ok(self.with_storage(y, self.shape().clone()))
-    }
-
-    /// Returns `(dx, do, dweight)` of [`Tensor::gated_head_norm`] given dy, the row statistics
-    /// recomputed from x.
-    pub fn gated_head_norm_backward(
-        &self,
-        o: &Tensor,
-        weight: &Tensor,
-        dy: &Tensor,
-        eps: f64,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
-        let op = "gated_head_norm_backward";
-        let (h, d) = self.gated_head_dims(op, o, weight)?;
-        self.same_shape(op, dy)?;
-        self.same_dtype(op, dy)?;
-        let (dx, d_o, dw) = self.storage().gated_head_norm_backward(
-            o.storage(),
-            weight.storage(),
-            dy.storage(),
-            h,
-            d,
-            eps,
-        )?;
-        Ok((
-            self.with_storage(dx, self.shape().clone()),
-            self.with_storage(d_o, self.shape().clone()),
-            self.with_storage(dw, weight.shape().clone()),
         ))
     }
 }
