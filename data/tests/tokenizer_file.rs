@@ -44,6 +44,21 @@ fn the_fixture_encodes_and_decodes() {
     ));
 }
 
+/// A file's truncation (and padding) would cut documents to its length: both are turned off.
+#[test]
+fn a_file_s_truncation_and_padding_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(fixture()).unwrap();
+    let capped = dir.path().join("capped.json");
+    let settings = r#""truncation":{"direction":"Right","max_length":4,"strategy":"LongestFirst","stride":0},"padding":{"strategy":{"Fixed":64},"direction":"Right","pad_to_multiple_of":null,"pad_id":0,"pad_type_id":0,"pad_token":"!"}"#;
+    let edited = text.replace(r#""truncation":null,"padding":null"#, settings);
+    assert_ne!(edited, text);
+    std::fs::write(&capped, edited).unwrap();
+    let plain = FileTokenizer::load(&fixture(), None).unwrap();
+    let tok = FileTokenizer::load(&capped, None).unwrap();
+    assert_eq!(tok.encode(TEXT), plain.encode(TEXT));
+}
+
 #[test]
 fn the_end_of_text_is_found_or_named() {
     let dir = tempfile::tempdir().unwrap();
