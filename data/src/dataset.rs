@@ -1,5 +1,5 @@
 //! A folder of shards: train and validation shards told apart by file name, plus the optional
-//! `meta.json`. Names follow llm.c (`fineweb_train_000001.bin`, `tiny_shakespeare_val.bin`): a
+//! `meta.json` and, for a dataset made with a tokenizer file, its copy `tokenizer.json`. Names follow llm.c (`fineweb_train_000001.bin`, `tiny_shakespeare_val.bin`): a
 //! `.bin` file whose name has an `_`-separated part `train` or `val`.
 
 use std::path::{Path, PathBuf};
@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{DataError, Result};
 use crate::meta::{DatasetMeta, META_FILE};
 use crate::shard::Shard;
+use crate::tokenizer::TOKENIZER_FILE;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Split {
@@ -39,12 +40,17 @@ impl Split {
     }
 }
 
-/// Files in `dir` that a prepared dataset owns (shards and metadata), sorted by name.
+/// Files in `dir` that a prepared dataset owns (shards, metadata, the tokenizer file's copy),
+/// sorted by name.
 pub fn dataset_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(DataError::io(dir))? {
         let path = entry.map_err(DataError::io(dir))?.path();
-        if Split::of_file(&path).is_some() || path.file_name() == Some(META_FILE.as_ref()) {
+        let name = path.file_name();
+        if Split::of_file(&path).is_some()
+            || name == Some(META_FILE.as_ref())
+            || name == Some(TOKENIZER_FILE.as_ref())
+        {
             files.push(path);
         }
     }

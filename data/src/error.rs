@@ -34,10 +34,28 @@ pub enum DataError {
         needed: u32,
         model: u32,
     },
-    #[error("unknown tokenizer `{0}` (expected `bytes` or `gpt2`)")]
+    #[error(
+        "unknown tokenizer `{0}` (expected `bytes`, `gpt2` or the path of a tokenizer.json \
+         file, and there is no file at that path)"
+    )]
     UnknownTokenizer(String),
     #[error("tokenizer `{name}` failed to load: {detail}")]
     TokenizerInit { name: &'static str, detail: String },
+    /// A tokenizer file that cannot be used as one (see `tokenizer::FileTokenizer`).
+    #[error("tokenizer file {}: {detail}", path.display())]
+    TokenizerFile { path: PathBuf, detail: String },
+    /// A tokenizer file other than the one a dataset or run recorded.
+    #[error(
+        "tokenizer file {}: its sha256 is {found}, but {recorded} was recorded when the data was \
+         made: it is not the file the ids were made with; put that file back, or prepare the \
+         data again with this one",
+        path.display()
+    )]
+    TokenizerHash {
+        path: PathBuf,
+        found: String,
+        recorded: String,
+    },
     #[error("{}: bad metadata: {source}", path.display())]
     Meta {
         path: PathBuf,

@@ -4,7 +4,8 @@
 //! - [`dataset`] and [`meta`]: a folder of train/validation shards and the `meta.json` naming
 //!   the tokenizer that made them.
 //! - [`loader`]: seeded, resumable, rank-split batches of B sequences of T + 1 tokens.
-//! - [`tokenizer`]: bytes (the default) and GPT-2 BPE, offline.
+//! - [`tokenizer`]: bytes (the default), GPT-2 BPE (offline), and any Hugging Face
+//!   `tokenizer.json`.
 //! - [`prepare`]: text to shards, behind `swax prepare`.
 //! - [`lock`]: one writer per run or dataset folder.
 //! - [`corpus`]: the generated default corpus whose prediction needs long-range recall.

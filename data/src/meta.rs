@@ -1,5 +1,7 @@
 //! The metadata file written beside shards (`meta.json`): which tokenizer made them and how much
 //! each split holds, so a model whose vocabulary does not fit the data is refused before training.
+//! A tokenizer file is recorded by its hash, and its copy lies beside the shards
+//! (`tokenizer::TOKENIZER_FILE`).
 
 use std::io::Write;
 use std::path::Path;
@@ -41,18 +43,20 @@ impl DatasetMeta {
             source,
         })?;
         // The tokenizer decides what the ids mean: a vocabulary or end of text other than its
-        // own would size the model for the one and decode with the other.
-        let kind = meta.tokenizer;
-        if (meta.vocab_size, meta.eot) != (kind.vocab_size(), kind.eot()) {
+        // own would size the model for the one and decode with the other. A tokenizer file is
+        // opened from its copy here, refused if it is not the one recorded.
+        let tok = meta.tokenizer.open(dir)?;
+        if (meta.vocab_size, meta.eot) != (tok.vocab_size(), tok.eot()) {
             return Err(DataError::MetaMismatch {
                 path,
                 detail: format!(
-                    "vocab_size {} and eot {} do not match the {kind} tokenizer it names \
+                    "vocab_size {} and eot {} do not match the {} tokenizer it names \
                      (vocab_size {}, eot {}); prepare the data again",
                     meta.vocab_size,
                     meta.eot,
-                    kind.vocab_size(),
-                    kind.eot()
+                    meta.tokenizer,
+                    tok.vocab_size(),
+                    tok.eot()
                 ),
             });
         }
@@ -76,7 +80,7 @@ impl DatasetMeta {
     pub fn check_model_vocab(&self, model_vocab: u32) -> Result<()> {
         if self.vocab_size > model_vocab {
             return Err(DataError::VocabMismatch {
-                tokenizer: self.tokenizer.name().to_owned(),
+                tokenizer: self.tokenizer.to_string(),
                 needed: self.vocab_size,
                 model: model_vocab,
             });

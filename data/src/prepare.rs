@@ -3,7 +3,9 @@
 //!
 //! A document is a file, or a part of one between `<|endoftext|>` markers, trimmed of
 //! surrounding whitespace; empty ones are skipped. The byte tokenizer keeps the input's bytes
-//! exactly; GPT-2's reads them as UTF-8 (invalid sequences become U+FFFD). Inputs are regular
+//! exactly; GPT-2's and a tokenizer file's read them as UTF-8 (invalid sequences become
+//! U+FFFD). A tokenizer file is copied into the dataset (`tokenizer.json`) and its hash recorded
+//! in `meta.json`, so the dataset stands alone. Inputs are regular
 //! files, read mapped, and streams (stdin, a FIFO such as a shell's `<(...)`), read whole into
 //! memory up to a bound, so that an endless one ends in an error rather than filling memory; a
 //! device or a socket is refused by name, and inputs that hold no text are an error rather than
@@ -29,7 +31,7 @@ use crate::error::{DataError, Result};
 use crate::lock::FolderLock;
 use crate::meta::{DatasetMeta, SplitCounts, META_FILE};
 use crate::shard::{ShardFormat, ShardWriter};
-use crate::tokenizer::{Tokenizer, TokenizerKind, EOT_TEXT};
+use crate::tokenizer::{FileTokenizer, Tokenizer, TokenizerKind, EOT_TEXT};
 
 /// The folder inside the output folder where a prepare writes before the swap.
 const STAGING: &str = ".swax-staging";
@@ -58,10 +60,47 @@ impl From<&str> for Input {
     }
 }
 
+/// The tokenizer `swax prepare` encodes with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrepareTokenizer {
+    /// `bytes` or `gpt2`.
+    Builtin(TokenizerKind),
+    /// A Hugging Face `tokenizer.json`, with the token that separates documents (None: the
+    /// first of `tokenizer::EOT_CANDIDATES` the file holds).
+    File {
+        path: PathBuf,
+        eot_token: Option<String>,
+    },
+}
+
+impl From<TokenizerKind> for PrepareTokenizer {
+    fn from(kind: TokenizerKind) -> Self {
+        PrepareTokenizer::Builtin(kind)
+    }
+}
+
+impl PrepareTokenizer {
+    /// `bytes`, `gpt2`, or else the path of a tokenizer file, which must exist.
+    pub fn parse(name: &str, eot_token: Option<String>) -> Result<PrepareTokenizer> {
+        match name.parse::<TokenizerKind>() {
+            Ok(_) if eot_token.is_some() => Err(DataError::Config(format!(
+                "--eot-token names a token of a tokenizer file; the {name} tokenizer's end of \
+                 text is its own"
+            ))),
+            Ok(kind) => Ok(PrepareTokenizer::Builtin(kind)),
+            Err(e) if !Path::new(name).is_file() => Err(e),
+            Err(_) => Ok(PrepareTokenizer::File {
+                path: name.into(),
+                eot_token,
+            }),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrepareConfig {
     pub out: PathBuf,
-    pub tokenizer: TokenizerKind,
+    pub tokenizer: PrepareTokenizer,
     /// Share of tokens for validation, in [0, 1).
     pub val_fraction: f64,
     /// Tokens per shard (the last shard of a split holds the rest).
@@ -236,7 +275,14 @@ impl Plan {
         dir: &Path,
         progress: &mut dyn FnMut(u64),
     ) -> Result<DatasetMeta> {
-        let tok = cfg.tokenizer.build()?;
+        let tok: Box<dyn Tokenizer> = match &cfg.tokenizer {
+            PrepareTokenizer::Builtin(kind) => kind.build()?,
+            PrepareTokenizer::File { path, eot_token } => {
+                let file = FileTokenizer::load(path, eot_token.as_deref())?;
+                file.copy_into(dir)?;
+                Box::new(file)
+            }
+        };
         let format = ShardFormat::for_vocab(tok.vocab_size());
         let sink = |split| SplitWriter {
             dir: dir.to_owned(),
@@ -291,7 +337,7 @@ impl Plan {
             )));
         }
         let meta = DatasetMeta {
-            tokenizer: cfg.tokenizer,
+            tokenizer: tok.kind(),
             vocab_size: tok.vocab_size(),
             eot: tok.eot(),
             train: train.finish()?,

@@ -31,7 +31,7 @@ fn write_inputs(root: &Path) -> Vec<Input> {
 fn config(out: &Path, tokenizer: TokenizerKind) -> PrepareConfig {
     PrepareConfig {
         out: out.to_owned(),
-        tokenizer,
+        tokenizer: tokenizer.into(),
         val_fraction: 0.2,
         shard_tokens: 1000,
         force: false,
@@ -62,7 +62,7 @@ fn check_dataset(tokenizer: TokenizerKind) {
     assert_eq!(plan.files(), 5);
     let mut progressed = 0;
     let meta = plan
-        .run(&config(&out, tokenizer), &mut |n| progressed += n)
+        .run(&config(&out, tokenizer.clone()), &mut |n| progressed += n)
         .unwrap();
     assert_eq!(Some(progressed), plan.total_bytes());
 

@@ -157,7 +157,9 @@ pub struct DataConfig {
     /// (`./mqar` for a folder named like a built-in source). `--data` sets it.
     #[serde(default = "default_source")]
     pub source: String,
-    /// `bytes` or `gpt2`: the generated data's tokenizer (shards bring their own).
+    /// `bytes` or `gpt2`: the generated data's tokenizer. Shards bring their own (their
+    /// `meta.json`'s), which a run records here: a tokenizer file as
+    /// `{ file = { sha256 = "...", eot_token = "..." } }`, its copy in the run folder.
     pub tokenizer: TokenizerKind,
     /// T: tokens per sequence.
     pub seq_len: usize,

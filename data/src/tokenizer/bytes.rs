@@ -9,6 +9,7 @@ use super::{check_ids, Tokenizer, TokenizerKind, EOT_TEXT};
 use crate::error::Result;
 
 pub const BYTES_EOT: u32 = 0;
+pub const BYTES_VOCAB: u32 = 256;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BytesTokenizer;
@@ -19,11 +20,11 @@ impl Tokenizer for BytesTokenizer {
     }
 
     fn vocab_size(&self) -> u32 {
-        TokenizerKind::Bytes.vocab_size()
+        BYTES_VOCAB
     }
 
     fn eot(&self) -> u32 {
-        TokenizerKind::Bytes.eot()
+        BYTES_EOT
     }
 
     fn encode(&self, text: &str) -> Vec<u32> {

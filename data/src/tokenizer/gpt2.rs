@@ -35,11 +35,11 @@ impl Tokenizer for Gpt2Tokenizer {
     }
 
     fn vocab_size(&self) -> u32 {
-        TokenizerKind::Gpt2.vocab_size()
+        GPT2_EOT + 1
     }
 
     fn eot(&self) -> u32 {
-        TokenizerKind::Gpt2.eot()
+        GPT2_EOT
     }
 
     /// `<|endoftext|>` inside the text is encoded as ordinary text, as llm.c's FineWeb script

@@ -1,10 +1,13 @@
 //! Tokenizers: the trait the rest of the crate encodes through, and the names recorded beside
-//! shards so that data and model vocabularies can be checked against each other.
+//! shards so that data and model vocabularies can be checked against each other. Two are built
+//! in (bytes, GPT-2); any other is a Hugging Face `tokenizer.json` (`file`).
 
 mod bytes;
+mod file;
 mod gpt2;
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -12,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{DataError, Result};
 
 pub use bytes::BytesTokenizer;
+pub use file::{sha256_hex, FileTokenizer, TokenizerFile, EOT_CANDIDATES, TOKENIZER_FILE};
 pub use gpt2::Gpt2Tokenizer;
 
 /// How the end-of-text token reads as text, and what separates documents in `swax prepare`'s
@@ -36,7 +40,8 @@ pub trait Tokenizer: Send + Sync {
         self.encode(&String::from_utf8_lossy(bytes))
     }
 
-    /// The bytes `tokens` stand for; the end-of-text token reads `<|endoftext|>`. An id at or
+    /// The bytes `tokens` stand for; the end-of-text token reads `<|endoftext|>` (a tokenizer
+    /// file's, its own text). An id at or
     /// above the vocabulary size is an error naming its index. A token may be part of a
     /// character (a byte of UTF-8, a part of one): streamed output writes these as they come.
     fn decode_bytes(&self, tokens: &[u32]) -> Result<Vec<u8>>;
@@ -47,61 +52,78 @@ pub trait Tokenizer: Send + Sync {
     }
 }
 
-/// The tokenizers we ship, by the name written in a dataset's metadata and given on the CLI.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+/// A dataset's or run's tokenizer, as its metadata and config record it: `"bytes"`, `"gpt2"`,
+/// or `{"file": {"sha256": ..., "eot_token": ...}}` for a tokenizer file, whose copy lies in the
+/// folder it is opened from (see [`FileTokenizer`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum TokenizerKind {
     #[default]
     Bytes,
     Gpt2,
+    File(TokenizerFile),
 }
 
 impl TokenizerKind {
-    pub const ALL: [TokenizerKind; 2] = [TokenizerKind::Bytes, TokenizerKind::Gpt2];
+    /// The tokenizers built into swax, which need no file.
+    pub const BUILTIN: [TokenizerKind; 2] = [TokenizerKind::Bytes, TokenizerKind::Gpt2];
 
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             TokenizerKind::Bytes => "bytes",
             TokenizerKind::Gpt2 => "gpt2",
+            TokenizerKind::File(_) => "file",
         }
     }
 
-    /// The ids the tokenizer produces: 0 to this, less one.
-    pub fn vocab_size(self) -> u32 {
-        match self {
-            TokenizerKind::Bytes => 256,
-            TokenizerKind::Gpt2 => gpt2::GPT2_EOT + 1,
-        }
-    }
-
-    /// The end-of-text id.
-    pub fn eot(self) -> u32 {
-        match self {
-            TokenizerKind::Bytes => bytes::BYTES_EOT,
-            TokenizerKind::Gpt2 => gpt2::GPT2_EOT,
-        }
-    }
-
-    /// Builds the tokenizer. GPT-2's ranks are compiled into the binary: nothing is downloaded.
-    pub fn build(self) -> Result<Box<dyn Tokenizer>> {
+    /// Builds a built-in tokenizer. GPT-2's ranks are compiled into the binary: nothing is
+    /// downloaded. A tokenizer file is refused: it is read from the folder that keeps its
+    /// copy ([`TokenizerKind::open`]).
+    pub fn build(&self) -> Result<Box<dyn Tokenizer>> {
         Ok(match self {
             TokenizerKind::Bytes => Box::new(BytesTokenizer),
             TokenizerKind::Gpt2 => Box::new(Gpt2Tokenizer::new()?),
+            TokenizerKind::File(record) => {
+                return Err(DataError::Config(format!(
+                    "the tokenizer file of sha256 {} is kept in a dataset or run folder, and \
+                     only data prepared with it (swax prepare --tokenizer PATH) can use it; \
+                     generated data is tokenized with bytes or gpt2",
+                    record.sha256
+                )))
+            }
         })
+    }
+
+    /// Builds the tokenizer, a tokenizer file from its copy in `dir` (a dataset or run folder),
+    /// refused unless it is the file recorded.
+    pub fn open(&self, dir: &Path) -> Result<Box<dyn Tokenizer>> {
+        match self {
+            TokenizerKind::File(record) => Ok(Box::new(FileTokenizer::open(dir, record)?)),
+            builtin => builtin.build(),
+        }
     }
 }
 
 impl fmt::Display for TokenizerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        match self {
+            TokenizerKind::File(record) => write!(
+                f,
+                "{TOKENIZER_FILE} (sha256 {}, end of text {:?})",
+                record.sha256.chars().take(12).collect::<String>(),
+                record.eot_token
+            ),
+            builtin => f.write_str(builtin.name()),
+        }
     }
 }
 
 impl FromStr for TokenizerKind {
     type Err = DataError;
 
+    /// A built-in tokenizer by name.
     fn from_str(s: &str) -> Result<Self> {
-        TokenizerKind::ALL
+        TokenizerKind::BUILTIN
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| DataError::UnknownTokenizer(s.to_owned()))

@@ -125,8 +125,8 @@ pub fn run(args: EvalArgs) -> CliResult {
         .filter(|t| *t != "loss")
         .map(|t| t.parse())
         .collect::<Result<_, _>>()?;
-    let kind = cfg.data.tokenizer;
-    if let Some(made) = dataset_tokenizer(data_dir.as_deref())?.filter(|&k| k != kind) {
+    let kind = &cfg.data.tokenizer;
+    if let Some(made) = dataset_tokenizer(data_dir.as_deref())?.filter(|k| k != kind) {
         return Err(format!(
             "--data {}: made with the {made} tokenizer, the model was trained with {kind}",
             args.data.as_deref().unwrap_or_default()

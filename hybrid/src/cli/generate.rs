@@ -95,7 +95,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
     let device = super::device(args.device.as_deref())?;
     let loaded = load(&args.path, device)?;
     let cfg = &loaded.cfg;
-    let tok = cfg.data.tokenizer.build()?;
+    let tok = cfg.data.tokenizer.open(&loaded.run)?;
     let source = Source::parse(&cfg.data.source);
     if !source.is_text() {
         eprintln!(

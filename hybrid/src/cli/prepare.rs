@@ -1,13 +1,14 @@
 //! `swax prepare INPUT... --out DIR`: text to llm.c-format shards and `meta.json`, with a
-//! progress bar and the counts at the end. The pipeline itself is `swax_data::prepare`.
+//! progress bar and the counts at the end. The pipeline itself is `swax_data::prepare`; the
+//! tokenizer is `bytes`, `gpt2` or a Hugging Face `tokenizer.json`.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use swax_data::prepare::{Input, Plan, PrepareConfig, MAX_STREAM_BYTES};
-use swax_data::{SplitCounts, TokenizerKind};
+use swax_data::prepare::{Input, Plan, PrepareConfig, PrepareTokenizer, MAX_STREAM_BYTES};
+use swax_data::SplitCounts;
 
 use super::{whole, CliResult};
 
@@ -21,9 +22,16 @@ pub struct PrepareArgs {
     /// Folder for the shards (train_NNNNNN.bin, val_NNNNNN.bin) and meta.json.
     #[arg(long)]
     out: PathBuf,
-    /// `bytes` (vocabulary 256, end of text = byte 0) or `gpt2` (50257, end of text = 50256).
-    #[arg(long, default_value = "bytes")]
-    tokenizer: TokenizerKind,
+    /// `bytes` (vocabulary 256, end of text = byte 0), `gpt2` (50257, end of text = 50256), or
+    /// the path of a Hugging Face tokenizer.json (PATH/tokenizer.json): its vocabulary, its
+    /// end-of-text token (see --eot-token), a copy of it and its SHA-256 kept in the output
+    /// folder, and from there in every run trained on it.
+    #[arg(long, default_value = "bytes", value_name = "bytes|gpt2|PATH")]
+    tokenizer: String,
+    /// With a tokenizer.json: the token that separates documents. Default: the first of
+    /// <|endoftext|>, <|end_of_text|>, </s>, <eos> that the file holds.
+    #[arg(long, value_name = "TEXT")]
+    eot_token: Option<String>,
     /// Share of tokens held out for validation, by whole documents.
     #[arg(long, default_value_t = 0.01)]
     val_fraction: f64,
@@ -44,6 +52,7 @@ pub fn run(args: PrepareArgs) -> CliResult {
         .iter()
         .map(|s| Input::from(s.as_str()))
         .collect();
+    let tokenizer = PrepareTokenizer::parse(&args.tokenizer, args.eot_token)?;
     let plan = Plan::new(&inputs, &args.out)?;
     let bar = match plan.total_bytes() {
         Some(total) => ProgressBar::new(total).with_style(ProgressStyle::with_template(
@@ -55,7 +64,7 @@ pub fn run(args: PrepareArgs) -> CliResult {
     };
     let cfg = PrepareConfig {
         out: args.out,
-        tokenizer: args.tokenizer,
+        tokenizer,
         val_fraction: args.val_fraction,
         shard_tokens: args.shard_tokens,
         force: args.force,

@@ -105,8 +105,8 @@ pub fn evaluate(
         plan.piece,
         plan.loss,
     )?;
-    let kind = cfg.data.tokenizer;
-    let tok = kind.build()?;
+    let kind = &cfg.data.tokenizer;
+    let tok = kind.open(&loaded.run)?;
     let dtype = compute_dtype(cfg, device);
     let model = &loaded.model;
     let window = plan.window;

@@ -60,6 +60,7 @@ pub fn export(run: &Path, out: &Path) -> Result<Exported> {
         .map(|p| (format!("{PREFIX}{}", p.name), p.value.clone()))
         .collect();
     let step = loaded.step;
+    let eot = tokenizer::eot(cfg, &loaded.run)?;
     let files = write_then_rename(out, |dir| {
         let mut files = Vec::new();
         let mut put = |name: &str, bytes: &[u8]| -> Result<()> {
@@ -69,11 +70,11 @@ pub fn export(run: &Path, out: &Path) -> Result<Exported> {
         };
         put(
             "config.json",
-            serde_json::to_string_pretty(&hf_config(cfg, step)?)?.as_bytes(),
+            serde_json::to_string_pretty(&hf_config(cfg, step, eot)?)?.as_bytes(),
         )?;
         put(
             "generation_config.json",
-            serde_json::to_string_pretty(&generation_config(cfg)?)?.as_bytes(),
+            serde_json::to_string_pretty(&generation_config(eot))?.as_bytes(),
         )?;
         put("configuration_swax.py", CONFIGURATION_PY.as_bytes())?;
         put("modeling_swax.py", MODELING_PY.as_bytes())?;
@@ -99,9 +100,8 @@ pub fn export(run: &Path, out: &Path) -> Result<Exported> {
 
 /// `config.json`: the `[model]` table's fields at the top (what the modeling file reads), the
 /// window S and R run at (the run's long window, as `swax generate` uses), the tokenizer, and
-/// the data, train and optim tables under `swax_run`.
-pub fn hf_config(cfg: &Config, step: u64) -> Result<Value> {
-    let eot = tokenizer::eot(cfg)?;
+/// the data, train and optim tables under `swax_run`; `eot` is the tokenizer's end of text.
+pub fn hf_config(cfg: &Config, step: u64, eot: u32) -> Result<Value> {
     let mut top = Map::new();
     top.insert("model_type".into(), json!(MODEL_TYPE));
     top.insert("architectures".into(), json!(["SwaxForCausalLM"]));
@@ -137,13 +137,12 @@ pub fn hf_config(cfg: &Config, step: u64) -> Result<Value> {
 }
 
 /// `generation_config.json`: greedy by default, stopping at the end of text, as `swax generate`.
-fn generation_config(cfg: &Config) -> Result<Value> {
-    let eot = tokenizer::eot(cfg)?;
-    Ok(json!({
+fn generation_config(eot: u32) -> Value {
+    json!({
         "bos_token_id": eot,
         "eos_token_id": eot,
         "do_sample": false,
-    }))
+    })
 }
 
 /// Refuses a destination that exists and is not an empty folder.

@@ -5,31 +5,45 @@
 //!   BPE vocabulary of those 256 characters with no merges; the end of text is id 0, as swax's.
 //! - gpt2: none. Its ranks are compiled into swax (tiktoken's r50k_base), not a vocabulary and
 //!   merges file; transformers' own `gpt2` tokenizer gives the same ids (docs/export.md).
+//! - a tokenizer file: the run's copy, byte for byte (checked against the hash the run
+//!   recorded), with its end-of-text token as `eos_token`.
 use serde_json::{json, Map, Value};
 use std::path::Path;
 
-use swax_data::TokenizerKind;
+use swax_data::tokenizer::{FileTokenizer, TOKENIZER_FILE};
+use swax_data::{Tokenizer, TokenizerKind};
 
 use crate::config::Config;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-/// The end-of-text id of the run's tokenizer.
-pub fn eot(cfg: &Config) -> Result<u32> {
-    Ok(cfg.data.tokenizer.eot())
+/// The end-of-text id of the tokenizer of the run folder `run`.
+pub fn eot(cfg: &Config, run: &Path) -> Result<u32> {
+    Ok(cfg.data.tokenizer.open(run)?.eot())
 }
 
-/// The files, by name, that let `AutoTokenizer.from_pretrained(OUT)` read the run's tokens.
-pub fn files(cfg: &Config, _run: &Path) -> Result<Vec<(String, Vec<u8>)>> {
-    match cfg.data.tokenizer {
+/// The files, by name, that let `AutoTokenizer.from_pretrained(OUT)` read the tokens of the
+/// run folder `run`.
+pub fn files(cfg: &Config, run: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+    match &cfg.data.tokenizer {
         TokenizerKind::Bytes => {
-            let eos = byte_char(TokenizerKind::Bytes.eot() as u8).to_string();
+            let eos = byte_char(swax_data::tokenizer::BytesTokenizer.eot() as u8).to_string();
             Ok(vec![
                 json_file("tokenizer.json", &bytes_tokenizer_json())?,
                 json_file("tokenizer_config.json", &tokenizer_config(&eos))?,
             ])
         }
         TokenizerKind::Gpt2 => Ok(Vec::new()),
+        TokenizerKind::File(record) => {
+            let file = FileTokenizer::open(run, record)?;
+            Ok(vec![
+                (TOKENIZER_FILE.to_string(), file.bytes().to_vec()),
+                json_file(
+                    "tokenizer_config.json",
+                    &tokenizer_config(&record.eot_token),
+                )?,
+            ])
+        }
     }
 }
 
@@ -96,10 +110,15 @@ pub fn bytes_tokenizer_json() -> Value {
     })
 }
 
-/// Copies into the run folder `run` what its tokenizer needs from the export `dir` (nothing for
-/// the tokenizers built into swax).
-pub fn import_files(cfg: &Config, _dir: &Path, _run: &Path) -> Result<()> {
-    match cfg.data.tokenizer {
+/// Copies into the run folder `run` what its tokenizer needs from the export `dir`: a
+/// tokenizer file's copy, checked against the hash the config records (nothing for the
+/// tokenizers built into swax).
+pub fn import_files(cfg: &Config, dir: &Path, run: &Path) -> Result<()> {
+    match &cfg.data.tokenizer {
         TokenizerKind::Bytes | TokenizerKind::Gpt2 => Ok(()),
+        TokenizerKind::File(record) => {
+            FileTokenizer::open(dir, record)?.copy_into(run)?;
+            Ok(())
+        }
     }
 }

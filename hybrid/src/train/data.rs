@@ -244,10 +244,10 @@ pub fn corpus_config(cfg: &Config) -> CorpusConfig {
     }
 }
 
-/// The tokenizer of generated data (`data.tokenizer`), refused if the model's vocabulary cannot
-/// hold its tokens.
-fn tokenizer(cfg: &Config) -> Result<(TokenizerKind, Box<dyn Tokenizer>)> {
-    let kind = cfg.data.tokenizer;
+/// The tokenizer of generated data (`data.tokenizer`, a built-in one), refused if the model's
+/// vocabulary cannot hold its tokens.
+fn tokenizer(cfg: &Config) -> Result<(&TokenizerKind, Box<dyn Tokenizer>)> {
+    let kind = &cfg.data.tokenizer;
     let tok = kind.build()?;
     let vocab = cfg.model.vocab_size;
     if tok.vocab_size() as usize > vocab {

@@ -268,7 +268,9 @@ impl<'a> Run<'a> {
             }
         }
         if t.sample_every > 0 && step % t.sample_every == 0 {
-            if let Some(text) = sample(&self.cfg, &self.model, &self.data, self.dtype, device)? {
+            let run = &self.opts.out;
+            let sampled = sample(&self.cfg, run, &self.model, &self.data, self.dtype, device)?;
+            if let Some(text) = sampled {
                 self.progress.println(&format!("step {step}: {text:?}"));
                 self.metrics.log(json!({"step": step, "sample": text}))?;
             }
@@ -480,9 +482,11 @@ fn recall(
 }
 
 /// A short greedy continuation of the start of the first held-out sequence (a probe, else a
-/// validation row), as text; None when there is neither.
+/// validation row), as text with the tokenizer of the run folder `run`; None when there is
+/// neither.
 fn sample(
     cfg: &Config,
+    run: &Path,
     model: &Model,
     data: &Data,
     dtype: DType,
@@ -493,7 +497,7 @@ fn sample(
         (None, Some(b)) => &b.inputs[..b.t],
         (None, None) => return Ok(None),
     };
-    let tok = cfg.data.tokenizer.build()?;
+    let tok = cfg.data.tokenizer.open(run)?;
     let prompt = &start[..start.len().min(32)];
     let req = crate::generate::Request {
         max_tokens: 48,

@@ -14,11 +14,15 @@
 //!   the loader's saved position keep their meaning (not the [`FIXED`] keys), each change is
 //!   recorded in `metrics.jsonl`, and the data must be what the checkpoint recorded unless the
 //!   caller allows a change ([`open_data`]).
+//! - A dataset made with a tokenizer file brings it: `commit` copies it into the run folder
+//!   (`tokenizer.json`, its hash in `config.toml`), so that eval, generate and export of the
+//!   run need no dataset; a resumed run's copy must be the file recorded.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use swax_data::{DataError, DatasetMeta, FolderLock};
+use swax_data::tokenizer::{FileTokenizer, TOKENIZER_FILE};
+use swax_data::{DataError, DatasetMeta, FolderLock, TokenizerKind};
 
 use super::checkpoint::{self, State};
 use super::claim;
@@ -192,7 +196,8 @@ impl RunDir {
     }
 
     /// Creates and locks the folder if it is new (refusing a run that appeared in it since
-    /// `open`) and writes `config.toml`: the first change the run makes.
+    /// `open`), keeps a copy of a tokenizer file, and writes `config.toml`: the first changes
+    /// the run makes.
     pub fn commit(&mut self, cfg: &Config) -> Result<()> {
         if self.lock.is_none() {
             std::fs::create_dir_all(&self.path)
@@ -200,10 +205,28 @@ impl RunDir {
             self.lock = Some(FolderLock::acquire(&self.path)?);
             self.refuse_a_run()?;
         }
+        self.keep_tokenizer(cfg)?;
         swax_nn::checkpoint::write_atomic(
             &self.path.join("config.toml"),
             cfg.to_toml().as_bytes(),
         )?;
+        Ok(())
+    }
+
+    /// A tokenizer file's copy in the run folder: a resumed run's must be the file recorded
+    /// (the config's hash, which `settle` held to the checkpoint's); a new run takes the
+    /// dataset's, which opening the data checked against its `meta.json`.
+    fn keep_tokenizer(&self, cfg: &Config) -> Result<()> {
+        let TokenizerKind::File(record) = &cfg.data.tokenizer else {
+            return Ok(());
+        };
+        if self.resume && self.path.join(TOKENIZER_FILE).exists() {
+            FileTokenizer::open(&self.path, record)?;
+            return Ok(());
+        }
+        let data = data::shards_dir(&cfg.data.source)?
+            .ok_or("a tokenizer file comes with a dataset folder, and data.source names none")?;
+        FileTokenizer::open(&data, record)?.copy_into(&self.path)?;
         Ok(())
     }
 
@@ -247,7 +270,7 @@ fn differences(old: &Config, new: &Config) -> Vec<(String, toml::Value, toml::Va
 }
 
 /// The tokenizer a dataset folder's `meta.json` names, if there is one.
-pub fn dataset_tokenizer(dir: Option<&Path>) -> Result<Option<swax_data::TokenizerKind>> {
+pub fn dataset_tokenizer(dir: Option<&Path>) -> Result<Option<TokenizerKind>> {
     let Some(dir) = dir else {
         return Ok(None);
     };
