@@ -2,25 +2,12 @@
 //! RAttention/SWA/mLSTM model trained for a few steps on the CPU, evaluated in pieces (the default
 //! piece is the training length, shorter than the sequences), then reported; and the errors a
 //! wrong path, task name or option value gives.
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn swax(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_swax"))
-        .args(args)
-        .output()
-        .expect("swax runs")
-}
+use common::{swax, text};
 
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Trains the micro model into `run` with `extra` settings over the defaults below.
 /// Runs `swax eval RUN ARGS...` on the CPU, which must succeed, and returns its output and the
 /// `results.json` it wrote at window 32 (the runs' long window).
 fn eval(run: &Path, args: &[&str]) -> (String, serde_json::Value) {
@@ -33,6 +20,7 @@ fn eval(run: &Path, args: &[&str]) -> (String, serde_json::Value) {
     (log, serde_json::from_str(&results).unwrap())
 }
 
+/// Trains the micro model into `run` with `extra` settings over the defaults below.
 fn train(run: &Path, extra: &[&str]) {
     let sets = [
         "model.pattern=\"SMR\"",

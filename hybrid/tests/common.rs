@@ -87,3 +87,20 @@ pub fn paired_losses(a: &Path, b: &Path, steps: usize) -> Vec<(f64, f64, f64)> {
         .map(|(&(step, x), &(_, y))| (step, x, y))
         .collect()
 }
+
+/// Runs the `swax` program with `args`, as a user would, and returns what it did.
+pub fn swax<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_swax"))
+        .args(args)
+        .output()
+        .expect("swax runs")
+}
+
+/// What a command printed, stdout then stderr.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

@@ -1,4 +1,4 @@
-//! The run folder as a user meets it through `swax train`, `eval` and `report` (issue 17):
+//! The run folder as a user meets it through `swax train`, `eval` and `report`:
 //! nothing in it changes before a command is known to be able to run; one process at a time
 //! writes into it; a resume continues the run exactly, with only the config changes that keep
 //! its meaning (recorded), on the data it was trained on; what a killed process left is
@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use swax_hybrid::train::checkpoint;
 use swax_tensor::Device;
+
+use common::{swax, text};
 
 /// A micro run: a couple of layers of width 16 on a small corpus, a step in milliseconds.
 const MICRO: [&str; 17] = [
@@ -35,21 +37,6 @@ const MICRO: [&str; 17] = [
     "train.save_every=0",
     "train.recall_probes=0",
 ];
-
-fn swax<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_swax"))
-        .args(args)
-        .output()
-        .expect("swax runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// The arguments of `swax train` of the micro run into `out`, then `extra` (later `--set`s win).
 fn train_args(out: &Path, extra: &[&str]) -> Vec<String> {

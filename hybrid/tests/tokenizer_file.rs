@@ -3,27 +3,16 @@
 //! (refused while its vocabulary is smaller than the file's), then `swax eval`, `swax generate`
 //! and `swax export --hf` through the run's own copy of the file, with the dataset gone; a
 //! changed copy and a file that is not a tokenizer refused by name.
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use swax_data::tokenizer::{sha256_hex, FileTokenizer};
 use swax_data::Tokenizer;
 use swax_hybrid::export::{self, import};
 
-fn swax(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_swax"))
-        .args(args)
-        .output()
-        .expect("swax runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use common::{swax, text};
 
 fn ok(args: &[&str]) -> String {
     let out = swax(args);
