@@ -164,6 +164,12 @@ impl<'a> Decoder<'a> {
     /// Reads `tokens` (row-major `[batch, n]`) and returns the logits after the last of each
     /// row, `[batch, V]` in f32.
     pub fn read(&mut self, tokens: &[u32]) -> Result<Tensor> {
+        self.logits(tokens)?.to_dtype(DType::F32)
+    }
+
+    /// [`Decoder::read`] with the logits in the compute dtype: a greedy step needs only their
+    /// argmax, which the cast to f32 would not change (bf16 to f32 is exact).
+    fn logits(&mut self, tokens: &[u32]) -> Result<Tensor> {
         let n = tokens.len() / self.batch.max(1);
         let ids = Tensor::from_vec(tokens.to_vec(), vec![self.batch, n], self.device)?;
         let hidden = self
@@ -173,7 +179,7 @@ impl<'a> Decoder<'a> {
             .model
             .project(&self.weights, &hidden.narrow(1, n - 1, 1)?)?;
         let v = logits.dims()[2];
-        logits.reshape(vec![self.batch, v])?.to_dtype(DType::F32)
+        logits.reshape(vec![self.batch, v])
     }
 
     /// Reads a prompt shared by every row, `piece` tokens at a time (0: at once), and returns
@@ -265,15 +271,16 @@ fn snapshot() -> (Counts, u64, Instant) {
     (counters::counts(), backend, Instant::now())
 }
 
-/// Each row's next token from the logits `[B, V]` (f32): greedy on the device, reading back B
-/// ids, else drawn on the host from the logits read back. Returns the tokens and the bytes read.
+/// Each row's next token from the logits `[B, V]`: greedy on the device, reading back B ids,
+/// else drawn on the host from the logits read back in f32. Returns the tokens and the bytes
+/// read.
 fn pick_all(logits: &Tensor, sampling: &Sampling, rngs: &mut [Rng]) -> Result<(Vec<u32>, u64)> {
     if sampling.is_greedy() {
         let ids = logits.argmax(-1, false)?.to_vec::<u32>()?;
         let bytes = 4 * ids.len() as u64;
         return Ok((ids, bytes));
     }
-    let rows = logits.to_vec::<f32>()?;
+    let rows = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
     let v = rows.len() / rngs.len().max(1);
     let ids = rngs
         .iter_mut()
@@ -344,7 +351,7 @@ pub fn generate_profiled(
             break;
         }
         began = Some(snapshot());
-        logits = dec.read(&next)?;
+        logits = dec.logits(&next)?;
     }
     Ok((out, profile))
 }

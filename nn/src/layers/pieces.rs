@@ -36,7 +36,7 @@ pub struct KvCache {
     pub n: usize,
     /// The slot the next key enters.
     next: usize,
-    /// The ring's slots; `usize::MAX`: it grows.
+    /// The ring's slots; `usize::MAX`: it grows (its first `n` slots hold the keys).
     window: usize,
     /// RAttention: the keys before RoPE `[B, S, Hkv, D]`, slot for slot with `k`.
     pub raw: Option<Tensor>,
@@ -80,8 +80,16 @@ impl KvCache {
             ring.write_at(1, self.next, raw)?;
         }
         if self.window == usize::MAX {
-            self.k = Tensor::concat(&[&self.k, k], 1)?;
-            self.v = Tensor::concat(&[&self.v, v], 1)?;
+            // Full attention's cache grows by doubling its slots when they are all taken, so a
+            // step copies the cache only at every doubling, not at every token.
+            let slots = self.k.dims()[1];
+            if self.n == slots {
+                let more = slots.max(16);
+                self.k = self.k.pad(1, 0, more)?.into_unique()?;
+                self.v = self.v.pad(1, 0, more)?.into_unique()?;
+            }
+            self.k.write_at(1, self.n, k)?;
+            self.v.write_at(1, self.n, v)?;
             self.n += 1;
             return Ok(());
         }
