@@ -88,13 +88,7 @@ impl GatedDelta {
         let (h, d) = (self.h, self.d);
         let (qkv, tail) = self.conv.forward(w, &self.qkv.forward(w, x)?, conv_tail)?;
         let [q, k, v] = split_heads(tape, &qkv, [(h, d); 3])?;
-        let beta = tape.sigmoid(&self.beta.forward(w, x)?)?;
-        let g = log_decay(
-            tape,
-            &self.decay.forward(w, x)?,
-            w.get(self.a_log),
-            w.get(self.dt_bias),
-        )?;
+        let (beta, g) = self.gates(w, x)?;
         let kernel = gated_delta::has_kernel(q.device(), q.dtype(), d, d);
         let (o, state) = if self.forms.fused(kernel) {
             gated_delta::chunkwise(tape, &q, &k, &v, &beta, &g, state, self.chunk)?
@@ -107,6 +101,19 @@ impl GatedDelta {
             (cast(w, &o, q.dtype())?, s)
         };
         Ok((self.finish(w, x, &o)?, tail, state))
+    }
+
+    /// The write strength beta = sigmoid(W x) and the log decay g of each head, from x.
+    fn gates(&self, w: &Weights, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        let tape = w.tape();
+        let beta = tape.sigmoid(&self.beta.forward(w, x)?)?;
+        let g = log_decay(
+            tape,
+            &self.decay.forward(w, x)?,
+            w.get(self.a_log),
+            w.get(self.dt_bias),
+        )?;
+        Ok((beta, g))
     }
 
     /// The gated RMSNorm and the out projection of the mixer's output o `[B, T, H, D]`.
@@ -135,18 +142,11 @@ impl GatedDelta {
         conv_tail: Option<&Tensor>,
         state: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        let tape = w.tape();
         let b = x.dims()[0];
         let (h, d) = (self.h, self.d);
         let qkv = self.qkv.forward(w, x)?;
         let width = qkv.dims()[2];
-        let beta = tape.sigmoid(&self.beta.forward(w, x)?)?;
-        let g = log_decay(
-            tape,
-            &self.decay.forward(w, x)?,
-            w.get(self.a_log),
-            w.get(self.dt_bias),
-        )?;
+        let (beta, g) = self.gates(w, x)?;
         let sd = decode::state_dtype(x.dtype());
         let state = match state {
             Some(s) => s.to_dtype(sd)?,

@@ -104,10 +104,8 @@ impl Mlstm {
         let (h, dk, dv) = (self.h, self.dk, self.dv);
         let (qkv, tail) = self.conv.forward(w, &self.qkv.forward(w, x)?, conv_tail)?;
         let [q, k, v] = split_heads(tape, &qkv, [(h, dk), (h, dk), (h, dv)])?;
-        let gates = tape.add(&self.gates.forward(w, x)?, w.get(self.gate_bias))?;
-        let gates = soft_cap(tape, &gates, GATE_CAP)?;
         let [i, f]: [Tensor; 2] = tape
-            .split(&gates, -1, &[h, h])?
+            .split(&self.gate_preactivations(w, x)?, -1, &[h, h])?
             .try_into()
             .expect("two parts");
         let kernel = mlstm::has_kernel(q.device(), q.dtype(), dk, dv);
@@ -151,6 +149,13 @@ impl Mlstm {
             .forward(w, &tape.reshape(&gated, vec![b, t, h * dv])?)
     }
 
+    /// The input then forget gate preactivations `[.., 2H]` of x, biased and soft-capped.
+    fn gate_preactivations(&self, w: &Weights, x: &Tensor) -> Result<Tensor> {
+        let tape = w.tape();
+        let gates = tape.add(&self.gates.forward(w, x)?, w.get(self.gate_bias))?;
+        soft_cap(tape, &gates, GATE_CAP)
+    }
+
     /// Whether `step` runs for activations x: the fused forms and the decoding kernel there.
     pub fn steps(&self, x: &Tensor) -> bool {
         self.forms.fused(decode::has_kernel(
@@ -170,13 +175,11 @@ impl Mlstm {
         conv_tail: Option<&Tensor>,
         state: Option<&mlstm::MlstmState>,
     ) -> Result<(Tensor, Tensor, mlstm::MlstmState)> {
-        let tape = w.tape();
         let b = x.dims()[0];
         let (h, dk, dv) = (self.h, self.dk, self.dv);
         let qkv = self.qkv.forward(w, x)?;
         let width = qkv.dims()[2];
-        let gates = tape.add(&self.gates.forward(w, x)?, w.get(self.gate_bias))?;
-        let gates = soft_cap(tape, &gates, GATE_CAP)?.reshape(vec![b, 2 * h])?;
+        let gates = self.gate_preactivations(w, x)?.reshape(vec![b, 2 * h])?;
         let sd = decode::state_dtype(x.dtype());
         let state = match state {
             Some(s) => s.try_map(|t| t.to_dtype(sd))?,
