@@ -4,6 +4,7 @@
 mod common;
 
 use common::{assert_close, download, poisoned, rounded, to_f64, tol, upload, Rng, FLOATS};
+use std::sync::{Mutex, MutexGuard};
 use swax_cuda::kernels::cross_entropy::{
     cross_entropy, cross_entropy_backward, cross_entropy_summed,
 };
@@ -13,9 +14,21 @@ use swax_cuda::kernels::optim::{adamw, add_into, global_norm, AdamWBuffers, Adam
 use swax_cuda::kernels::rope::{rope, rope_backward, RopeDims};
 use swax_cuda::DType;
 
+/// The tests of one binary share one device (`CudaDevice::new` hands every caller the same
+/// one), and with it one error word: a test that reads the flags could take another's. Every
+/// test that launches a flagging kernel and reads the flags holds this while it does.
+static ERROR_WORD: Mutex<()> = Mutex::new(());
+
+fn error_word() -> MutexGuard<'static, ()> {
+    ERROR_WORD
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn embedding_gather_and_scatter() {
+    let _flags = error_word();
     let dev = gpu!();
     let mut rng = Rng::new(20);
     let (vocab, dim, count) = (101, 37, 259);
@@ -59,6 +72,7 @@ fn embedding_gather_and_scatter() {
 #[test]
 #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn out_of_range_ids_are_flagged_not_written() {
+    let _flags = error_word();
     let dev = gpu!();
     let src: Vec<u32> = (0..4 * 3).collect();
     let ids = vec![1u32, 7, 3];
@@ -77,6 +91,7 @@ fn out_of_range_ids_are_flagged_not_written() {
 #[test]
 #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn a_target_outside_the_vocabulary_makes_the_summed_loss_nan_and_is_flagged() {
+    let _flags = error_word();
     let dev = gpu!();
     let (rows, vocab) = (3, 40);
     let logits = vec![0.5f32; rows * vocab];
@@ -227,6 +242,7 @@ fn norms_forward_and_backward() {
 #[test]
 #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
 fn cross_entropy_forward_and_backward() {
+    let _flags = error_word();
     let dev = gpu!();
     let mut rng = Rng::new(22);
     let ignore = u32::MAX;
