@@ -16,6 +16,9 @@ use serde::Deserialize;
 
 use crate::learning::Outcome;
 
+/// The two forms the gate compares: the fused kernels and the reference forms (`model.mixers`).
+pub const FORMS: [&str; 2] = ["fused", "reference"];
+
 /// The gate's file: shared settings and its cases.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,6 +44,10 @@ pub struct Settings {
     pub learned: f64,
     /// How far the fused form's median final recall may fall below the reference's.
     pub slack: f64,
+    /// Config overrides every case starts from, `KEY=VALUE` as `swax train --set` takes them
+    /// (a case's own `sets` come after): a width, a warmup.
+    #[serde(default)]
+    pub sets: Vec<String>,
 }
 
 /// One pattern at one length, its schedule, and what it is expected to reach.
@@ -64,6 +71,9 @@ pub struct Case {
     /// after the settings): a width, a warmup, an optimizer setting.
     #[serde(default)]
     pub sets: Vec<String>,
+    /// The forms this case trains (absent: both). A long sequence's reference form can take
+    /// several times the fused form's time; such a case is judged by its figures alone.
+    pub forms: Option<Vec<String>>,
 }
 
 impl Case {
@@ -72,6 +82,13 @@ impl Case {
         self.name
             .clone()
             .unwrap_or_else(|| format!("{}-T{}", self.pattern, self.seq_len))
+    }
+
+    /// Whether this case trains `form`.
+    pub fn trains(&self, form: &str) -> bool {
+        self.forms
+            .as_ref()
+            .map_or(true, |forms| forms.iter().any(|f| f == form))
     }
 }
 
@@ -88,6 +105,18 @@ impl Gate {
                 "two cases are named {}: give one a `name`, its runs share a folder",
                 w[0]
             ));
+        }
+        for c in &gate.cases {
+            let forms = c.forms.as_deref().unwrap_or_default();
+            if let Some(f) = forms.iter().find(|f| !FORMS.contains(&f.as_str())) {
+                return Err(format!(
+                    "case {}: form {f:?}: a form is fused or reference",
+                    c.name()
+                ));
+            }
+            if c.forms.is_some() && forms.is_empty() {
+                return Err(format!("case {}: forms names no form", c.name()));
+            }
         }
         if let Some(c) = gate
             .cases
@@ -304,6 +333,29 @@ mod tests {
         let bad = FILE.replace("min_learned = 4", "min_learned = 5");
         assert!(Gate::parse(&bad).unwrap_err().contains("min_learned 5"));
         assert!(Gate::parse(&FILE.replace("pairs", "pair")).is_err());
+    }
+
+    #[test]
+    fn a_case_trains_the_forms_it_names() {
+        let g = Gate::parse(FILE).unwrap();
+        assert!(g.cases[0].trains("fused") && g.cases[0].trains("reference"));
+        assert!(g.settings.sets.is_empty());
+        let fused = FILE.replace("lr = 1e-3", "lr = 1e-3\nforms = [\"fused\"]");
+        let g = Gate::parse(&fused).unwrap();
+        assert!(g.cases[0].trains("fused") && !g.cases[0].trains("reference"));
+        for bad in ["forms = [\"fast\"]", "forms = []"] {
+            let text = FILE.replace("lr = 1e-3", &format!("lr = 1e-3\n{bad}"));
+            let err = Gate::parse(&text).unwrap_err();
+            assert!(err.contains("case M-T256: form"), "{err}");
+        }
+        let shared = FILE.replace(
+            "slack = 0.05",
+            "slack = 0.05\nsets = [\"optim.warmup_steps=500\"]",
+        );
+        assert_eq!(
+            Gate::parse(&shared).unwrap().settings.sets,
+            ["optim.warmup_steps=500"]
+        );
     }
 
     #[test]
