@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # gpu-check.sh: what a change to a kernel, a layer, a norm, the optimizer or the trainer shows on
 # a GPU machine (CONTRIBUTING.md): every packed test binary with its GPU tests, then the learning
-# gate, then the twin parity check. Each part's output goes to its own file in OUT as it runs, so
-# what finished is kept even where a time limit stops the rest; OUT/summary.txt says how each
-# part ended.
+# gate, then the twin parity check; on request also the Hugging Face export's parity (hf) and
+# generation beside transformers (generate). Each part's output goes to its own file in OUT as
+# it runs, so what finished is kept even where a time limit stops the rest; OUT/summary.txt says
+# how each part ended.
 #
 #   tools/gpu-pack                                     # here: binaries into .gpu/
-#   bench/gpu-check.sh OUT [PARTS...]                  # there: PARTS of tests, gate, twin (all)
+#   bench/gpu-check.sh OUT [PARTS...]                  # there: PARTS of tests, gate, twin, hf,
+#                                                      #   generate (default: the first three)
 #   GATE_ARGS="--cases M-T256" bench/gpu-check.sh /tmp/check gate
+#   GEN_ARGS="--batches 1,8,64 --contexts 4096,32768" bench/gpu-check.sh /tmp/check generate
 #
 # On a fresh machine the first process to use a kernel compiles it (NVRTC, then the disk cache
 # every later process reads): the tests run first and leave the gate's kernels compiled.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bench/gpu-check.sh OUT [tests] [gate] [twin]}
+OUT=${1:?usage: bench/gpu-check.sh OUT [tests] [gate] [twin] [hf] [generate]}
 shift
 PARTS=${*:-tests gate twin}
 mkdir -p "$OUT"
@@ -40,7 +43,21 @@ for part in $PARTS; do
         bash bench/twin-parity.sh >"$OUT/twin.txt" 2>&1
       note twin "exit $?"
       ;;
-    *) echo "unknown part $part: tests, gate or twin" >&2; exit 2 ;;
+    hf)
+      SWAX_BIN=.gpu/bin OUT="$OUT/hf-runs" RESULTS="$OUT/hf-parity.jsonl" \
+        bash bench/hf-parity.sh >"$OUT/hf.txt" 2>&1
+      note hf "exit $?"
+      ;;
+    generate)
+      # swax and the transformers peer one after the other, never beside another part: timings.
+      gen=(--config swax-small ${GEN_ARGS:-})
+      .gpu/bin/bench-generate "${gen[@]}" --results "$OUT/generate.jsonl" >"$OUT/generate.txt" 2>&1
+      peer=$?
+      python3 bench/peers/generate_peer.py ${GEN_ARGS:-} --results "$OUT/generate.jsonl" \
+        >>"$OUT/generate.txt" 2>&1
+      note generate "exit $peer (swax), $? (peer)"
+      ;;
+    *) echo "unknown part $part: tests, gate, twin, hf or generate" >&2; exit 2 ;;
   esac
 done
 cat "$OUT/summary.txt"
