@@ -88,7 +88,7 @@ impl Case {
     pub fn trains(&self, form: &str) -> bool {
         self.forms
             .as_ref()
-            .map_or(true, |forms| forms.iter().any(|f| f == form))
+            .is_none_or(|forms| forms.iter().any(|f| f == form))
     }
 }
 
