@@ -89,7 +89,8 @@ def main():
     want = step0["logits"][:1]
     kept, cfg.window = cfg.window, window
     with torch.no_grad():
-        got = model(input_ids=x, use_cache=False).logits
+        # A plain call, as lm-eval and most callers make it (the config's use_cache decides).
+        got = model(input_ids=x).logits
         # The same row through the cache: a prompt of half, then a token a step (the
         # recurrences generate runs), against swax's one pass.
         half = x.shape[1] // 2

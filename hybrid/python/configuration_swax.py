@@ -15,7 +15,7 @@ class SwaxConfig(PretrainedConfig):
     def __init__(self, name="swax", pattern="MS", n_layers=4, d_model=128, n_heads=2,
                  n_kv_heads=2, d_ff=384, vocab_size=256, rope_theta=10000.0, norm_eps=1e-6,
                  chunk=64, loss_rows=2048, recompute="none", mixers="fused", window=64,
-                 tokenizer="bytes", swax_run=None, **kwargs):
+                 tokenizer="bytes", swax_run=None, use_cache=True, **kwargs):
         self.name = name
         self.pattern = pattern
         self.n_layers = n_layers
@@ -33,6 +33,9 @@ class SwaxConfig(PretrainedConfig):
         self.window = window
         self.tokenizer = tokenizer
         self.swax_run = swax_run or {}
+        # What a forward without `use_cache` does (lm-eval's and most callers' plain call):
+        # transformers' base config no longer defines it.
+        self.use_cache = use_cache
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)
 
