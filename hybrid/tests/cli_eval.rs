@@ -128,6 +128,67 @@ fn eval_names_a_missing_run_a_mistyped_task_and_an_option_out_of_range() {
 }
 
 #[test]
+fn the_loss_held_out_text_is_written_for_another_harness_and_no_file_is_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    train(&run, &[]);
+    let file = dir.path().join("held-out.jsonl");
+    let file_arg = file.to_str().unwrap();
+    eval(
+        &run,
+        &[
+            "--tasks",
+            "loss",
+            "--lengths",
+            "128",
+            "--samples",
+            "2",
+            "--write-held-out",
+            file_arg,
+        ],
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per held-out sequence");
+    for l in &lines {
+        assert_eq!(l["length"], 128);
+        // Byte tokens: the text holds the sequence's 128 bytes or more (an end-of-text token
+        // reads as `<|endoftext|>`).
+        assert!(l["text"].as_str().unwrap().len() >= 128, "{l}");
+    }
+    assert_ne!(lines[0]["text"], lines[1]["text"]);
+
+    // An existing file is refused and kept as it was; the option without the loss is refused
+    // and writes nothing.
+    std::fs::write(&file, "mine\n").unwrap();
+    let fresh = dir.path().join("fresh.jsonl");
+    let run_arg = run.to_str().unwrap();
+    for (tasks, to, want) in [
+        ("loss", &file, "the file exists"),
+        ("passkey", &fresh, "add loss to --tasks"),
+    ] {
+        let to = to.to_str().unwrap();
+        let out = swax(&[
+            "eval",
+            run_arg,
+            "--device",
+            "cpu",
+            "--tasks",
+            tasks,
+            "--write-held-out",
+            to,
+        ]);
+        assert!(!out.status.success());
+        assert!(text(&out).contains(want), "{}", text(&out));
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine\n");
+    assert!(!fresh.exists());
+}
+
+#[test]
 fn generation_scoring_sits_beside_exact_match() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");

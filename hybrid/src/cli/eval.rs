@@ -1,14 +1,14 @@
 //! `swax eval RUN_OR_CHECKPOINT`: the long-context tasks at a list of lengths and depths and
 //! the loss by position past the training length, for one checkpoint at one window; results,
 //! tables and plots go to `RUN/eval/w<WINDOW>/` (see `swax_hybrid::eval`).
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use swax_hybrid::eval::evaluate::{default_tasks, evaluate, notes, Plan};
 use swax_hybrid::eval::report::{markdown, MEANING};
-use swax_hybrid::eval::run::Task;
+use swax_hybrid::eval::run::{held_out, Task};
 use swax_hybrid::eval::store;
-use swax_hybrid::loaded::load;
+use swax_hybrid::loaded::{load, Loaded};
 use swax_hybrid::train::data::shards_dir;
 use swax_hybrid::train::run_dir::dataset_tokenizer;
 
@@ -61,6 +61,11 @@ pub struct EvalArgs {
     /// With --scoring generate: the most tokens generated per answer.
     #[arg(long, value_parser = whole::<usize>, default_value_t = 128)]
     generate_tokens: usize,
+    /// Also write the loss's held-out sequences, decoded with the run's tokenizer, to this file
+    /// as JSON lines (`length`, `text`), so that another harness (lm-eval) scores the very text
+    /// swax scores. Refuses an existing file.
+    #[arg(long, value_name = "FILE")]
+    write_held_out: Option<PathBuf>,
 }
 
 fn parse_len(s: &str) -> Result<usize, String> {
@@ -100,6 +105,30 @@ fn check(args: &EvalArgs) -> Result<(), String> {
     if args.bucket == Some(0) {
         return Err("--bucket 0: a loss bucket holds at least one position".into());
     }
+    if let Some(file) = &args.write_held_out {
+        if file.exists() {
+            return Err(format!(
+                "--write-held-out {}: the file exists; it is not overwritten",
+                file.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The loss's held-out sequences at each length, decoded, as JSON lines in `file`.
+fn write_held_out(loaded: &Loaded, plan: &Plan, file: &Path) -> CliResult {
+    let tok = loaded.cfg.data.tokenizer.open(&loaded.run)?;
+    let mut lines = String::new();
+    for &length in &plan.lengths {
+        for seq in held_out(&loaded.cfg, plan.data.as_deref(), length, plan.samples)? {
+            let text = String::from_utf8_lossy(&tok.decode_bytes(&seq)?).into_owned();
+            lines.push_str(&serde_json::json!({ "length": length, "text": text }).to_string());
+            lines.push('\n');
+        }
+    }
+    std::fs::write(file, lines).map_err(|e| format!("--write-held-out {}: {e}", file.display()))?;
+    eprintln!("wrote the held-out text of the loss to {}", file.display());
     Ok(())
 }
 
@@ -120,6 +149,9 @@ pub fn run(args: EvalArgs) -> CliResult {
         false => args.tasks.clone(),
     };
     let want_loss = asked.iter().any(|t| t == "loss");
+    if args.write_held_out.is_some() && !want_loss {
+        return Err("--write-held-out writes the loss's held-out text: add loss to --tasks".into());
+    }
     let tasks: Vec<Task> = asked
         .iter()
         .filter(|t| *t != "loss")
@@ -162,6 +194,9 @@ pub fn run(args: EvalArgs) -> CliResult {
     let notes = notes(cfg, &plan);
     for note in &notes {
         eprintln!("note: {note}");
+    }
+    if let Some(file) = &args.write_held_out {
+        write_held_out(&loaded, &plan, file)?;
     }
     let results = evaluate(&loaded, &plan, &mut |line| eprintln!("{line}"))?;
     let dir = store::folder(&loaded.run, &results);
