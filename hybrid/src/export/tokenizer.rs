@@ -3,14 +3,18 @@
 //! - bytes: a `tokenizer.json` of Hugging Face's `tokenizers` that maps each byte to its own
 //!   value: GPT-2's byte-to-character table (the ByteLevel pre-tokenizer, no regex split) and a
 //!   BPE vocabulary of those 256 characters with no merges; the end of text is id 0, as swax's.
-//! - gpt2: none. Its ranks are compiled into swax (tiktoken's r50k_base), not a vocabulary and
-//!   merges file; transformers' own `gpt2` tokenizer gives the same ids (docs/export.md).
+//! - gpt2: GPT-2's `tokenizer.json`, rebuilt from the ranks swax encodes with (tiktoken's
+//!   r50k_base, compiled in): each token's bytes in GPT-2's characters as the vocabulary, and as
+//!   the merges, in rank order, the two tokens each longer token is made of (the split that byte
+//!   pair encoding with only the lower ranks reaches). It encodes as swax does (tested), so an
+//!   export needs no download of transformers' `gpt2` files.
 //! - a tokenizer file: the run's copy, byte for byte (checked against the hash the run
 //!   recorded), with its end-of-text token as `eos_token`.
 use serde_json::{json, Map, Value};
+use std::collections::HashMap;
 use std::path::Path;
 
-use swax_data::tokenizer::{FileTokenizer, TOKENIZER_FILE};
+use swax_data::tokenizer::{FileTokenizer, Gpt2Tokenizer, TOKENIZER_FILE};
 use swax_data::{Tokenizer, TokenizerKind};
 
 use crate::config::Config;
@@ -33,7 +37,10 @@ pub fn files(cfg: &Config, run: &Path) -> Result<Vec<(String, Vec<u8>)>> {
                 json_file("tokenizer_config.json", &tokenizer_config(&eos))?,
             ])
         }
-        TokenizerKind::Gpt2 => Ok(Vec::new()),
+        TokenizerKind::Gpt2 => Ok(vec![
+            json_file("tokenizer.json", &gpt2_tokenizer_json()?)?,
+            json_file("tokenizer_config.json", &tokenizer_config(GPT2_EOT_TEXT))?,
+        ]),
         TokenizerKind::File(record) => {
             let file = FileTokenizer::open(run, record)?;
             Ok(vec![
@@ -46,6 +53,9 @@ pub fn files(cfg: &Config, run: &Path) -> Result<Vec<(String, Vec<u8>)>> {
         }
     }
 }
+
+/// GPT-2's end-of-text token as text.
+const GPT2_EOT_TEXT: &str = "<|endoftext|>";
 
 fn json_file(name: &str, value: &Value) -> Result<(String, Vec<u8>)> {
     Ok((name.to_string(), serde_json::to_vec_pretty(value)?))
@@ -110,6 +120,90 @@ pub fn bytes_tokenizer_json() -> Value {
     })
 }
 
+/// The `tokenizer.json` of GPT-2 (see the module's doc).
+pub fn gpt2_tokenizer_json() -> Result<Value> {
+    let tok = Gpt2Tokenizer::new()?;
+    let eot = tok.eot();
+    let tokens: Vec<Vec<u8>> = (0..eot)
+        .map(|id| tok.decode_bytes(&[id]))
+        .collect::<std::result::Result<_, _>>()?;
+    let rank: HashMap<&[u8], u32> = tokens
+        .iter()
+        .enumerate()
+        .map(|(id, b)| (b.as_slice(), id as u32))
+        .collect();
+    let text = |b: &[u8]| b.iter().map(|&c| byte_char(c)).collect::<String>();
+    let mut vocab: Map<String, Value> = tokens
+        .iter()
+        .enumerate()
+        .map(|(id, b)| (text(b), json!(id)))
+        .collect();
+    vocab.insert(GPT2_EOT_TEXT.into(), json!(eot));
+    let mut merges = Vec::new();
+    for (id, b) in tokens.iter().enumerate().filter(|(_, b)| b.len() > 1) {
+        let [left, right] = split_in_two(b, id as u32, &rank)
+            .ok_or_else(|| format!("GPT-2 token {id} is not two lower-ranked tokens merged"))?;
+        merges.push(format!("{} {}", text(left), text(right)));
+    }
+    let byte_level = json!({
+        "type": "ByteLevel",
+        "add_prefix_space": false,
+        "trim_offsets": true,
+        "use_regex": true,
+    });
+    Ok(json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [{
+            "id": eot, "content": GPT2_EOT_TEXT, "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": true, "special": true,
+        }],
+        "normalizer": null,
+        "pre_tokenizer": byte_level,
+        "post_processor": null,
+        "decoder": byte_level,
+        "model": {
+            "type": "BPE",
+            "dropout": null,
+            "unk_token": null,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": false,
+            "byte_fallback": false,
+            "ignore_merges": false,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    }))
+}
+
+/// The two parts byte pair encoding of `bytes` reaches with only the tokens ranked below
+/// `limit`: the merge that makes the token of rank `limit` (None if it does not end in two).
+fn split_in_two<'a>(
+    bytes: &'a [u8],
+    limit: u32,
+    rank: &HashMap<&[u8], u32>,
+) -> Option<[&'a [u8]; 2]> {
+    // The parts are bytes[cuts[i]..cuts[i + 1]], each byte its own part to begin with.
+    let mut cuts: Vec<usize> = (0..=bytes.len()).collect();
+    loop {
+        // The adjacent pair whose merged bytes rank lowest below the limit.
+        let best = (0..cuts.len() - 2)
+            .filter_map(|i| {
+                let r = *rank.get(&bytes[cuts[i]..cuts[i + 2]])?;
+                (r < limit).then_some((r, i))
+            })
+            .min();
+        let Some((_, i)) = best else { break };
+        cuts.remove(i + 1);
+    }
+    match cuts[..] {
+        [0, mid, _] => Some([&bytes[..mid], &bytes[mid..]]),
+        _ => None,
+    }
+}
+
 /// Copies into the run folder `run` what its tokenizer needs from the export `dir`: a
 /// tokenizer file's copy, checked against the hash the config records (nothing for the
 /// tokenizers built into swax).
@@ -119,6 +213,33 @@ pub fn import_files(cfg: &Config, dir: &Path, run: &Path) -> Result<()> {
         TokenizerKind::File(record) => {
             FileTokenizer::open(dir, record)?.copy_into(run)?;
             Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hugging Face's own library reading the rebuilt file gives swax's ids, and back, on the
+    /// README (prose, code, tables, dashes, ×) and on text made to find the edges of GPT-2's
+    /// split: contractions, runs of spaces and newlines, digits, accents, CJK, emoji.
+    #[test]
+    fn the_gpt2_file_encodes_and_decodes_as_swax_does() {
+        let json = serde_json::to_vec(&gpt2_tokenizer_json().unwrap()).unwrap();
+        let hf = tokenizers::Tokenizer::from_bytes(&json).unwrap();
+        let swax = Gpt2Tokenizer::new().unwrap();
+        assert_eq!(hf.get_vocab_size(true), 50257);
+        assert_eq!(hf.token_to_id(GPT2_EOT_TEXT), Some(swax.eot()));
+        let edges = "They're here; I'll've SHE'S 'tis.  Two  spaces,   three\t\ttabs\n\n\n \
+                     12345 6789 3.14159 1e-9 naïve café Ünïcödé 日本語の文章 😀👍🏽 a\u{0}b \
+                     ﬁnal trailing   ";
+        for text in [include_str!("../../../README.md"), edges] {
+            let want = swax.encode(text);
+            let got = hf.encode(text, false).unwrap().get_ids().to_vec();
+            assert_eq!(got.len(), want.len(), "token counts differ");
+            assert_eq!(got, want);
+            assert_eq!(hf.decode(&want, false).unwrap(), text);
         }
     }
 }
