@@ -3,7 +3,8 @@ layout: d_model 768, 12 layers, 12 heads of 64, SwiGLU 2048, vocabulary 50304) w
 weights, bf16, SDPA attention, every layer a sliding window of --window tokens (0: full causal
 attention). It reads a prompt in pieces through its KV cache (the cache built from the config,
 which keeps only the window for sliding layers), then decodes one token at a time, timed from the
-token ids on the host to the last logits back on the host, as bench-generate times swax.
+token ids on the host to the last logits back on the host, and again to the greedy ids back on
+the host, as bench-generate times swax.
 
     python3 bench/peers/generate_peer.py --batches 1,64 --contexts 4096,32768,131072 --window 2048
 
@@ -54,6 +55,16 @@ def case(model, cfg, batch, context, piece_tokens, decode, warmup):
         if step >= warmup:
             times.append((time.perf_counter() - start) * 1e3)
     times.sort()
+    # The same steps to the greedy ids on the host (the argmax on the GPU), as swax times them.
+    greedy = []
+    for step in range(warmup + decode):
+        nxt = ((torch.arange(batch) + step) % v)[:, None]
+        start = time.perf_counter()
+        out = model(input_ids=nxt.cuda(), past_key_values=cache, use_cache=True)
+        out.logits[:, -1].argmax(-1).cpu()
+        if step >= warmup:
+            greedy.append((time.perf_counter() - start) * 1e3)
+    greedy.sort()
     layers = getattr(cache, "layers", None)
     return {
         "cache": type(layers[0]).__name__ if layers else type(cache).__name__,
@@ -62,6 +73,7 @@ def case(model, cfg, batch, context, piece_tokens, decode, warmup):
         "prefill_tokens_per_s": batch * context / prefill_s,
         "decode_ms_per_token": times[len(times) // 2],
         "decode_tokens_per_s": batch / times[len(times) // 2] * 1e3,
+        "greedy_ms_per_token": greedy[len(greedy) // 2],
         "decode_steps": decode,
         "peak_bytes_prefill": peak_prefill,
         "peak_bytes_decode": torch.cuda.max_memory_allocated(),
@@ -92,7 +104,7 @@ def main():
     name = f"transformers {transformers.__version__} Mistral, " + (
         f"sliding window {a.window}" if a.window else "full attention")
     print(f"{name}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    print("batch  context  cache layer  prefill tok/s  decode ms/token  decode tok/s  peak GiB prefill/decode")
+    print("batch  context  cache layer  prefill tok/s  decode ms/token  greedy ms/token  decode tok/s  peak GiB prefill/decode")
     lines = []
     gib = 1 << 30
     for batch in map(int, a.batches.split(",")):
@@ -114,7 +126,8 @@ def main():
                 lines.append({**base, "error": "out of memory"})
                 continue
             print(f"{batch:>5}  {context:>7}  {r['cache']}  {r['prefill_tokens_per_s']:>13.0f}  "
-                  f"{r['decode_ms_per_token']:>15.2f}  {r['decode_tokens_per_s']:>12.0f}  "
+                  f"{r['decode_ms_per_token']:>15.2f}  {r['greedy_ms_per_token']:>15.2f}  "
+                  f"{r['decode_tokens_per_s']:>12.0f}  "
                   f"{r['peak_bytes_prefill'] / gib:>11.2f} / {r['peak_bytes_decode'] / gib:.2f}",
                   flush=True)
             lines.append({**base, **r})

@@ -169,7 +169,7 @@ impl<'a> Decoder<'a> {
 
     /// [`Decoder::read`] with the logits in the compute dtype: a greedy step needs only their
     /// argmax, which the cast to f32 would not change (bf16 to f32 is exact).
-    fn logits(&mut self, tokens: &[u32]) -> Result<Tensor> {
+    pub fn logits(&mut self, tokens: &[u32]) -> Result<Tensor> {
         let n = tokens.len() / self.batch.max(1);
         let ids = Tensor::from_vec(tokens.to_vec(), vec![self.batch, n], self.device)?;
         let hidden = self

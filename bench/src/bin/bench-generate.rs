@@ -5,9 +5,10 @@
 //!
 //!   bench-generate --config swax-small --batches 1,64 --contexts 4096,32768,131072
 //!
-//! A decoding step is timed from the token ids on the host to the logits back on the host (what
-//! sampling needs), so its latency is what a user of `swax generate` waits per token; the median
-//! of `--decode-tokens` steps after `--warmup` steps. Memory is the CUDA pool's: the peak while
+//! A decoding step is timed from the token ids on the host to the logits back on the host in f32
+//! (what sampling needs, and what the transformers peer times), and again to the greedy ids back
+//! on the host (the argmax on the device, what greedy `swax generate` waits per token); each the
+//! median of `--decode-tokens` steps after `--warmup` steps. Memory is the CUDA pool's: the peak while
 //! prefilling, the peak while decoding, and the bytes in use once the prompt is read and again
 //! after the last step (the weights and the decoding state: flat for windowed and recurrent
 //! layers, growing for full attention). The JSON line also holds what a timed step asked of
@@ -93,7 +94,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{} ({} x{} layers, d_model {}), window {window}, on {device}, {dtype:?}",
         cfg.model.name, cfg.model.pattern, cfg.model.n_layers, cfg.model.d_model
     );
-    println!("batch  context  piece  prefill tok/s  decode ms/token  decode tok/s  peak GiB prefill/decode  in use GiB after prefill/decode  launches/syncs per step");
+    println!("batch  context  piece  prefill tok/s  decode ms/token  greedy ms/token  decode tok/s  peak GiB prefill/decode  in use GiB after prefill/decode  launches/syncs per step");
     let mut lines = Vec::new();
     for &batch in &a.batches {
         // Kernels compiled and the pool filled before anything is timed.
@@ -127,6 +128,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let counts = swax_cuda::counters::counts().since(&counts);
             let per_step = |x: u64| x as f64 / a.decode_tokens.max(1) as f64;
+            let mut greedy = Vec::with_capacity(a.decode_tokens);
+            for step in 0..a.warmup + a.decode_tokens {
+                let next: Vec<u32> = (0..batch as u32).map(|r| (r + step as u32) % v).collect();
+                let start = Instant::now();
+                dec.logits(&next)?.argmax(-1, false)?.to_vec::<u32>()?;
+                if step >= a.warmup {
+                    greedy.push(start.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            greedy.sort_by(f64::total_cmp);
+            let greedy_ms = greedy[greedy.len() / 2];
             let after_decode = pool(device);
             times.sort_by(f64::total_cmp);
             let decode_ms = times[times.len() / 2];
@@ -135,7 +147,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let peak = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.peak_in_use);
             let held = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.in_use);
             println!(
-                "{batch:>5}  {context:>7}  {piece:>5}  {prefill_tps:>13.0}  {decode_ms:>15.2}  {decode_tps:>12.0}  {:>11} / {:<11}  {:>12} / {:<12}  {:.0} / {:.1}",
+                "{batch:>5}  {context:>7}  {piece:>5}  {prefill_tps:>13.0}  {decode_ms:>15.2}  {greedy_ms:>15.2}  {decode_tps:>12.0}  {:>11} / {:<11}  {:>12} / {:<12}  {:.0} / {:.1}",
                 gib(peak(&after_prefill)),
                 gib(peak(&after_decode)),
                 gib(held(&after_prefill)),
@@ -150,6 +162,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "batch": batch, "context": context, "window": window, "piece": piece,
                 "prefill_s": prefill_s, "prefill_tokens_per_s": prefill_tps,
                 "decode_ms_per_token": decode_ms, "decode_tokens_per_s": decode_tps,
+                "greedy_ms_per_token": greedy_ms,
                 "decode_steps": a.decode_tokens,
                 "launches_per_step": per_step(counts.launches),
                 "blas_calls_per_step": per_step(counts.blas_calls),
