@@ -90,17 +90,28 @@ pub fn bytes_tokenizer_json() -> Value {
     let vocab: Map<String, Value> = (0..=255u8)
         .map(|b| (byte_char(b).to_string(), json!(b)))
         .collect();
+    byte_level_bpe(false, json!([]), vocab, Vec::new())
+}
+
+/// A byte-level BPE `tokenizer.json`: GPT-2's characters for bytes (with GPT-2's split of the
+/// text into words first where `split` is set), `vocab` and `merges` over those characters.
+fn byte_level_bpe(
+    split: bool,
+    added: Value,
+    vocab: Map<String, Value>,
+    merges: Vec<String>,
+) -> Value {
     let byte_level = json!({
         "type": "ByteLevel",
         "add_prefix_space": false,
         "trim_offsets": false,
-        "use_regex": false,
+        "use_regex": split,
     });
     json!({
         "version": "1.0",
         "truncation": null,
         "padding": null,
-        "added_tokens": [],
+        "added_tokens": added,
         "normalizer": null,
         "pre_tokenizer": byte_level,
         "post_processor": null,
@@ -115,7 +126,7 @@ pub fn bytes_tokenizer_json() -> Value {
             "byte_fallback": false,
             "ignore_merges": false,
             "vocab": vocab,
-            "merges": [],
+            "merges": merges,
         },
     })
 }
@@ -145,37 +156,11 @@ pub fn gpt2_tokenizer_json() -> Result<Value> {
             .ok_or_else(|| format!("GPT-2 token {id} is not two lower-ranked tokens merged"))?;
         merges.push(format!("{} {}", text(left), text(right)));
     }
-    let byte_level = json!({
-        "type": "ByteLevel",
-        "add_prefix_space": false,
-        "trim_offsets": true,
-        "use_regex": true,
-    });
-    Ok(json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": [{
-            "id": eot, "content": GPT2_EOT_TEXT, "single_word": false, "lstrip": false,
-            "rstrip": false, "normalized": true, "special": true,
-        }],
-        "normalizer": null,
-        "pre_tokenizer": byte_level,
-        "post_processor": null,
-        "decoder": byte_level,
-        "model": {
-            "type": "BPE",
-            "dropout": null,
-            "unk_token": null,
-            "continuing_subword_prefix": "",
-            "end_of_word_suffix": "",
-            "fuse_unk": false,
-            "byte_fallback": false,
-            "ignore_merges": false,
-            "vocab": vocab,
-            "merges": merges,
-        },
-    }))
+    let added = json!([{
+        "id": eot, "content": GPT2_EOT_TEXT, "single_word": false, "lstrip": false,
+        "rstrip": false, "normalized": true, "special": true,
+    }]);
+    Ok(byte_level_bpe(true, added, vocab, merges))
 }
 
 /// The two parts byte pair encoding of `bytes` reaches with only the tokens ranked below
