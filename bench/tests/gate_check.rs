@@ -1,7 +1,9 @@
 //! `learn --check` end to end on the CPU, on a gate of two tiny cases: a case that names its
 //! forms trains only those (and is judged by its figures alone), the settings' `sets` reach every
-//! run, and the judgement goes to the table and the JSON lines.
-use std::process::Command;
+//! run, and the judgement goes to the table and the JSON lines; `--judge` judges the runs again
+//! without training, and refuses a run cut short.
+use std::path::Path;
+use std::process::{Command, Output};
 
 const GATE: &str = r#"
 [settings]
@@ -36,20 +38,25 @@ min_learned = 0
 min_final = 0.0
 "#;
 
+/// `learn --device cpu --check DIR/gate.toml` into DIR, with `extra` arguments.
+fn learn(dir: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_learn"))
+        .args(["--device", "cpu", "--check"])
+        .arg(dir.join("gate.toml"))
+        .arg("--out")
+        .arg(dir.join("runs"))
+        .arg("--results")
+        .arg(dir.join("learn.jsonl"))
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_case_trains_only_its_forms_and_every_run_gets_the_shared_sets() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("gate.toml");
-    std::fs::write(&file, GATE).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_learn"))
-        .args(["--device", "cpu", "--check"])
-        .arg(&file)
-        .arg("--out")
-        .arg(dir.path().join("runs"))
-        .arg("--results")
-        .arg(dir.path().join("learn.jsonl"))
-        .output()
-        .unwrap();
+    std::fs::write(dir.path().join("gate.toml"), GATE).unwrap();
+    let out = learn(dir.path(), &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -77,4 +84,36 @@ fn a_case_trains_only_its_forms_and_every_run_gets_the_shared_sets() {
     assert_eq!(lines.lines().count(), 3);
     let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
     assert_eq!(first["sets"][0], "model.d_ff=48");
+
+    // Judged again from the same runs, without training: the same table.
+    let again = learn(dir.path(), &["--judge"]);
+    let table = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with("| "))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(table(&again), table(&out));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("judged from the runs in"));
+
+    // A run cut short is refused by name.
+    let metrics = dir
+        .path()
+        .join("runs/gate/S-T32-fused/mqar-S-lr1e-3-s0/metrics.jsonl");
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let first = text.lines().next().unwrap();
+    std::fs::write(&metrics, format!("{first}\n")).unwrap();
+    let cut = learn(dir.path(), &["--judge"]);
+    assert!(!cut.status.success());
+    let err = String::from_utf8_lossy(&cut.stderr);
+    assert!(
+        err.contains("S-T32-fused/mqar-S-lr1e-3-s0 ended at step 1 of 2"),
+        "{err}"
+    );
 }

@@ -81,6 +81,10 @@ struct Args {
     /// The gate's cases to run, by name (`M-T256`); default all.
     #[arg(long, value_delimiter = ',')]
     cases: Vec<String>,
+    /// With --check: train nothing, judge the finished runs already in --out (a gate whose
+    /// judgement a time limit cut off); a run that did not finish is an error naming it.
+    #[arg(long)]
+    judge: bool,
     /// The gate's forms to train: `fused`, `reference` or both (the default). With one, each
     /// case is judged only against the figures its file keeps, not against the other form.
     #[arg(long, value_delimiter = ',', default_values_t = gate::FORMS.map(String::from))]
@@ -139,6 +143,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None if swax_tensor::cuda::device(0).is_ok() => Device::Cuda(0),
         None => Device::Cpu,
     };
+    if a.judge && a.check.is_none() {
+        return Err("--judge judges a gate's runs: give the gate with --check".into());
+    }
     if let Some(file) = &a.check {
         let passed = check(&a, file, device)?;
         std::process::exit(if passed { 0 } else { 1 });
@@ -261,6 +268,25 @@ impl GateRun<'_> {
         cmd
     }
 
+    /// Whether the run trained every step of its case (its metrics' last step): the judgement
+    /// of a run cut short would read its recall part way.
+    fn finished(&self, a: &Args) -> Result<(), String> {
+        let dir = self.run_dir(a);
+        let last = records(&dir)
+            .iter()
+            .filter_map(|r| r["step"].as_u64())
+            .max();
+        match last {
+            Some(step) if step >= self.case.steps => Ok(()),
+            last => Err(format!(
+                "--judge: {} ended at step {} of {}: train it (without --judge) first",
+                dir.display(),
+                last.unwrap_or(0),
+                self.case.steps
+            )),
+        }
+    }
+
     /// The run folder the child trains into (as the benchmark names it).
     fn run_dir(&self, a: &Args) -> PathBuf {
         let c = self.case;
@@ -318,19 +344,27 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
             1
         })
         .max(1);
-    eprintln!(
-        "learning gate: {} cases, {} runs, {jobs} at a time on {device}",
-        cases.len(),
-        runs.len()
-    );
-    let clock = std::time::Instant::now();
-    train_all(a, &g.settings, device, &runs, jobs)?;
-    let minutes = clock.elapsed().as_secs_f64() / 60.0;
-
-    println!(
-        "\nlearning gate ({}), {minutes:.1} min on {device}",
-        file.display()
-    );
+    let minutes = match a.judge {
+        true => {
+            runs.iter().try_for_each(|r| r.finished(a))?;
+            None
+        }
+        false => {
+            eprintln!(
+                "learning gate: {} cases, {} runs, {jobs} at a time on {device}",
+                cases.len(),
+                runs.len()
+            );
+            let clock = std::time::Instant::now();
+            train_all(a, &g.settings, device, &runs, jobs)?;
+            Some(clock.elapsed().as_secs_f64() / 60.0)
+        }
+    };
+    let how = match minutes {
+        Some(m) => format!("{m:.1} min on {device}"),
+        None => format!("judged from the runs in {}", a.out.display()),
+    };
+    println!("\nlearning gate ({}), {how}", file.display());
     println!("| case | form | seeds learned | median final | median tokens to 50% | per seed | verdict |");
     println!("|---|---|---|---|---|---|---|");
     let (date, commit) = (record::today(), record::commit());
