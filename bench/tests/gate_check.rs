@@ -117,3 +117,18 @@ fn a_case_trains_only_its_forms_and_every_run_gets_the_shared_sets() {
         "{err}"
     );
 }
+
+#[test]
+fn a_mistyped_key_in_the_gate_is_named_before_any_run_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = GATE.replace("model.d_ff=48", "model.d_fff=48");
+    std::fs::write(dir.path().join("gate.toml"), typo).unwrap();
+    let out = learn(dir.path(), &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("case M-T32: unknown config key \"model.d_fff\""),
+        "{err}"
+    );
+    assert!(!dir.path().join("runs").exists(), "nothing was trained");
+}

@@ -135,8 +135,15 @@ fn records(run: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let a = Args::parse();
+fn main() {
+    // Errors in plain words (a returned error would print as its Debug form, quotes escaped).
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
+}
+
+fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let device = match a.device.as_deref() {
         Some("cpu") => Device::Cpu,
         Some(_) => Device::Cuda(0),
@@ -233,18 +240,16 @@ struct GateRun<'a> {
 }
 
 impl GateRun<'_> {
-    fn command(&self, a: &Args, s: &gate::Settings, device: Device) -> std::process::Command {
+    /// The child's command line (without the program): the case's shape and schedule, the
+    /// settings' and the case's own `sets`.
+    fn args(&self, a: &Args, s: &gate::Settings, device: Device) -> Vec<String> {
         let c = self.case;
-        let mut cmd = std::process::Command::new(std::env::current_exe().expect("this program"));
-        let args: Vec<String> = vec![
-            format!(
-                "--device={}",
-                if matches!(device, Device::Cuda(_)) {
-                    "cuda"
-                } else {
-                    "cpu"
-                }
-            ),
+        let device = match device {
+            Device::Cuda(_) => "cuda",
+            _ => "cpu",
+        };
+        let args = vec![
+            format!("--device={device}"),
             format!("--task={}", a.task),
             format!("--patterns={}", c.pattern),
             format!("--lrs={:e}", c.lr),
@@ -262,10 +267,27 @@ impl GateRun<'_> {
             format!("--results={}", self.dir.join("learn.jsonl").display()),
             format!("--set=model.mixers={:?}", self.form),
         ];
-        cmd.args(args);
         let sets = s.sets.iter().chain(&c.sets);
-        cmd.args(sets.map(|set| format!("--set={set}")));
+        args.into_iter()
+            .chain(sets.map(|set| format!("--set={set}")))
+            .collect()
+    }
+
+    fn command(&self, a: &Args, s: &gate::Settings, device: Device) -> std::process::Command {
+        let mut cmd = std::process::Command::new(std::env::current_exe().expect("this program"));
+        cmd.args(self.args(a, s, device));
         cmd
+    }
+
+    /// The config the child would train, resolved here: a mistyped key or a bad value in the
+    /// gate's file is named before any run starts.
+    fn check_config(&self, a: &Args, s: &gate::Settings, device: Device) -> Result<(), String> {
+        let name = self.case.name();
+        let argv = std::iter::once("learn".to_string()).chain(self.args(a, s, device));
+        let child = Args::try_parse_from(argv).map_err(|e| format!("case {name}: {e}"))?;
+        config(&child, &self.case.pattern, self.case.lr)
+            .map(|_| ())
+            .map_err(|e| format!("case {name}: {e}"))
     }
 
     /// Whether the run trained every step of its case (its metrics' last step): the judgement
@@ -344,6 +366,10 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
             1
         })
         .max(1);
+    for run in runs.iter().filter(|r| r.seed == 0) {
+        run.check_config(a, &g.settings, device)
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+    }
     let minutes = match a.judge {
         true => {
             runs.iter().try_for_each(|r| r.finished(a))?;
