@@ -425,18 +425,14 @@ def residual_linear(q, k, v, window, linear=None):
     return o.transpose(1, 2)
 
 
-class RAttention(nn.Module):
-    """R: sliding-window attention (RoPE) plus the residual linear attention (no RoPE)."""
+class RAttention(Attention):
+    """R: sliding-window attention (RoPE) plus the residual linear attention (no RoPE): the
+    attention layer's projections, a norm of each branch, and a forward of its own."""
 
     def __init__(self, m):
-        super().__init__()
-        self.h, self.hkv = m["n_heads"], m["n_kv_heads"]
-        self.d = m["d_model"] // self.h
-        self.theta = m["rope_theta"]
-        self.qkv = Linear(m["d_model"], (self.h + 2 * self.hkv) * self.d)
+        super().__init__(m)
         self.norm_swa = RmsNorm(self.d, m["norm_eps"])
         self.norm_rla = RmsNorm(self.d, m["norm_eps"])
-        self.out = Linear(self.h * self.d, m["d_model"])
 
     def forward(self, x, window, state=None):
         b, t, _ = x.shape

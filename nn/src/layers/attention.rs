@@ -89,8 +89,7 @@ impl Attention {
     /// Whether `step` runs for activations of this dtype on this device: the fused forms and
     /// the decoding kernel there.
     pub fn steps(&self, x: &Tensor) -> bool {
-        self.forms
-            .fused(decode::has_kernel(x.device(), x.dtype(), self.d))
+        self.forms.steps(x, self.d)
     }
 
     /// One decoding step x `[B, 1, C]` at position `pos`: its key (RoPE applied once, here)

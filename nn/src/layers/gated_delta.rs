@@ -128,8 +128,7 @@ impl GatedDelta {
 
     /// Whether `step` runs for activations x: the fused forms and the decoding kernel there.
     pub fn steps(&self, x: &Tensor) -> bool {
-        self.forms
-            .fused(decode::has_kernel(x.device(), x.dtype(), self.d))
+        self.forms.steps(x, self.d)
     }
 
     /// One decoding step x `[B, 1, C]` by the single-step kernel (`mixers::decode`), from the

@@ -158,11 +158,7 @@ impl Mlstm {
 
     /// Whether `step` runs for activations x: the fused forms and the decoding kernel there.
     pub fn steps(&self, x: &Tensor) -> bool {
-        self.forms.fused(decode::has_kernel(
-            x.device(),
-            x.dtype(),
-            self.dk.max(self.dv),
-        ))
+        self.forms.steps(x, self.dk.max(self.dv))
     }
 
     /// One decoding step x `[B, 1, C]` by the single-step kernel (`mixers::decode`), from the

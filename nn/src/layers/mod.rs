@@ -57,6 +57,16 @@ impl Forms {
     pub fn fused(self, has_kernel: bool) -> bool {
         self == Forms::Fused && has_kernel
     }
+
+    /// Whether a layer of heads of `head_dim` decodes activations like x by its single-step
+    /// kernels: the fused forms and such a kernel on x's device for x's dtype.
+    pub fn steps(self, x: &Tensor, head_dim: usize) -> bool {
+        self.fused(crate::mixers::decode::has_kernel(
+            x.device(),
+            x.dtype(),
+            head_dim,
+        ))
+    }
 }
 
 impl MixerDims {

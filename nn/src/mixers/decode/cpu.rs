@@ -52,15 +52,23 @@ fn conv<T: Real>(x: &ConvStep<&[T]>, d: &StepShape, dtype: DType) -> (Vec<T>, Ve
     (heads, tail)
 }
 
-fn read<'a, T: Real>(
+/// [`conv`] of the step's stored operands: the heads' q, k, v and the next tail.
+fn conv_of<T: Real>(
     op: &'static str,
-    x: &ConvStep<&'a CpuStorage>,
-) -> Result<[std::borrow::Cow<'a, [T]>; 3]> {
-    Ok([
+    x: &ConvStep<&CpuStorage>,
+    d: &StepShape,
+) -> Result<(Vec<T>, Vec<T>)> {
+    let (xs, weight, tail) = (
         T::read(op, x.x)?,
         T::read(op, x.weight)?,
         T::read(op, x.tail)?,
-    ])
+    );
+    let read = ConvStep {
+        x: &*xs,
+        weight: &*weight,
+        tail: &*tail,
+    };
+    Ok(conv(&read, d, x.x.dtype()))
 }
 
 /// Runs `f` in the type the data computes in.
@@ -85,13 +93,7 @@ pub(super) fn gated_delta_step(
         d: &StepShape,
     ) -> Result<Stepped<CpuStorage>> {
         let dtype = x.conv.x.dtype();
-        let [xs, w, tail] = read::<T>(op, &x.conv)?;
-        let cs = ConvStep {
-            x: &*xs,
-            weight: &*w,
-            tail: &*tail,
-        };
-        let (heads, tail) = conv(&cs, d, dtype);
+        let (heads, tail) = conv_of::<T>(op, &x.conv, d)?;
         let (beta, g, s) = (
             T::read(op, x.beta)?,
             T::read(op, x.g)?,
@@ -148,13 +150,7 @@ pub(super) fn mlstm_step(
         eps: f64,
     ) -> Result<Stepped<CpuStorage>> {
         let dtype = x.conv.x.dtype();
-        let [xs, w, tail] = read::<T>(op, &x.conv)?;
-        let cs = ConvStep {
-            x: &*xs,
-            weight: &*w,
-            tail: &*tail,
-        };
-        let (heads, tail) = conv(&cs, d, dtype);
+        let (heads, tail) = conv_of::<T>(op, &x.conv, d)?;
         let (ig, fg) = (T::read(op, x.i)?, T::read(op, x.f)?);
         let s = MlstmState {
             c: T::read(op, x.state.c)?,

@@ -2,8 +2,8 @@
 //! (per row and kv head for `rla_step`), each kernel one launch.
 use super::{AttendIn, AttendShape, GatedDeltaStep, MlstmStep, RlaStepIn, StepShape, Stepped};
 use swax_cuda::kernels::chunk::check_operands;
-use swax_cuda::kernels::{float_kernel, launch, Launch};
-use swax_cuda::{Buffer, CudaError, DType, KernelSource};
+use swax_cuda::kernels::{float_kernel, launch, to_u32, Launch};
+use swax_cuda::{Buffer, CudaDevice, CudaError, DType, KernelSource};
 use swax_tensor::cuda::CudaStorage;
 
 pub(crate) const SOURCE: KernelSource = KernelSource {
@@ -19,16 +19,25 @@ const DECODE_TILE: usize = 1024;
 /// head's elements must fit in a block's threads.
 pub(super) const MAX_HEAD_DIM: usize = DECODE_THREADS as usize;
 
-fn u32_of(op: &'static str, what: &str, n: usize) -> Result<u32, CudaError> {
-    u32::try_from(n).map_err(|_| CudaError::invalid(op, format!("{what} {n} exceeds u32")))
-}
-
-/// One block per row and head with `shared` bytes.
-fn blocks(op: &'static str, rows: usize, shared: usize) -> Result<Launch, CudaError> {
+/// One block per row and head with `shared` bytes, at most what a block of `dev` can opt in to
+/// (the device raises a kernel's limit above the default where it asks for more).
+fn blocks(
+    op: &'static str,
+    dev: &CudaDevice,
+    rows: usize,
+    shared: usize,
+) -> Result<Launch, CudaError> {
+    let most = dev.max_shared_optin() as usize;
+    if shared > most {
+        return Err(CudaError::invalid(
+            op,
+            format!("{shared} bytes of shared memory, more than the {most} a block gets"),
+        ));
+    }
     Ok(Launch {
-        grid: (u32_of(op, "rows x heads", rows)?, 1, 1),
+        grid: (to_u32(op, "rows x heads", rows)?, 1, 1),
         block: (DECODE_THREADS, 1, 1),
-        shared: u32_of(op, "shared bytes", shared)?,
+        shared: shared as u32,
     })
 }
 
@@ -77,7 +86,7 @@ pub(super) fn gated_delta_step(
     let tail = dev.alloc(dt, x.conv.tail.len())?;
     let state = dev.alloc(DType::F32, heads * d.dk * d.dv)?;
     let name = float_kernel!(OP, "gated_delta_step", dt)?;
-    let cfg = blocks(OP, heads, 4 * (2 * d.dk + d.dv))?;
+    let cfg = blocks(OP, dev, heads, 4 * (2 * d.dk + d.dv))?;
     let sizes = [d.h, d.dk, d.dv, d.taps].map(|n| n as u32);
     // SAFETY: gated_delta_step_T(x, w, tail, beta, g, s, out, tail_out, s_out, heads, dk, dv,
     // taps); every buffer checked or allocated at the length these sizes imply, and the shared
@@ -138,7 +147,7 @@ pub(super) fn mlstm_step(
     let n = dev.alloc(DType::F32, heads * d.dk)?;
     let m = dev.alloc(DType::F32, heads)?;
     let name = float_kernel!(OP, "mlstm_step", dt)?;
-    let cfg = blocks(OP, heads, 4 * (2 * d.dk + d.dv))?;
+    let cfg = blocks(OP, dev, heads, 4 * (2 * d.dk + d.dv))?;
     let sizes = [d.h, d.dk, d.dv, d.taps].map(|n| n as u32);
     // SAFETY: mlstm_step_T(x, w, tail, i, f, c, n, m, out, tail_out, c_out, n_out, m_out, heads,
     // dk, dv, taps, eps); every buffer checked or allocated at the length these sizes imply, and
@@ -207,6 +216,7 @@ pub(super) fn attend(
     // q, a tile of scores, the groups' sums of the values.
     let cfg = blocks(
         OP,
+        dev,
         d.b * d.h,
         4 * (d.d + DECODE_TILE + DECODE_THREADS as usize),
     )?;
@@ -228,9 +238,6 @@ pub(super) fn attend(
     Ok(out.into())
 }
 
-/// The most shared memory a block asks for without opting in.
-const SHARED_LIMIT: usize = 48 << 10;
-
 /// The slot is `d.n` (`mod.rs`).
 pub(super) fn rla_step(
     x: &RlaStepIn<&Buffer>,
@@ -241,14 +248,10 @@ pub(super) fn rla_step(
     let (group, f) = (d.h / d.hkv, 2 * d.d);
     // phi(k), phi(q) of the kv head's q heads, v, and each q head's output column sums.
     let shared = 4 * (f + group * f + d.d + group * d.d);
-    if d.d > MAX_HEAD_DIM || shared > SHARED_LIMIT {
+    if d.d > MAX_HEAD_DIM {
         return Err(CudaError::invalid(
             OP,
-            format!(
-                "head dim {} (at most {MAX_HEAD_DIM}) and {group} q heads per kv head need \
-                 {shared} bytes of shared memory (at most {SHARED_LIMIT})",
-                d.d
-            ),
+            format!("head dim {} above {MAX_HEAD_DIM}", d.d),
         ));
     }
     let cache = d.b * d.slots * d.hkv * d.d;
@@ -267,7 +270,7 @@ pub(super) fn rla_step(
     let out = dev.alloc(dt, d.b * d.h * d.d)?;
     let state = dev.alloc(DType::F32, states)?;
     let name = float_kernel!(OP, "rla_step", dt)?;
-    let cfg = blocks(OP, d.b * d.hkv, shared)?;
+    let cfg = blocks(OP, dev, d.b * d.hkv, shared)?;
     let sizes = [d.h, d.hkv, d.d, d.slots, d.n].map(|n| n as u32);
     // SAFETY: rla_step_T(q, k, v, s, out, s_out, heads, kv_heads, d, slots, slot); buffers
     // checked or allocated at the lengths these sizes imply (slot < slots, checked by the op),
