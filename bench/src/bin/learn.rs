@@ -62,7 +62,8 @@ struct Args {
     probes: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// `cpu`, `cuda`; default: the GPU if there is one.
+    /// `cpu`, `cuda`; default: the GPU if there is one. With --judge, the device that trained
+    /// the runs, as the results should record it (for example `cuda:0 (H100)`).
     #[arg(long)]
     device: Option<String>,
     #[arg(long, default_value = "bench/runs/learn")]
@@ -394,6 +395,13 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
     println!("| case | form | seeds learned | median final | median tokens to 50% | per seed | verdict |");
     println!("|---|---|---|---|---|---|---|");
     let (date, commit) = (record::today(), record::commit());
+    // Judged runs were trained elsewhere: the device that trained them is what `--device` names,
+    // not the one judging them.
+    let trained_on = match (a.judge, a.device.as_deref()) {
+        (true, None) => "not recorded (judged; --device names it)".to_string(),
+        (true, Some(d)) => d.to_string(),
+        (false, _) => device.to_string(),
+    };
     let (mut lines, mut passed) = (Vec::new(), true);
     for &case in &cases {
         let summary = |form: &str| -> (Summary, Vec<Outcome>) {
@@ -466,7 +474,7 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
                 "tokens_to_50": outcomes.iter().map(|o| o.tokens_to_50).collect::<Vec<_>>(),
                 "curves": outcomes.iter().map(|o| &o.curve).collect::<Vec<_>>(),
                 "passed": bad.is_empty(), "failures": bad,
-                "device": device.to_string(), "minutes": minutes, "date": date, "commit": commit,
+                "device": trained_on, "minutes": minutes, "date": date, "commit": commit,
             }));
         }
     }
