@@ -131,7 +131,11 @@ fn eval_names_a_missing_run_a_mistyped_task_and_an_option_out_of_range() {
 fn the_loss_held_out_text_is_written_for_another_harness_and_no_file_is_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
-    train(&run, &[]);
+    // Documents shorter than a row: rows hold end-of-text tokens inside them too.
+    train(
+        &run,
+        &["data.source=\"corpus\"", "data.corpus_max_doc_tokens=40"],
+    );
     let file = dir.path().join("held-out.jsonl");
     let file_arg = file.to_str().unwrap();
     eval(
@@ -153,13 +157,38 @@ fn the_loss_held_out_text_is_written_for_another_harness_and_no_file_is_overwrit
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len(), 2, "one line per held-out sequence");
-    for l in &lines {
-        assert_eq!(l["length"], 128);
-        // Byte tokens: the text holds the sequence's 128 bytes or more (an end-of-text token
-        // reads as `<|endoftext|>`).
-        assert!(l["text"].as_str().unwrap().len() >= 128, "{l}");
-    }
     assert_ne!(lines[0]["text"], lines[1]["text"]);
+
+    // lm-eval reads each line with the export's tokenizer after its own end-of-text token and
+    // scores every token after that one: those must be the tokens swax scored.
+    let hf = dir.path().join("hf");
+    let out = swax(&[
+        "export",
+        run.to_str().unwrap(),
+        "--hf",
+        hf.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let tok = tokenizers::Tokenizer::from_file(hf.join("tokenizer.json")).unwrap();
+    let cfg = swax_hybrid::config::Config::load(&run.join("config.toml")).unwrap();
+    let seqs = swax_hybrid::eval::run::held_out(&cfg, None, 128, 2).unwrap();
+    let eot = 0; // the byte tokenizer's end of text
+    let mut inside = 0;
+    for (l, seq) in lines.iter().zip(&seqs) {
+        assert_eq!(l["length"], 128);
+        let ids = tok
+            .encode(l["text"].as_str().unwrap(), false)
+            .unwrap()
+            .get_ids()
+            .to_vec();
+        let scored = seq.strip_prefix(&[eot]).unwrap_or(seq);
+        assert_eq!(ids, scored, "the text reads back as other tokens: {l}");
+        inside += scored.iter().filter(|&&t| t == eot).count();
+    }
+    assert!(
+        inside > 0,
+        "no end-of-text token inside a row: the case is not tested"
+    );
 
     // An existing file is refused and kept as it was; the option without the loss is refused
     // and writes nothing.

@@ -116,13 +116,23 @@ fn check(args: &EvalArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The loss's held-out sequences at each length, decoded, as JSON lines in `file`.
+/// The loss's held-out sequences at each length as JSON lines of text in `file`, written so
+/// that the export's tokenizer reads back the very tokens swax scored: lm-eval's rolling
+/// log-likelihood puts the end-of-text token before each document and scores every token
+/// after it, so a row's leading end-of-text token is left out of its text, and one inside a row
+/// is written as the export's tokenizer reads it (`export::eot_text`).
 fn write_held_out(loaded: &Loaded, plan: &Plan, file: &Path) -> CliResult {
     let tok = loaded.cfg.data.tokenizer.open(&loaded.run)?;
+    let (eot, eot_text) = (tok.eot(), swax_hybrid::export::eot_text(&loaded.cfg));
     let mut lines = String::new();
     for &length in &plan.lengths {
         for seq in held_out(&loaded.cfg, plan.data.as_deref(), length, plan.samples)? {
-            let text = String::from_utf8_lossy(&tok.decode_bytes(&seq)?).into_owned();
+            let body = seq.strip_prefix(&[eot]).unwrap_or(&seq);
+            let pieces = body
+                .split(|&t| t == eot)
+                .map(|piece| Ok(String::from_utf8_lossy(&tok.decode_bytes(piece)?).into_owned()))
+                .collect::<Result<Vec<String>, swax_data::DataError>>()?;
+            let text = pieces.join(&eot_text);
             lines.push_str(&serde_json::json!({ "length": length, "text": text }).to_string());
             lines.push('\n');
         }

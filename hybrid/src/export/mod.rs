@@ -14,6 +14,8 @@
 mod import;
 mod tokenizer;
 
+pub use tokenizer::eot_text;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

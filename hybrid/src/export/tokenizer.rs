@@ -26,6 +26,19 @@ pub fn eot(cfg: &Config, run: &Path) -> Result<u32> {
     Ok(cfg.data.tokenizer.open(run)?.eot())
 }
 
+/// The text the export's tokenizer reads as the end-of-text id: the byte of that value for the
+/// byte tokenizer (swax's own decoding writes `<|endoftext|>`, thirteen bytes to the export's
+/// tokenizer), GPT-2's special token, a tokenizer file's end-of-text token.
+pub fn eot_text(cfg: &Config) -> String {
+    match &cfg.data.tokenizer {
+        TokenizerKind::Bytes => {
+            char::from(swax_data::tokenizer::BytesTokenizer.eot() as u8).to_string()
+        }
+        TokenizerKind::Gpt2 => GPT2_EOT_TEXT.to_string(),
+        TokenizerKind::File(record) => record.eot_token.clone(),
+    }
+}
+
 /// The files, by name, that let `AutoTokenizer.from_pretrained(OUT)` read the tokens of the
 /// run folder `run`.
 pub fn files(cfg: &Config, run: &Path) -> Result<Vec<(String, Vec<u8>)>> {
