@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # gpu-check.sh: what a change to a kernel, a layer, a norm, the optimizer or the trainer shows on
 # a GPU machine (CONTRIBUTING.md): every packed test binary with its GPU tests, then the learning
-# gate, then the twin parity check; on request also the Hugging Face export's parity (hf) and
-# generation beside transformers (generate). Each part's output goes to its own file in OUT as
-# it runs, so what finished is kept even where a time limit stops the rest; OUT/summary.txt says
-# how each part ended.
+# gate, then the twin parity check; on request also the Hugging Face export's parity (hf), a
+# text run through lm-eval (text) and generation beside transformers (generate). Each part's
+# output goes to its own file in OUT as it runs, so what finished is kept even where a time limit
+# stops the rest; OUT/summary.txt says how each part ended.
 #
 #   tools/gpu-pack                                     # here: binaries into .gpu/
 #   bench/gpu-check.sh OUT [PARTS...]                  # there: PARTS of tests, gate, twin, hf,
-#                                                      #   generate (default: the first three)
+#                                                      #   text, generate (default: the first three)
 #   GATE_ARGS="--cases M-T256" bench/gpu-check.sh /tmp/check gate
+#   DTYPE=bf16 bench/gpu-check.sh /tmp/check hf        # the export's parity in bf16
 #   GEN_ARGS="--batches 1,8,64 --contexts 4096,32768" bench/gpu-check.sh /tmp/check generate
+#
+# `text` trains swax-tiny on recall-mix text, has lm-eval score its export beside `swax eval`
+# (bench/lm-eval.sh: needs lm_eval) and times the generation-scored needle evaluation at 32k.
 #
 # On a fresh machine the first process to use a kernel compiles it (NVRTC, then the disk cache
 # every later process reads): the tests run first and leave the gate's kernels compiled.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bench/gpu-check.sh OUT [tests] [gate] [twin] [hf] [generate]}
+OUT=${1:?usage: bench/gpu-check.sh OUT [tests] [gate] [twin] [hf] [text] [generate]}
 shift
 PARTS=${*:-tests gate twin}
 mkdir -p "$OUT"
@@ -48,6 +52,22 @@ for part in $PARTS; do
         bash bench/hf-parity.sh >"$OUT/hf.txt" 2>&1
       note hf "exit $?"
       ;;
+    text)
+      run=$OUT/text-run
+      .gpu/bin/swax train --config swax-tiny --data recall-mix --set data.seq_len=512 \
+        --set train.steps=2000 --set train.w_short=128 --set train.w_long=512 --out "$run" \
+        --quiet >"$OUT/text.txt" 2>&1
+      SWAX_BIN=.gpu/bin LENGTH=4096 LIMIT=50 bash bench/lm-eval.sh "$run" "$OUT/lm-eval" \
+        >>"$OUT/text.txt" 2>&1
+      lme=$?
+      clock=$(date +%s.%N)
+      .gpu/bin/swax eval "$run" --tasks niah --lengths 32768 --scoring generate --samples 8 \
+        >>"$OUT/text.txt" 2>&1
+      scored=$?
+      echo "generation-scored niah at 32768, 8 samples: $(awk "BEGIN{print $(date +%s.%N) - $clock}") s" \
+        >>"$OUT/text.txt"
+      note text "exit $lme (lm-eval), $scored (swax eval --scoring generate)"
+      ;;
     generate)
       # swax and the transformers peer one after the other, never beside another part: timings.
       gen=(--config swax-small ${GEN_ARGS:-})
@@ -57,7 +77,7 @@ for part in $PARTS; do
         >>"$OUT/generate.txt" 2>&1
       note generate "exit $peer (swax), $? (peer)"
       ;;
-    *) echo "unknown part $part: tests, gate, twin, hf or generate" >&2; exit 2 ;;
+    *) echo "unknown part $part: tests, gate, twin, hf, text or generate" >&2; exit 2 ;;
   esac
 done
 cat "$OUT/summary.txt"
