@@ -219,6 +219,35 @@ pub fn judge_form(case: &Case, form: &str, r: &Summary) -> Vec<String> {
     bad
 }
 
+/// A case's recall curves as an SVG chart: held-out recall (%) against the tokens trained on
+/// (millions), one line per seed of each form (`fused s0`, `reference s0`, ...), so a pass or a
+/// fail can be read the way it happened: when each seed took off, or that it never did.
+pub fn curves_svg(case: &str, forms: &[(&str, &[Outcome])]) -> String {
+    use swax_hybrid::eval::svg::{line_plot, LinePlot, Series};
+    let series = forms
+        .iter()
+        .flat_map(|&(form, outcomes)| {
+            outcomes.iter().enumerate().map(move |(seed, o)| Series {
+                label: format!("{form} s{seed}"),
+                points: o
+                    .curve
+                    .iter()
+                    .map(|p| (p.tokens as f64 / 1e6, 100.0 * p.accuracy))
+                    .collect(),
+                errors: Vec::new(),
+            })
+        })
+        .collect();
+    line_plot(&LinePlot {
+        title: format!("learning gate, {case}: held-out recall of each seed"),
+        x_label: "tokens (millions)".into(),
+        y_label: "exact recall (%)".into(),
+        log2_x: false,
+        y_range: Some((0.0, 100.0)),
+        series,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,6 +293,17 @@ mod tests {
 
     fn learned_all() -> Vec<Outcome> {
         (0..4).map(|i| run(0.95, Some(8_000_000 + i))).collect()
+    }
+
+    #[test]
+    fn the_curves_chart_draws_every_seed_of_every_form() {
+        let (fused, reference) = (learned_all(), learned_all()[..2].to_vec());
+        let svg = curves_svg("M-T256", &[("fused", &fused), ("reference", &reference)]);
+        assert!(svg.starts_with("<svg") && svg.contains("M-T256"));
+        for seed in 0..4 {
+            assert!(svg.contains(&format!(">fused s{seed}<")), "fused s{seed}");
+        }
+        assert!(svg.contains(">reference s1<") && !svg.contains(">reference s2<"));
     }
 
     #[test]

@@ -443,6 +443,11 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
             }
         };
         passed &= bad.is_empty();
+        let chart = a.out.join("gate").join(format!("{}.svg", case.name()));
+        let curves: Vec<(&str, &[Outcome])> =
+            forms.iter().map(|(f, _, o)| (*f, o.as_slice())).collect();
+        std::fs::write(&chart, gate::curves_svg(&case.name(), &curves))
+            .map_err(|e| format!("{}: {e}", chart.display()))?;
         for (i, (form, s, outcomes)) in forms.iter().enumerate() {
             let per_seed: Vec<String> = outcomes
                 .iter()
@@ -481,10 +486,11 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
     let results = a.results.with_file_name("learning-gate.jsonl");
     record::append(&results, &lines)?;
     println!(
-        "\nlearning gate: {} ({} appended to {})",
+        "\nlearning gate: {} ({} appended to {}; each case's curves in {})",
         if passed { "passed" } else { "FAILED" },
         lines.len(),
-        results.display()
+        results.display(),
+        a.out.join("gate").join("CASE.svg").display()
     );
     Ok(passed)
 }
