@@ -69,7 +69,19 @@ fn a_case_trains_only_its_forms_and_every_run_gets_the_shared_sets() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     folders.sort();
-    assert_eq!(folders, ["M-T32-fused", "M-T32-reference", "S-T32-fused"]);
+    // A folder of runs per case and form it trains, and a chart of each case's curves.
+    assert_eq!(
+        folders,
+        [
+            "M-T32-fused",
+            "M-T32-reference",
+            "M-T32.svg",
+            "S-T32-fused",
+            "S-T32.svg"
+        ]
+    );
+    let chart = std::fs::read_to_string(dir.path().join("runs/gate/S-T32.svg")).unwrap();
+    assert!(chart.contains(">fused s0<") && !chart.contains(">reference s0<"));
     assert!(stdout.contains("| S-T32 | fused |"), "{stdout}");
     assert!(!stdout.contains("| S-T32 | reference |"), "{stdout}");
 
