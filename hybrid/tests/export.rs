@@ -225,6 +225,17 @@ fn a_broken_export_is_refused_naming_what_is_wrong() {
     std::fs::write(&path, serde_json::to_string(&json).unwrap()).unwrap();
     let e = refused("llama");
     assert!(e.contains("not a swax export"), "unexpected error: {e}");
+
+    // A folder with no config.json at all (a run folder, say) is named as not an export.
+    let plain = dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let e = import(&plain, &dir.path().join("from-plain"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("not a Hugging Face export"),
+        "unexpected error: {e}"
+    );
 }
 
 #[test]

@@ -31,6 +31,14 @@ pub struct Imported {
 /// The run config an export's `config.json` describes; errors name the file and the key.
 pub fn config_of(dir: &Path) -> Result<(Config, u64)> {
     let path = dir.join("config.json");
+    if !path.is_file() {
+        return Err(format!(
+            "{}: not a Hugging Face export (no config.json); `swax import` reads a folder that \
+             `swax export RUN --hf` wrote",
+            dir.display()
+        )
+        .into());
+    }
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let json: Value =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
