@@ -55,8 +55,10 @@ for shape in $SHAPES; do
       "$BIN/swax" train --config "$dir/config.toml" --out "$dir-swax" --device "$DEVICE" --quiet
       run=(--swax-run "$dir-swax")
     fi
-    "$PYTHON" bench/peers/twin_parity.py "$dir" "${run[@]}" --device "$DEVICE" --case "$case" \
-      --results "$RESULTS" || failed+=("$case")
+    exact=()
+    [ "$shape" = small ] || exact=(--exact)
+    "$PYTHON" bench/peers/twin_parity.py "$dir" "${run[@]}" "${exact[@]}" --device "$DEVICE" \
+      --case "$case" --results "$RESULTS" || failed+=("$case")
   done
 done
 if [ ${#failed[@]} -gt 0 ]; then
