@@ -13,6 +13,12 @@
 //! after the last step (the weights and the decoding state: flat for windowed and recurrent
 //! layers, growing for full attention). The JSON line also holds what a timed step asked of
 //! the GPU on average (`swax_cuda::counters`: launches, cuBLAS calls, host syncs, uploads).
+//!
+//! On the GPU a greedy step's time is also split between the host and the device
+//! ([`split_step`]): with the GPU kept busy by products queued first, the host's time to issue
+//! the step and the device's time to run it (CUDA events, no gap left by the host) are
+//! measured apart. A step whose host time is near its whole time is bound by issuing launches,
+//! not by the GPU's work.
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -22,7 +28,7 @@ use swax_bench::config_args::ConfigArgs;
 use swax_bench::record;
 use swax_hybrid::generate::Decoder;
 use swax_hybrid::model::Model;
-use swax_tensor::{DType, Device};
+use swax_tensor::{DType, Device, Tensor};
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -47,6 +53,46 @@ struct Args {
     device: Option<String>,
     #[arg(long, default_value = "bench/results/generate.jsonl")]
     results: PathBuf,
+}
+
+/// The products queued ahead of a split step: long enough for the host to issue the whole step
+/// while they run.
+const BLOCKERS: usize = 8;
+
+/// Milliseconds from `start` to `end`, once `end` has happened.
+fn event_ms(start: &cudarc::driver::CudaEvent, end: &cudarc::driver::CudaEvent) -> f64 {
+    end.synchronize().expect("cuEventSynchronize");
+    start.elapsed_ms(end).expect("cuEventElapsedTime") as f64
+}
+
+/// One greedy step's host and device time, and the time of the products queued before it
+/// (the host time is a true issue time only while it stays under that): `BLOCKERS` products of
+/// `block` keep the GPU busy, the step is issued behind them between two events, and the
+/// events give the device's time for the step alone.
+fn split_step(
+    dec: &mut Decoder,
+    next: &[u32],
+    block: &Tensor,
+) -> Result<(f64, f64, f64), Box<dyn std::error::Error>> {
+    let dev = swax_tensor::cuda::device(0)?;
+    let event = || {
+        dev.context()
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+    };
+    let (before, start, end) = (event()?, event()?, event()?);
+    before.record(dev.stream())?;
+    for _ in 0..BLOCKERS {
+        block.matmul(block)?;
+    }
+    start.record(dev.stream())?;
+    let clock = Instant::now();
+    let ids = dec.logits(next)?.argmax(-1, false)?;
+    let host_ms = clock.elapsed().as_secs_f64() * 1e3;
+    end.record(dev.stream())?;
+    let device_ms = event_ms(&start, &end);
+    let blocked_ms = event_ms(&before, &start);
+    drop(ids);
+    Ok((host_ms, device_ms, blocked_ms))
 }
 
 /// The CUDA pool's statistics, or none on the CPU.
@@ -139,6 +185,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             greedy.sort_by(f64::total_cmp);
             let greedy_ms = greedy[greedy.len() / 2];
+            let split = match device {
+                Device::Cuda(_) => {
+                    let block = Tensor::ones([8192, 8192], dtype, device)?;
+                    let mut runs = Vec::with_capacity(a.decode_tokens);
+                    for step in 0..a.decode_tokens {
+                        let next: Vec<u32> =
+                            (0..batch as u32).map(|r| (r + step as u32) % v).collect();
+                        runs.push(split_step(&mut dec, &next, &block)?);
+                    }
+                    let median = |f: fn(&(f64, f64, f64)) -> f64| {
+                        let mut x: Vec<f64> = runs.iter().map(f).collect();
+                        x.sort_by(f64::total_cmp);
+                        x[x.len() / 2]
+                    };
+                    Some((median(|r| r.0), median(|r| r.1), median(|r| r.2)))
+                }
+                Device::Cpu => None,
+            };
             let after_decode = pool(device);
             times.sort_by(f64::total_cmp);
             let decode_ms = times[times.len() / 2];
@@ -155,6 +219,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 per_step(counts.launches),
                 per_step(counts.syncs),
             );
+            if let Some((host, dev, blocked)) = split {
+                println!(
+                    "       greedy step split: host issues it in {host:.2} ms, the device runs it in {dev:.2} ms (behind {blocked:.1} ms of queued products)"
+                );
+            }
             lines.push(json!({
                 "bench": "generate", "date": record::today(), "commit": record::commit(),
                 "device": device.to_string(), "config": cfg.model.name, "pattern": cfg.model.pattern,
@@ -163,6 +232,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "prefill_s": prefill_s, "prefill_tokens_per_s": prefill_tps,
                 "decode_ms_per_token": decode_ms, "decode_tokens_per_s": decode_tps,
                 "greedy_ms_per_token": greedy_ms,
+                "greedy_host_issue_ms": split.map(|s| s.0),
+                "greedy_device_ms": split.map(|s| s.1),
+                "split_blocker_ms": split.map(|s| s.2),
                 "decode_steps": a.decode_tokens,
                 "launches_per_step": per_step(counts.launches),
                 "blas_calls_per_step": per_step(counts.blas_calls),
