@@ -94,6 +94,14 @@ def read_config(path):
         return tomllib.load(f)
 
 
+def wide(x):
+    """x in float32 where it is bfloat16 or float16, else as it is: the norms, the short
+    convolution, the gates and the mixers' cores compute in float32 and keep their recurrent
+    states in it, as swax's kernels do (bf16 in and out, f32 inside), so an export in bfloat16
+    rounds where swax rounds; in float32 and float64 nothing changes."""
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+
+
 class Linear(nn.Module):
     """No bias unless asked; the weight `[in, out]`, as swax stores it."""
 
@@ -116,7 +124,9 @@ class RmsNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + self.eps) * self.weight
+        y = wide(x)
+        y = y * torch.rsqrt(y.square().mean(-1, keepdim=True) + self.eps) * wide(self.weight)
+        return y.to(x.dtype)
 
 
 class HeadNorm(nn.Module):
@@ -129,7 +139,8 @@ class HeadNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        return F.layer_norm(x, (x.shape[-1],), eps=self.eps) * self.weight
+        y = F.layer_norm(wide(x), (x.shape[-1],), eps=self.eps) * wide(self.weight)
+        return y.to(x.dtype)
 
 
 class Embedding(nn.Module):
@@ -173,8 +184,9 @@ class ShortConv(nn.Module):
             padded = torch.cat((state.conv, x), dim=1)
         if state is not None:
             state.conv = padded[:, -(CONV_TAPS - 1):]
-        y = sum(padded[:, j:j + t] * self.weight[:, j] for j in range(CONV_TAPS))
-        return F.silu(y)
+        w = wide(self.weight)
+        y = sum(wide(padded[:, j:j + t]) * w[:, j] for j in range(CONV_TAPS))
+        return F.silu(y).to(x.dtype)
 
 
 def split_heads(x, parts):
@@ -192,10 +204,11 @@ def rope(x, theta, start=0):
     half = d // 2
     freqs = theta ** (-2.0 * torch.arange(half, dtype=torch.float64) / d)
     angles = torch.arange(start, start + t, dtype=torch.float64)[:, None] * freqs
-    cos = angles.cos().to(x.dtype).to(x.device)[None, :, None, :]
-    sin = angles.sin().to(x.dtype).to(x.device)[None, :, None, :]
-    a, b = x[..., :half], x[..., half:]
-    return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+    y = wide(x)
+    cos = angles.cos().to(y.dtype).to(x.device)[None, :, None, :]
+    sin = angles.sin().to(y.dtype).to(x.device)[None, :, None, :]
+    a, b = y[..., :half], y[..., half:]
+    return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1).to(x.dtype)
 
 
 def gaps(tq, tk, device):
@@ -213,12 +226,12 @@ def repeat_kv(x, h):
 def swa(q, k, v, window):
     """Softmax attention of q [B, Tq, H, D] over the keys `t - window < s <= t`; k and v
     [B, Tk, Hkv, D] hold the last Tk positions, q the last Tq of them."""
-    h, d = q.shape[2], q.shape[3]
+    h, d, dtype = q.shape[2], q.shape[3], q.dtype
     gap = gaps(q.shape[1], k.shape[1], q.device)
-    q, k, v = (y.transpose(1, 2) for y in (q, repeat_kv(k, h), repeat_kv(v, h)))
+    q, k, v = (wide(y).transpose(1, 2) for y in (q, repeat_kv(k, h), repeat_kv(v, h)))
     scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
     scores = scores.masked_fill(~((gap >= 0) & (gap < window)), float("-inf"))
-    return (scores.softmax(-1) @ v).transpose(1, 2)
+    return (scores.softmax(-1) @ v).transpose(1, 2).to(dtype)
 
 
 def keep_window(state, window, **new):
@@ -264,8 +277,9 @@ def mlstm(q, k, v, i, f):
     `F_t` for the zero initial state, each row stabilized by its max m_t;
     `h_t = sum_s w_ts (q_t . k_s) v_s / (max(|sum_s w_ts q_t . k_s|, exp(-m_t)) + eps)`,
     q scaled by 1/sqrt(Dk). q, k [B, T, H, Dk], v [B, T, H, Dv], i, f [B, T, H]."""
-    t, dk = q.shape[1], q.shape[3]
-    q, k, v = (y.transpose(1, 2) for y in (q * (1.0 / math.sqrt(dk)), k, v))
+    t, dk, dtype = q.shape[1], q.shape[3], q.dtype
+    q, k, v = (wide(y).transpose(1, 2) for y in (q, k, v))
+    q, i, f = q * (1.0 / math.sqrt(dk)), wide(i), wide(f)
     fcum = F.logsigmoid(f).transpose(1, 2).cumsum(-1)  # [B, H, T]
     ig = i.transpose(1, 2)
     logw = fcum[..., :, None] - fcum[..., None, :] + ig[..., None, :]
@@ -276,7 +290,7 @@ def mlstm(q, k, v, i, f):
     w = torch.exp(logs - m)[..., 1:]
     p = w * (q @ k.transpose(-1, -2))
     den = torch.maximum(p.sum(-1, keepdim=True).abs(), torch.exp(-m)) + MLSTM_EPS
-    return ((p @ v) / den).transpose(1, 2)
+    return ((p @ v) / den).transpose(1, 2).to(dtype)
 
 
 def mlstm_final_state(k, v, i, f):
@@ -284,6 +298,7 @@ def mlstm_final_state(k, v, i, f):
     of k, v, i, f: the last row of the parallel form's weights, `C = sum_s w_s k_s v_s^T`,
     `n = sum_s w_s k_s`, `w_s = exp(i_s + F_T - F_s - m)`, `m = max(F_T, max_s(i_s + F_T - F_s))`:
     what `mlstm_step` would have carried there."""
+    k, v, i, f = wide(k), wide(v), wide(i), wide(f)
     fcum = F.logsigmoid(f).transpose(1, 2).cumsum(-1)  # [B, H, T]
     logw = fcum[..., -1:] - fcum + i.transpose(1, 2)
     m = torch.maximum(fcum[..., -1], logw.max(-1).values)  # [B, H]
@@ -297,6 +312,7 @@ def mlstm_step(q, k, v, i, f, rec):
     `h = C'^T q / (max(|n' . q|, exp(-m')) + eps)`, q scaled by 1/sqrt(Dk).
     q, k [B, H, Dk], v [B, H, Dv], i, f [B, H]."""
     c, n, m = rec
+    dtype, (q, k, v, i, f) = q.dtype, (wide(y) for y in (q, k, v, i, f))
     logf = F.logsigmoid(f)
     m_new = torch.maximum(logf + m, i)
     keep, add = torch.exp(logf + m - m_new), torch.exp(i - m_new)
@@ -305,7 +321,7 @@ def mlstm_step(q, k, v, i, f, rec):
     q = q * (1.0 / math.sqrt(q.shape[-1]))
     num = (q[..., None, :] @ c)[..., 0, :]
     den = torch.maximum((n * q).sum(-1).abs(), torch.exp(-m_new)) + MLSTM_EPS
-    return num / den[..., None], (c, n, m_new)
+    return (num / den[..., None]).to(dtype), (c, n, m_new)
 
 
 class Mlstm(nn.Module):
@@ -328,7 +344,7 @@ class Mlstm(nn.Module):
         b, t, _ = x.shape
         h, dk, dv = self.h, self.dk, self.dv
         q, k, v = split_heads(self.conv(self.qkv(x), state), [(h, dk), (h, dk), (h, dv)])
-        gates = GATE_CAP * torch.tanh(self.gates(x) / GATE_CAP)
+        gates = GATE_CAP * torch.tanh(wide(self.gates(x)) / GATE_CAP)
         i, f = gates.split([h, h], dim=-1)
         if state is None or state.rec is None:
             hs = mlstm(q, k, v, i, f)
@@ -359,7 +375,8 @@ def gated_delta(q, k, v, beta, g, s=None):
     zero): `S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`, `o_t = S_t^T q_t`,
     q and k L2-normalized, q scaled by 1/sqrt(Dk); S `[Dk, Dv]` per head. Returns the outputs
     and the last state."""
-    b, t, h, dk = q.shape
+    (b, t, h, dk), dtype = q.shape, q.dtype
+    q, k, v = wide(q), wide(k), wide(v)
     q = l2_normalize(q) * (1.0 / math.sqrt(dk))
     k = l2_normalize(k)
     decay = torch.exp(g)
@@ -372,7 +389,7 @@ def gated_delta(q, k, v, beta, g, s=None):
         delta = beta[:, step, :, None] * (v_t - (k_t[:, :, None, :] @ s)[:, :, 0])
         s = s + k_t[..., :, None] * delta[..., None, :]
         outs.append((q[:, step, :, None, :] @ s)[:, :, 0])
-    return torch.stack(outs, dim=1), s
+    return torch.stack(outs, dim=1).to(dtype), s
 
 
 class GatedDelta(nn.Module):
@@ -396,8 +413,8 @@ class GatedDelta(nn.Module):
         b, t, _ = x.shape
         h, d = self.h, self.d
         q, k, v = split_heads(self.conv(self.qkv(x), state), [(h, d)] * 3)
-        beta = torch.sigmoid(self.beta(x))
-        g = -torch.exp(self.a_log) * softplus(self.decay(x) + self.dt_bias)
+        beta = torch.sigmoid(wide(self.beta(x)))
+        g = -torch.exp(wide(self.a_log)) * softplus(wide(self.decay(x)) + wide(self.dt_bias))
         o, s = gated_delta(q, k, v, beta, g, None if state is None else state.rec)
         if state is not None:
             state.rec = s
@@ -415,14 +432,15 @@ def residual_linear(q, k, v, window, linear=None):
     `o_t = sum_{s <= t - window} (phi(q_t) . phi(k_s)) v_s`. k and v [B, Tk, Hkv, D] hold the
     last Tk positions, q the last Tq of them; `linear` [B, Hkv, 2D, D] sums `phi(k_s) v_s^T`
     over the keys before those (None: there are none)."""
-    h = q.shape[2]
+    h, dtype = q.shape[2], q.dtype
+    q, k, v = wide(q), wide(k), wide(v)
     gap = gaps(q.shape[1], k.shape[1], q.device)
     fq, fk, v = (y.transpose(1, 2) for y in (feature(q), repeat_kv(feature(k), h), repeat_kv(v, h)))
     scores = (fq @ fk.transpose(-1, -2)).masked_fill(~(gap >= window), 0.0)
     o = scores @ v
     if linear is not None:
         o = o + fq @ linear.repeat_interleave(h // linear.shape[1], dim=1)
-    return o.transpose(1, 2)
+    return o.transpose(1, 2).to(dtype)
 
 
 class RAttention(Attention):
@@ -449,8 +467,8 @@ class RAttention(Attention):
             # the queries of this read count them in the quadratic form below.
             gone = keep_window(state, window, **new)
             if gone["k_raw"].shape[1]:
-                fk = feature(gone["k_raw"]).transpose(1, 2)  # [B, Hkv, n, 2D]
-                add = fk.transpose(-1, -2) @ gone["v"].transpose(1, 2)
+                fk = feature(wide(gone["k_raw"])).transpose(1, 2)  # [B, Hkv, n, 2D]
+                add = fk.transpose(-1, -2) @ wide(gone["v"]).transpose(1, 2)
                 state.linear = add if linear is None else linear + add
         o_swa = swa(q_rope, k_rope, v, window)
         o = self.norm_swa(o_swa) + self.norm_rla(residual_linear(q, k, v, window, linear))
@@ -466,8 +484,8 @@ class SwiGlu(nn.Module):
         self.down = Linear(hidden, c)
 
     def forward(self, x):
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        gate, up = wide(self.gate_up(x)).chunk(2, dim=-1)
+        return self.down((F.silu(gate) * up).to(x.dtype))
 
 
 MIXERS = {"S": Attention, "F": Attention, "M": Mlstm, "G": GatedDelta, "R": RAttention}
