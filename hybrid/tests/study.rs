@@ -614,8 +614,9 @@ fn each_study_error_says_what_it_is() {
 }
 
 /// The shipped studies parse, the memory axis among them: the default's grid with the gated
-/// delta rule (GS) and with RAttention (RS, at window 16 and at the long window), and the text
-/// study on recall-mix evaluated on passkey and needles at 1 to 16 times its length.
+/// delta rule (GS) and with RAttention (RS, at window 16 and at the long window), the text
+/// study on recall-mix evaluated on passkey and needles at 1 to 16 times its length, and the
+/// regime where attention alone learns the task.
 #[test]
 fn the_shipped_studies_cover_each_memory_and_text() {
     let schedules = |name: &str| -> Vec<String> {
@@ -642,6 +643,13 @@ fn the_shipped_studies_cover_each_memory_and_text() {
     assert_eq!(text.eval.tasks, ["passkey", "niah"]);
     assert_eq!(text.eval.lengths, [1, 2, 4, 8, 16]);
     assert!(runs.iter().all(|r| r.cfg.train.steps <= 2000));
+    // The regime where attention alone learns the task: the default's grid, more rows and steps.
+    assert_eq!(schedules("window-regime"), grid("MS"));
+    let (regime, _) = study::resolve("window-regime").unwrap();
+    let runs = regime.runs().unwrap();
+    assert!(runs
+        .iter()
+        .all(|r| r.cfg.data.batch_size == 256 && r.cfg.train.steps == 6000));
 }
 
 /// The memory axis on tiny CPU runs: the same micro grid with the gated delta rule and with

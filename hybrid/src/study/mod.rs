@@ -52,6 +52,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "window-text",
         include_str!("../../../configs/studies/window-text.toml"),
     ),
+    (
+        "window-regime",
+        include_str!("../../../configs/studies/window-regime.toml"),
+    ),
 ];
 
 /// A study file, or a shipped study's name; with the name its folder takes by default. A name
