@@ -260,5 +260,7 @@ pub fn gemm(dev: &CudaDevice, args: GemmArgs<'_>) -> Result<(), CudaError> {
     .map_err(|e| CudaError::Blas {
         call: "cublasGemmStridedBatchedEx",
         message: format!("{e:?} (m={m} n={n} k={k} batch={batch} ta={ta} tb={tb})"),
-    })
+    })?;
+    drop(blas);
+    crate::timeline::mark(dev, || format!("gemm {m}x{n}x{k} batch {batch}"))
 }

@@ -5,9 +5,10 @@
 //! allocation from that pool; [`gemm`] goes through cuBLAS; [`kernels`] holds a Rust wrapper per
 //! kernel family, whose CUDA C++ lives in `cuda/kernels/*.cu` and is compiled by NVRTC at first
 //! use. [`Readback`] reads small buffers to the host later, without waiting for the stream to
-//! drain; [`counters`] counts launches, cuBLAS calls and host waits; [`tma`] makes the tensor
-//! maps of Hopper's TMA copies. CUDA libraries are loaded at run time, so this crate builds and
-//! its CPU tests run on machines without CUDA; without a GPU, [`CudaDevice::new`] returns an error.
+//! drain; [`counters`] counts launches, cuBLAS calls and host waits, and [`timeline`] times each
+//! of them on the device; [`tma`] makes the tensor maps of Hopper's TMA copies. CUDA libraries
+//! are loaded at run time, so this crate builds and its CPU tests run on machines without CUDA;
+//! without a GPU, [`CudaDevice::new`] returns an error.
 
 mod blas;
 mod buffer;
@@ -21,6 +22,7 @@ pub mod nccl;
 mod nvrtc;
 pub mod pool;
 mod readback;
+pub mod timeline;
 pub mod timing;
 pub mod tma;
 

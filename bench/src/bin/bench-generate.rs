@@ -18,7 +18,9 @@
 //! ([`split_step`]): with the GPU kept busy by products queued first, the host's time to issue
 //! the step and the device's time to run it (CUDA events, no gap left by the host) are
 //! measured apart. A step whose host time is near its whole time is bound by issuing launches,
-//! not by the GPU's work.
+//! not by the GPU's work. `--kernels N` also records one such step's timeline
+//! (`swax_cuda::timeline`: each launch and cuBLAS call with its device time) and prints the N
+//! kernels that took the most, summed over their calls.
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -48,6 +50,10 @@ struct Args {
     decode_tokens: usize,
     #[arg(long, default_value_t = 8)]
     warmup: usize,
+    /// On the GPU, print the N kernels (and cuBLAS shapes) of one greedy step that took the
+    /// most device time, and keep them all in the JSON line (0: none).
+    #[arg(long, default_value_t = 0)]
+    kernels: usize,
     /// `cpu`, `cuda`; default: the GPU if there is one.
     #[arg(long)]
     device: Option<String>,
@@ -74,6 +80,16 @@ fn split_step(
     next: &[u32],
     block: &Tensor,
 ) -> Result<(f64, f64, f64), Box<dyn std::error::Error>> {
+    Ok(split_step_timed(dec, next, block, false)?.0)
+}
+
+/// [`split_step`], with the step's timeline when `timed`.
+fn split_step_timed(
+    dec: &mut Decoder,
+    next: &[u32],
+    block: &Tensor,
+    timed: bool,
+) -> Result<SplitStep, Box<dyn std::error::Error>> {
     let dev = swax_tensor::cuda::device(0)?;
     let event = || {
         dev.context()
@@ -85,15 +101,26 @@ fn split_step(
         block.matmul(block)?;
     }
     start.record(dev.stream())?;
+    let timeline = match timed {
+        true => Some(swax_cuda::timeline::Timeline::start(&dev)?),
+        false => None,
+    };
     let clock = Instant::now();
     let ids = dec.logits(next)?.argmax(-1, false)?;
     let host_ms = clock.elapsed().as_secs_f64() * 1e3;
     end.record(dev.stream())?;
+    let spans = match timeline {
+        Some(t) => t.finish()?,
+        None => Vec::new(),
+    };
     let device_ms = event_ms(&start, &end);
     let blocked_ms = event_ms(&before, &start);
     drop(ids);
-    Ok((host_ms, device_ms, blocked_ms))
+    Ok(((host_ms, device_ms, blocked_ms), spans))
 }
+
+/// A split step's (host, device, blocked) milliseconds and its timeline (empty when not timed).
+type SplitStep = ((f64, f64, f64), Vec<swax_cuda::timeline::Span>);
 
 /// The CUDA pool's statistics, or none on the CPU.
 fn pool(device: Device) -> Option<swax_cuda::pool::PoolStats> {
@@ -185,6 +212,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             greedy.sort_by(f64::total_cmp);
             let greedy_ms = greedy[greedy.len() / 2];
+            // The decoding memory before the split's products take theirs.
+            let after_decode = pool(device);
             let split = match device {
                 Device::Cuda(_) => {
                     let block = Tensor::ones([8192, 8192], dtype, device)?;
@@ -203,7 +232,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 Device::Cpu => None,
             };
-            let after_decode = pool(device);
             times.sort_by(f64::total_cmp);
             let decode_ms = times[times.len() / 2];
             let prefill_tps = (batch * context) as f64 / prefill_s;
@@ -224,6 +252,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "       greedy step split: host issues it in {host:.2} ms, the device runs it in {dev:.2} ms (behind {blocked:.1} ms of queued products)"
                 );
             }
+            let kernels = match (device, a.kernels) {
+                (Device::Cuda(_), n) if n > 0 => {
+                    let block = Tensor::ones([8192, 8192], dtype, device)?;
+                    let next: Vec<u32> = (0..batch as u32).collect();
+                    let ((_, step_ms, _), spans) = split_step_timed(&mut dec, &next, &block, true)?;
+                    let summed = swax_cuda::timeline::by_label(&spans);
+                    println!(
+                        "       one greedy step timed kernel by kernel: {} spans summing to {:.2} ms (the step with its events: {step_ms:.2} ms)",
+                        spans.len(),
+                        spans.iter().map(|s| s.ms).sum::<f64>()
+                    );
+                    for (label, calls, ms) in summed.iter().take(n) {
+                        println!("         {ms:>7.3} ms  {calls:>3} x  {label}");
+                    }
+                    summed
+                }
+                _ => Vec::new(),
+            };
             lines.push(json!({
                 "bench": "generate", "date": record::today(), "commit": record::commit(),
                 "device": device.to_string(), "config": cfg.model.name, "pattern": cfg.model.pattern,
@@ -235,6 +281,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "greedy_host_issue_ms": split.map(|s| s.0),
                 "greedy_device_ms": split.map(|s| s.1),
                 "split_blocker_ms": split.map(|s| s.2),
+                "kernel_ms": kernels.iter().map(|(l, c, ms)| json!({"kernel": l, "calls": c, "ms": ms})).collect::<Vec<_>>(),
                 "decode_steps": a.decode_tokens,
                 "launches_per_step": per_step(counts.launches),
                 "blas_calls_per_step": per_step(counts.blas_calls),

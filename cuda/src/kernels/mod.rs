@@ -191,6 +191,9 @@ pub unsafe fn launch(
     .map_err(|e| CudaError::Driver {
         call: "cuLaunchKernel",
         message: format!("kernel {name} ({cfg:?}): {e:?}"),
+    })?;
+    crate::timeline::mark(dev, || {
+        format!("{name} grid {:?} block {:?}", cfg.grid, cfg.block)
     })
 }
 
