@@ -2,10 +2,10 @@
 // the inputs that tests/tests/emulated_kernels.rs wrote into DIR as raw f32 files. DIR/dims
 // names the kernel and its sizes: `gdn B H Dk Dv K` or `mlstm B H Dk Dv K` (inputs x, w, tail,
 // the two gates a and b, the state c, and for the mLSTM n and m; writes emu_out, emu_tail,
-// emu_c, and emu_n, emu_m), `attend B H Hkv D S N` (inputs q, k, v; writes emu_out), or
-// `rla B H Hkv D S SLOT` (inputs q, k, v and the state c; writes emu_out, emu_c). Blocks of
-// DECODE_THREADS, one per row and head (row and kv head for rla), with the shared memory
-// cuda.rs asks for.
+// emu_c, and emu_n, emu_m), `attend B H Hkv D S N PER` (inputs q, k, v; writes emu_out; the
+// keys in ranges of PER, as cuda.rs splits them), or `rla B H Hkv D S SLOT` (inputs q, k, v and
+// the state c; writes emu_out, emu_c). Blocks of DECODE_THREADS, one per row and head (row and kv
+// head for rla; row, head and range for attend_part), with the shared memory cuda.rs asks for.
 //     decode DIR bf16|f32
 #include "kernels.cpp"  // the kernel sources as C++ over emu.h, written by the test
 #include "io.h"
@@ -13,17 +13,23 @@
 #include <string>
 
 template <typename E>
-static void run(const std::string& dir, const std::string& kind, const unsigned (&a)[6]) {
+static void run(const std::string& dir, const std::string& kind, const unsigned (&a)[7]) {
     const auto in = [&](const char* x) { return as<E>(read_f32(dir + "/" + x + ".f32")); };
     const auto f32 = [&](const char* x) { return read_f32(dir + "/" + x + ".f32"); };
     const auto out = [&](const char* x, const auto& v) { write_f32(dir + "/emu_" + x + ".f32", back(v)); };
     if (kind == "attend") {
-        const unsigned b = a[0], h = a[1], hkv = a[2], d = a[3], slots = a[4], n = a[5];
+        const unsigned b = a[0], h = a[1], hkv = a[2], d = a[3], slots = a[4], n = a[5], per = a[6];
+        const unsigned ranges = (n + per - 1) / per;
         const auto q = in("q"), k = in("k"), v = in("v");
         auto o = nans<E>((size_t)b * h * d);
-        const EmuLaunch grid{{b * h, 1, 1}, {DECODE_THREADS, 1, 1}, 4 * (d + DECODE_TILE + DECODE_THREADS)};
+        std::vector<float> part((size_t)b * h * ranges * (d + 2), NAN);
+        const EmuLaunch parts{{b * h, ranges, 1}, {DECODE_THREADS, 1, 1}, 4 * (d + DECODE_TILE + DECODE_THREADS)};
         const float scale = 1.0f / sqrtf((float)d);
-        emu_launch(grid, [&] { attend<E>(q.data(), k.data(), v.data(), o.data(), h, hkv, d, slots, n, scale); });
+        emu_launch(parts, [&] {
+            attend_part<E>(q.data(), k.data(), v.data(), part.data(), h, hkv, d, slots, n, per, scale);
+        });
+        const EmuLaunch join{{b * h, 1, 1}, {DECODE_THREADS, 1, 1}, 0};
+        emu_launch(join, [&] { attend_join<E>(part.data(), o.data(), d, ranges); });
         out("out", o);
         return;
     }
@@ -75,10 +81,11 @@ int main(int argc, char** argv) {
     }
     const std::string dir = argv[1], dtype = argv[2];
     char kind[16];
-    unsigned a[6] = {};
+    unsigned a[7] = {};
     FILE* f = fopen((dir + "/dims").c_str(), "r");
-    if (!f || fscanf(f, "%15s %u %u %u %u %u %u", kind, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]) < 6) {
-        fprintf(stderr, "%s/dims: expected gdn|mlstm B H Dk Dv K, attend B H Hkv D S N or rla B H Hkv D S SLOT\n", dir.c_str());
+    const int got = f ? fscanf(f, "%15s %u %u %u %u %u %u %u", kind, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6]) : 0;
+    if (got < 7 || (std::string(kind) == "attend" && got < 8)) {
+        fprintf(stderr, "%s/dims: expected gdn|mlstm B H Dk Dv K, attend B H Hkv D S N PER or rla B H Hkv D S SLOT\n", dir.c_str());
         return 2;
     }
     fclose(f);

@@ -1645,7 +1645,13 @@ fn decode_attend_case(
         exe,
         &dir,
         name,
-        ("dims", &format!("attend {b} {h} {hkv} {d} {slots} {n}\n")),
+        (
+            "dims",
+            &format!(
+                "attend {b} {h} {hkv} {d} {slots} {n} {}\n",
+                decode::attend_ranges(n).0
+            ),
+        ),
         dtype_arg(dtype),
     )?;
     let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
@@ -1709,14 +1715,20 @@ fn decode_mlstm_step() -> Result<()> {
     decode_step_case("decode_mlstm_f32", "mlstm", [3, 2, 16, 24], DType::F32)
 }
 
-/// More slots than one tile of scores (the online softmax across tiles), slots beyond n never
-/// read, grouped queries, head dims of 64 and 128.
+/// Keys split into ranges (2500: 20 of 125), ranges of more than one tile of scores (40000: 32
+/// of 1250, the online softmax across tiles), slots beyond n never read, grouped queries, head
+/// dims of 32, 64 and 128, a single key.
 #[test]
 fn decode_attend() -> Result<()> {
     decode_attend_case(
-        "decode_attend_tiles",
+        "decode_attend_ranges",
         [2, 4, 2, 64, 2600, 2500],
         DType::BF16,
+    )?;
+    decode_attend_case(
+        "decode_attend_tiles",
+        [1, 2, 1, 32, 40100, 40000],
+        DType::F32,
     )?;
     decode_attend_case("decode_attend_one", [1, 2, 1, 128, 8, 1], DType::BF16)?;
     decode_attend_case("decode_attend_f32", [2, 3, 3, 32, 40, 37], DType::F32)

@@ -1,5 +1,6 @@
 //! The decoding steps on CUDA (`decode.cu`): one block of `DECODE_THREADS` per row and head
-//! (per row and kv head for `rla_step`), each kernel one launch.
+//! (per row and kv head for `rla_step`), each kernel one launch; `attend` two, its first a block
+//! per row, head and range of keys.
 use super::{AttendIn, AttendShape, GatedDeltaStep, MlstmStep, RlaStepIn, StepShape, Stepped};
 use swax_cuda::kernels::chunk::check_operands;
 use swax_cuda::kernels::{float_kernel, launch, to_u32, Launch};
@@ -15,6 +16,11 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 const DECODE_THREADS: u32 = 256;
 /// Scores a block of `attend` holds at once (`DECODE_TILE`).
 const DECODE_TILE: usize = 1024;
+/// Keys a block of `attend_part` takes at least: with fewer, its fixed costs (the query, two
+/// block-wide reductions a tile) outweigh its keys.
+const RANGE_KEYS: usize = 128;
+/// Ranges of keys per row and head at most: the join reads every range's D sums.
+const MAX_RANGES: usize = 32;
 /// The largest head dim: `attend`'s groups of threads each sum one element of every value, so a
 /// head's elements must fit in a block's threads.
 pub(super) const MAX_HEAD_DIM: usize = DECODE_THREADS as usize;
@@ -211,31 +217,53 @@ pub(super) fn attend(
         ],
     )?;
     let dev = x.q.device();
-    let out = dev.alloc(dt, d.b * d.h * d.d)?;
-    let name = float_kernel!(OP, "attend", dt)?;
+    let (per, ranges) = attend_ranges(d.n);
+    let rows = d.b * d.h;
+    let part = dev.alloc(DType::F32, rows * ranges * (d.d + 2))?;
+    let out = dev.alloc(dt, rows * d.d)?;
     // q, a tile of scores, the groups' sums of the values.
-    let cfg = blocks(
+    let mut cfg = blocks(
         OP,
         dev,
-        d.b * d.h,
+        rows,
         4 * (d.d + DECODE_TILE + DECODE_THREADS as usize),
     )?;
-    let sizes = [d.h, d.hkv, d.d, d.slots, d.n].map(|n| n as u32);
-    // SAFETY: attend_T(q, k, v, out, heads, kv_heads, d, slots, n, scale); buffers checked or
-    // allocated at the lengths these sizes imply (n <= slots, checked by the op), and the shared
-    // memory is what the kernel carves.
+    cfg.grid.1 = to_u32(OP, "ranges", ranges)?;
+    let sizes = [d.h, d.hkv, d.d, d.slots, d.n, per].map(|n| n as u32);
+    // SAFETY: attend_part_T(q, k, v, part, heads, kv_heads, d, slots, n, per, scale); buffers
+    // checked or allocated at the lengths these sizes imply (n <= slots, checked by the op; part
+    // holds rows x ranges x (d + 2)), and the shared memory is what the kernel carves.
     unsafe {
         launch(
             dev,
             &SOURCE,
-            name,
+            float_kernel!(OP, "attend_part", dt)?,
             cfg,
             &[
-                x.q, x.k, x.v, &out, &sizes[0], &sizes[1], &sizes[2], &sizes[3], &sizes[4], &scale,
+                x.q, x.k, x.v, &part, &sizes[0], &sizes[1], &sizes[2], &sizes[3], &sizes[4],
+                &sizes[5], &scale,
             ],
         )?;
     }
+    let ranges = ranges as u32;
+    // SAFETY: attend_join_T(part, out, d, ranges), part written above for every (row, head,
+    // range), out allocated for rows x d.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            float_kernel!(OP, "attend_join", dt)?,
+            blocks(OP, dev, rows, 0)?,
+            &[&part, &out, &sizes[2], &ranges],
+        )?;
+    }
     Ok(out.into())
+}
+
+/// The ranges `attend` splits `n >= 1` keys into: (keys a range, ranges), none empty.
+pub fn attend_ranges(n: usize) -> (usize, usize) {
+    let per = n.div_ceil(n.div_ceil(RANGE_KEYS).clamp(1, MAX_RANGES));
+    (per, n.div_ceil(per))
 }
 
 /// The slot is `d.n` (`mod.rs`).

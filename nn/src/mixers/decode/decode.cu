@@ -7,10 +7,15 @@
 //   convolution tail; then one thread per value column updates the column of the state [Dk, Dv]
 //   and reads the output from it. The state is f32 and read once and written once: a step is
 //   bound by those bytes, so nothing is staged in shared memory beyond q, k and v.
-// - attend_T: one query per (row, head) against the n cached keys and values of its kv head
-//   (the window's keys, RoPE already applied). Keys in tiles of DECODE_TILE scores in shared
-//   memory, a warp per key (its lanes read the key's contiguous elements), softmax online across
-//   tiles; the values summed by groups of threads, each thread one element of the head dim.
+// - attend_part_T, attend_join_T: one query per (row, head) against the n cached keys and values
+//   of its kv head (the window's keys, RoPE already applied), in two launches. One block for
+//   every (row, head) would leave most of the GPU idle at a small batch and read its n keys one
+//   after another, so the keys are split into ranges of `per` (flash-decoding): attend_part has
+//   a block per (row, head, range), keys in tiles of DECODE_TILE scores in shared memory, a warp
+//   per key (its lanes read the key's contiguous elements), softmax online across tiles, the
+//   values summed by groups of threads (each thread one element of the head dim); it writes its
+//   range's largest score, sum of exponentials and unnormalised output. attend_join, a block per
+//   (row, head), rescales the ranges to their common largest score and divides.
 // - rla_step_T: RAttention's linear branch, one block per (row, kv head): phi of the key leaving
 //   the window and of the kv head's q heads into shared memory, then one thread per column of
 //   the state [2D, D] adds phi(k) v to it and sums that column against each q head's phi(q).
@@ -123,19 +128,22 @@ __device__ void mlstm_step(const T* x, const T* w, const T* tail, const T* ig, c
     }
 }
 
+// A range's partial softmax: its largest score, its sum of exp(score - largest), then the D
+// sums of exp(score - largest) v, in `part` at (row, head, range).
 template <typename T>
-__device__ void attend(const T* q, const T* k, const T* v, T* out, u32 heads, u32 kv_heads, u32 d, u32 slots,
-                       u32 n, float scale) {
+__device__ void attend_part(const T* q, const T* k, const T* v, float* part, u32 heads, u32 kv_heads, u32 d,
+                            u32 slots, u32 n, u32 per, float scale) {
     extern __shared__ float sm[];
     float *qs = sm, *p = sm + d, *acc = p + DECODE_TILE;
     const u32 bh = blockIdx.x, b = bh / heads, h = bh % heads, hk = h / (heads / kv_heads);
+    const u32 lo = blockIdx.y * per, hi = min(n, lo + per);
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     for (u32 e = threadIdx.x; e < d; e += blockDim.x) qs[e] = to_float(q[(u64)bh * d + e]);
     // Thread (g, e) sums element e of the values of keys g, g + groups, ...
     const u32 groups = blockDim.x / d, e = threadIdx.x % d, g = threadIdx.x / d;
     float mx = neg_inf(), l = 0.0f, sum = 0.0f;
-    for (u32 t0 = 0; t0 < n; t0 += DECODE_TILE) {
-        const u32 len = min(n - t0, (u32)DECODE_TILE);
+    for (u32 t0 = lo; t0 < hi; t0 += DECODE_TILE) {
+        const u32 len = min(hi - t0, (u32)DECODE_TILE);
         __syncthreads();  // qs written; the previous tile's p read
         for (u32 t = warp; t < len; t += warps) {
             const T* key = k + (((u64)b * slots + t0 + t) * kv_heads + hk) * d;
@@ -150,12 +158,12 @@ __device__ void attend(const T* q, const T* k, const T* v, T* out, u32 heads, u3
         for (u32 t = threadIdx.x; t < len; t += blockDim.x) tmax = fmaxf(tmax, p[t]);
         const float next = fmaxf(mx, row_reduce(tmax, MaxOp()));
         const float rescale = expf(mx - next);
-        float part = 0.0f;
+        float part_l = 0.0f;
         for (u32 t = threadIdx.x; t < len; t += blockDim.x) {
             p[t] = expf(p[t] - next);
-            part += p[t];
+            part_l += p[t];
         }
-        l = l * rescale + block_sum(part);  // block_sum synchronizes: every p[t] is written
+        l = l * rescale + block_sum(part_l);  // block_sum synchronizes: every p[t] is written
         mx = next;
         sum *= rescale;
         if (g < groups)
@@ -163,9 +171,31 @@ __device__ void attend(const T* q, const T* k, const T* v, T* out, u32 heads, u3
     }
     if (g < groups) acc[g * d + e] = sum;
     __syncthreads();
+    float* out = part + ((u64)bh * gridDim.y + blockIdx.y) * (d + 2);
+    if (threadIdx.x == 0) {
+        out[0] = mx;
+        out[1] = l;
+    }
     for (u32 i = threadIdx.x; i < d; i += blockDim.x) {
         float o = 0.0f;
         for (u32 j = 0; j < groups; ++j) o += acc[j * d + i];
+        out[2 + i] = o;
+    }
+}
+
+// The output of (row, head) from its `ranges` partial softmaxes: each rescaled to the largest
+// score of them all, summed, and divided by the rescaled sum of exponentials.
+template <typename T>
+__device__ void attend_join(const float* part, T* out, u32 d, u32 ranges) {
+    const u32 bh = blockIdx.x;
+    const float* r = part + (u64)bh * ranges * (d + 2);
+    float mx = neg_inf();
+    for (u32 j = 0; j < ranges; ++j) mx = fmaxf(mx, r[j * (d + 2)]);
+    float l = 0.0f;
+    for (u32 j = 0; j < ranges; ++j) l += r[j * (d + 2) + 1] * expf(r[j * (d + 2)] - mx);
+    for (u32 i = threadIdx.x; i < d; i += blockDim.x) {
+        float o = 0.0f;
+        for (u32 j = 0; j < ranges; ++j) o += r[j * (d + 2) + 2 + i] * expf(r[j * (d + 2)] - mx);
         out[(u64)bh * d + i] = Convert<T>::from(o / l);
     }
 }
@@ -239,9 +269,13 @@ __device__ void rla_step(const T* q, const T* k, const T* v, const float* s, T* 
                       eps);                                                                                      \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
-        attend_##SUFFIX(const T* q, const T* k, const T* v, T* out, u32 heads, u32 kv_heads, u32 d, u32 slots,   \
-                        u32 n, float scale) {                                                                    \
-        attend<T>(q, k, v, out, heads, kv_heads, d, slots, n, scale);                                            \
+        attend_part_##SUFFIX(const T* q, const T* k, const T* v, float* part, u32 heads, u32 kv_heads, u32 d,    \
+                             u32 slots, u32 n, u32 per, float scale) {                                           \
+        attend_part<T>(q, k, v, part, heads, kv_heads, d, slots, n, per, scale);                                 \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
+        attend_join_##SUFFIX(const float* part, T* out, u32 d, u32 ranges) {                                     \
+        attend_join<T>(part, out, d, ranges);                                                                    \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
         rla_step_##SUFFIX(const T* q, const T* k, const T* v, const float* s, T* out, float* s_out, u32 heads,   \

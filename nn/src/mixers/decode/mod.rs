@@ -29,6 +29,7 @@
 mod cpu;
 mod cuda;
 
+pub use cuda::attend_ranges;
 #[cfg(test)]
 pub(crate) use cuda::SOURCE;
 
