@@ -17,7 +17,8 @@ next-token cross-entropy over the targets that are not ignored. The mixers:
   stabilized parallel form, a per-head LayerNorm with a [H, D] weight, a sigmoid output gate.
 - G the gated delta rule (Gated DeltaNet): q, k, v through the same convolution, q and k
   L2-normalized, beta = sigmoid, log-decay `-exp(a_log) softplus(x W + dt_bias)`, the recurrence
-  step by step, an RMSNorm gated by SiLU.
+  a chunk of 64 tokens at a time (the same sums as token by token, by a triangular solve), an
+  RMSNorm gated by SiLU.
 - R RAttention: sliding-window attention plus a linear attention over the keys older than the
   window, features `[softmax(x), softmax(-x)]` of the un-roped q and k, each branch
   RMS-normalized, summed.
@@ -56,6 +57,9 @@ GATE_CAP = 15.0
 MLSTM_EPS = 1e-6
 # The gated delta rule's L2 normalization of q and k: x / sqrt(|x|^2 + 1e-6).
 L2_EPS = 1e-6
+# Tokens the twin's gated delta rule takes at a time (any length gives the same sums, up to
+# rounding; 64 is swax's chunk).
+GATED_DELTA_CHUNK = 64
 # The fields of swax's `[model]` table (hybrid/src/config.rs) that the model reads.
 MODEL_FIELDS = ("pattern", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size",
                 "rope_theta", "norm_eps")
@@ -371,25 +375,55 @@ def l2_normalize(x):
 
 
 def gated_delta(q, k, v, beta, g, s=None):
-    """The gated delta rule step by step (nn/src/mixers/gated_delta) from the state s (None:
-    zero): `S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`, `o_t = S_t^T q_t`,
-    q and k L2-normalized, q scaled by 1/sqrt(Dk); S `[Dk, Dv]` per head. Returns the outputs
-    and the last state."""
+    """The gated delta rule (nn/src/mixers/gated_delta) from the state s (None: zero):
+    `S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`, `o_t = S_t^T q_t`, q and
+    k L2-normalized, q scaled by 1/sqrt(Dk); S `[Dk, Dv]` per head. Returns the outputs and the
+    last state. Token by token this is a loop of T steps; `gated_delta_chunk` computes the same
+    a chunk of GATED_DELTA_CHUNK tokens at a time."""
     (b, t, h, dk), dtype = q.shape, q.dtype
     q, k, v = wide(q), wide(k), wide(v)
     q = l2_normalize(q) * (1.0 / math.sqrt(dk))
     k = l2_normalize(k)
-    decay = torch.exp(g)
     if s is None:
         s = q.new_zeros(b, h, dk, v.shape[3])
+    # [B, H, T, ...]: the chunks cut along T.
+    q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+    beta, g = (wide(x).transpose(1, 2) for x in (beta, g))
     outs = []
-    for step in range(t):
-        k_t, v_t = k[:, step], v[:, step]  # [B, H, D]
-        s = decay[:, step, :, None, None] * s
-        delta = beta[:, step, :, None] * (v_t - (k_t[:, :, None, :] @ s)[:, :, 0])
-        s = s + k_t[..., :, None] * delta[..., None, :]
-        outs.append((q[:, step, :, None, :] @ s)[:, :, 0])
-    return torch.stack(outs, dim=1).to(dtype), s
+    for c in range(0, t, GATED_DELTA_CHUNK):
+        cut = slice(c, c + GATED_DELTA_CHUNK)
+        o, s = gated_delta_chunk(q[:, :, cut], k[:, :, cut], v[:, :, cut], beta[:, :, cut],
+                                 g[:, :, cut], s)
+        outs.append(o)
+    return torch.cat(outs, dim=2).transpose(1, 2).to(dtype), s
+
+
+def gated_delta_chunk(q, k, v, beta, g, s):
+    """C tokens of the gated delta rule from the state s `[B, H, Dk, Dv]`; q, k `[B, H, C, Dk]`
+    (normalized and scaled), v `[B, H, C, Dv]`, beta and g `[B, H, C]`. With G_t the sum of g
+    up to t within the chunk, the recurrence unrolls to `S_t = e^{G_t} S + sum_{j<=t} e^{G_t -
+    G_j} k_j d_j^T`, where the delta `d_t = beta_t (v_t - S_{t-1 after decay}^T k_t)` solves the
+    unit lower-triangular system `d_t + beta_t sum_{j<t} e^{G_t - G_j} (k_t . k_j) d_j =
+    beta_t (v_t - e^{G_t} S^T k_t)`; then `o_t = e^{G_t} S^T q_t + sum_{j<=t} e^{G_t - G_j}
+    (q_t . k_j) d_j`. Returns the outputs `[B, H, C, Dv]` and the state after the chunk."""
+    c = q.shape[2]
+    gcum = g.cumsum(-1)  # [B, H, C]
+    lower = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+    # e^{G_t - G_j} for j <= t, 0 above the diagonal. G_t - G_j summed as g_{j+1} + ... + g_t,
+    # not as the difference of two running sums: their gradients with respect to g would be
+    # large terms that cancel, and in f32 the decay's gradients came out 1e-4 off.
+    between = g[..., None, :].expand(*g.shape, c).transpose(-1, -2)  # [.., i, j] = g_i
+    between = between.masked_fill(~lower.tril(-1), 0.0).cumsum(-2)  # sum over j < i <= t
+    ratio = torch.exp(between.masked_fill(~lower, -math.inf))
+    strict = ratio.masked_fill(torch.eye(c, dtype=torch.bool, device=q.device), 0.0)
+    a = beta[..., :, None] * strict * (k @ k.transpose(-1, -2))
+    rhs = beta[..., None] * (v - torch.exp(gcum)[..., None] * (k @ s))
+    eye = torch.eye(c, dtype=q.dtype, device=q.device)
+    d = torch.linalg.solve_triangular(eye + a, rhs, upper=False, unitriangular=True)
+    o = torch.exp(gcum)[..., None] * (q @ s) + (ratio * (q @ k.transpose(-1, -2))) @ d
+    last = ratio[..., -1, :]  # e^{G_C - G_j}
+    s = torch.exp(gcum[..., -1])[..., None, None] * s + (k * last[..., None]).transpose(-1, -2) @ d
+    return o, s
 
 
 class GatedDelta(nn.Module):
