@@ -12,6 +12,7 @@
 #   GATE_ARGS="--cases M-T256" bench/gpu-check.sh /tmp/check gate
 #   DTYPE=bf16 bench/gpu-check.sh /tmp/check hf        # the export's parity in bf16
 #   GEN_ARGS="--batches 1,8,64 --contexts 4096,32768" bench/gpu-check.sh /tmp/check generate
+#                                                      #   (KERNELS=N: the N costliest kernels of a step)
 #
 # `text` trains swax-tiny on recall-mix text, has lm-eval score its export beside `swax eval`
 # (bench/lm-eval.sh: needs lm_eval) and times the generation-scored needle evaluation at 32k.
@@ -70,7 +71,7 @@ for part in $PARTS; do
       ;;
     generate)
       # swax and the transformers peer one after the other, never beside another part: timings.
-      gen=(--config swax-small ${GEN_ARGS:-})
+      gen=(--config swax-small --kernels "${KERNELS:-15}" ${GEN_ARGS:-})
       .gpu/bin/bench-generate "${gen[@]}" --results "$OUT/generate.jsonl" >"$OUT/generate.txt" 2>&1
       peer=$?
       python3 bench/peers/generate_peer.py ${GEN_ARGS:-} --results "$OUT/generate.jsonl" \

@@ -18,6 +18,8 @@ use crate::learning::Outcome;
 
 /// The two forms the gate compares: the fused kernels and the reference forms (`model.mixers`).
 pub const FORMS: [&str; 2] = ["fused", "reference"];
+/// The tasks a case can train (`learn --task`).
+pub const TASKS: [&str; 2] = ["mqar", "passkey"];
 
 /// The gate's file: shared settings and its cases.
 #[derive(Clone, Debug, Deserialize)]
@@ -57,7 +59,10 @@ pub struct Case {
     /// What the case is called in runs and reports (default `PATTERN-TLEN`, e.g. `M-T256`).
     pub name: Option<String>,
     pub pattern: String,
+    /// The task the runs train and are scored on: `mqar` (absent) or `passkey`.
+    pub task: Option<String>,
     pub seq_len: usize,
+    /// MQAR's key-value pairs (passkey ignores them).
     pub pairs: usize,
     pub steps: u64,
     pub lr: f64,
@@ -107,6 +112,13 @@ impl Gate {
             ));
         }
         for c in &gate.cases {
+            if let Some(task) = c.task.as_deref().filter(|t| !TASKS.contains(t)) {
+                return Err(format!(
+                    "case {}: task {task:?}: a task is {}",
+                    c.name(),
+                    TASKS.join(" or ")
+                ));
+            }
             let forms = c.forms.as_deref().unwrap_or_default();
             if let Some(f) = forms.iter().find(|f| !FORMS.contains(&f.as_str())) {
                 return Err(format!(
@@ -362,6 +374,7 @@ mod tests {
         for sweep in [
             include_str!("../learning-robustness.toml"),
             include_str!("../study-regime.toml"),
+            include_str!("../passkey-budget.toml"),
         ] {
             let sweep = Gate::parse(sweep).unwrap();
             assert!(sweep.cases.iter().all(|c| c.min_learned == 0));
@@ -373,6 +386,10 @@ mod tests {
         let bad = FILE.replace("min_learned = 4", "min_learned = 5");
         assert!(Gate::parse(&bad).unwrap_err().contains("min_learned 5"));
         assert!(Gate::parse(&FILE.replace("pairs", "pair")).is_err());
+        let task = |t: &str| FILE.replace("lr = 1e-3", &format!("lr = 1e-3\ntask = \"{t}\""));
+        assert!(Gate::parse(&task("passkey")).is_ok());
+        let err = Gate::parse(&task("needle")).unwrap_err();
+        assert!(err.contains("task \"needle\""), "{err}");
     }
 
     #[test]
