@@ -8,7 +8,7 @@ mod common;
 use common::Rng;
 use swax_cuda::counters::{self, Counts};
 use swax_cuda::kernels::optim::{adamw, global_norm, AdamWBuffers, AdamWStep};
-use swax_cuda::{gemm, DType, GemmArgs, MatmulLayout, Readback};
+use swax_cuda::{DType, Readback};
 
 #[test]
 #[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
@@ -60,29 +60,7 @@ fn counters_count_launches_blas_calls_and_waits() {
     );
 
     let before = counters::counts();
-    let (a, b) = (up(vec![1.0; 4 * 8]), up(vec![1.0; 8 * 2]));
-    let mut c = dev.alloc(DType::F32, 4 * 2).unwrap();
-    let layout = MatmulLayout {
-        batch: 1,
-        m: 4,
-        n: 2,
-        k: 8,
-        lhs_transposed: false,
-        rhs_transposed: false,
-        lhs_batch_stride: 0,
-        rhs_batch_stride: 0,
-    };
-    let args = GemmArgs {
-        layout,
-        a: &a,
-        b: &b,
-        c: &mut c,
-        c_stride: 0,
-        alpha: 1.0,
-        beta: 0.0,
-        allow_tf32: false,
-    };
-    gemm(&dev, args).unwrap();
+    let c = common::ones_gemm(&dev);
     let mut read = Readback::new(&dev, 64).unwrap();
     read.start(&[&norm, &c]).unwrap();
     let values = read.finish().unwrap();

@@ -8,7 +8,7 @@ mod common;
 use common::Rng;
 use swax_cuda::kernels::optim::global_norm;
 use swax_cuda::timeline::{by_label, Span, Timeline};
-use swax_cuda::{gemm, DType, GemmArgs, MatmulLayout};
+use swax_cuda::DType;
 
 #[test]
 fn spans_of_one_label_add_up_largest_first() {
@@ -48,32 +48,7 @@ fn a_timeline_spans_each_launch_and_gemm_it_saw() {
         "a second timeline while one records"
     );
     global_norm(&dev, &[&g, &g], &mut norm).unwrap();
-    let (a, b) = (
-        dev.htod(&[1.0f32; 4 * 8]).unwrap(),
-        dev.htod(&[1.0f32; 8 * 2]).unwrap(),
-    );
-    let mut c = dev.alloc(DType::F32, 4 * 2).unwrap();
-    let layout = MatmulLayout {
-        batch: 1,
-        m: 4,
-        n: 2,
-        k: 8,
-        lhs_transposed: false,
-        rhs_transposed: false,
-        lhs_batch_stride: 0,
-        rhs_batch_stride: 0,
-    };
-    let args = GemmArgs {
-        layout,
-        a: &a,
-        b: &b,
-        c: &mut c,
-        c_stride: 0,
-        alpha: 1.0,
-        beta: 0.0,
-        allow_tf32: false,
-    };
-    gemm(&dev, args).unwrap();
+    common::ones_gemm(&dev);
     let spans = timeline.finish().unwrap();
 
     let labels: Vec<&str> = spans.iter().map(|s| s.label.as_str()).collect();

@@ -127,3 +127,35 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], (rtol, atol): (f64, f
 pub fn to_f64(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64).collect()
 }
+
+/// Queues `ones [4, 8] @ ones [8, 2]` in f32 through cuBLAS (one call) and returns the product's
+/// buffer (every element 8): the smallest GEMM a test of what the device was asked can count.
+pub fn ones_gemm(dev: &CudaDevice) -> Buffer {
+    let (a, b) = (
+        dev.htod(&[1.0f32; 4 * 8]).unwrap(),
+        dev.htod(&[1.0f32; 8 * 2]).unwrap(),
+    );
+    let mut c = dev.alloc(DType::F32, 4 * 2).unwrap();
+    let layout = swax_cuda::MatmulLayout {
+        batch: 1,
+        m: 4,
+        n: 2,
+        k: 8,
+        lhs_transposed: false,
+        rhs_transposed: false,
+        lhs_batch_stride: 0,
+        rhs_batch_stride: 0,
+    };
+    let args = swax_cuda::GemmArgs {
+        layout,
+        a: &a,
+        b: &b,
+        c: &mut c,
+        c_stride: 0,
+        alpha: 1.0,
+        beta: 0.0,
+        allow_tf32: false,
+    };
+    swax_cuda::gemm(dev, args).unwrap();
+    c
+}
