@@ -12,9 +12,9 @@ windows, step 0's logits, loss and gradients), and optionally the run folder of 
 
 Errors are `max |twin - swax| / max |swax|` (worst element, relative to the largest) and
 `|twin - swax| / |swax|` (norms). With `--exact` the twin also runs in float64, and (a) and (b)
-pass where swax's logits (gradients) are within the tolerance of the float32 twin's or at least
-as near the float64 ones as the float32 twin's are, worst tensor against worst tensor (at T 4096
-and 12 layers f32's own rounding reaches the tolerance). Prints a table and appends one JSON line per check to
+pass where swax's logits (gradients) are within the tolerance of the float32 twin's or within
+EXACT_FACTOR times the float32 twin's distance of the float64 ones, worst tensor against worst
+tensor (at T 4096 and 12 layers f32's own rounding reaches the tolerance). Prints a table and appends one JSON line per check to
 --results.
 
     python3 bench/peers/twin_parity.py DUMP --swax-run RUN --device cuda --case S-small
@@ -46,6 +46,11 @@ from modeling_swax import SwaxTwin, load_safetensors, read_config  # noqa: E402
 LOGITS_TOL = 1e-5
 GRADS_TOL = 1e-4
 TRAIN_TOL = 0.01
+# With --exact: how far from the float64 twin swax may be, in units of the float32 twin's own
+# distance from it. Two f32 computations that order their sums differently each land somewhere
+# within f32's rounding of the model; asking one to be the nearer would judge a coin toss. A
+# wrong epsilon, scale or window moves the logits by 1e-3 or more, far outside this.
+EXACT_FACTOR = 2.0
 # Training's verdict reads the mean loss of the last steps, up to this many.
 TRAIN_TAIL = 100
 
@@ -154,7 +159,8 @@ def main():
                    help="the twin's dtype (float64: how far swax's f32 is from exact)")
     p.add_argument("--exact", action="store_true",
                    help="also run the twin in float64: (a) and (b) then pass where swax's "
-                        "logits and gradients are as close to those as the float32 twin's are")
+                        "logits and gradients are within EXACT_FACTOR of the float32 twin's "
+                        "distance from those")
     p.add_argument("--results", default="bench/results/twin-parity.jsonl")
     a = p.parse_args()
     # swax's f32 matmuls are plain f32 (no TF32): the twin's must be too.
@@ -207,7 +213,7 @@ def main():
             ref = fresh(torch.float64)(x, window)
         exact = {"swax": errors(step0["logits"], ref)[0], "twin_f32": errors(logits, ref)[0]}
         del ref
-        ok = ok or exact["swax"] <= max(LOGITS_TOL, exact["twin_f32"])
+        ok = ok or exact["swax"] <= max(LOGITS_TOL, EXACT_FACTOR * exact["twin_f32"])
     print(f"| (a) logits, loss {loss.item():.6f} vs {step0['loss'].item():.6f} ({loss_err:.1e}) "
           f"| {worst:.2e} | {norm:.2e} | {LOGITS_TOL:.0e} | {'pass' if ok else 'FAIL'} |")
     if exact:
@@ -243,7 +249,7 @@ def main():
         exact = {"swax": max(swax64.values()), "twin_f32": max(twin64.values()),
                  "swax_worst_param": max(swax64, key=swax64.get),
                  "twin_worst_param": max(twin64, key=twin64.get)}
-        ok = ok or exact["swax"] <= max(GRADS_TOL, exact["twin_f32"])
+        ok = ok or exact["swax"] <= max(GRADS_TOL, EXACT_FACTOR * exact["twin_f32"])
     else:
         del model
     print(f"| (b) gradients of {len(per)} tensors, worst {worst_name} | {worst:.2e} | "
