@@ -643,13 +643,21 @@ fn the_shipped_studies_cover_each_memory_and_text() {
     assert_eq!(text.eval.tasks, ["passkey", "niah"]);
     assert_eq!(text.eval.lengths, [1, 2, 4, 8, 16]);
     assert!(runs.iter().all(|r| r.cfg.train.steps <= 2000));
-    // The regime where attention alone learns the task: the default's grid, more rows and steps.
-    assert_eq!(schedules("window-regime"), grid("MS"));
+    // The regime where attention alone learns the task: the default's grid, more rows and steps,
+    // and attention alone at the long window.
+    let mut regime = grid("MS").to_vec();
+    regime.push("S-long128".into());
+    assert_eq!(schedules("window-regime"), regime);
     let (regime, _) = study::resolve("window-regime").unwrap();
     let runs = regime.runs().unwrap();
     assert!(runs
         .iter()
         .all(|r| r.cfg.data.batch_size == 256 && r.cfg.train.steps == 6000));
+    let alone: Vec<_> = runs.iter().filter(|r| r.schedule == "S-long128").collect();
+    assert_eq!(alone.len(), 3);
+    assert!(alone
+        .iter()
+        .all(|r| r.cfg.model.pattern == "S" && r.cfg.train.p_short == 0.0));
 }
 
 /// The memory axis on tiny CPU runs: the same micro grid with the gated delta rule and with

@@ -118,6 +118,11 @@ pub struct Grid {
     /// Each stochastic run once per anneal fraction (0: none; 0.1: the last 10% long only).
     #[serde(default = "no_anneal")]
     pub anneal: Vec<f64>,
+    /// Also attention alone (pattern S, the base's layers) at the long window, a schedule of its
+    /// own (`S-long{w_long}`): whether attention solves the task within its window, which the
+    /// papers' mechanism (a long window lets the memory stay lazy) needs.
+    #[serde(default)]
+    pub attention_alone: bool,
     /// Each schedule is trained this many times, at `train.seed` + 0, 1, ..: learning at this
     /// scale succeeds in some seeds and not others, so one seed says little.
     #[serde(default = "default_seeds")]
@@ -280,36 +285,40 @@ impl StudySpec {
         if schedules.is_empty() {
             return err("the grid has no run: set grid.fixed or grid.p_short".into());
         }
+        // Every pattern with every schedule, then attention alone at the long window.
+        let long = (format!("long{}", g.w_long), 0.0, 0.0);
+        let grid = patterns
+            .iter()
+            .flat_map(|pattern| schedules.iter().map(move |s| (pattern.clone(), s)));
+        let alone = g.attention_alone.then(|| ("S".to_string(), &long));
         let mut runs = Vec::new();
-        for pattern in &patterns {
-            for (schedule, p, anneal) in &schedules {
-                let sets = [
-                    format!("model.pattern={pattern:?}"),
-                    format!("train.w_short={}", g.w_short),
-                    format!("train.w_long={}", g.w_long),
-                    format!("train.p_short={p}"),
-                    format!("train.anneal_fraction={anneal}"),
-                ];
-                let cfg = base
-                    .with_overrides(&sets)
-                    .map_err(|ConfigError(e)| format!("{pattern} {schedule}: {e}"))?;
-                // The evaluation's lengths in tokens must be countable.
-                self.plan(&cfg, g.w_long)?;
-                let group = format!("{pattern}-{schedule}");
-                for i in 0..g.seeds as u64 {
-                    let seed = cfg.train.seed.checked_add(i).ok_or_else(|| {
-                        format!("train.seed {} + {i}: past the largest seed", cfg.train.seed)
-                    })?;
-                    let cfg = cfg
-                        .with_overrides(&[format!("train.seed={seed}")])
-                        .map_err(|ConfigError(e)| format!("{group} seed {seed}: {e}"))?;
-                    runs.push(RunSpec {
-                        name: format!("{group}-seed{seed}"),
-                        schedule: group.clone(),
-                        seed,
-                        cfg,
-                    });
-                }
+        for (pattern, (schedule, p, anneal)) in grid.chain(alone) {
+            let sets = [
+                format!("model.pattern={pattern:?}"),
+                format!("train.w_short={}", g.w_short),
+                format!("train.w_long={}", g.w_long),
+                format!("train.p_short={p}"),
+                format!("train.anneal_fraction={anneal}"),
+            ];
+            let cfg = base
+                .with_overrides(&sets)
+                .map_err(|ConfigError(e)| format!("{pattern} {schedule}: {e}"))?;
+            // The evaluation's lengths in tokens must be countable.
+            self.plan(&cfg, g.w_long)?;
+            let group = format!("{pattern}-{schedule}");
+            for i in 0..g.seeds as u64 {
+                let seed = cfg.train.seed.checked_add(i).ok_or_else(|| {
+                    format!("train.seed {} + {i}: past the largest seed", cfg.train.seed)
+                })?;
+                let cfg = cfg
+                    .with_overrides(&[format!("train.seed={seed}")])
+                    .map_err(|ConfigError(e)| format!("{group} seed {seed}: {e}"))?;
+                runs.push(RunSpec {
+                    name: format!("{group}-seed{seed}"),
+                    schedule: group.clone(),
+                    seed,
+                    cfg,
+                });
             }
         }
         Ok(runs)
