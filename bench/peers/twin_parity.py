@@ -14,8 +14,8 @@ Errors are `max |twin - swax| / max |swax|` (worst element, relative to the larg
 `|twin - swax| / |swax|` (norms). With `--exact` the twin also runs in float64, and (a) and (b)
 pass where swax's logits (gradients) are within the tolerance of the float32 twin's or within
 EXACT_FACTOR times the float32 twin's distance of the float64 ones, worst tensor against worst
-tensor (at T 4096 and 12 layers f32's own rounding reaches the tolerance). Prints a table and appends one JSON line per check to
---results.
+tensor (at T 4096 and 12 layers f32's own rounding reaches the tolerance). Prints a table and
+appends one JSON line per check to --results.
 
     python3 bench/peers/twin_parity.py DUMP --swax-run RUN --device cuda --case S-small
 """
@@ -207,8 +207,8 @@ def main():
     exact = {}
     if a.exact and a.dtype == "float32":
         # Deep and long, f32's own rounding reaches the tolerance: measure it. Both f32 forms
-        # are held to the float64 twin, and swax passes where it is the nearer or within the
-        # tolerance of it.
+        # are held to the float64 twin, and swax passes within EXACT_FACTOR of the float32
+        # twin's distance from it.
         with torch.no_grad():
             ref = fresh(torch.float64)(x, window)
         exact = {"swax": errors(step0["logits"], ref)[0], "twin_f32": errors(logits, ref)[0]}

@@ -89,6 +89,11 @@ impl Case {
             .unwrap_or_else(|| format!("{}-T{}", self.pattern, self.seq_len))
     }
 
+    /// The task this case trains: its own, else `default` (`learn --task`).
+    pub fn task<'a>(&'a self, default: &'a str) -> &'a str {
+        self.task.as_deref().unwrap_or(default)
+    }
+
     /// Whether this case trains `form`.
     pub fn trains(&self, form: &str) -> bool {
         self.forms

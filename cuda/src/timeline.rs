@@ -11,9 +11,9 @@
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaEvent;
 
+use crate::timing::{event, record};
 use crate::{CudaDevice, CudaError};
 
 static RECORDING: AtomicBool = AtomicBool::new(false);
@@ -29,19 +29,7 @@ pub struct Span {
 
 /// A timeline being recorded; [`Timeline::finish`] ends it.
 pub struct Timeline {
-    dev: CudaDevice,
     start: CudaEvent,
-}
-
-fn event(dev: &CudaDevice) -> Result<CudaEvent, CudaError> {
-    dev.context()
-        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(|e| CudaError::driver("cuEventCreate", e))
-}
-
-fn record(dev: &CudaDevice, e: &CudaEvent) -> Result<(), CudaError> {
-    e.record(dev.stream())
-        .map_err(|e| CudaError::driver("cuEventRecord", e))
 }
 
 impl Timeline {
@@ -59,10 +47,7 @@ impl Timeline {
         if start.is_err() {
             RECORDING.store(false, Relaxed);
         }
-        Ok(Timeline {
-            dev: dev.clone(),
-            start: start?,
-        })
+        Ok(Timeline { start: start? })
     }
 
     /// Stops recording, waits for the last recorded work and returns each launch and cuBLAS call
@@ -70,16 +55,12 @@ impl Timeline {
     pub fn finish(self) -> Result<Vec<Span>, CudaError> {
         RECORDING.store(false, Relaxed);
         let marks = std::mem::take(&mut *MARKS.lock().unwrap_or_else(|p| p.into_inner()));
-        self.dev.synchronize()?;
         let mut before = &self.start;
         let mut spans = Vec::with_capacity(marks.len());
         for (label, e) in &marks {
-            let ms = before
-                .elapsed_ms(e)
-                .map_err(|e| CudaError::driver("cuEventElapsedTime", e))?;
             spans.push(Span {
                 label: label.clone(),
-                ms: ms as f64,
+                ms: crate::timing::elapsed_ms(before, e)?,
             });
             before = e;
         }

@@ -407,22 +407,22 @@ def gated_delta_chunk(q, k, v, beta, g, s):
     beta_t (v_t - e^{G_t} S^T k_t)`; then `o_t = e^{G_t} S^T q_t + sum_{j<=t} e^{G_t - G_j}
     (q_t . k_j) d_j`. Returns the outputs `[B, H, C, Dv]` and the state after the chunk."""
     c = q.shape[2]
-    gcum = g.cumsum(-1)  # [B, H, C]
+    decay = torch.exp(g.cumsum(-1))  # e^{G_t}, [B, H, C]
     lower = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
     # e^{G_t - G_j} for j <= t, 0 above the diagonal. G_t - G_j summed as g_{j+1} + ... + g_t,
     # not as the difference of two running sums: their gradients with respect to g would be
-    # large terms that cancel, and in f32 the decay's gradients came out 1e-4 off.
+    # large terms that cancel, and f32 would lose the decay's gradients in them.
     between = g[..., None, :].expand(*g.shape, c).transpose(-1, -2)  # [.., i, j] = g_i
     between = between.masked_fill(~lower.tril(-1), 0.0).cumsum(-2)  # sum over j < i <= t
     ratio = torch.exp(between.masked_fill(~lower, -math.inf))
     strict = ratio.masked_fill(torch.eye(c, dtype=torch.bool, device=q.device), 0.0)
     a = beta[..., :, None] * strict * (k @ k.transpose(-1, -2))
-    rhs = beta[..., None] * (v - torch.exp(gcum)[..., None] * (k @ s))
+    rhs = beta[..., None] * (v - decay[..., None] * (k @ s))
     eye = torch.eye(c, dtype=q.dtype, device=q.device)
     d = torch.linalg.solve_triangular(eye + a, rhs, upper=False, unitriangular=True)
-    o = torch.exp(gcum)[..., None] * (q @ s) + (ratio * (q @ k.transpose(-1, -2))) @ d
+    o = decay[..., None] * (q @ s) + (ratio * (q @ k.transpose(-1, -2))) @ d
     last = ratio[..., -1, :]  # e^{G_C - G_j}
-    s = torch.exp(gcum[..., -1])[..., None, None] * s + (k * last[..., None]).transpose(-1, -2) @ d
+    s = decay[..., -1, None, None] * s + (k * last[..., None]).transpose(-1, -2) @ d
     return o, s
 
 

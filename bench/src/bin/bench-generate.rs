@@ -65,42 +65,24 @@ struct Args {
 /// while they run.
 const BLOCKERS: usize = 8;
 
-/// Milliseconds from `start` to `end`, once `end` has happened.
-fn event_ms(start: &cudarc::driver::CudaEvent, end: &cudarc::driver::CudaEvent) -> f64 {
-    end.synchronize().expect("cuEventSynchronize");
-    start.elapsed_ms(end).expect("cuEventElapsedTime") as f64
-}
-
-/// One greedy step's host and device time, and the time of the products queued before it
-/// (the host time is a true issue time only while it stays under that): `BLOCKERS` products of
-/// `block` keep the GPU busy, the step is issued behind them between two events, and the
-/// events give the device's time for the step alone.
+/// One greedy step's (host, device, blocked) milliseconds, and its timeline when `timed`
+/// (else empty): `BLOCKERS` products of `block` keep the GPU busy, the step is issued behind
+/// them between two events, and the events give the device's time for the step alone; the host
+/// time is a true issue time only while it stays under the time of the products before it.
 fn split_step(
-    dec: &mut Decoder,
-    next: &[u32],
-    block: &Tensor,
-) -> Result<(f64, f64, f64), Box<dyn std::error::Error>> {
-    Ok(split_step_timed(dec, next, block, false)?.0)
-}
-
-/// [`split_step`], with the step's timeline when `timed`.
-fn split_step_timed(
     dec: &mut Decoder,
     next: &[u32],
     block: &Tensor,
     timed: bool,
 ) -> Result<SplitStep, Box<dyn std::error::Error>> {
+    use swax_cuda::timing::{elapsed_ms, event, record};
     let dev = swax_tensor::cuda::device(0)?;
-    let event = || {
-        dev.context()
-            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-    };
-    let (before, start, end) = (event()?, event()?, event()?);
-    before.record(dev.stream())?;
+    let (before, start, end) = (event(&dev)?, event(&dev)?, event(&dev)?);
+    record(&dev, &before)?;
     for _ in 0..BLOCKERS {
         block.matmul(block)?;
     }
-    start.record(dev.stream())?;
+    record(&dev, &start)?;
     let timeline = match timed {
         true => Some(swax_cuda::timeline::Timeline::start(&dev)?),
         false => None,
@@ -108,18 +90,21 @@ fn split_step_timed(
     let clock = Instant::now();
     let ids = dec.logits(next)?.argmax(-1, false)?;
     let host_ms = clock.elapsed().as_secs_f64() * 1e3;
-    end.record(dev.stream())?;
+    record(&dev, &end)?;
     let spans = match timeline {
         Some(t) => t.finish()?,
         None => Vec::new(),
     };
-    let device_ms = event_ms(&start, &end);
-    let blocked_ms = event_ms(&before, &start);
+    let times = (
+        host_ms,
+        elapsed_ms(&start, &end)?,
+        elapsed_ms(&before, &start)?,
+    );
     drop(ids);
-    Ok(((host_ms, device_ms, blocked_ms), spans))
+    Ok((times, spans))
 }
 
-/// A split step's (host, device, blocked) milliseconds and its timeline (empty when not timed).
+/// A split step's (host, device, blocked) milliseconds and its timeline.
 type SplitStep = ((f64, f64, f64), Vec<swax_cuda::timeline::Span>);
 
 /// The CUDA pool's statistics, or none on the CPU.
@@ -214,14 +199,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let greedy_ms = greedy[greedy.len() / 2];
             // The decoding memory before the split's products take theirs.
             let after_decode = pool(device);
-            let split = match device {
-                Device::Cuda(_) => {
-                    let block = Tensor::ones([8192, 8192], dtype, device)?;
+            // The products a split step is queued behind (none on the CPU).
+            let block = match device {
+                Device::Cuda(_) => Some(Tensor::ones([8192, 8192], dtype, device)?),
+                Device::Cpu => None,
+            };
+            let split = match &block {
+                Some(block) => {
                     let mut runs = Vec::with_capacity(a.decode_tokens);
                     for step in 0..a.decode_tokens {
                         let next: Vec<u32> =
                             (0..batch as u32).map(|r| (r + step as u32) % v).collect();
-                        runs.push(split_step(&mut dec, &next, &block)?);
+                        runs.push(split_step(&mut dec, &next, block, false)?.0);
                     }
                     let median = |f: fn(&(f64, f64, f64)) -> f64| {
                         let mut x: Vec<f64> = runs.iter().map(f).collect();
@@ -230,7 +219,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     };
                     Some((median(|r| r.0), median(|r| r.1), median(|r| r.2)))
                 }
-                Device::Cpu => None,
+                None => None,
             };
             times.sort_by(f64::total_cmp);
             let decode_ms = times[times.len() / 2];
@@ -252,11 +241,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "       greedy step split: host issues it in {host:.2} ms, the device runs it in {dev:.2} ms (behind {blocked:.1} ms of queued products)"
                 );
             }
-            let kernels = match (device, a.kernels) {
-                (Device::Cuda(_), n) if n > 0 => {
-                    let block = Tensor::ones([8192, 8192], dtype, device)?;
+            let kernels = match (&block, a.kernels) {
+                (Some(block), n) if n > 0 => {
                     let next: Vec<u32> = (0..batch as u32).collect();
-                    let ((_, step_ms, _), spans) = split_step_timed(&mut dec, &next, &block, true)?;
+                    let ((_, step_ms, _), spans) = split_step(&mut dec, &next, block, true)?;
                     let summed = swax_cuda::timeline::by_label(&spans);
                     println!(
                         "       one greedy step timed kernel by kernel: {} spans summing to {:.2} ms (the step with its events: {step_ms:.2} ms)",
@@ -281,7 +269,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "greedy_host_issue_ms": split.map(|s| s.0),
                 "greedy_device_ms": split.map(|s| s.1),
                 "split_blocker_ms": split.map(|s| s.2),
-                "kernel_ms": kernels.iter().map(|(l, c, ms)| json!({"kernel": l, "calls": c, "ms": ms})).collect::<Vec<_>>(),
+                "kernel_ms": kernels.iter()
+                    .map(|(l, c, ms)| json!({"kernel": l, "calls": c, "ms": ms}))
+                    .collect::<Vec<_>>(),
                 "decode_steps": a.decode_tokens,
                 "launches_per_step": per_step(counts.launches),
                 "blas_calls_per_step": per_step(counts.blas_calls),

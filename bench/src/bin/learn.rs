@@ -251,7 +251,7 @@ impl GateRun<'_> {
         };
         let args = vec![
             format!("--device={device}"),
-            format!("--task={}", c.task.as_deref().unwrap_or(&a.task)),
+            format!("--task={}", c.task(&a.task)),
             format!("--patterns={}", c.pattern),
             format!("--lrs={:e}", c.lr),
             format!("--layers={}", s.layers),
@@ -471,7 +471,8 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
             );
             lines.push(json!({
                 "case": case.name(), "form": form, "pattern": case.pattern,
-                "task": case.task.as_deref().unwrap_or(&a.task), "seq_len": case.seq_len, "pairs": case.pairs, "steps": case.steps, "lr": case.lr,
+                "task": case.task(&a.task), "seq_len": case.seq_len, "pairs": case.pairs,
+                "steps": case.steps, "lr": case.lr,
                 "sets": g.settings.sets.iter().chain(&case.sets).collect::<Vec<_>>(),
                 "seeds": s.seeds, "learned": s.learned,
                 "median_final": s.median_final, "median_tokens_to_50": s.median_tokens_to_50,

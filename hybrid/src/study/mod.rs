@@ -268,10 +268,11 @@ impl StudySpec {
             true => vec![base.model.pattern.clone()],
             false => g.patterns.clone(),
         };
+        let long = (format!("long{}", g.w_long), 0.0, 0.0);
         let mut schedules: Vec<(String, f64, f64)> = Vec::new();
         if g.fixed {
             schedules.push((format!("short{}", g.w_short), 1.0, 0.0));
-            schedules.push((format!("long{}", g.w_long), 0.0, 0.0));
+            schedules.push(long.clone());
         }
         for &p in &g.p_short {
             for &a in &g.anneal {
@@ -286,7 +287,6 @@ impl StudySpec {
             return err("the grid has no run: set grid.fixed or grid.p_short".into());
         }
         // Every pattern with every schedule, then attention alone at the long window.
-        let long = (format!("long{}", g.w_long), 0.0, 0.0);
         let grid = patterns
             .iter()
             .flat_map(|pattern| schedules.iter().map(move |s| (pattern.clone(), s)));
