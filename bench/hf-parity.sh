@@ -4,8 +4,9 @@
 # trained weights; `swax export --hf` writes the folder; `swax generate` continues a prompt longer
 # than the window greedily for NEW tokens; hf_parity.py loads the folder with
 # AutoModelForCausalLM.from_pretrained(trust_remote_code=True), checks its logits and its greedy
-# generation (with the cache) against swax's, and appends JSON lines to $RESULTS. Exits non-zero
-# if any check failed.
+# generation (with the cache) against swax's (in bf16, where the texts part, swax's token must be
+# a near tie in transformers' logits), and appends JSON lines to $RESULTS. Exits non-zero if any
+# check failed.
 #
 #   SWAX_BIN=.gpu/bin bench/hf-parity.sh                    # on the GPU machine
 #   SWAX_BIN=.gpu/bin DTYPE=bf16 bench/hf-parity.sh         # both sides in bf16
