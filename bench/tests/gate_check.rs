@@ -144,3 +144,44 @@ fn a_mistyped_key_in_the_gate_is_named_before_any_run_starts() {
     );
     assert!(!dir.path().join("runs").exists(), "nothing was trained");
 }
+
+/// A gate cut off part way (here: one case of two trained) goes on where it stopped when run
+/// again into the same folder: the finished runs are judged as they are, not trained again (their
+/// logs keep the first training's lines), and the table and the JSON lines say how many runs the
+/// time covers.
+#[test]
+fn a_gate_run_again_trains_only_the_runs_it_has_not_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gate.toml"), GATE).unwrap();
+    let first = learn(dir.path(), &["--cases", "M-T32"]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let log = dir.path().join("runs/gate/M-T32-fused/s0.log");
+    let trained = std::fs::read_to_string(&log).unwrap();
+    assert!(trained.contains("training M at lr"), "{trained}");
+
+    let whole = learn(dir.path(), &[]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&whole.stdout),
+        String::from_utf8_lossy(&whole.stderr),
+    );
+    assert!(whole.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("3 runs (2 of them already trained in"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("done: S-T32 fused seed 0"), "{stderr}");
+    assert!(!stderr.contains("done: M-T32"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), trained);
+    assert!(stdout.contains("for 1 of its 3 runs"), "{stdout}");
+    assert!(stdout.contains("| M-T32 | fused |"), "{stdout}");
+    let lines = std::fs::read_to_string(dir.path().join("learning-gate.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (last["runs"].as_u64(), last["runs_trained"].as_u64()),
+        (Some(3), Some(1))
+    );
+}

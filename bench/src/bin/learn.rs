@@ -15,7 +15,8 @@
 //! fused kernels and with the reference forms, `--jobs` runs at a time (each a process of this
 //! program), then prints each case's verdict beside the figures the file expects, appends a line
 //! per case and form to `bench/results/learning-gate.jsonl`, and exits non-zero where a fused
-//! form falls short.
+//! form falls short. Run again into the same `--out`, a gate trains only the runs it has not
+//! finished, so one that a time limit cut off goes on where it stopped.
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
@@ -377,20 +378,31 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
             None
         }
         false => {
+            // A gate that a time limit cut off goes on where it stopped: the runs it finished
+            // are judged as they are, and the time is that of the runs trained now.
+            let (kept, train): (Vec<&GateRun>, Vec<&GateRun>) =
+                runs.iter().partition(|r| r.finished(a).is_ok());
             eprintln!(
-                "learning gate: {} cases, {} runs, {jobs} at a time on {device}",
+                "learning gate: {} cases, {} runs ({} of them already trained in {}), {jobs} at a time on {device}",
                 cases.len(),
-                runs.len()
+                runs.len(),
+                kept.len(),
+                a.out.display()
             );
             let clock = std::time::Instant::now();
-            train_all(a, &g.settings, device, &runs, jobs)?;
-            Some(clock.elapsed().as_secs_f64() / 60.0)
+            train_all(a, &g.settings, device, &train, jobs)?;
+            Some((clock.elapsed().as_secs_f64() / 60.0, train.len()))
         }
     };
     let how = match minutes {
-        Some(m) => format!("{m:.1} min on {device}"),
+        Some((m, trained)) if trained < runs.len() => format!(
+            "{m:.1} min on {device} for {trained} of its {} runs (the others were trained before)",
+            runs.len()
+        ),
+        Some((m, _)) => format!("{m:.1} min on {device}"),
         None => format!("judged from the runs in {}", a.out.display()),
     };
+    let (minutes, runs_trained) = (minutes.map(|m| m.0), minutes.map_or(0, |m| m.1));
     println!("\nlearning gate ({}), {how}", file.display());
     println!("| case | form | seeds learned | median final | median tokens to 50% | per seed | verdict |");
     println!("|---|---|---|---|---|---|---|");
@@ -480,7 +492,8 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
                 "tokens_to_50": outcomes.iter().map(|o| o.tokens_to_50).collect::<Vec<_>>(),
                 "curves": outcomes.iter().map(|o| &o.curve).collect::<Vec<_>>(),
                 "passed": bad.is_empty(), "failures": bad,
-                "device": trained_on, "minutes": minutes, "date": date, "commit": commit,
+                "device": trained_on, "minutes": minutes, "runs": runs.len(),
+                "runs_trained": runs_trained, "date": date, "commit": commit,
             }));
         }
     }
@@ -502,7 +515,7 @@ fn train_all(
     a: &Args,
     s: &gate::Settings,
     device: Device,
-    runs: &[GateRun],
+    runs: &[&GateRun],
     jobs: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let mut pending = runs.iter();
