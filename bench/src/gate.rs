@@ -380,6 +380,7 @@ mod tests {
             include_str!("../learning-robustness.toml"),
             include_str!("../study-regime.toml"),
             include_str!("../passkey-budget.toml"),
+            include_str!("../gate-t1024.toml"),
         ] {
             let sweep = Gate::parse(sweep).unwrap();
             assert!(sweep.cases.iter().all(|c| c.min_learned == 0));
