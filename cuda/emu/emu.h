@@ -92,6 +92,19 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
     *p = o + v;
     return o;
 }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    unsigned long long o = *p;
+    *p = o + v;
+    return o;
+}
+inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v) {
+    unsigned long long o = *p;
+    *p = o > v ? o : v;
+    return o;
+}
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+    return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
 inline unsigned atomicOr(unsigned* p, unsigned v) {
     unsigned o = *p;
     *p = o | v;

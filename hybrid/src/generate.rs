@@ -8,9 +8,9 @@
 //! Sampling: greedy at temperature 0, else softmax at the temperature, cut to the `top_k` most
 //! likely tokens and to the smallest set whose probability reaches `top_p`; each sequence of a
 //! batch draws from its own stream of the seed, so a seed gives the same text every time.
-//! Greedy picking runs on the device (`Tensor::argmax` over each row's vocabulary), so a greedy
-//! step reads back B token ids instead of B × V logits; sampling reads the logits back and
-//! draws on the host.
+//! Both run on the device that holds the logits (`Tensor::argmax` over each row's vocabulary,
+//! and `swax_nn::sampling`'s draw from one random u32 a row), so a step reads back B token ids
+//! instead of B × V logits.
 //!
 //! Profile: [`generate_profiled`] counts what each decoding step asked of the device
 //! (`DecodeProfile`: swax-cuda's launches, cuBLAS calls, host syncs and uploads, the backend
@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use swax_data::Rng;
 use swax_nn::layers::pieces::Decode;
+use swax_nn::sampling::{self, Cuts};
 use swax_nn::Weights;
 use swax_tensor::counters::{self, Counts};
 use swax_tensor::{calls, DType, Device, Result, Tensor};
@@ -66,7 +67,16 @@ impl Sampling {
         self.temperature == 0.0 || self.top_k == 1
     }
 
-    /// The next token from one row of logits.
+    /// The cuts of a draw (`swax_nn::sampling`), for a temperature above 0.
+    fn cuts(&self) -> Cuts {
+        Cuts {
+            temperature: self.temperature as f32,
+            top_k: self.top_k,
+            top_p: self.top_p as f32,
+        }
+    }
+
+    /// The next token from one row of logits, on the host (the draw the device makes).
     pub fn pick(&self, logits: &[f32], rng: &mut Rng) -> u32 {
         let greedy = || {
             logits
@@ -81,37 +91,13 @@ impl Sampling {
         if self.is_greedy() {
             return greedy();
         }
-        let mut order: Vec<usize> = (0..logits.len()).collect();
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-        if self.top_k > 0 {
-            order.truncate(self.top_k);
-        }
-        let top = f64::from(logits[order[0]]);
-        let mut probs: Vec<f64> = order
-            .iter()
-            .map(|&i| ((f64::from(logits[i]) - top) / self.temperature).exp())
-            .collect();
-        let total: f64 = probs.iter().sum();
-        probs.iter_mut().for_each(|p| *p /= total);
-        // The nucleus: the most likely tokens until their mass reaches top_p.
-        let mut mass = 0.0;
-        let keep = probs
-            .iter()
-            .position(|&p| {
-                mass += p;
-                mass >= self.top_p
-            })
-            .map_or(probs.len(), |i| i + 1);
-        let kept: f64 = probs[..keep].iter().sum();
-        let mut u = rng.unit() * kept;
-        for (j, &p) in probs[..keep].iter().enumerate() {
-            if u < p {
-                return order[j] as u32;
-            }
-            u -= p;
-        }
-        order[keep - 1] as u32
+        sampling::pick_row(logits, draw(rng), &self.cuts())
     }
+}
+
+/// A row's random u32 for a draw: the high half of its stream's next value.
+fn draw(rng: &mut Rng) -> u32 {
+    (rng.next_u64() >> 32) as u32
 }
 
 /// A model reading sequences of a batch in step, carrying every layer's state.
@@ -271,23 +257,20 @@ fn snapshot() -> (Counts, u64, Instant) {
     (counters::counts(), backend, Instant::now())
 }
 
-/// Each row's next token from the logits `[B, V]`: greedy on the device, reading back B ids,
-/// else drawn on the host from the logits read back in f32. Returns the tokens and the bytes
-/// read.
-fn pick_all(logits: &Tensor, sampling: &Sampling, rngs: &mut [Rng]) -> Result<(Vec<u32>, u64)> {
-    if sampling.is_greedy() {
-        let ids = logits.argmax(-1, false)?.to_vec::<u32>()?;
-        let bytes = 4 * ids.len() as u64;
-        return Ok((ids, bytes));
-    }
-    let rows = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
-    let v = rows.len() / rngs.len().max(1);
-    let ids = rngs
-        .iter_mut()
-        .enumerate()
-        .map(|(row, rng)| sampling.pick(&rows[row * v..(row + 1) * v], rng))
-        .collect();
-    Ok((ids, 4 * rows.len() as u64))
+/// Each row's next token from the logits `[B, V]`, on their device: greedy, or drawn from one
+/// random u32 a row (uploaded). Returns the tokens and the bytes read back.
+fn pick_all(logits: &Tensor, how: &Sampling, rngs: &mut [Rng]) -> Result<(Vec<u32>, u64)> {
+    let ids = match how.is_greedy() {
+        true => logits.argmax(-1, false)?,
+        false => {
+            let r: Vec<u32> = rngs.iter_mut().map(draw).collect();
+            let r = Tensor::from_vec(r, vec![rngs.len()], logits.device())?;
+            sampling::sample(logits, &r, &how.cuts())?
+        }
+    };
+    let ids = ids.to_vec::<u32>()?;
+    let bytes = 4 * ids.len() as u64;
+    Ok((ids, bytes))
 }
 
 /// Generates up to `req.max_tokens` tokens after `prompt` for each of `req.batch` rows, telling

@@ -5,13 +5,15 @@
 //! and `layers::pieces`: a long sequence run in pieces, each mixer carrying its window tail or
 //! state); `block` the pre-norm residual block;
 //! `params` the named parameters and the precision policy of a forward pass; `optim` AdamW,
-//! clipping and learning-rate schedules; `checkpoint` safetensors files.
+//! clipping and learning-rate schedules; `checkpoint` safetensors files; `sampling` the next
+//! token drawn where the logits are.
 pub mod block;
 pub mod checkpoint;
 pub mod layers;
 pub mod mixers;
 pub mod optim;
 pub mod params;
+pub mod sampling;
 
 pub use block::Block;
 pub use params::{Init, Param, ParamId, Params, Weights};

@@ -15,7 +15,8 @@
 //! variants, in bf16 and f32), RMSNorm's backward (norm.cu, with and without a residual's
 //! gradient added into dx), xLSTM's gated head norm (norm.cu, forward and backward, in bf16 and
 //! f32) and the summed cross-entropy with its gradient (cross_entropy.cu's ce_summed and
-//! ce_sum_into, both instantiations, in bf16 and f32) against the CPU's. CI has no GPU: this is
+//! ce_sum_into, both instantiations, in bf16 and f32) and the draw of a sampled token
+//! (sampling.cu, token for token) against the CPU's. CI has no GPU: this is
 //! how it checks the kernels' logic (indexing, fragment layouts, barriers, waits), while the
 //! gpu_* tests check them on the hardware. Skips, saying why, where there is no C++ compiler
 //! (g++) or no kernel sources (the GPU machine gets test binaries only).
@@ -30,6 +31,7 @@ use swax_nn::mixers::attention::{self, SwaBackward, SwaIn, SwaOut};
 use swax_nn::mixers::gated_delta;
 use swax_nn::mixers::mlstm;
 use swax_nn::mixers::rattention::{self, RlaBackward};
+use swax_nn::sampling::{self, Cuts};
 use swax_tensor::{DType, Device, Result, Tensor};
 use swax_tests::gated_delta::{self as gdn, Gates};
 use swax_tests::mlstm as cases;
@@ -143,6 +145,11 @@ const DECODE: Driver = Driver {
     sources: &["nn/src/mixers/decode/decode.cu"],
 };
 
+const SAMPLING: Driver = Driver {
+    name: "sampling",
+    sources: &["nn/src/sampling/sampling.cu"],
+};
+
 const CROSS_ENTROPY: Driver = Driver {
     name: "cross_entropy",
     sources: &["cuda/kernels/cross_entropy.cu"],
@@ -183,6 +190,12 @@ fn gated_head_norm_harness() -> Option<&'static Path> {
 fn short_conv_harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| build(&SHORT_CONV)).as_deref()
+}
+
+/// The draw's harness, likewise.
+fn sampling_harness() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&SAMPLING)).as_deref()
 }
 
 /// The summed cross-entropy's harness, likewise.
@@ -1732,4 +1745,103 @@ fn decode_attend() -> Result<()> {
     )?;
     decode_attend_case("decode_attend_one", [1, 2, 1, 128, 8, 1], DType::BF16)?;
     decode_attend_case("decode_attend_f32", [2, 3, 3, 32, 40, 37], DType::F32)
+}
+
+/// The draw (sampling.cu) in the emulator against its CPU form, token for token, for `b` rows of
+/// `v` logits (rounded to `dtype`; with `ties`, to whole numbers, so that many tokens share a
+/// logit and the rank falls to the index) and a random u32 per row, the first row's 0 and the
+/// last's u32::MAX (the draw's two ends).
+fn sampling_case(
+    name: &str,
+    [b, v]: [usize; 2],
+    cuts: Cuts,
+    ties: bool,
+    dtype: DType,
+) -> Result<()> {
+    let Some(exe) = sampling_harness() else {
+        return Ok(());
+    };
+    let dir = case_dir(name)?;
+    let mut logits = Tensor::randn(vec![b, v], 3.0, v as u64, DType::F32, Device::Cpu)?;
+    if ties {
+        logits = Tensor::from_f64s(
+            &logits
+                .to_f64_vec()?
+                .iter()
+                .map(|x| x.round())
+                .collect::<Vec<_>>(),
+            vec![b, v],
+            DType::F32,
+            Device::Cpu,
+        )?;
+    }
+    let logits = logits.to_dtype(dtype)?.to_dtype(DType::F32)?;
+    write(&dir.join("logits.f32"), &logits)?;
+    let mut r: Vec<u32> = (0..b as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761).rotate_left(7) ^ 0x9e37_79b9)
+        .collect();
+    r[0] = 0;
+    r[b - 1] = u32::MAX;
+    let bytes: Vec<u8> = r.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let path = dir.join("r.u32");
+    std::fs::write(&path, bytes).map_err(|e| io(&path, e))?;
+    let dims = format!(
+        "{b} {v} {} {:e} {:e}\n",
+        cuts.top_k, cuts.top_p, cuts.temperature
+    );
+    emulate(exe, &dir, name, ("dims", &dims), dtype_arg(dtype))?;
+    let path = dir.join("emu_ids.u32");
+    let got: Vec<u32> = std::fs::read(&path)
+        .map_err(|e| io(&path, e))?
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let rows = logits.to_vec::<f32>()?;
+    let want: Vec<u32> = rows
+        .chunks(v)
+        .zip(&r)
+        .map(|(row, &r)| sampling::pick_row(row, r, &cuts))
+        .collect();
+    assert_eq!(got, want, "{name}: the emulated draw against the CPU's");
+    Ok(())
+}
+
+/// Every cut alone and together, V not a whole number of blocks, V below a block's threads,
+/// ties, both dtypes.
+#[test]
+fn sampling_draws_the_cpu_token() -> Result<()> {
+    let cuts = |temperature, top_k, top_p| Cuts {
+        temperature,
+        top_k,
+        top_p,
+    };
+    sampling_case(
+        "sample_plain",
+        [6, 3001],
+        cuts(1.0, 0, 1.0),
+        false,
+        DType::F32,
+    )?;
+    sampling_case(
+        "sample_top_k",
+        [5, 3001],
+        cuts(0.7, 50, 1.0),
+        true,
+        DType::BF16,
+    )?;
+    sampling_case(
+        "sample_nucleus",
+        [5, 2050],
+        cuts(1.3, 0, 0.9),
+        true,
+        DType::F32,
+    )?;
+    sampling_case(
+        "sample_both",
+        [4, 700],
+        cuts(2.0, 30, 0.5),
+        false,
+        DType::BF16,
+    )?;
+    sampling_case("sample_tiny", [3, 5], cuts(0.5, 3, 0.95), true, DType::F32)
 }

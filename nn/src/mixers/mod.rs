@@ -12,7 +12,7 @@ mod tests {
     use swax_cuda::kernels::compile_for_every_architecture;
     use swax_cuda::CudaError;
 
-    /// Every fused mixer's CUDA source compiles for every architecture (see
+    /// Every fused mixer's CUDA source (and the sampled draw's) compiles for every architecture (see
     /// `compile_for_every_architecture`). Skips where libnvrtc is missing (`.ci/run` installs
     /// it), fails there under SWAX_REQUIRE_CUDA=1 like every GPU test.
     #[test]
@@ -24,6 +24,7 @@ mod tests {
             &super::gated_delta::PARALLEL_SOURCE,
             &super::mlstm::SOURCE,
             &super::rattention::SOURCE,
+            &crate::sampling::SOURCE,
         ]) {
             Err(CudaError::LibraryMissing { reason, .. })
                 if std::env::var("SWAX_REQUIRE_CUDA").as_deref() != Ok("1") =>
