@@ -6,9 +6,11 @@
 //!   bench-generate --config swax-small --batches 1,64 --contexts 4096,32768,131072
 //!
 //! A decoding step is timed from the token ids on the host to the logits back on the host in f32
-//! (what sampling needs, and what the transformers peer times), and again to the greedy ids back
-//! on the host (the argmax on the device, what greedy `swax generate` waits per token); each the
-//! median of `--decode-tokens` steps after `--warmup` steps. Memory is the CUDA pool's: the peak while
+//! (what the transformers peer times), again to the greedy ids back on the host (the argmax on
+//! the device, what greedy `swax generate` waits per token), and again to sampled ids (the draw
+//! on the device at temperature 1, top-k 50, top-p 0.9: `swax_nn::sampling`, with the rows'
+//! random u32s uploaded each step); each the median of `--decode-tokens` steps after `--warmup`
+//! steps. Memory is the CUDA pool's: the peak while
 //! prefilling, the peak while decoding, and the bytes in use once the prompt is read and again
 //! after the last step (the weights and the decoding state: flat for windowed and recurrent
 //! layers, growing for full attention). The JSON line also holds what a timed step asked of
@@ -30,6 +32,7 @@ use swax_bench::config_args::ConfigArgs;
 use swax_bench::record;
 use swax_hybrid::generate::Decoder;
 use swax_hybrid::model::Model;
+use swax_nn::sampling::{self, Cuts};
 use swax_tensor::{DType, Device, Tensor};
 
 #[derive(Debug, Parser)]
@@ -59,6 +62,34 @@ struct Args {
     device: Option<String>,
     #[arg(long, default_value = "bench/results/generate.jsonl")]
     results: PathBuf,
+}
+
+/// The cuts of the sampled step's draw.
+const SAMPLED: Cuts = Cuts {
+    temperature: 1.0,
+    top_k: 50,
+    top_p: 0.9,
+};
+
+/// The median milliseconds of a decoding step from the token ids on the host to the next ids
+/// back on the host, `pick(logits, step)` choosing them on the logits' device.
+fn picked_ms(
+    dec: &mut Decoder,
+    a: &Args,
+    (batch, v): (u32, u32),
+    pick: impl Fn(&Tensor, u32) -> swax_tensor::Result<Tensor>,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let mut times = Vec::with_capacity(a.decode_tokens);
+    for step in 0..(a.warmup + a.decode_tokens) as u32 {
+        let next: Vec<u32> = (0..batch).map(|r| (r + step) % v).collect();
+        let start = Instant::now();
+        pick(&dec.logits(&next)?, step)?.to_vec::<u32>()?;
+        if step as usize >= a.warmup {
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 /// The products queued ahead of a split step: long enough for the host to issue the whole step
@@ -152,7 +183,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{} ({} x{} layers, d_model {}), window {window}, on {device}, {dtype:?}",
         cfg.model.name, cfg.model.pattern, cfg.model.n_layers, cfg.model.d_model
     );
-    println!("batch  context  piece  prefill tok/s  decode ms/token  greedy ms/token  decode tok/s  peak GiB prefill/decode  in use GiB after prefill/decode  launches/syncs per step");
+    println!("batch  context  piece  prefill tok/s  decode ms/token  greedy ms/token  sampled ms/token  decode tok/s  peak GiB prefill/decode  in use GiB after prefill/decode  launches/syncs per step");
     let mut lines = Vec::new();
     for &batch in &a.batches {
         // Kernels compiled and the pool filled before anything is timed.
@@ -186,17 +217,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let counts = swax_cuda::counters::counts().since(&counts);
             let per_step = |x: u64| x as f64 / a.decode_tokens.max(1) as f64;
-            let mut greedy = Vec::with_capacity(a.decode_tokens);
-            for step in 0..a.warmup + a.decode_tokens {
-                let next: Vec<u32> = (0..batch as u32).map(|r| (r + step as u32) % v).collect();
-                let start = Instant::now();
-                dec.logits(&next)?.argmax(-1, false)?.to_vec::<u32>()?;
-                if step >= a.warmup {
-                    greedy.push(start.elapsed().as_secs_f64() * 1e3);
-                }
-            }
-            greedy.sort_by(f64::total_cmp);
-            let greedy_ms = greedy[greedy.len() / 2];
+            let greedy_ms = picked_ms(&mut dec, &a, (batch as u32, v), |logits, _| {
+                logits.argmax(-1, false)
+            })?;
+            let sampled_ms = picked_ms(&mut dec, &a, (batch as u32, v), |logits, step| {
+                let r: Vec<u32> = (0..batch as u32)
+                    .map(|row| (row ^ step).wrapping_mul(2_654_435_761))
+                    .collect();
+                let r = Tensor::from_vec(r, vec![batch], device)?;
+                sampling::sample(logits, &r, &SAMPLED)
+            })?;
             // The decoding memory before the split's products take theirs.
             let after_decode = pool(device);
             // The products a split step is queued behind (none on the CPU).
@@ -228,7 +258,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let peak = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.peak_in_use);
             let held = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.in_use);
             println!(
-                "{batch:>5}  {context:>7}  {piece:>5}  {prefill_tps:>13.0}  {decode_ms:>15.2}  {greedy_ms:>15.2}  {decode_tps:>12.0}  {:>11} / {:<11}  {:>12} / {:<12}  {:.0} / {:.1}",
+                "{batch:>5}  {context:>7}  {piece:>5}  {prefill_tps:>13.0}  {decode_ms:>15.2}  {greedy_ms:>15.2}  {sampled_ms:>16.2}  {decode_tps:>12.0}  {:>11} / {:<11}  {:>12} / {:<12}  {:.0} / {:.1}",
                 gib(peak(&after_prefill)),
                 gib(peak(&after_decode)),
                 gib(held(&after_prefill)),
@@ -265,7 +295,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "batch": batch, "context": context, "window": window, "piece": piece,
                 "prefill_s": prefill_s, "prefill_tokens_per_s": prefill_tps,
                 "decode_ms_per_token": decode_ms, "decode_tokens_per_s": decode_tps,
-                "greedy_ms_per_token": greedy_ms,
+                "greedy_ms_per_token": greedy_ms, "sampled_ms_per_token": sampled_ms,
+                "sampled_cuts": format!("{SAMPLED:?}"),
                 "greedy_host_issue_ms": split.map(|s| s.0),
                 "greedy_device_ms": split.map(|s| s.1),
                 "split_blocker_ms": split.map(|s| s.2),
