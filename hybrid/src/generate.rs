@@ -153,8 +153,9 @@ impl<'a> Decoder<'a> {
         self.logits(tokens)?.to_dtype(DType::F32)
     }
 
-    /// [`Decoder::read`] with the logits in the compute dtype: a greedy step needs only their
-    /// argmax, which the cast to f32 would not change (bf16 to f32 is exact).
+    /// [`Decoder::read`] with the logits in the compute dtype: a decoding step picks from them
+    /// on the device (the argmax, or the sampled draw, each reading bf16 as it is), so the cast
+    /// to f32 would only add a launch.
     pub fn logits(&mut self, tokens: &[u32]) -> Result<Tensor> {
         let n = tokens.len() / self.batch.max(1);
         let ids = Tensor::from_vec(tokens.to_vec(), vec![self.batch, n], self.device)?;

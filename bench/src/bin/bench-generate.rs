@@ -296,7 +296,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "prefill_s": prefill_s, "prefill_tokens_per_s": prefill_tps,
                 "decode_ms_per_token": decode_ms, "decode_tokens_per_s": decode_tps,
                 "greedy_ms_per_token": greedy_ms, "sampled_ms_per_token": sampled_ms,
-                "sampled_cuts": format!("{SAMPLED:?}"),
+                "sampled_cuts": json!({
+                    "temperature": SAMPLED.temperature, "top_k": SAMPLED.top_k,
+                    "top_p": SAMPLED.top_p,
+                }),
                 "greedy_host_issue_ms": split.map(|s| s.0),
                 "greedy_device_ms": split.map(|s| s.1),
                 "split_blocker_ms": split.map(|s| s.2),

@@ -372,37 +372,35 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
         run.check_config(a, &g.settings, device)
             .map_err(|e| format!("{}: {e}", file.display()))?;
     }
-    let minutes = match a.judge {
+    let (minutes, runs_trained) = match a.judge {
         true => {
             runs.iter().try_for_each(|r| r.finished(a))?;
-            None
+            (None, 0)
         }
         false => {
             // A gate that a time limit cut off goes on where it stopped: the runs it finished
             // are judged as they are, and the time is that of the runs trained now.
-            let (kept, train): (Vec<&GateRun>, Vec<&GateRun>) =
-                runs.iter().partition(|r| r.finished(a).is_ok());
+            let train: Vec<&GateRun> = runs.iter().filter(|r| r.finished(a).is_err()).collect();
             eprintln!(
                 "learning gate: {} cases, {} runs ({} of them already trained in {}), {jobs} at a time on {device}",
                 cases.len(),
                 runs.len(),
-                kept.len(),
+                runs.len() - train.len(),
                 a.out.display()
             );
             let clock = std::time::Instant::now();
             train_all(a, &g.settings, device, &train, jobs)?;
-            Some((clock.elapsed().as_secs_f64() / 60.0, train.len()))
+            (Some(clock.elapsed().as_secs_f64() / 60.0), train.len())
         }
     };
     let how = match minutes {
-        Some((m, trained)) if trained < runs.len() => format!(
-            "{m:.1} min on {device} for {trained} of its {} runs (the others were trained before)",
+        Some(m) if runs_trained < runs.len() => format!(
+            "{m:.1} min on {device} for {runs_trained} of its {} runs (the others were trained before)",
             runs.len()
         ),
-        Some((m, _)) => format!("{m:.1} min on {device}"),
+        Some(m) => format!("{m:.1} min on {device}"),
         None => format!("judged from the runs in {}", a.out.display()),
     };
-    let (minutes, runs_trained) = (minutes.map(|m| m.0), minutes.map_or(0, |m| m.1));
     println!("\nlearning gate ({}), {how}", file.display());
     println!("| case | form | seeds learned | median final | median tokens to 50% | per seed | verdict |");
     println!("|---|---|---|---|---|---|---|");
