@@ -6,7 +6,8 @@
 //!   learn --task mqar --patterns S,M,SM --lrs 1e-3,3e-3 --steps 2000
 //!
 //! Runs go to `--out` (default `bench/runs/learn`), one folder each; a finished run is not
-//! trained again, so an interrupted benchmark continues where it stopped. Each run's outcome is
+//! trained again, and one cut off continues from its last checkpoint (`--save-every`), so an
+//! interrupted benchmark continues where it stopped. Each run's outcome is
 //! appended to `bench/results/learn.jsonl`.
 //!
 //!   learn --check bench/learning-gate.toml [--jobs 16]
@@ -16,7 +17,8 @@
 //! program), then prints each case's verdict beside the figures the file expects, appends a line
 //! per case and form to `bench/results/learning-gate.jsonl`, and exits non-zero where a fused
 //! form falls short. Run again into the same `--out`, a gate trains only the runs it has not
-//! finished, so one that a time limit cut off goes on where it stopped.
+//! finished, each from its last checkpoint, so one that a time limit cut off goes on where it
+//! stopped.
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
@@ -58,6 +60,10 @@ struct Args {
     batch: usize,
     #[arg(long, default_value_t = 100)]
     eval_every: u64,
+    /// Steps between a run's checkpoints (0: only at its end). A process killed by a time limit
+    /// saves nothing, so its run continues from the last of these when trained again.
+    #[arg(long, default_value_t = 500)]
+    save_every: u64,
     /// Held-out answers scored at each evaluation.
     #[arg(long, default_value_t = 256)]
     probes: usize,
@@ -119,7 +125,7 @@ fn config(a: &Args, pattern: &str, lr: f64) -> Result<Config, Box<dyn std::error
         "train.anneal_fraction=0".into(),
         format!("train.eval_every={}", a.eval_every),
         "train.eval_batches=2".into(),
-        "train.save_every=0".into(),
+        format!("train.save_every={}", a.save_every),
         format!("train.recall_probes={}", a.probes),
         format!("train.seed={}", a.seed),
         format!("optim.lr={lr}"),
@@ -263,6 +269,7 @@ impl GateRun<'_> {
             format!("--steps={}", c.steps),
             format!("--batch={}", s.batch),
             format!("--eval-every={}", s.eval_every),
+            format!("--save-every={}", a.save_every),
             format!("--probes={}", s.probes),
             format!("--seed={}", self.seed),
             format!("--out={}", self.dir.display()),
