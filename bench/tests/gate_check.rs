@@ -185,3 +185,41 @@ fn a_gate_run_again_trains_only_the_runs_it_has_not_finished() {
         (Some(3), Some(1))
     );
 }
+
+/// A gate run again into a folder whose runs its file no longer describes (a case's settings
+/// changed since) refuses, naming the run and what differs, and leaves the run as it was: judged,
+/// the old run would pass for the new case.
+#[test]
+fn a_run_the_gate_no_longer_describes_is_refused_not_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gate.toml"), GATE).unwrap();
+    let first = learn(dir.path(), &["--cases", "M-T32"]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let metrics = dir
+        .path()
+        .join("runs/gate/M-T32-fused/mqar-M-lr1e-3-s0/metrics.jsonl");
+    let trained = std::fs::read_to_string(&metrics).unwrap();
+
+    let changed = GATE.replacen(
+        "steps = 2\nlr = 1e-3\nmin_learned",
+        "steps = 2\nlr = 1e-3\nsets = [\"data.batch_size=3\"]\nmin_learned",
+        1,
+    );
+    assert_ne!(changed, GATE);
+    std::fs::write(dir.path().join("gate.toml"), changed).unwrap();
+    for extra in [&["--cases", "M-T32"][..], &["--cases", "M-T32", "--judge"]] {
+        let again = learn(dir.path(), extra);
+        let stderr = String::from_utf8_lossy(&again.stderr);
+        assert!(!again.status.success(), "{extra:?}: {stderr}");
+        assert!(
+            stderr.contains("mqar-M-lr1e-3-s0: trained with data.batch_size = 2")
+                && stderr.contains("case M-T32 now trains data.batch_size = 3"),
+            "{extra:?}: {stderr}"
+        );
+        assert_eq!(std::fs::read_to_string(&metrics).unwrap(), trained);
+    }
+}

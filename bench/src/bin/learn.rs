@@ -290,13 +290,36 @@ impl GateRun<'_> {
 
     /// The config the child would train, resolved here: a mistyped key or a bad value in the
     /// gate's file is named before any run starts.
-    fn check_config(&self, a: &Args, s: &gate::Settings, device: Device) -> Result<(), String> {
+    fn child_config(&self, a: &Args, s: &gate::Settings, device: Device) -> Result<Config, String> {
         let name = self.case.name();
         let argv = std::iter::once("learn".to_string()).chain(self.args(a, s, device));
         let child = Args::try_parse_from(argv).map_err(|e| format!("case {name}: {e}"))?;
-        config(&child, &self.case.pattern, self.case.lr)
-            .map(|_| ())
-            .map_err(|e| format!("case {name}: {e}"))
+        config(&child, &self.case.pattern, self.case.lr).map_err(|e| format!("case {name}: {e}"))
+    }
+
+    /// Refuses a run already in --out that its case, as the gate's file now has it, would not
+    /// train (the file changed since): judged, it would pass for the case; continued, it would
+    /// mix two settings. How often the run saved does not count.
+    fn trained_as_now(&self, a: &Args, s: &gate::Settings, device: Device) -> Result<(), String> {
+        let path = self.run_dir(a).join("config.toml");
+        if !path.exists() {
+            return Ok(());
+        }
+        let saved = Config::load(&path).map_err(|e| e.to_string())?;
+        let mut now = self.child_config(a, s, device)?;
+        now.train.save_every = saved.train.save_every;
+        if saved == now {
+            return Ok(());
+        }
+        let table = |c: &Config| toml::Value::try_from(c).expect("a config is TOML");
+        Err(format!(
+            "{}: trained with {}, where case {} now trains {}: the gate's file changed since \
+             the run; train into another --out, or remove the run",
+            self.run_dir(a).display(),
+            differences(&table(&saved), &table(&now)).join(", "),
+            self.case.name(),
+            differences(&table(&now), &table(&saved)).join(", "),
+        ))
     }
 
     /// Whether the run trained every step of its case (its metrics' last step): the judgement
@@ -326,6 +349,19 @@ impl GateRun<'_> {
             a.task, c.pattern, c.lr, self.seed
         ))
     }
+}
+
+/// The `section.key = value` entries of config `a` that config `b` does not have alike.
+fn differences(a: &toml::Value, b: &toml::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (section, entries) in a.as_table().into_iter().flatten() {
+        for (key, value) in entries.as_table().into_iter().flatten() {
+            if b.get(section).and_then(|t| t.get(key)) != Some(value) {
+                out.push(format!("{section}.{key} = {value}"));
+            }
+        }
+    }
+    out
 }
 
 /// Trains every run of the gate `--jobs` at a time, then judges each case. Returns whether
@@ -376,8 +412,11 @@ fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Box<dyn std::err
         })
         .max(1);
     for run in runs.iter().filter(|r| r.seed == 0) {
-        run.check_config(a, &g.settings, device)
+        run.child_config(a, &g.settings, device)
             .map_err(|e| format!("{}: {e}", file.display()))?;
+    }
+    for run in &runs {
+        run.trained_as_now(a, &g.settings, device)?;
     }
     let (minutes, runs_trained) = match a.judge {
         true => {
