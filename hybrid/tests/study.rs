@@ -688,3 +688,47 @@ fn tiny_studies_of_two_memories_compare_side_by_side() {
         assert!(md.contains(row), "{row}: {md}");
     }
 }
+
+/// `swax study --jobs 3` trains the runs in processes of their own, three at a time, each logging
+/// to `OUT/logs/`, and its report is the one the study run in one process writes; `--jobs 0` is
+/// refused.
+#[test]
+fn runs_trained_in_parallel_processes_give_the_same_report() {
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let spec = spec();
+    assert!(run_study(&spec, one.path()).finished);
+    let file = many.path().join("micro.toml");
+    std::fs::write(&file, MICRO).unwrap();
+    let out = many.path().join("out");
+    let study = |jobs: &str| {
+        Command::new(env!("CARGO_BIN_EXE_swax"))
+            .args([
+                "study",
+                file.to_str().unwrap(),
+                "--quiet",
+                "--device",
+                "cpu",
+            ])
+            .args(["--jobs", jobs])
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    let refused = study("0");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--jobs 0"));
+
+    let run = study("3");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("8 runs, 3 at a time"), "{stderr}");
+    for r in spec.runs().unwrap() {
+        assert!(stderr.contains(&format!("{}: done", r.name)), "{stderr}");
+        let log = std::fs::read_to_string(out.join("logs").join(format!("{}.log", r.name)));
+        assert!(log.unwrap().contains("training"), "{}", r.name);
+    }
+    let read = |dir: &Path, f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    assert_eq!(read(&out, "report.md"), read(one.path(), "report.md"));
+    assert_eq!(read(&out, "report.json"), read(one.path(), "report.json"));
+}

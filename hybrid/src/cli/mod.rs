@@ -10,6 +10,7 @@ mod prepare;
 mod report;
 mod signals;
 mod study;
+mod study_jobs;
 mod train;
 
 use clap::{Parser, Subcommand};

@@ -3,6 +3,7 @@
 //! TOML file or the name of a shipped one (`configs/studies/`). Interrupted (Ctrl-C, SIGTERM),
 //! it saves the run in training and exits 130 / 143; the same command continues it.
 //! `swax study --compare A B ..` puts the reports of several study folders side by side.
+//! `--jobs N` trains N runs at a time, each in a process of its own (`study_jobs`).
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -10,7 +11,7 @@ use std::sync::atomic::AtomicBool;
 use clap::Args;
 use swax_hybrid::study::{self, report, StudyOptions};
 
-use super::{signals, CliResult};
+use super::{signals, study_jobs, CliResult};
 
 #[derive(Debug, Args)]
 pub struct StudyArgs {
@@ -34,6 +35,14 @@ pub struct StudyArgs {
     /// Only write the report again, from the results saved in --out.
     #[arg(long)]
     report: bool,
+    /// Runs trained at a time, each by a process of this program (its log in OUT/logs/). A
+    /// small model leaves most of a GPU idle, so several at once finish a grid sooner.
+    #[arg(long, default_value_t = 1, conflicts_with = "report")]
+    jobs: usize,
+    /// Train and evaluate only this run of the study, without the report (what each process of
+    /// --jobs does).
+    #[arg(long, hide = true, conflicts_with_all = ["report", "jobs"])]
+    run: Option<String>,
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
@@ -63,6 +72,18 @@ pub fn run(args: StudyArgs) -> CliResult {
         return Ok(());
     }
     let device = super::device(args.device.as_deref())?;
+    let options = StudyOptions {
+        device,
+        progress: !args.quiet,
+        stop: &STOP,
+        say: &mut |line| eprintln!("{line}"),
+    };
+    if let Some(run) = &args.run {
+        if !study::run_one(&spec, &out, run, options)? {
+            std::process::exit(signals::exit_status().unwrap_or(130));
+        }
+        return Ok(());
+    }
     let runs = spec.runs()?;
     eprintln!(
         "study {name}: {} runs on {device} into {} ({})",
@@ -73,16 +94,24 @@ pub fn run(args: StudyArgs) -> CliResult {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let outcome = study::run(
-        &spec,
-        &out,
-        StudyOptions {
-            device,
-            progress: !args.quiet,
-            stop: &STOP,
-            say: &mut |line| eprintln!("{line}"),
-        },
-    )?;
+    if args.jobs == 0 {
+        return Err("--jobs 0: a study trains one run at a time or more".into());
+    }
+    if args.jobs > 1 {
+        study::prepare(&spec, &out, device)?;
+        let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
+        let mut common = vec!["--quiet".to_string()];
+        if let Some(d) = &args.device {
+            common.extend(["--device".into(), d.clone()]);
+        }
+        if let Some(n) = args.seeds {
+            common.extend(["--seeds".into(), n.to_string()]);
+        }
+        if !study_jobs::train(study, &common, &out, &names, args.jobs, &STOP)? {
+            std::process::exit(signals::exit_status().unwrap_or(130));
+        }
+    }
+    let outcome = study::run(&spec, &out, options)?;
     match outcome.report {
         Some(report) => println!("{}", std::fs::read_to_string(&report)?),
         None => {

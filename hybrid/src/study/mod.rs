@@ -385,59 +385,18 @@ pub struct Outcome {
 
 /// The study of `spec` in the folder `out` (which keeps a copy of the spec: a folder holding
 /// another study is refused).
-pub fn run(spec: &StudySpec, out: &Path, opts: StudyOptions) -> Result<Outcome> {
-    let StudyOptions {
-        device,
-        progress,
-        stop,
-        say,
-    } = opts;
-    let runs = spec.runs()?;
-    // Every run's evaluation must fit before the first run trains.
-    for r in &runs {
-        let plan = spec.plan(&r.cfg, r.cfg.train.w_long)?;
-        let (lengths, samples) = (&plan.lengths, plan.samples);
-        memory::check_eval(&r.cfg, device, lengths, samples, plan.piece, plan.loss)
-            .map_err(|e| format!("{}: {e}", r.name))?;
-    }
-    keep_spec(spec, out)?;
+pub fn run(spec: &StudySpec, out: &Path, mut opts: StudyOptions) -> Result<Outcome> {
+    let runs = prepare(spec, out, opts.device)?;
     let mut results: Vec<EvalResults> = Vec::new();
     for r in &runs {
-        let dir = out.join("runs").join(&r.name);
-        let steps = r.cfg.train.steps;
-        let at =
-            checkpoint::latest(&dir).and_then(|c| checkpoint::read_state(&c).ok().map(|s| s.step));
-        if at != Some(steps) {
-            say(&format!(
-                "{}: training {} ({} steps{})",
-                r.name,
-                dir.display(),
-                steps,
-                at.map_or(String::new(), |s| format!(", resuming at {s}"))
-            ));
-            let summary = train::train(
-                &r.cfg,
-                &Options {
-                    out: dir.clone(),
-                    device,
-                    resume: at.is_some(),
-                    allow_data_change: false,
-                    stop_at: None,
-                    progress,
-                    profile: false,
-                    stop,
-                },
-            )?;
-            if summary.interrupted {
-                say("stopped: run the same command again to continue the study");
+        match train_and_evaluate(spec, out, r, &mut opts)? {
+            Some(mut evaluated) => results.append(&mut evaluated),
+            None => {
                 return Ok(Outcome {
                     finished: false,
                     report: None,
-                });
+                })
             }
-        }
-        for window in train::window_schedule(&r.cfg).trained_windows() {
-            results.push(evaluated(spec, &dir, window, device, steps, say)?);
         }
     }
     let files = report::write(out, spec, &runs, &results)?;
@@ -445,6 +404,77 @@ pub fn run(spec: &StudySpec, out: &Path, opts: StudyOptions) -> Result<Outcome> 
         finished: true,
         report: files.into_iter().next(),
     })
+}
+
+/// The study's run named `name` alone, trained and evaluated, without a report (`swax study
+/// --jobs` gives each run to a process of its own, then writes the report from what they saved).
+/// False when a stop interrupted it.
+pub fn run_one(spec: &StudySpec, out: &Path, name: &str, mut opts: StudyOptions) -> Result<bool> {
+    let runs = prepare(spec, out, opts.device)?;
+    let Some(r) = runs.iter().find(|r| r.name == name) else {
+        let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+        return Err(format!("no run {name} in this study ({})", names.join(", ")).into());
+    };
+    Ok(train_and_evaluate(spec, out, r, &mut opts)?.is_some())
+}
+
+/// The study's runs, once every run's evaluation is known to fit the device and `out` keeps the
+/// spec (before the first run trains).
+pub fn prepare(spec: &StudySpec, out: &Path, device: Device) -> Result<Vec<RunSpec>> {
+    let runs = spec.runs()?;
+    for r in &runs {
+        let plan = spec.plan(&r.cfg, r.cfg.train.w_long)?;
+        let (lengths, samples) = (&plan.lengths, plan.samples);
+        memory::check_eval(&r.cfg, device, lengths, samples, plan.piece, plan.loss)
+            .map_err(|e| format!("{}: {e}", r.name))?;
+    }
+    keep_spec(spec, out)?;
+    Ok(runs)
+}
+
+/// Trains run `r` (unless it has trained every step; from its checkpoint if it has one), then
+/// evaluates it at each window it trained at. None when a stop interrupted the training.
+fn train_and_evaluate(
+    spec: &StudySpec,
+    out: &Path,
+    r: &RunSpec,
+    opts: &mut StudyOptions,
+) -> Result<Option<Vec<EvalResults>>> {
+    let dir = out.join("runs").join(&r.name);
+    let steps = r.cfg.train.steps;
+    let at = checkpoint::latest(&dir).and_then(|c| checkpoint::read_state(&c).ok().map(|s| s.step));
+    if at != Some(steps) {
+        (opts.say)(&format!(
+            "{}: training {} ({} steps{})",
+            r.name,
+            dir.display(),
+            steps,
+            at.map_or(String::new(), |s| format!(", resuming at {s}"))
+        ));
+        let summary = train::train(
+            &r.cfg,
+            &Options {
+                out: dir.clone(),
+                device: opts.device,
+                resume: at.is_some(),
+                allow_data_change: false,
+                stop_at: None,
+                progress: opts.progress,
+                profile: false,
+                stop: opts.stop,
+            },
+        )?;
+        if summary.interrupted {
+            (opts.say)("stopped: run the same command again to continue the study");
+            return Ok(None);
+        }
+    }
+    train::window_schedule(&r.cfg)
+        .trained_windows()
+        .into_iter()
+        .map(|window| evaluated(spec, &dir, window, opts.device, steps, opts.say))
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }
 
 /// The results of `dir`'s final checkpoint at `window`: the saved ones when they are of that
