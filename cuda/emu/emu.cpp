@@ -298,6 +298,18 @@ bool __any_sync(unsigned, bool p) {
     emu_collective(9, &in, 1, &out, 1, op_any, 0);
     return out != 0;
 }
+static void op_match_any(EmuLane* l, int) {
+    for (int i = 0; i < 32; ++i) {
+        unsigned peers = 0;
+        for (int j = 0; j < 32; ++j) peers |= (unsigned)(l[j].in[0] == l[i].in[0]) << j;
+        l[i].out[0] = peers;
+    }
+}
+unsigned __match_any_sync(unsigned, unsigned v) {
+    unsigned out;
+    emu_collective(10, &v, 1, &out, 1, op_match_any, 0);
+    return out;
+}
 
 namespace {
 struct WarpgroupState {

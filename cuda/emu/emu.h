@@ -105,6 +105,13 @@ inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v)
 inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
     return (unsigned long long)(((unsigned __int128)a * b) >> 64);
 }
+inline unsigned atomicMin(unsigned* p, unsigned v) {
+    unsigned o = *p;
+    *p = o < v ? o : v;
+    return o;
+}
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline unsigned atomicOr(unsigned* p, unsigned v) {
     unsigned o = *p;
     *p = o | v;
@@ -204,6 +211,8 @@ template <int N> inline void wg_wait() {}
 template <int N> inline void wg_hold(float (&)[N]) {}
 template <int N> inline void wg_keep(const unsigned (&)[N][4]) {}
 bool __any_sync(unsigned mask, bool p);
+// The lanes whose v equals this lane's.
+unsigned __match_any_sync(unsigned mask, unsigned v);
 #define __grid_constant__
 
 // The copies and barriers of tma.cuh. A harness encodes a tensor map's 128 bytes as words: the

@@ -1807,7 +1807,8 @@ fn sampling_case(
 }
 
 /// Every cut alone and together, V not a whole number of blocks, V below a block's threads,
-/// ties, both dtypes.
+/// ties, both dtypes; each way to the token: kept tokens ranked in shared memory (top-k up to
+/// 1024, or V up to 1024) and radix selects over the whole row (no top-k, or one above 1024).
 #[test]
 fn sampling_draws_the_cpu_token() -> Result<()> {
     let cuts = |temperature, top_k, top_p| Cuts {
@@ -1843,5 +1844,26 @@ fn sampling_draws_the_cpu_token() -> Result<()> {
         false,
         DType::BF16,
     )?;
-    sampling_case("sample_tiny", [3, 5], cuts(0.5, 3, 0.95), true, DType::F32)
+    sampling_case("sample_tiny", [3, 5], cuts(0.5, 3, 0.95), true, DType::F32)?;
+    sampling_case(
+        "sample_short_row",
+        [3, 1000],
+        cuts(1.0, 0, 0.8),
+        true,
+        DType::BF16,
+    )?;
+    sampling_case(
+        "sample_top_1024",
+        [2, 5000],
+        cuts(1.0, 1024, 1.0),
+        true,
+        DType::BF16,
+    )?;
+    sampling_case(
+        "sample_top_1025",
+        [2, 5000],
+        cuts(1.0, 1025, 0.95),
+        false,
+        DType::F32,
+    )
 }

@@ -1,10 +1,16 @@
 // sampling.cu: the next token of each row of logits, drawn at a temperature with top-k and top-p
 // cuts (the spec, and the CPU form the kernel is held to: nn/src/sampling/mod.rs). A block of
 // SAMPLE_THREADS per row. The tokens are ranked by a 64-bit key (the logit's bits made ordered,
-// then the index reversed: ties go to the lower index); the top-k cut, the nucleus and the draw
-// are each a radix select over the keys, eight passes of eight bits, finding the largest key at
-// which the run of keys from the top reaches a weight. Weights are integers (32 fractional bits),
-// so the block's sums, in whatever order its threads add them, are the CPU's sums exactly.
+// then the index reversed: ties go to the lower index). Weights are integers (32 fractional
+// bits), so the block's sums, in whatever order its threads add them, are the CPU's sums exactly.
+//
+// Two ways to the token. Where the cuts leave at most SAMPLE_THREADS tokens (top-k of up to 1024,
+// or a row that short), a radix select counts the row's keys to find the k-th largest, the kept
+// tokens are gathered into shared memory and sorted there, one per thread, and the nucleus and the
+// draw are a prefix sum over them: the whole row is read about ten times. Otherwise the top-k cut,
+// the nucleus and the draw are each a radix select over the whole row, weighing its tokens.
+// A radix select makes eight passes of eight bits, finding the largest key at which the run of
+// keys from the top reaches a weight (a count, for top-k).
 #include "common.cuh"
 
 #define SAMPLE_THREADS 1024
@@ -35,6 +41,17 @@ __device__ u64 sample_sum(const T* row, u32 v, u64 floor, Weigh weigh, u64* slot
     return total;
 }
 
+// Thread 0 of a radix select's pass: the bin (of the eight bits at `shift`) where the keys from
+// the top, weighed by `hist`, reach what is left of *t, into *chosen; *t loses the bins above it.
+template <typename W>
+__device__ void sample_walk(const W* hist, u64* t, u64 prefix, int shift, u64* chosen) {
+    u64 above = 0;
+    u32 d = 255;
+    while (d > 0 && above + hist[d] < *t) above += hist[d--];
+    *t -= above;
+    *chosen = prefix | ((u64)d << shift);
+}
+
 // The largest key K >= floor such that the keys from K up to the top (those >= floor) weigh at
 // least t (t >= 1, at most their whole weight), in every thread. Each pass fixes eight more bits
 // of K: it weighs the keys that share the bits fixed so far by their next eight, and walks those
@@ -52,18 +69,108 @@ __device__ u64 sample_select(const T* row, u32 v, u64 floor, u64 t, Weigh weigh,
             if (w != 0) atomicAdd(hist + ((key >> shift) & 255), w);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            u64 above = 0;
-            u32 d = 255;
-            while (d > 0 && above + hist[d] < t) above += hist[d--];
-            t -= above;
-            *chosen = prefix | ((u64)d << shift);
-        }
+        if (threadIdx.x == 0) sample_walk(hist, &t, prefix, shift, chosen);
         __syncthreads();
         prefix = *chosen;
         fixed |= (u64)255 << shift;
     }
     return prefix;
+}
+
+
+// The t-th largest key of the row (1 <= t <= v), in every thread: sample_select with every token
+// weighing one, counted in 32 bits. The threads of a warp that fall in one bin add their count
+// once (__match_any_sync): in the first passes nearly every key shares the few bins of the
+// logits' exponents, and one add per token there would wait in line.
+template <typename T>
+__device__ u64 sample_kth(const T* row, u32 v, u64 t, u32* hist, u64* chosen) {
+    u64 prefix = 0, fixed = 0;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        for (u32 d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+        __syncthreads();
+        // Every thread of the block takes as many turns, so that a warp meets whole.
+        for (u32 base = 0; base < v; base += blockDim.x) {
+            const u32 i = base + threadIdx.x;
+            u32 bin = 256;
+            if (i < v) {
+                const u64 key = sample_key(to_float(row[i]), i);
+                if ((key & fixed) == prefix) bin = (u32)(key >> shift) & 255;
+            }
+            const u32 peers = __match_any_sync(0xffffffffu, bin);
+            if (bin != 256 && (threadIdx.x & 31) == (u32)(__ffs(peers) - 1)) atomicAdd(hist + bin, (u32)__popc(peers));
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) sample_walk(hist, &t, prefix, shift, chosen);
+        __syncthreads();
+        prefix = *chosen;
+        fixed |= (u64)255 << shift;
+    }
+    return prefix;
+}
+
+// The draw among the n (1 <= n <= SAMPLE_THREADS) tokens whose keys are at least floor: gathered
+// into `keys`, sorted from the top (a bitonic sort, one key per thread), weighed, summed from the
+// top (`sums`, a Hillis-Steele scan), then the nucleus and the draw are the first ranks whose sum
+// reaches their mark. Returns the token in every thread.
+template <typename T>
+__device__ u32 sample_ranked(const T* row, u32 v, u32 n, u64 floor, float top, u32 first, float top_p,
+                             float temperature, u32 r, u64* keys, u64* sums, u32* slot) {
+    const u32 tid = threadIdx.x;
+    keys[tid] = 0;  // below every key: an index is below 2^32 - 1, so its reversal is above 0
+    if (tid == 0) *slot = 0;
+    __syncthreads();
+    for (u32 base = 0; base < v; base += blockDim.x) {
+        const u32 i = base + tid;
+        if (i < v) {
+            const u64 key = sample_key(to_float(row[i]), i);
+            if (key >= floor) keys[atomicAdd(slot, 1u)] = key;
+        }
+    }
+    __syncthreads();
+    for (u32 k = 2; k <= SAMPLE_THREADS; k <<= 1) {
+        for (u32 j = k >> 1; j > 0; j >>= 1) {
+            const u32 other = tid ^ j;
+            if (other > tid) {
+                const u64 a = keys[tid], b = keys[other];
+                // Largest first within blocks of k whose bit k is clear, smallest first elsewhere.
+                if (((tid & k) == 0) == (a < b)) {
+                    keys[tid] = b;
+                    keys[other] = a;
+                }
+            }
+            __syncthreads();
+        }
+    }
+    const u32 token = 0xffffffffu - (u32)keys[tid];
+    const u64 w = tid < n ? sample_weight(to_float(row[token]), top, temperature) : 0;
+    sums[tid] = w;
+    __syncthreads();
+    for (u32 off = 1; off < SAMPLE_THREADS; off <<= 1) {
+        const u64 add = tid >= off ? sums[tid - off] : 0;
+        __syncthreads();
+        sums[tid] += add;
+        __syncthreads();
+    }
+    const u64 sum = sums[tid], total = sums[n - 1];
+    // The run: up to the first rank whose sum reaches the nucleus's share of the total.
+    if (tid == 0) *slot = n - 1;
+    __syncthreads();
+    if (top_p < 1.0f && total != 0) {
+        u64 reach = (u64)ceil((double)top_p * (double)total);
+        reach = reach < 1 ? 1 : (reach > total ? total : reach);
+        if (tid < n && sum >= reach) atomicMin(slot, tid);
+    }
+    __syncthreads();
+    const u64 kept = sums[*slot];
+    __syncthreads();
+    if (kept == 0) return first;
+    // floor(r kept / 2^32): where in the kept weight the row's r falls; the first rank past it.
+    const u64 target = __umul64hi(kept, (u64)r << 32);
+    if (tid == 0) *slot = SAMPLE_THREADS;
+    __syncthreads();
+    if (tid < n && sum > target) atomicMin(slot, tid);
+    __syncthreads();
+    return 0xffffffffu - (u32)keys[*slot];
 }
 
 template <typename T>
@@ -87,23 +194,32 @@ __device__ void sample(const T* __restrict__ logits, const u32* __restrict__ r, 
     const float top = to_float(row[first]);
     __syncthreads();
 
-    const auto one = [](u32) -> u64 { return 1; };
-    const auto weigh = [&](u32 i) -> u64 { return sample_weight(to_float(row[i]), top, temperature); };
-    // Keys >= floor are kept: the first top_k, then the nucleus among them.
-    u64 floor = 0;
-    if (top_k != 0 && top_k < v) floor = sample_select(row, v, 0, top_k, one, hist, slots + 1);
-    if (top_p < 1.0f) {
-        const u64 total = sample_sum(row, v, floor, weigh, slots);
-        u64 reach = (u64)ceil((double)top_p * (double)total);
-        reach = reach < 1 ? 1 : (reach > total ? total : reach);
-        if (total != 0) floor = sample_select(row, v, floor, reach, weigh, hist, slots + 1);
-    }
-    const u64 kept = sample_sum(row, v, floor, weigh, slots);
+    // The tokens the top-k cut keeps; at most a block's threads, they are ranked in shared memory.
+    const u32 n = top_k != 0 && top_k < v ? top_k : v;
     u32 token = first;
-    if (kept != 0) {
-        // floor(r kept / 2^32): where in the kept weight the row's r falls.
-        const u64 target = __umul64hi(kept, (u64)r[blockIdx.x] << 32);
-        token = 0xffffffffu - (u32)sample_select(row, v, floor, target + 1, weigh, hist, slots + 1);
+    if (n <= SAMPLE_THREADS) {
+        __shared__ u64 keys[SAMPLE_THREADS], sums[SAMPLE_THREADS];
+        __shared__ u32 counts[256], slot;
+        const u64 floor = n < v ? sample_kth(row, v, n, counts, slots + 1) : 0;
+        token = sample_ranked(row, v, n, floor, top, first, top_p, temperature, r[blockIdx.x], keys, sums, &slot);
+    } else {
+        const auto one = [](u32) -> u64 { return 1; };
+        const auto weigh = [&](u32 i) -> u64 { return sample_weight(to_float(row[i]), top, temperature); };
+        // Keys >= floor are kept: the first top_k, then the nucleus among them.
+        u64 floor = 0;
+        if (n < v) floor = sample_select(row, v, 0, n, one, hist, slots + 1);
+        if (top_p < 1.0f) {
+            const u64 total = sample_sum(row, v, floor, weigh, slots);
+            u64 reach = (u64)ceil((double)top_p * (double)total);
+            reach = reach < 1 ? 1 : (reach > total ? total : reach);
+            if (total != 0) floor = sample_select(row, v, floor, reach, weigh, hist, slots + 1);
+        }
+        const u64 kept = sample_sum(row, v, floor, weigh, slots);
+        if (kept != 0) {
+            // floor(r kept / 2^32): where in the kept weight the row's r falls.
+            const u64 target = __umul64hi(kept, (u64)r[blockIdx.x] << 32);
+            token = 0xffffffffu - (u32)sample_select(row, v, floor, target + 1, weigh, hist, slots + 1);
+        }
     }
     if (threadIdx.x == 0) out[blockIdx.x] = token;
 }
