@@ -3,7 +3,7 @@
 //! so that the parent then writes the report from the saved results alone. Each process writes
 //! its output to `OUT/logs/NAME.log` and runs in a process group of its own: Ctrl-C reaches the
 //! parent alone, which passes one SIGTERM to each process, so each saves a checkpoint and stops
-//! as `swax train` does.
+//! as `swax train` does; a parent killed outright has the kernel send each that SIGTERM.
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,6 +99,17 @@ fn spawn(
         .stderr(Stdio::from(log));
     #[cfg(unix)]
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    // A parent killed outright (SIGKILL, as a machine's time limit kills) cannot pass the stop
+    // on: the child then gets SIGTERM from the kernel, saves and stops, instead of training on
+    // unseen and holding its run's lock against the next command.
+    #[cfg(target_os = "linux")]
+    // SAFETY: the closure runs in the child between fork and exec and makes one system call.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+                .map_err(std::io::Error::from)
+        });
+    }
     eprintln!("{name}: training");
     Ok(cmd.spawn()?)
 }
