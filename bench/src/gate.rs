@@ -381,6 +381,7 @@ mod tests {
             include_str!("../study-regime.toml"),
             include_str!("../passkey-budget.toml"),
             include_str!("../gate-t1024.toml"),
+            include_str!("../learning-benchmark.toml"),
         ] {
             let sweep = Gate::parse(sweep).unwrap();
             assert!(sweep.cases.iter().all(|c| c.min_learned == 0));
