@@ -41,35 +41,26 @@ __device__ u64 sample_sum(const T* row, u32 v, u64 floor, Weigh weigh, u64* slot
     return total;
 }
 
-// Thread 0 of a radix select's pass: the bin (of the eight bits at `shift`) where the keys from
-// the top, weighed by `hist`, reach what is left of *t, into *chosen; *t loses the bins above it.
-template <typename W>
-__device__ void sample_walk(const W* hist, u64* t, u64 prefix, int shift, u64* chosen) {
-    u64 above = 0;
-    u32 d = 255;
-    while (d > 0 && above + hist[d] < *t) above += hist[d--];
-    *t -= above;
-    *chosen = prefix | ((u64)d << shift);
-}
-
-// The largest key K >= floor such that the keys from K up to the top (those >= floor) weigh at
-// least t (t >= 1, at most their whole weight), in every thread. Each pass fixes eight more bits
-// of K: it weighs the keys that share the bits fixed so far by their next eight, and walks those
-// from the top until the weight reaches what is left of t.
-template <typename T, typename Weigh>
-__device__ u64 sample_select(const T* row, u32 v, u64 floor, u64 t, Weigh weigh, u64* hist, u64* chosen) {
+// The largest key K such that the keys from K up to the top weigh at least t (t >= 1, at most
+// their whole weight), in every thread. Each of eight passes fixes eight more bits of K:
+// `weigh_bins(prefix, fixed, shift)` adds into `hist` the weight of the keys whose bits under
+// `fixed` are `prefix`, binned by their eight bits at `shift`, and thread 0 walks the bins from
+// the top until the weight reaches what is left of t.
+template <typename W, typename WeighBins>
+__device__ u64 sample_radix(u64 t, W* hist, u64* chosen, WeighBins weigh_bins) {
     u64 prefix = 0, fixed = 0;
     for (int shift = 56; shift >= 0; shift -= 8) {
         for (u32 d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
         __syncthreads();
-        for (u32 i = threadIdx.x; i < v; i += blockDim.x) {
-            const u64 key = sample_key(to_float(row[i]), i);
-            if (key < floor || (key & fixed) != prefix) continue;
-            const u64 w = weigh(i);
-            if (w != 0) atomicAdd(hist + ((key >> shift) & 255), w);
-        }
+        weigh_bins(prefix, fixed, shift);
         __syncthreads();
-        if (threadIdx.x == 0) sample_walk(hist, &t, prefix, shift, chosen);
+        if (threadIdx.x == 0) {
+            u64 above = 0;
+            u32 d = 255;
+            while (d > 0 && above + hist[d] < t) above += hist[d--];
+            t -= above;
+            *chosen = prefix | ((u64)d << shift);
+        }
         __syncthreads();
         prefix = *chosen;
         fixed |= (u64)255 << shift;
@@ -77,17 +68,26 @@ __device__ u64 sample_select(const T* row, u32 v, u64 floor, u64 t, Weigh weigh,
     return prefix;
 }
 
+// sample_radix over the keys >= floor, each weighing weigh(i), in 64 bits.
+template <typename T, typename Weigh>
+__device__ u64 sample_select(const T* row, u32 v, u64 floor, u64 t, Weigh weigh, u64* hist, u64* chosen) {
+    return sample_radix(t, hist, chosen, [&](u64 prefix, u64 fixed, int shift) {
+        for (u32 i = threadIdx.x; i < v; i += blockDim.x) {
+            const u64 key = sample_key(to_float(row[i]), i);
+            if (key < floor || (key & fixed) != prefix) continue;
+            const u64 w = weigh(i);
+            if (w != 0) atomicAdd(hist + ((key >> shift) & 255), w);
+        }
+    });
+}
 
-// The t-th largest key of the row (1 <= t <= v), in every thread: sample_select with every token
+// The t-th largest key of the row (1 <= t <= v), in every thread: sample_radix with every token
 // weighing one, counted in 32 bits. The threads of a warp that fall in one bin add their count
 // once (__match_any_sync): in the first passes nearly every key shares the few bins of the
 // logits' exponents, and one add per token there would wait in line.
 template <typename T>
 __device__ u64 sample_kth(const T* row, u32 v, u64 t, u32* hist, u64* chosen) {
-    u64 prefix = 0, fixed = 0;
-    for (int shift = 56; shift >= 0; shift -= 8) {
-        for (u32 d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
-        __syncthreads();
+    return sample_radix(t, hist, chosen, [&](u64 prefix, u64 fixed, int shift) {
         // Every thread of the block takes as many turns, so that a warp meets whole.
         for (u32 base = 0; base < v; base += blockDim.x) {
             const u32 i = base + threadIdx.x;
@@ -99,13 +99,7 @@ __device__ u64 sample_kth(const T* row, u32 v, u64 t, u32* hist, u64* chosen) {
             const u32 peers = __match_any_sync(0xffffffffu, bin);
             if (bin != 256 && (threadIdx.x & 31) == (u32)(__ffs(peers) - 1)) atomicAdd(hist + bin, (u32)__popc(peers));
         }
-        __syncthreads();
-        if (threadIdx.x == 0) sample_walk(hist, &t, prefix, shift, chosen);
-        __syncthreads();
-        prefix = *chosen;
-        fixed |= (u64)255 << shift;
-    }
-    return prefix;
+    });
 }
 
 // The draw among the n (1 <= n <= SAMPLE_THREADS) tokens whose keys are at least floor: gathered
