@@ -52,6 +52,19 @@ fn learn(dir: &Path, extra: &[&str]) -> Output {
         .unwrap()
 }
 
+/// A folder holding the gate (`gate.toml`) and its case M-T32 trained into `runs`.
+fn trained_m_case() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gate.toml"), GATE).unwrap();
+    let first = learn(dir.path(), &["--cases", "M-T32"]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    dir
+}
+
 #[test]
 fn a_case_trains_only_its_forms_and_every_run_gets_the_shared_sets() {
     let dir = tempfile::tempdir().unwrap();
@@ -151,14 +164,7 @@ fn a_mistyped_key_in_the_gate_is_named_before_any_run_starts() {
 /// time covers.
 #[test]
 fn a_gate_run_again_trains_only_the_runs_it_has_not_finished() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("gate.toml"), GATE).unwrap();
-    let first = learn(dir.path(), &["--cases", "M-T32"]);
-    assert!(
-        first.status.success(),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
+    let dir = trained_m_case();
     let log = dir.path().join("runs/gate/M-T32-fused/s0.log");
     let trained = std::fs::read_to_string(&log).unwrap();
     assert!(trained.contains("training M at lr"), "{trained}");
@@ -191,14 +197,7 @@ fn a_gate_run_again_trains_only_the_runs_it_has_not_finished() {
 /// the old run would pass for the new case.
 #[test]
 fn a_run_the_gate_no_longer_describes_is_refused_not_judged() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("gate.toml"), GATE).unwrap();
-    let first = learn(dir.path(), &["--cases", "M-T32"]);
-    assert!(
-        first.status.success(),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
+    let dir = trained_m_case();
     let metrics = dir
         .path()
         .join("runs/gate/M-T32-fused/mqar-M-lr1e-3-s0/metrics.jsonl");

@@ -57,6 +57,19 @@ fn run_study(spec: &StudySpec, out: &Path) -> study::Outcome {
     .unwrap()
 }
 
+/// `swax study FILE --quiet --device cpu --out OUT` with `extra` arguments.
+fn swax_study(file: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_swax"))
+        .arg("study")
+        .arg(file)
+        .args(["--quiet", "--device", "cpu"])
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 const SCHEDULES: [&str; 4] = ["SM-short8", "SM-long32", "SM-p0.5", "SM-p0.5-anneal0.25"];
 
 #[test]
@@ -194,19 +207,7 @@ fn the_command_line_seeds_override_the_file_and_more_seeds_add_runs() {
     std::fs::write(&file, MICRO).unwrap();
     let out = dir.path().join("out");
     let study = |seeds: &str| {
-        let run = Command::new(env!("CARGO_BIN_EXE_swax"))
-            .args([
-                "study",
-                file.to_str().unwrap(),
-                "--quiet",
-                "--device",
-                "cpu",
-            ])
-            .args(["--seeds", seeds])
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
+        let run = swax_study(&file, &out, &["--seeds", seeds]);
         assert!(
             run.status.success(),
             "{}",
@@ -700,21 +701,7 @@ fn runs_trained_in_parallel_processes_give_the_same_report() {
     let file = many.path().join("micro.toml");
     std::fs::write(&file, MICRO).unwrap();
     let out = many.path().join("out");
-    let study = |jobs: &str| {
-        Command::new(env!("CARGO_BIN_EXE_swax"))
-            .args([
-                "study",
-                file.to_str().unwrap(),
-                "--quiet",
-                "--device",
-                "cpu",
-            ])
-            .args(["--jobs", jobs])
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap()
-    };
+    let study = |jobs: &str| swax_study(&file, &out, &["--jobs", jobs]);
     let refused = study("0");
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--jobs 0"));
