@@ -21,6 +21,18 @@ __device__ __forceinline__ u64 sample_key(float logit, u32 index) {
     return ((u64)ordered << 32) | (u64)(0xffffffffu - index);
 }
 
+// The token a key ranks: its low half holds the index reversed.
+__device__ __forceinline__ u32 sample_token(u64 key) { return 0xffffffffu - (u32)key; }
+
+// How much of `total` the nucleus must reach: ceil(top_p total), at least 1 and at most total.
+__device__ __forceinline__ u64 sample_reach(float top_p, u64 total) {
+    const u64 reach = (u64)ceil((double)top_p * (double)total);
+    return reach < 1 ? 1 : (reach > total ? total : reach);
+}
+
+// floor(r kept / 2^32): where in the kept weight a row's r falls.
+__device__ __forceinline__ u64 sample_target(u64 kept, u32 r) { return __umul64hi(kept, (u64)r << 32); }
+
 // A kept token's weight: exp((logit - top) / temperature) with 32 fractional bits.
 __device__ __forceinline__ u64 sample_weight(float logit, float top, float temperature) {
     return (u64)(expf((logit - top) / temperature) * 4294967296.0f);
@@ -135,7 +147,7 @@ __device__ u32 sample_ranked(const T* row, u32 v, u32 n, u64 floor, float top, u
             __syncthreads();
         }
     }
-    const u32 token = 0xffffffffu - (u32)keys[tid];
+    const u32 token = sample_token(keys[tid]);
     const u64 w = tid < n ? sample_weight(to_float(row[token]), top, temperature) : 0;
     sums[tid] = w;
     __syncthreads();
@@ -149,22 +161,18 @@ __device__ u32 sample_ranked(const T* row, u32 v, u32 n, u64 floor, float top, u
     // The run: up to the first rank whose sum reaches the nucleus's share of the total.
     if (tid == 0) *slot = n - 1;
     __syncthreads();
-    if (top_p < 1.0f && total != 0) {
-        u64 reach = (u64)ceil((double)top_p * (double)total);
-        reach = reach < 1 ? 1 : (reach > total ? total : reach);
-        if (tid < n && sum >= reach) atomicMin(slot, tid);
-    }
+    if (top_p < 1.0f && total != 0 && tid < n && sum >= sample_reach(top_p, total)) atomicMin(slot, tid);
     __syncthreads();
     const u64 kept = sums[*slot];
     __syncthreads();
     if (kept == 0) return first;
-    // floor(r kept / 2^32): where in the kept weight the row's r falls; the first rank past it.
-    const u64 target = __umul64hi(kept, (u64)r << 32);
+    // The first rank past where the row's r falls.
+    const u64 target = sample_target(kept, r);
     if (tid == 0) *slot = SAMPLE_THREADS;
     __syncthreads();
     if (tid < n && sum > target) atomicMin(slot, tid);
     __syncthreads();
-    return 0xffffffffu - (u32)keys[*slot];
+    return sample_token(keys[*slot]);
 }
 
 template <typename T>
@@ -184,7 +192,7 @@ __device__ void sample(const T* __restrict__ logits, const u32* __restrict__ r, 
     }
     atomicMax(slots, best);
     __syncthreads();
-    const u32 first = 0xffffffffu - (u32)slots[0];
+    const u32 first = sample_token(slots[0]);
     const float top = to_float(row[first]);
     __syncthreads();
 
@@ -204,15 +212,12 @@ __device__ void sample(const T* __restrict__ logits, const u32* __restrict__ r, 
         if (n < v) floor = sample_select(row, v, 0, n, one, hist, slots + 1);
         if (top_p < 1.0f) {
             const u64 total = sample_sum(row, v, floor, weigh, slots);
-            u64 reach = (u64)ceil((double)top_p * (double)total);
-            reach = reach < 1 ? 1 : (reach > total ? total : reach);
-            if (total != 0) floor = sample_select(row, v, floor, reach, weigh, hist, slots + 1);
+            if (total != 0) floor = sample_select(row, v, floor, sample_reach(top_p, total), weigh, hist, slots + 1);
         }
         const u64 kept = sample_sum(row, v, floor, weigh, slots);
         if (kept != 0) {
-            // floor(r kept / 2^32): where in the kept weight the row's r falls.
-            const u64 target = __umul64hi(kept, (u64)r[blockIdx.x] << 32);
-            token = 0xffffffffu - (u32)sample_select(row, v, floor, target + 1, weigh, hist, slots + 1);
+            const u64 target = sample_target(kept, r[blockIdx.x]);
+            token = sample_token(sample_select(row, v, floor, target + 1, weigh, hist, slots + 1));
         }
     }
     if (threadIdx.x == 0) out[blockIdx.x] = token;
