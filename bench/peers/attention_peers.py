@@ -86,7 +86,7 @@ def main():
     rec = kp.Recorder(a.results, "attention-peer")
     # Static shapes: each shape compiles its own kernels, as a model of that shape would. Each
     # window's mask and the forward alone recompile: with dynamo's default limit of 8 the second
-    # shape fell back to eager FlexAttention (91 ms at swax-small's shape, 2026-12-02).
+    # shape fell back to eager FlexAttention, many times slower.
     torch._dynamo.config.recompile_limit = 64
     for _, s in kp.shapes(a.shapes):
         torch._dynamo.reset()

@@ -1,5 +1,6 @@
 """The generation peer of bench-generate: a transformers model of swax-small's size (Mistral's
-layout: d_model 768, 12 layers, 12 heads of 64, SwiGLU 2048, vocabulary 50304) with random
+layout: d_model 768, 12 layers, 12 heads of 64, SwiGLU 2048, vocabulary 50304), or of
+swax-1.4b's (`--size 1.4b`: d_model 2048, 24 layers, 16 heads of 128, SwiGLU 5632) with random
 weights, bf16, SDPA attention, every layer a sliding window of --window tokens (0: full causal
 attention). It reads a prompt in pieces through its KV cache (the cache built from the config,
 which keeps only the window for sliding layers), then decodes one token at a time, timed from the
@@ -7,6 +8,7 @@ token ids on the host to the last logits back on the host, and again to the gree
 the host, as bench-generate times swax.
 
     python3 bench/peers/generate_peer.py --batches 1,64 --contexts 4096,32768,131072 --window 2048
+    python3 bench/peers/generate_peer.py --size 1.4b --batches 1,8 --contexts 4096
 
 Prints prefill tokens/s, the median decode latency per token and torch's peak memory per phase,
 and appends one JSON line per case (bench "generate-peer") to bench/results/generate.jsonl. A
@@ -82,8 +84,13 @@ def case(model, cfg, batch, context, piece_tokens, decode, warmup):
     }
 
 
+# Mistral's shape at each swax config's size: (layers, d_model, heads, head dim, SwiGLU width).
+SIZES = {"small": (12, 768, 12, 64, 2048), "1.4b": (24, 2048, 16, 128, 5632)}
+
+
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--size", choices=sorted(SIZES), default="small")
     p.add_argument("--batches", default="1,64")
     p.add_argument("--contexts", default="4096,32768,131072")
     p.add_argument("--window", type=int, default=2048)
@@ -92,9 +99,10 @@ def main():
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--results", default="bench/results/generate.jsonl")
     a = p.parse_args()
+    layers, width, heads, head_dim, ff = SIZES[a.size]
     cfg = MistralConfig(
-        vocab_size=50304, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-        num_attention_heads=12, num_key_value_heads=12, head_dim=64,
+        vocab_size=50304, hidden_size=width, intermediate_size=ff, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=heads, head_dim=head_dim,
         max_position_embeddings=262144, rope_theta=10000.0, rms_norm_eps=1e-6,
         sliding_window=a.window or None, tie_word_embeddings=False,
     )
@@ -114,7 +122,7 @@ def main():
             base = {
                 "bench": "generate-peer", "date": datetime.date.today().isoformat(),
                 "commit": commit(), "device": torch.cuda.get_device_name(), "peer": name,
-                "n_layers": 12, "d_model": 768, "dtype": "BF16", "batch": batch,
+                "n_layers": layers, "d_model": width, "dtype": "BF16", "batch": batch,
                 "context": context, "window": a.window,
             }
             try:

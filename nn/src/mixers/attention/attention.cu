@@ -289,8 +289,7 @@ __device__ void swa_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, 
 // query tile's are one aligned run): delta = sum_d do · o and lse2 = lse / ln 2 (log2 units);
 // rows past T get delta 0 and lse2 +inf, so that their probabilities are zero. d / 8 threads a
 // row (a power of two dividing a warp), each reading 16-byte pieces of o and do: a warp a row,
-// its lanes reading two bytes each, ran at under half of DRAM's bandwidth (0.24 ms at the paper
-// shape).
+// its lanes reading two bytes each, ran at under half of DRAM's bandwidth.
 extern "C" __global__ void swa_bwd_prep(const bf16* __restrict__ o, const bf16* __restrict__ dout,
                                         const float* __restrict__ lse, float* __restrict__ delta,
                                         float* __restrict__ lse2, u32 rows, u32 t_len, u32 t_pad, u32 heads, u32 d) {

@@ -12,7 +12,7 @@
 //   back by its own arrival (an arrival releases only its own thread's reads of lse2 and delta).
 // - Persistent: one block an SM walks the (key tile, kv head, sequence) tiles, key tiles of one
 //   head next to each other (the blocks at work at once read the same Q and dO tiles, from L2;
-//   ordered head by head first, the kernel measured DRAM-bound, 72% busy); the
+//   ordered head by head first, the kernel was bound by DRAM); the
 //   producer loads the next tile's K and V once the consumers hand the last back, and its first
 //   Q and dO tiles before, while the consumers store dK and dV (a narrow window's tiles have few
 //   steps, so this tail would otherwise be a good part of each). dK and dV leave through shared
@@ -267,8 +267,7 @@ __device__ void swa_bwd_ws(const TensorMap& tq, const TensorMap& tk, const Tenso
 // dq [B, T, H, D] (O: f32 or bf16) = scale times the blocked accumulator of swa_bwd_ws: a block
 // a 64 x 64 accumulator block at a time (grid-stride), read whole in float4s, laid out by rows in
 // shared memory, written as 16-byte pieces of rows. (A thread a pair of columns, each a 2- or
-// 4-byte store to a different row, ran at a quarter of DRAM's bandwidth: 0.84 ms at the paper
-// shape.)
+// 4-byte store to a different row, ran at a quarter of DRAM's bandwidth.)
 template <typename O, int D>
 __device__ void swa_dq_unblock(const float* __restrict__ acc, O* __restrict__ dq, u32 t_len, u32 heads, u32 batch,
                                float scale) {

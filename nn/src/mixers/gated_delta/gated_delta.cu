@@ -41,7 +41,7 @@ struct Tiles {
 };
 
 // Written out rather than through chunk.cuh's take/take_tile (as mlstm.cu carves): with those,
-// ptxas scheduled the backward differently and it ran 12.26 -> 13.09 ms on the H200.
+// ptxas scheduled the backward differently and it ran slower.
 template <typename E>
 __device__ __forceinline__ Tiles<E> carve_tiles(void* base, int lp, const RecDims& d, int vectors, bool backward) {
     Tiles<E> t;

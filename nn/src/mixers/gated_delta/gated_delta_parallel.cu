@@ -392,8 +392,8 @@ __device__ __forceinline__ float stage_state(const STile<bf16>& s0s, const float
 // How gdn_grads splits its products: 4 row groups of 16 rows by CW = 2 column groups, 8 warps
 // over value tiles of GDN_BE = 32 columns, built for two blocks an SM (their shared memory fits
 // twice, cuda_parallel.rs's grads_bytes), so that one block's loads, barriers and serial tail
-// overlap the other's products. (Tiles of 64 columns in blocks of 16 warps, one an SM, measured
-// slower on the H200: paper shape backward 5.36 ms against 4.92, swax-small 2.21 against 1.82.)
+// overlap the other's products. (Tiles of 64 columns in blocks of 16 warps, one an SM, were
+// slower at both benchmark shapes.)
 #define GDN_BE 32
 template <int D>
 struct GradSplit {

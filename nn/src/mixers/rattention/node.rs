@@ -5,7 +5,8 @@
 //!
 //! The node saves q, k, v, the roped q and k, both branch outputs before their norms, the SWA
 //! log-sum-exp `[B, H, T]`, the norms' scales and per-row rstd, and on CUDA the linear branch's
-//! features phi(q), phi(k) (bf16 `[.., 2D]`: making them again cost its backward about 5%).
+//! features phi(q), phi(k) (bf16 `[.., 2D]`: making them again slowed its backward more than
+//! keeping them costs in memory).
 //! Nothing of size T × W or T × D² is kept: the backward recomputes attention probabilities
 //! from the lse and the linear branch's chunk states from k and v.
 use super::kernel::{self as rla, Features, RlaBackward};

@@ -325,8 +325,8 @@ struct Tiles {
 // warpgroup 1 left in shared memory after the chunk before (two copies, by chunk parity). A
 // step's tiles come by TMA, issued by one thread a step ahead into a two-stage ring and counted
 // on the stage's mbarrier, in the 128-byte-swizzle layout wgmma reads: no thread computes a
-// load's address (every thread's cp.async, which this replaced, had the walks at 0.77-1.19 ms
-// at the paper shape, against 0.46-0.64 with TMA). The
+// load's address (every thread's cp.async, which this replaced, made the walks slower by about
+// half again). The
 // masked product goes from registers straight into P v. PHI: warpgroup 0 holds all N columns
 // of a row, so the row dot is its own lanes'; phi's values come as a fourth tile at a chunk's
 // last head.
