@@ -105,10 +105,12 @@ fn a_case_trains_only_its_forms_and_every_run_gets_the_shared_sets() {
     )
     .unwrap();
     assert!(config.contains("d_ff = 48"), "{config}");
-    let lines = std::fs::read_to_string(dir.path().join("learning-gate.jsonl")).unwrap();
+    // The results are named after the gate's file (gate.toml: gate.jsonl), and say which.
+    let lines = std::fs::read_to_string(dir.path().join("gate.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 3);
     let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
     assert_eq!(first["sets"][0], "model.d_ff=48");
+    assert_eq!(first["bench"], "gate");
 
     // Judged again from the same runs, without training: the same table.
     let again = learn(dir.path(), &["--judge"]);
@@ -184,7 +186,7 @@ fn a_gate_run_again_trains_only_the_runs_it_has_not_finished() {
     assert_eq!(std::fs::read_to_string(&log).unwrap(), trained);
     assert!(stdout.contains("for 1 of its 3 runs"), "{stdout}");
     assert!(stdout.contains("| M-T32 | fused |"), "{stdout}");
-    let lines = std::fs::read_to_string(dir.path().join("learning-gate.jsonl")).unwrap();
+    let lines = std::fs::read_to_string(dir.path().join("gate.jsonl")).unwrap();
     let last: serde_json::Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
     assert_eq!(
         (last["runs"].as_u64(), last["runs_trained"].as_u64()),
