@@ -380,6 +380,26 @@ pub fn write(
     let f = figures(out, spec, runs, results);
     let mut md = String::from("# Window study\n\n");
     let _ = writeln!(md, "{}\n", f.description);
+    setup(&mut md, spec, runs, &f);
+    runs_table(&mut md, &f);
+    retrieval_table(&mut md, spec, &f);
+    let mut files = by_length(&mut md, out, &f)?;
+    files.extend(plots(out, spec, &f)?);
+    md += "\n## Plots\n\nLines and points are medians over the seeds; error bars their range.\n\n";
+    for file in &files {
+        let name = file.file_name().expect("a file").to_string_lossy();
+        let _ = writeln!(md, "![{name}]({name})\n");
+    }
+    let mut all = vec![
+        write_file(out, "report.md", &md)?,
+        write_file(out, "report.json", &serde_json::to_string_pretty(&f)?)?,
+    ];
+    all.append(&mut files);
+    Ok(all)
+}
+
+/// The paragraph that says what was trained and how it was evaluated, and what a cell means.
+fn setup(md: &mut String, spec: &StudySpec, runs: &[RunSpec], f: &Figures) {
     let first = &runs[0].cfg;
     let (d, t) = (&first.data, &first.train);
     let seeds: Vec<String> = runs
@@ -418,8 +438,11 @@ pub fn write(
         spec.eval.samples
     );
     let _ = writeln!(md, "{}\n", cells_meaning(f.seeds));
+}
 
-    md += "## Runs\n\n| run | pattern | p_short | anneal | seed | final train loss | in-window \
+/// Every run, and which learned.
+fn runs_table(md: &mut String, f: &Figures) {
+    *md += "## Runs\n\n| run | pattern | p_short | anneal | seed | final train loss | in-window \
            recall at the training length (%) | learned |\n|---|---|---:|---:|---:|---:|---:|---|\n";
     for r in &f.runs {
         let _ = writeln!(
@@ -439,8 +462,8 @@ pub fn write(
             }
         );
     }
-    let learned = learned_count(&f);
-    md += "\n";
+    let learned = learned_count(f);
+    *md += "\n";
     let _ = match learned == f.runs.len() {
         true => write!(md, "Every run learned ({learned} of {}).", f.runs.len()),
         false => write!(md, "{learned} of {} runs learned.", f.runs.len()),
@@ -455,8 +478,11 @@ pub fn write(
             f.unknown.join(", ")
         );
     }
-    md += "\n";
+    *md += "\n";
+}
 
+/// Each schedule and window: in-window quality, retrieval within the window and beyond it.
+fn retrieval_table(md: &mut String, spec: &StudySpec, f: &Figures) {
     let quality_name = match spec.eval.loss {
         true => "the held-out loss over the training length at that window",
         false => "the exact match (%) within the window at the training length",
@@ -482,7 +508,11 @@ pub fn write(
             fmt(&r.beyond, 1, n),
         );
     }
+}
 
+/// Each task's retrieval beyond and within the window by length: the tables, and the plot of
+/// each task written into `out`.
+fn by_length(md: &mut String, out: &Path, f: &Figures) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for task in tasks(&f.rows) {
         let lengths = lengths(&f.rows, &task);
@@ -494,9 +524,9 @@ pub fn write(
             for l in &lengths {
                 let _ = write!(md, " {l} |");
             }
-            md += "\n|---|---:|";
-            md += &"---:|".repeat(lengths.len());
-            md += "\n";
+            *md += "\n|---|---:|";
+            *md += &"---:|".repeat(lengths.len());
+            *md += "\n";
             for r in &f.rows {
                 let _ = write!(md, "| {} | {} |", r.schedule, r.window);
                 for &l in &lengths {
@@ -504,7 +534,7 @@ pub fn write(
                     let s = cell.and_then(|c| if near { &c.within } else { &c.beyond }.clone());
                     let _ = write!(md, " {} |", fmt(&s, 1, r.runs.len()));
                 }
-                md += "\n";
+                *md += "\n";
             }
         }
         let series = f
@@ -518,7 +548,13 @@ pub fn write(
             &retrieval_plot(&task, series),
         )?);
     }
+    Ok(files)
+}
 
+/// The trade-off between in-window quality and retrieval beyond the window, and the loss by
+/// position, where the study measured them.
+fn plots(out: &Path, spec: &StudySpec, f: &Figures) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
     let points: Vec<Series> = f
         .rows
         .iter()
@@ -534,17 +570,7 @@ pub fn write(
     if let Some(plot) = loss_plot(&f.rows) {
         files.push(write_file(out, "loss-by-position.svg", &plot)?);
     }
-    md += "\n## Plots\n\nLines and points are medians over the seeds; error bars their range.\n\n";
-    for file in &files {
-        let name = file.file_name().expect("a file").to_string_lossy();
-        let _ = writeln!(md, "![{name}]({name})\n");
-    }
-    let mut all = vec![
-        write_file(out, "report.md", &md)?,
-        write_file(out, "report.json", &serde_json::to_string_pretty(&f)?)?,
-    ];
-    all.append(&mut files);
-    Ok(all)
+    Ok(files)
 }
 
 fn learned_count(f: &Figures) -> usize {
