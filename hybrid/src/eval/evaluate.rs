@@ -3,10 +3,11 @@
 //! `swax study` both go through here.
 use std::time::Instant;
 
-use swax_data::TokenizerKind;
+use swax_data::{Tokenizer, TokenizerKind};
+use swax_tensor::DType;
 
 use super::generated::{eval_generated, Generation};
-use super::results::{EvalResults, LossCurve};
+use super::results::{EvalResults, LossCurve, TaskCell};
 use super::run::{eval_task, held_out, loss_curve, Forward, InPieces, OneShot, Task};
 use crate::config::Config;
 use crate::loaded::Loaded;
@@ -96,10 +97,9 @@ pub fn evaluate(
     progress: &mut dyn FnMut(&str),
 ) -> Result<EvalResults> {
     let cfg = &loaded.cfg;
-    let device = loaded.device;
     memory::check_eval(
         cfg,
-        device,
+        loaded.device,
         &plan.lengths,
         plan.samples,
         plan.piece,
@@ -107,10 +107,35 @@ pub fn evaluate(
     )?;
     let kind = &cfg.data.tokenizer;
     let tok = kind.open(&loaded.run)?;
-    let dtype = compute_dtype(cfg, device);
-    let model = &loaded.model;
-    let window = plan.window;
-    let f: Box<dyn Forward> = match plan.piece {
+    let dtype = compute_dtype(cfg, loaded.device);
+    let f = forward(loaded, plan, dtype);
+    let cells = retrieval(loaded, plan, dtype, &*f, &*tok, progress)?;
+    let data = plan.data.as_deref().unwrap_or(&cfg.data.source);
+    let loss = match (plan.loss, plan.lengths.iter().max()) {
+        (true, Some(&len)) => Some(loss_by_position(loaded, plan, &*f, data, len, progress)?),
+        _ => None,
+    };
+    Ok(EvalResults {
+        run: loaded.run.display().to_string(),
+        checkpoint: loaded.checkpoint.display().to_string(),
+        step: loaded.step,
+        model: cfg.model.name.clone(),
+        pattern: cfg.model.pattern.clone(),
+        train_len: cfg.data.seq_len,
+        trained_on: cfg.data.source.clone(),
+        window: plan.window,
+        tokenizer: kind.name().into(),
+        tasks: cells,
+        other_data: (plan.loss && !same_source(data, &cfg.data.source)).then(|| data.to_string()),
+        loss,
+    })
+}
+
+/// The model's forward at the plan's window: the whole sequence at once, or in pieces through
+/// the decoding caches (`plan.piece`).
+fn forward<'m>(loaded: &'m Loaded, plan: &Plan, dtype: DType) -> Box<dyn Forward + 'm> {
+    let (model, window, device) = (&loaded.model, plan.window, loaded.device);
+    match plan.piece {
         0 => Box::new(OneShot {
             model,
             window,
@@ -124,7 +149,20 @@ pub fn evaluate(
             dtype,
             device,
         }),
-    };
+    }
+}
+
+/// Every retrieval task of the plan at each length (and depth, where the task has one), scored
+/// teacher-forced and, where the plan asks, by generation.
+fn retrieval(
+    loaded: &Loaded,
+    plan: &Plan,
+    dtype: DType,
+    f: &dyn Forward,
+    tok: &dyn Tokenizer,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<TaskCell>> {
+    let (model, window, device) = (&loaded.model, plan.window, loaded.device);
     let mut cells = Vec::new();
     for &task in &plan.tasks {
         let depths: Vec<Option<f64>> = match task.has_depth() {
@@ -135,7 +173,7 @@ pub fn evaluate(
             for &depth in &depths {
                 let clock = Instant::now();
                 let samples = plan.samples;
-                match eval_task(&*f, &*tok, task, len, depth, samples, plan.seed, window) {
+                match eval_task(f, tok, task, len, depth, samples, plan.seed, window) {
                     Ok(mut cell) => {
                         // MQAR's answers follow keys the prompt has not reached: it is scored
                         // teacher-forced only.
@@ -150,7 +188,7 @@ pub fn evaluate(
                             };
                             let seed = plan.seed;
                             cell.generated =
-                                Some(eval_generated(&g, &*tok, task, len, depth, samples, seed)?);
+                                Some(eval_generated(&g, tok, task, len, depth, samples, seed)?);
                         }
                         progress(&format!(
                             "  {} len {len} depth {}: {:.1}%{} ({})",
@@ -174,49 +212,41 @@ pub fn evaluate(
             }
         }
     }
-    let data = plan.data.as_deref().unwrap_or(&cfg.data.source);
-    let loss = match (plan.loss, plan.lengths.iter().max()) {
-        (true, Some(&len)) => {
-            let seqs = held_out(cfg, plan.data.as_deref(), len, plan.samples)?;
-            let clock = Instant::now();
-            // A byte token is a byte of text only where the data is text.
-            let unit = match (kind, Source::parse(data).is_text()) {
-                (TokenizerKind::Bytes, true) => "bits/byte",
-                _ => "bits/token",
-            };
-            let curve = LossCurve {
-                data: data.to_string(),
-                ..loss_curve(&*f, &seqs, plan.bucket, unit)?
-            };
-            progress(&format!(
-                "  loss len {len}: {}",
-                throughput(len * seqs.len(), clock)
-            ));
-            if let Some(b) = curve.buckets.iter().find(|b| !b.bits.is_finite()) {
-                progress(&format!(
-                    "  warning: the loss overflowed ({}) from position {}: results.json holds \
-                     null there",
-                    b.bits, b.start
-                ));
-            }
-            Some(curve)
-        }
-        _ => None,
+    Ok(cells)
+}
+
+/// The held-out loss by position over `len` tokens of `data`.
+fn loss_by_position(
+    loaded: &Loaded,
+    plan: &Plan,
+    f: &dyn Forward,
+    data: &str,
+    len: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Result<LossCurve> {
+    let seqs = held_out(&loaded.cfg, plan.data.as_deref(), len, plan.samples)?;
+    let clock = Instant::now();
+    // A byte token is a byte of text only where the data is text.
+    let unit = match (&loaded.cfg.data.tokenizer, Source::parse(data).is_text()) {
+        (TokenizerKind::Bytes, true) => "bits/byte",
+        _ => "bits/token",
     };
-    Ok(EvalResults {
-        run: loaded.run.display().to_string(),
-        checkpoint: loaded.checkpoint.display().to_string(),
-        step: loaded.step,
-        model: cfg.model.name.clone(),
-        pattern: cfg.model.pattern.clone(),
-        train_len: cfg.data.seq_len,
-        trained_on: cfg.data.source.clone(),
-        window,
-        tokenizer: kind.name().into(),
-        tasks: cells,
-        other_data: (plan.loss && !same_source(data, &cfg.data.source)).then(|| data.to_string()),
-        loss,
-    })
+    let curve = LossCurve {
+        data: data.to_string(),
+        ..loss_curve(f, &seqs, plan.bucket, unit)?
+    };
+    progress(&format!(
+        "  loss len {len}: {}",
+        throughput(len * seqs.len(), clock)
+    ));
+    if let Some(b) = curve.buckets.iter().find(|b| !b.bits.is_finite()) {
+        progress(&format!(
+            "  warning: the loss overflowed ({}) from position {}: results.json holds \
+             null there",
+            b.bits, b.start
+        ));
+    }
+    Ok(curve)
 }
 
 /// Tokens per second since `clock` (every token is read back through the logits, so the device
