@@ -987,6 +987,39 @@ fn eval_on_other_data_keeps_the_runs_own_loss() {
     assert!(apart["loss"]["samples"].as_u64().unwrap() > 0);
 }
 
+/// Prompt ids that are not token ids of the model (past its vocabulary, or none at all) are
+/// refused naming the flag and the id, before anything is generated.
+#[test]
+fn generate_refuses_prompt_ids_outside_the_vocabulary() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    ok(train(&run, &[]));
+    let run_s = run.to_str().unwrap();
+    for (ids, needles) in [
+        (
+            "3 999999999",
+            &["--prompt-ids", "\"999999999\"", "below the vocabulary"][..],
+        ),
+        ("3 x", &["--prompt-ids", "\"x\""]),
+        (" ", &["--prompt-ids: no token ids"]),
+    ] {
+        let out = swax(&["generate", run_s, "--device", "cpu", "--prompt-ids", ids]);
+        let log = fails(out, needles);
+        assert!(!log.contains("---"), "{log}");
+    }
+    let out = swax(&[
+        "generate",
+        run_s,
+        "--device",
+        "cpu",
+        "--prompt-ids",
+        "3 4",
+        "--max-tokens",
+        "2",
+    ]);
+    ok(out);
+}
+
 /// A negative number, on a flag or in a `--set`, is refused naming the flag or the key, not read
 /// as an unknown flag or left unnamed.
 #[test]

@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use clap::Args;
+use swax_data::Tokenizer;
 use swax_hybrid::generate::{generate_profiled, Request, Sampling, Utf8Stream};
 use swax_hybrid::loaded::load;
 use swax_hybrid::train::data::Source;
@@ -77,21 +78,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
     if args.batch == 0 || args.window == Some(0) {
         return Err("--batch and --window must be at least 1".into());
     }
-    let text = match (&args.prompt, &args.prompt_file) {
-        _ if args.prompt_ids.is_some() => String::new(),
-        (Some(p), _) => p.clone(),
-        (None, Some(f)) if f.as_os_str() == "-" => {
-            let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s)?;
-            s
-        }
-        (None, Some(f)) => {
-            std::fs::read_to_string(f).map_err(|e| format!("--prompt-file {}: {e}", f.display()))?
-        }
-        (None, None) => {
-            return Err("give the text to continue: --prompt, --prompt-file or --prompt-ids".into())
-        }
-    };
+    let text = prompt_text(&args)?;
     let device = super::device(args.device.as_deref())?;
     let loaded = load(&args.path, device)?;
     let cfg = &loaded.cfg;
@@ -107,24 +94,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
             }
         );
     }
-    // Every document in training began after the end-of-text token: so does the prompt.
-    let mut prompt = vec![tok.eot()];
-    prompt.extend(tok.encode(&text));
-    if let Some(ids) = &args.prompt_ids {
-        prompt = ids
-            .split_whitespace()
-            .map(|id| match id.parse::<u32>() {
-                Ok(id) if (id as usize) < cfg.model.vocab_size => Ok(id),
-                _ => Err(format!(
-                    "--prompt-ids: {id:?} is not a token id below the vocabulary's {}",
-                    cfg.model.vocab_size
-                )),
-            })
-            .collect::<Result<_, _>>()?;
-        if prompt.is_empty() {
-            return Err("--prompt-ids: no token ids".into());
-        }
-    }
+    let prompt = prompt_ids(&args, &text, &*tok, cfg.model.vocab_size)?;
     memory::check_generate(cfg, device, args.batch, prompt.len(), cfg.data.seq_len)?;
     let req = Request {
         max_tokens: args.max_tokens,
@@ -187,4 +157,53 @@ pub fn run(args: GenerateArgs) -> CliResult {
         eprintln!("profile: {}", profile.per_step());
     }
     Ok(())
+}
+
+/// The text to continue: --prompt, --prompt-file (`-`: standard input), or none where
+/// --prompt-ids gives the ids.
+fn prompt_text(args: &GenerateArgs) -> Result<String, Box<dyn std::error::Error>> {
+    Ok(match (&args.prompt, &args.prompt_file) {
+        _ if args.prompt_ids.is_some() => String::new(),
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) if f.as_os_str() == "-" => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s)?;
+            s
+        }
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).map_err(|e| format!("--prompt-file {}: {e}", f.display()))?
+        }
+        (None, None) => {
+            return Err("give the text to continue: --prompt, --prompt-file or --prompt-ids".into())
+        }
+    })
+}
+
+/// The prompt's token ids: --prompt-ids as given (each below the vocabulary), else the
+/// end-of-text token then the text's tokens.
+fn prompt_ids(
+    args: &GenerateArgs,
+    text: &str,
+    tok: &dyn Tokenizer,
+    vocab: usize,
+) -> Result<Vec<u32>, Box<dyn std::error::Error>> {
+    let Some(ids) = &args.prompt_ids else {
+        // Every document in training began after the end-of-text token: so does the prompt.
+        let mut prompt = vec![tok.eot()];
+        prompt.extend(tok.encode(text));
+        return Ok(prompt);
+    };
+    let prompt = ids
+        .split_whitespace()
+        .map(|id| match id.parse::<u32>() {
+            Ok(id) if (id as usize) < vocab => Ok(id),
+            _ => Err(format!(
+                "--prompt-ids: {id:?} is not a token id below the vocabulary's {vocab}"
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if prompt.is_empty() {
+        return Err("--prompt-ids: no token ids".into());
+    }
+    Ok(prompt)
 }
