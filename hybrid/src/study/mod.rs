@@ -216,76 +216,16 @@ impl StudySpec {
     /// The grid's runs, each config resolved and checked: every seed of the first schedule,
     /// then of the next.
     pub fn runs(&self) -> Result<Vec<RunSpec>> {
+        self.check_grid()?;
+        self.check_eval()?;
         let g = &self.grid;
-        let err = |m: String| -> Result<Vec<RunSpec>> { Err(m.into()) };
-        if g.seeds == 0 {
-            return err(
-                "grid.seeds = 0: a study trains each schedule at one seed or more (3 by default)"
-                    .into(),
-            );
-        }
-        if g.w_short == 0 || g.w_short >= g.w_long {
-            return err(format!(
-                "grid.w_short {} must be positive and below grid.w_long {}",
-                g.w_short, g.w_long
-            ));
-        }
-        if let Some(p) = g
-            .p_short
-            .iter()
-            .chain(&g.anneal)
-            .find(|p| !(0.0..1.0).contains(*p))
-        {
-            return err(format!(
-                "grid.p_short and grid.anneal hold {p}: each is in [0, 1)"
-            ));
-        }
-        let e = &self.eval;
-        if e.lengths.is_empty() || e.lengths.contains(&0) {
-            return err("eval.lengths: multiples of the training length, each at least 1".into());
-        }
-        if e.samples == 0 {
-            return err("eval.samples must be positive".into());
-        }
-        if e.depths.is_empty() {
-            return err("eval.depths is empty: at least one needle depth, in [0, 1]".into());
-        }
-        if let Some(d) = e.depths.iter().find(|d| !(0.0..=1.0).contains(*d)) {
-            return err(format!(
-                "eval.depths holds {d}: a depth is a fraction of the context, in [0, 1]"
-            ));
-        }
-        if e.tasks.is_empty() {
-            let names: Vec<&str> = Task::ALL.iter().map(|t| t.name()).collect();
-            return err(format!(
-                "eval.tasks is empty: the study evaluates retrieval, name at least one of {}",
-                names.join(", ")
-            ));
-        }
-        self.tasks()?;
         let base = Config::resolve(Some(&self.study.base), &self.study.set)?;
         let patterns = match g.patterns.is_empty() {
             true => vec![base.model.pattern.clone()],
             false => g.patterns.clone(),
         };
+        let schedules = self.schedules()?;
         let long = (format!("long{}", g.w_long), 0.0, 0.0);
-        let mut schedules: Vec<(String, f64, f64)> = Vec::new();
-        if g.fixed {
-            schedules.push((format!("short{}", g.w_short), 1.0, 0.0));
-            schedules.push(long.clone());
-        }
-        for &p in &g.p_short {
-            for &a in &g.anneal {
-                let name = match a {
-                    0.0 => format!("p{p}"),
-                    _ => format!("p{p}-anneal{a}"),
-                };
-                schedules.push((name, p, a));
-            }
-        }
-        if schedules.is_empty() {
-            return err("the grid has no run: set grid.fixed or grid.p_short".into());
-        }
         // Every pattern with every schedule, then attention alone at the long window.
         let grid = patterns
             .iter()
@@ -305,21 +245,106 @@ impl StudySpec {
                 .map_err(|ConfigError(e)| format!("{pattern} {schedule}: {e}"))?;
             // The evaluation's lengths in tokens must be countable.
             self.plan(&cfg, g.w_long)?;
-            let group = format!("{pattern}-{schedule}");
-            for i in 0..g.seeds as u64 {
-                let seed = cfg.train.seed.checked_add(i).ok_or_else(|| {
-                    format!("train.seed {} + {i}: past the largest seed", cfg.train.seed)
-                })?;
-                let cfg = cfg
-                    .with_overrides(&[format!("train.seed={seed}")])
-                    .map_err(|ConfigError(e)| format!("{group} seed {seed}: {e}"))?;
-                runs.push(RunSpec {
-                    name: format!("{group}-seed{seed}"),
-                    schedule: group.clone(),
-                    seed,
-                    cfg,
-                });
+            runs.extend(self.seeds(&format!("{pattern}-{schedule}"), &cfg)?);
+        }
+        Ok(runs)
+    }
+
+    fn check_grid(&self) -> Result<()> {
+        let g = &self.grid;
+        if g.seeds == 0 {
+            return Err(
+                "grid.seeds = 0: a study trains each schedule at one seed or more (3 by default)"
+                    .into(),
+            );
+        }
+        if g.w_short == 0 || g.w_short >= g.w_long {
+            return Err(format!(
+                "grid.w_short {} must be positive and below grid.w_long {}",
+                g.w_short, g.w_long
+            )
+            .into());
+        }
+        if let Some(p) = g
+            .p_short
+            .iter()
+            .chain(&g.anneal)
+            .find(|p| !(0.0..1.0).contains(*p))
+        {
+            return Err(format!("grid.p_short and grid.anneal hold {p}: each is in [0, 1)").into());
+        }
+        Ok(())
+    }
+
+    fn check_eval(&self) -> Result<()> {
+        let e = &self.eval;
+        if e.lengths.is_empty() || e.lengths.contains(&0) {
+            return Err("eval.lengths: multiples of the training length, each at least 1".into());
+        }
+        if e.samples == 0 {
+            return Err("eval.samples must be positive".into());
+        }
+        if e.depths.is_empty() {
+            return Err("eval.depths is empty: at least one needle depth, in [0, 1]".into());
+        }
+        if let Some(d) = e.depths.iter().find(|d| !(0.0..=1.0).contains(*d)) {
+            return Err(format!(
+                "eval.depths holds {d}: a depth is a fraction of the context, in [0, 1]"
+            )
+            .into());
+        }
+        if e.tasks.is_empty() {
+            let names: Vec<&str> = Task::ALL.iter().map(|t| t.name()).collect();
+            return Err(format!(
+                "eval.tasks is empty: the study evaluates retrieval, name at least one of {}",
+                names.join(", ")
+            )
+            .into());
+        }
+        self.tasks()?;
+        Ok(())
+    }
+
+    /// The grid's window schedules, as (name, p_short, anneal fraction): the fixed short and
+    /// long windows, then each p_short with each anneal fraction.
+    fn schedules(&self) -> Result<Vec<(String, f64, f64)>> {
+        let g = &self.grid;
+        let mut schedules = Vec::new();
+        if g.fixed {
+            schedules.push((format!("short{}", g.w_short), 1.0, 0.0));
+            schedules.push((format!("long{}", g.w_long), 0.0, 0.0));
+        }
+        for &p in &g.p_short {
+            for &a in &g.anneal {
+                let name = match a {
+                    0.0 => format!("p{p}"),
+                    _ => format!("p{p}-anneal{a}"),
+                };
+                schedules.push((name, p, a));
             }
+        }
+        if schedules.is_empty() {
+            return Err("the grid has no run: set grid.fixed or grid.p_short".into());
+        }
+        Ok(schedules)
+    }
+
+    /// The runs of schedule `group`, one per seed from the config's `train.seed` on.
+    fn seeds(&self, group: &str, cfg: &Config) -> Result<Vec<RunSpec>> {
+        let mut runs = Vec::new();
+        for i in 0..self.grid.seeds as u64 {
+            let seed = cfg.train.seed.checked_add(i).ok_or_else(|| {
+                format!("train.seed {} + {i}: past the largest seed", cfg.train.seed)
+            })?;
+            let cfg = cfg
+                .with_overrides(&[format!("train.seed={seed}")])
+                .map_err(|ConfigError(e)| format!("{group} seed {seed}: {e}"))?;
+            runs.push(RunSpec {
+                name: format!("{group}-seed{seed}"),
+                schedule: group.to_string(),
+                seed,
+                cfg,
+            });
         }
         Ok(runs)
     }
