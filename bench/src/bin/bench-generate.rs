@@ -160,7 +160,21 @@ fn gib(bytes: Option<usize>) -> String {
     })
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// What every case of a run shares.
+struct Setup<'a> {
+    a: &'a Args,
+    cfg: &'a swax_hybrid::config::Config,
+    model: &'a Model,
+    device: Device,
+    dtype: DType,
+    window: usize,
+    /// The vocabulary.
+    v: u32,
+}
+
+type Error = Box<dyn std::error::Error>;
+
+fn main() -> Result<(), Error> {
     let a = Args::parse();
     let cfg = a.model.resolve()?;
     let device = match a.device.as_deref() {
@@ -178,7 +192,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         w => w,
     };
     let model = Model::new(&cfg.model, cfg.train.seed, device)?;
-    let v = cfg.model.vocab_size as u32;
+    let s = Setup {
+        a: &a,
+        cfg: &cfg,
+        model: &model,
+        device,
+        dtype,
+        window,
+        v: cfg.model.vocab_size as u32,
+    };
     println!(
         "{} ({} x{} layers, d_model {}), window {window}, on {device}, {dtype:?}",
         cfg.model.name, cfg.model.pattern, cfg.model.n_layers, cfg.model.d_model
@@ -193,131 +215,166 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         warm.read(&vec![1; batch])?.to_vec::<f32>()?;
         drop(warm);
         for &context in &a.contexts {
-            let piece = (a.piece_tokens / batch).clamp(1, context);
-            let prompt: Vec<u32> = (0..context as u32).map(|i| (i * 7919 + 13) % v).collect();
-            let mut dec = Decoder::new(&model, window, dtype, device, batch)?;
-            reset_peak(device);
-            let start = Instant::now();
-            dec.prefill(&prompt, piece)?.to_vec::<f32>()?;
-            let prefill_s = start.elapsed().as_secs_f64();
-            let after_prefill = pool(device);
-            reset_peak(device);
-            let mut times = Vec::with_capacity(a.decode_tokens);
-            let mut counts = swax_cuda::counters::Counts::default();
-            for step in 0..a.warmup + a.decode_tokens {
-                let next: Vec<u32> = (0..batch as u32).map(|r| (r + step as u32) % v).collect();
-                if step == a.warmup {
-                    counts = swax_cuda::counters::counts();
-                }
-                let start = Instant::now();
-                dec.read(&next)?.to_vec::<f32>()?;
-                if step >= a.warmup {
-                    times.push(start.elapsed().as_secs_f64() * 1e3);
-                }
-            }
-            let counts = swax_cuda::counters::counts().since(&counts);
-            let per_step = |x: u64| x as f64 / a.decode_tokens.max(1) as f64;
-            let greedy_ms = picked_ms(&mut dec, &a, (batch as u32, v), |logits, _| {
-                logits.argmax(-1, false)
-            })?;
-            let sampled_ms = picked_ms(&mut dec, &a, (batch as u32, v), |logits, step| {
-                let r: Vec<u32> = (0..batch as u32)
-                    .map(|row| (row ^ step).wrapping_mul(2_654_435_761))
-                    .collect();
-                let r = Tensor::from_vec(r, vec![batch], device)?;
-                sampling::sample(logits, &r, &SAMPLED)
-            })?;
-            // The decoding memory before the split's products take theirs.
-            let after_decode = pool(device);
-            // The products a split step is queued behind (none on the CPU).
-            let block = match device {
-                Device::Cuda(_) => Some(Tensor::ones([8192, 8192], dtype, device)?),
-                Device::Cpu => None,
-            };
-            let split = match &block {
-                Some(block) => {
-                    let mut runs = Vec::with_capacity(a.decode_tokens);
-                    for step in 0..a.decode_tokens {
-                        let next: Vec<u32> =
-                            (0..batch as u32).map(|r| (r + step as u32) % v).collect();
-                        runs.push(split_step(&mut dec, &next, block, false)?.0);
-                    }
-                    let median = |f: fn(&(f64, f64, f64)) -> f64| {
-                        let mut x: Vec<f64> = runs.iter().map(f).collect();
-                        x.sort_by(f64::total_cmp);
-                        x[x.len() / 2]
-                    };
-                    Some((median(|r| r.0), median(|r| r.1), median(|r| r.2)))
-                }
-                None => None,
-            };
-            times.sort_by(f64::total_cmp);
-            let decode_ms = times[times.len() / 2];
-            let prefill_tps = (batch * context) as f64 / prefill_s;
-            let decode_tps = batch as f64 / decode_ms * 1e3;
-            let peak = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.peak_in_use);
-            let held = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.in_use);
-            println!(
-                "{batch:>5}  {context:>7}  {piece:>5}  {prefill_tps:>13.0}  {decode_ms:>15.2}  {greedy_ms:>15.2}  {sampled_ms:>16.2}  {decode_tps:>12.0}  {:>11} / {:<11}  {:>12} / {:<12}  {:.0} / {:.1}",
-                gib(peak(&after_prefill)),
-                gib(peak(&after_decode)),
-                gib(held(&after_prefill)),
-                gib(held(&after_decode)),
-                per_step(counts.launches),
-                per_step(counts.syncs),
-            );
-            if let Some((host, dev, blocked)) = split {
-                println!(
-                    "       greedy step split: host issues it in {host:.2} ms, the device runs it in {dev:.2} ms (behind {blocked:.1} ms of queued products)"
-                );
-            }
-            let kernels = match (&block, a.kernels) {
-                (Some(block), n) if n > 0 => {
-                    let next: Vec<u32> = (0..batch as u32).collect();
-                    let ((_, step_ms, _), spans) = split_step(&mut dec, &next, block, true)?;
-                    let summed = swax_cuda::timeline::by_label(&spans);
-                    println!(
-                        "       one greedy step timed kernel by kernel: {} spans summing to {:.2} ms (the step with its events: {step_ms:.2} ms)",
-                        spans.len(),
-                        spans.iter().map(|s| s.ms).sum::<f64>()
-                    );
-                    for (label, calls, ms) in summed.iter().take(n) {
-                        println!("         {ms:>7.3} ms  {calls:>3} x  {label}");
-                    }
-                    summed
-                }
-                _ => Vec::new(),
-            };
-            lines.push(json!({
-                "bench": "generate", "date": record::today(), "commit": record::commit(),
-                "device": device.to_string(), "config": cfg.model.name, "pattern": cfg.model.pattern,
-                "n_layers": cfg.model.n_layers, "d_model": cfg.model.d_model, "dtype": format!("{dtype:?}"),
-                "batch": batch, "context": context, "window": window, "piece": piece,
-                "prefill_s": prefill_s, "prefill_tokens_per_s": prefill_tps,
-                "decode_ms_per_token": decode_ms, "decode_tokens_per_s": decode_tps,
-                "greedy_ms_per_token": greedy_ms, "sampled_ms_per_token": sampled_ms,
-                "sampled_cuts": json!({
-                    "temperature": SAMPLED.temperature, "top_k": SAMPLED.top_k,
-                    "top_p": SAMPLED.top_p,
-                }),
-                "greedy_host_issue_ms": split.map(|s| s.0),
-                "greedy_device_ms": split.map(|s| s.1),
-                "split_blocker_ms": split.map(|s| s.2),
-                "kernel_ms": kernels.iter()
-                    .map(|(l, c, ms)| json!({"kernel": l, "calls": c, "ms": ms}))
-                    .collect::<Vec<_>>(),
-                "decode_steps": a.decode_tokens,
-                "launches_per_step": per_step(counts.launches),
-                "blas_calls_per_step": per_step(counts.blas_calls),
-                "syncs_per_step": per_step(counts.syncs),
-                "uploads_per_step": per_step(counts.uploads),
-                "peak_bytes_prefill": peak(&after_prefill), "peak_bytes_decode": peak(&after_decode),
-                "in_use_bytes_after_prefill": held(&after_prefill),
-                "in_use_bytes_after_decode": held(&after_decode),
-            }));
+            lines.push(case(&s, batch, context)?);
         }
     }
     record::append(&a.results, &lines)?;
     println!("appended {} lines to {}", lines.len(), a.results.display());
     Ok(())
+}
+
+/// One batch and context: prefill, then the decoding steps timed to the logits, greedy, sampled
+/// and split; prints its row and returns its JSON line.
+fn case(s: &Setup, batch: usize, context: usize) -> Result<serde_json::Value, Error> {
+    let (a, device, v) = (s.a, s.device, s.v);
+    let piece = (a.piece_tokens / batch).clamp(1, context);
+    let prompt: Vec<u32> = (0..context as u32).map(|i| (i * 7919 + 13) % v).collect();
+    let mut dec = Decoder::new(s.model, s.window, s.dtype, device, batch)?;
+    reset_peak(device);
+    let start = Instant::now();
+    dec.prefill(&prompt, piece)?.to_vec::<f32>()?;
+    let prefill_s = start.elapsed().as_secs_f64();
+    let after_prefill = pool(device);
+    reset_peak(device);
+    let (decode_ms, counts) = logits_steps(&mut dec, a, batch, v)?;
+    let per_step = |x: u64| x as f64 / a.decode_tokens.max(1) as f64;
+    let greedy_ms = picked_ms(&mut dec, a, (batch as u32, v), |logits, _| {
+        logits.argmax(-1, false)
+    })?;
+    let sampled_ms = picked_ms(&mut dec, a, (batch as u32, v), |logits, step| {
+        let r: Vec<u32> = (0..batch as u32)
+            .map(|row| (row ^ step).wrapping_mul(2_654_435_761))
+            .collect();
+        let r = Tensor::from_vec(r, vec![batch], device)?;
+        sampling::sample(logits, &r, &SAMPLED)
+    })?;
+    // The decoding memory before the split's products take theirs.
+    let after_decode = pool(device);
+    // The products a split step is queued behind (none on the CPU).
+    let block = match device {
+        Device::Cuda(_) => Some(Tensor::ones([8192, 8192], s.dtype, device)?),
+        Device::Cpu => None,
+    };
+    let split = match &block {
+        Some(block) => Some(split_medians(&mut dec, a, batch, v, block)?),
+        None => None,
+    };
+    let prefill_tps = (batch * context) as f64 / prefill_s;
+    let decode_tps = batch as f64 / decode_ms * 1e3;
+    let peak = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.peak_in_use);
+    let held = |s: &Option<swax_cuda::pool::PoolStats>| s.map(|s| s.in_use);
+    println!(
+        "{batch:>5}  {context:>7}  {piece:>5}  {prefill_tps:>13.0}  {decode_ms:>15.2}  {greedy_ms:>15.2}  {sampled_ms:>16.2}  {decode_tps:>12.0}  {:>11} / {:<11}  {:>12} / {:<12}  {:.0} / {:.1}",
+        gib(peak(&after_prefill)),
+        gib(peak(&after_decode)),
+        gib(held(&after_prefill)),
+        gib(held(&after_decode)),
+        per_step(counts.launches),
+        per_step(counts.syncs),
+    );
+    if let Some((host, dev, blocked)) = split {
+        println!(
+            "       greedy step split: host issues it in {host:.2} ms, the device runs it in {dev:.2} ms (behind {blocked:.1} ms of queued products)"
+        );
+    }
+    let kernels = match (&block, a.kernels) {
+        (Some(block), n) if n > 0 => kernel_profile(&mut dec, batch, block, n)?,
+        _ => Vec::new(),
+    };
+    let cfg = s.cfg;
+    Ok(json!({
+        "bench": "generate", "date": record::today(), "commit": record::commit(),
+        "device": device.to_string(), "config": cfg.model.name, "pattern": cfg.model.pattern,
+        "n_layers": cfg.model.n_layers, "d_model": cfg.model.d_model, "dtype": format!("{:?}", s.dtype),
+        "batch": batch, "context": context, "window": s.window, "piece": piece,
+        "prefill_s": prefill_s, "prefill_tokens_per_s": prefill_tps,
+        "decode_ms_per_token": decode_ms, "decode_tokens_per_s": decode_tps,
+        "greedy_ms_per_token": greedy_ms, "sampled_ms_per_token": sampled_ms,
+        "sampled_cuts": json!({
+            "temperature": SAMPLED.temperature, "top_k": SAMPLED.top_k,
+            "top_p": SAMPLED.top_p,
+        }),
+        "greedy_host_issue_ms": split.map(|s| s.0),
+        "greedy_device_ms": split.map(|s| s.1),
+        "split_blocker_ms": split.map(|s| s.2),
+        "kernel_ms": kernels.iter()
+            .map(|(l, c, ms)| json!({"kernel": l, "calls": c, "ms": ms}))
+            .collect::<Vec<_>>(),
+        "decode_steps": a.decode_tokens,
+        "launches_per_step": per_step(counts.launches),
+        "blas_calls_per_step": per_step(counts.blas_calls),
+        "syncs_per_step": per_step(counts.syncs),
+        "uploads_per_step": per_step(counts.uploads),
+        "peak_bytes_prefill": peak(&after_prefill), "peak_bytes_decode": peak(&after_decode),
+        "in_use_bytes_after_prefill": held(&after_prefill),
+        "in_use_bytes_after_decode": held(&after_decode),
+    }))
+}
+
+/// The median milliseconds of a step to the logits on the host, and the launches, calls and
+/// syncs of the timed steps (the warm-up left out).
+fn logits_steps(
+    dec: &mut Decoder,
+    a: &Args,
+    batch: usize,
+    v: u32,
+) -> Result<(f64, swax_cuda::counters::Counts), Error> {
+    let mut times = Vec::with_capacity(a.decode_tokens);
+    let mut counts = swax_cuda::counters::Counts::default();
+    for step in 0..a.warmup + a.decode_tokens {
+        let next: Vec<u32> = (0..batch as u32).map(|r| (r + step as u32) % v).collect();
+        if step == a.warmup {
+            counts = swax_cuda::counters::counts();
+        }
+        let start = Instant::now();
+        dec.read(&next)?.to_vec::<f32>()?;
+        if step >= a.warmup {
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let counts = swax_cuda::counters::counts().since(&counts);
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], counts))
+}
+
+/// The medians of the split steps' (host, device, blocked) milliseconds.
+fn split_medians(
+    dec: &mut Decoder,
+    a: &Args,
+    batch: usize,
+    v: u32,
+    block: &Tensor,
+) -> Result<(f64, f64, f64), Error> {
+    let mut runs = Vec::with_capacity(a.decode_tokens);
+    for step in 0..a.decode_tokens {
+        let next: Vec<u32> = (0..batch as u32).map(|r| (r + step as u32) % v).collect();
+        runs.push(split_step(dec, &next, block, false)?.0);
+    }
+    let median = |f: fn(&(f64, f64, f64)) -> f64| {
+        let mut x: Vec<f64> = runs.iter().map(f).collect();
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    Ok((median(|r| r.0), median(|r| r.1), median(|r| r.2)))
+}
+
+/// One greedy step's kernels by device time, summed per label; prints the `n` costliest.
+fn kernel_profile(
+    dec: &mut Decoder,
+    batch: usize,
+    block: &Tensor,
+    n: usize,
+) -> Result<Vec<(String, usize, f64)>, Error> {
+    let next: Vec<u32> = (0..batch as u32).collect();
+    let ((_, step_ms, _), spans) = split_step(dec, &next, block, true)?;
+    let summed = swax_cuda::timeline::by_label(&spans);
+    println!(
+        "       one greedy step timed kernel by kernel: {} spans summing to {:.2} ms (the step with its events: {step_ms:.2} ms)",
+        spans.len(),
+        spans.iter().map(|s| s.ms).sum::<f64>()
+    );
+    for (label, calls, ms) in summed.iter().take(n) {
+        println!("         {ms:>7.3} ms  {calls:>3} x  {label}");
+    }
+    Ok(summed)
 }
