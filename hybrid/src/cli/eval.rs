@@ -4,8 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use swax_hybrid::config::Config;
 use swax_hybrid::eval::evaluate::{default_tasks, evaluate, notes, Plan};
 use swax_hybrid::eval::report::{markdown, MEANING};
+use swax_hybrid::eval::results::EvalResults;
 use swax_hybrid::eval::run::{held_out, Task};
 use swax_hybrid::eval::store;
 use swax_hybrid::loaded::{load, Loaded};
@@ -148,25 +150,7 @@ pub fn run(args: EvalArgs) -> CliResult {
     let device = super::device(args.device.as_deref())?;
     let loaded = load(&args.path, device)?;
     let cfg = &loaded.cfg;
-    let train_len = cfg.data.seq_len;
-    let window = args.window.unwrap_or(cfg.train.w_long);
-    let lengths = match args.lengths.is_empty() {
-        true => [1, 2, 4, 8, 16].map(|k| k * train_len).to_vec(),
-        false => args.lengths.clone(),
-    };
-    let asked = match args.tasks.is_empty() {
-        true => default_tasks(cfg),
-        false => args.tasks.clone(),
-    };
-    let want_loss = asked.iter().any(|t| t == "loss");
-    if args.write_held_out.is_some() && !want_loss {
-        return Err("--write-held-out writes the loss's held-out text: add loss to --tasks".into());
-    }
-    let tasks: Vec<Task> = asked
-        .iter()
-        .filter(|t| *t != "loss")
-        .map(|t| t.parse())
-        .collect::<Result<_, _>>()?;
+    let (plan, asked) = plan(&args, cfg)?;
     let kind = &cfg.data.tokenizer;
     if let Some(made) = dataset_tokenizer(data_dir.as_deref())?.filter(|k| k != kind) {
         return Err(format!(
@@ -175,24 +159,9 @@ pub fn run(args: EvalArgs) -> CliResult {
         )
         .into());
     }
-    let plan = Plan {
-        tasks,
-        loss: want_loss,
-        lengths,
-        depths: args.depths.clone(),
-        window,
-        samples: args.samples,
-        seed: args.seed,
-        piece: args.piece.unwrap_or(train_len),
-        bucket: args.bucket.unwrap_or(train_len),
-        data: args.data.clone(),
-        generate_tokens: match args.scoring.as_str() {
-            "generate" => args.generate_tokens,
-            _ => 0,
-        },
-    };
     // Where the results go (`eval/wW`, or `eval/wW-on-NAME` beside it) is known to take them
     // before the evaluation runs.
+    let window = plan.window;
     store::check_writable(&loaded.run.join("eval").join(format!("w{window}")))?;
     eprintln!(
         "evaluating {} (step {}) at window {window} on {device}: {} at lengths {:?}",
@@ -216,7 +185,52 @@ pub fn run(args: EvalArgs) -> CliResult {
     for note in &notes {
         println!("note: {note}");
     }
-    let saved = store::save(&dir, results)?;
+    save(&dir, results)
+}
+
+/// The evaluation the flags ask of a model trained as `cfg` (each default from its config), and
+/// the tasks as asked (the loss among them).
+fn plan(args: &EvalArgs, cfg: &Config) -> Result<(Plan, Vec<String>), Box<dyn std::error::Error>> {
+    let train_len = cfg.data.seq_len;
+    let lengths = match args.lengths.is_empty() {
+        true => [1, 2, 4, 8, 16].map(|k| k * train_len).to_vec(),
+        false => args.lengths.clone(),
+    };
+    let asked = match args.tasks.is_empty() {
+        true => default_tasks(cfg),
+        false => args.tasks.clone(),
+    };
+    let want_loss = asked.iter().any(|t| t == "loss");
+    if args.write_held_out.is_some() && !want_loss {
+        return Err("--write-held-out writes the loss's held-out text: add loss to --tasks".into());
+    }
+    let tasks: Vec<Task> = asked
+        .iter()
+        .filter(|t| *t != "loss")
+        .map(|t| t.parse())
+        .collect::<Result<_, _>>()?;
+    let plan = Plan {
+        tasks,
+        loss: want_loss,
+        lengths,
+        depths: args.depths.clone(),
+        window: args.window.unwrap_or(cfg.train.w_long),
+        samples: args.samples,
+        seed: args.seed,
+        piece: args.piece.unwrap_or(train_len),
+        bucket: args.bucket.unwrap_or(train_len),
+        data: args.data.clone(),
+        generate_tokens: match args.scoring.as_str() {
+            "generate" => args.generate_tokens,
+            _ => 0,
+        },
+    };
+    Ok((plan, asked))
+}
+
+/// Saves the results into `dir`, saying what became of the results already there.
+fn save(dir: &Path, results: EvalResults) -> CliResult {
+    let saved = store::save(dir, results)?;
     if let Some(to) = &saved.moved {
         eprintln!(
             "moved the results of the checkpoint evaluated before to {}",
