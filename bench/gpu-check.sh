@@ -16,12 +16,17 @@
 #
 # `text` trains swax-tiny on recall-mix text, has lm-eval score its export beside `swax eval`
 # (bench/lm-eval.sh: needs lm_eval) and times the generation-scored needle evaluation at 32k.
+# `benchmark` trains the learning benchmark's table at 3 seeds, `passkey` bench/passkey-budget.toml,
+# `study` a shipped study (STUDY=window-text, default window-regime; JOBS at a time), `kernels`
+# the recurrent kernels beside their peers (carry .whl), and `sanitize` runs compute-sanitizer's
+# memcheck, racecheck, synccheck and initcheck over one GPU test (SANITIZE="gpu_decode
+# sampling_draws", the default). Run timing parts (kernels, generate) alone on the GPU.
 #
 # On a fresh machine the first process to use a kernel compiles it (NVRTC, then the disk cache
 # every later process reads): the tests run first and leave the gate's kernels compiled.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bench/gpu-check.sh OUT [tests] [gate] [twin] [hf] [text] [generate]}
+OUT=${1:?usage: bench/gpu-check.sh OUT [tests] [gate] [twin] [hf] [text] [generate] [benchmark] [passkey] [study] [kernels] [sanitize]}
 shift
 PARTS=${*:-tests gate twin}
 mkdir -p "$OUT"
@@ -78,7 +83,43 @@ for part in $PARTS; do
         >>"$OUT/generate.txt" 2>&1
       note generate "exit $peer (swax), $? (peer)"
       ;;
-    *) echo "unknown part $part: tests, gate, twin, hf, text or generate" >&2; exit 2 ;;
+    benchmark)
+      # The learning benchmark's patterns at 3 seeds each, side by side.
+      .gpu/bin/learn --check bench/learning-benchmark.toml --forms fused --jobs 27 \
+        --out "$OUT/benchmark-runs" --results "$OUT/learning-benchmark.jsonl" \
+        >"$OUT/benchmark.txt" 2>&1
+      note benchmark "exit $?"
+      ;;
+    passkey)
+      .gpu/bin/learn --check bench/passkey-budget.toml --forms fused --jobs 16 \
+        --out "$OUT/passkey-runs" --results "$OUT/passkey-budget.jsonl" >"$OUT/passkey.txt" 2>&1
+      note passkey "exit $?"
+      ;;
+    study)
+      # A shipped study (STUDY, default window-regime), JOBS runs at a time.
+      study=${STUDY:-window-regime}
+      .gpu/bin/swax study "$study" --jobs "${JOBS:-16}" --out "$OUT/$study" --quiet \
+        >"$OUT/study-$study.txt" 2>&1
+      note "study $study" "exit $?"
+      ;;
+    kernels)
+      # The recurrent mixers' kernels beside their PyTorch peers (docs/peers.md): timings.
+      bash bench/kernel-pair.sh recurrent .gpu/bin/bench-recurrent-gpu "$OUT" paper,swax-small \
+        >"$OUT/kernels.txt" 2>&1
+      note kernels "exit $?"
+      ;;
+    sanitize)
+      # compute-sanitizer's four tools over one GPU test (SANITIZE: its binary's name and a test
+      # filter; default the device sampling's).
+      read -r bin filter <<<"${SANITIZE:-gpu_decode sampling_draws}"
+      for tool in memcheck racecheck synccheck initcheck; do
+        echo "=== $tool"
+        SWAX_REQUIRE_CUDA=1 compute-sanitizer --tool "$tool" .gpu/tests/"$bin"-* \
+          --include-ignored $filter 2>&1 | tail -4
+      done >"$OUT/sanitize.txt" 2>&1
+      note sanitize "$(grep -c 'ERROR SUMMARY: 0 errors\|(0 errors' "$OUT/sanitize.txt") of 4 tools clean"
+      ;;
+    *) echo "unknown part $part: tests, gate, twin, hf, text, generate, benchmark, passkey, study, kernels or sanitize" >&2; exit 2 ;;
   esac
 done
 cat "$OUT/summary.txt"
