@@ -78,7 +78,7 @@ fn picked_ms(
     a: &Args,
     (batch, v): (u32, u32),
     pick: impl Fn(&Tensor, u32) -> swax_tensor::Result<Tensor>,
-) -> Result<f64, Box<dyn std::error::Error>> {
+) -> Result<f64, Error> {
     let mut times = Vec::with_capacity(a.decode_tokens);
     for step in 0..(a.warmup + a.decode_tokens) as u32 {
         let next: Vec<u32> = (0..batch).map(|r| (r + step) % v).collect();
@@ -105,7 +105,7 @@ fn split_step(
     next: &[u32],
     block: &Tensor,
     timed: bool,
-) -> Result<SplitStep, Box<dyn std::error::Error>> {
+) -> Result<SplitStep, Error> {
     use swax_cuda::timing::{elapsed_ms, event, record};
     let dev = swax_tensor::cuda::device(0)?;
     let (before, start, end) = (event(&dev)?, event(&dev)?, event(&dev)?);

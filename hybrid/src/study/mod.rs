@@ -225,7 +225,7 @@ impl StudySpec {
             false => g.patterns.clone(),
         };
         let schedules = self.schedules()?;
-        let long = (format!("long{}", g.w_long), 0.0, 0.0);
+        let long = self.long_schedule();
         // Every pattern with every schedule, then attention alone at the long window.
         let grid = patterns
             .iter()
@@ -312,7 +312,7 @@ impl StudySpec {
         let mut schedules = Vec::new();
         if g.fixed {
             schedules.push((format!("short{}", g.w_short), 1.0, 0.0));
-            schedules.push((format!("long{}", g.w_long), 0.0, 0.0));
+            schedules.push(self.long_schedule());
         }
         for &p in &g.p_short {
             for &a in &g.anneal {
@@ -327,6 +327,11 @@ impl StudySpec {
             return Err("the grid has no run: set grid.fixed or grid.p_short".into());
         }
         Ok(schedules)
+    }
+
+    /// The fixed long window's schedule, which attention alone also trains at.
+    fn long_schedule(&self) -> (String, f64, f64) {
+        (format!("long{}", self.grid.w_long), 0.0, 0.0)
     }
 
     /// The runs of schedule `group`, one per seed from the config's `train.seed` on.
