@@ -3,11 +3,12 @@
 //! case and shape (`peers`), printed as a table row as it is measured and kept as a JSON line
 //! for the results file. Every line has `case`, `shape`, `swax_ms` (forward + backward), `peer`
 //! and `peer_ms` (the fastest peer; null where none has a figure), `ratio` (peer_ms / swax_ms:
-//! above 1, swax is faster), `date` and `commit`; besides them `fwd_ms`, `bwd_ms` where the
+//! above 1, swax is faster), `date`, `commit` and `device` (the GPU); besides them `fwd_ms`, `bwd_ms` where the
 //! backward alone is timed, every peer's figure or refusal (`peers`), and the case's own fields.
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
+use swax_tensor::Device;
 
 use crate::peers::{best, PeerFigure, Peers};
 use crate::record;
@@ -61,6 +62,7 @@ pub struct Report {
     peers: Option<Peers>,
     date: String,
     commit: String,
+    device: String,
     lines: Vec<Value>,
 }
 
@@ -75,6 +77,8 @@ impl Report {
             peers: peer.map(Peers::read).transpose()?,
             date: record::today(),
             commit: record::commit(),
+            // The kernel benchmarks time the first GPU.
+            device: record::device(Device::Cuda(0)),
             lines: Vec::new(),
         })
     }
@@ -124,6 +128,7 @@ impl Report {
             "ratio": ratio,
             "date": self.date,
             "commit": self.commit,
+            "device": self.device,
             "fwd_ms": m.fwd_ms,
             "bwd_ms": m.bwd_ms,
             "peers": figures.iter().map(peer_json).collect::<Vec<_>>(),

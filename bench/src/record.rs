@@ -1,8 +1,10 @@
-//! What every benchmark's JSON line carries besides its figures: the date and the commit it
-//! measured; appending lines to a results file, reading them back, and finding a case's line in
+//! What every benchmark's JSON line carries besides its figures: the date, the commit it
+//! measured and the device it ran on; appending lines to a results file, reading them back, and finding a case's line in
 //! one (a peer's results, read by the benchmark it is set beside).
 use std::io::Write;
 use std::path::Path;
+
+use swax_tensor::Device;
 
 /// Today's date (UTC) as YYYY-MM-DD, from the system clock (days to a civil date, after Howard
 /// Hinnant's algorithm).
@@ -40,6 +42,18 @@ pub fn commit() -> String {
         .filter(|o| o.status.success())
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map_or_else(|| "unknown".into(), |s| s.trim().to_string())
+}
+
+/// The device a figure was measured on, naming the GPU ("cuda:0 (NVIDIA H200)"): timings of
+/// one binary differ between kinds of GPU, so a line must say which it ran on.
+pub fn device(d: Device) -> String {
+    match d {
+        Device::Cuda(i) => match swax_tensor::cuda::device(i) {
+            Ok(gpu) => format!("{d} ({})", gpu.name()),
+            Err(_) => d.to_string(),
+        },
+        Device::Cpu => d.to_string(),
+    }
 }
 
 /// Appends `lines` (JSON values, one a line) to `path`, creating its folder.

@@ -59,6 +59,7 @@ fn each_window_is_one_line_with_the_peer_of_its_case() {
         for key in ["date", "commit"] {
             assert!(line[key].as_str().is_some_and(|s| !s.is_empty()), "{key}");
         }
+        assert_eq!(line["device"], "cpu");
         // On the CPU there is no pool, and nvidia-smi is not asked: said, not invented.
         assert!(line["peak_gib"].is_null());
         assert_eq!(line["nvidia_smi"], "on the CPU");

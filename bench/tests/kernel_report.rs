@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 use swax_bench::kernel_report::{Measured, Report};
 use swax_bench::shape::{Shape, PAPER, SWAX_SMALL};
 
-const FIELDS: [&str; 8] = [
-    "case", "shape", "swax_ms", "peer", "peer_ms", "ratio", "date", "commit",
+const FIELDS: [&str; 9] = [
+    "case", "shape", "swax_ms", "peer", "peer_ms", "ratio", "date", "commit", "device",
 ];
 
 fn peer_line(case: &str, shape: &str, peer: &str, ms: Option<f64>) -> String {
@@ -51,6 +51,10 @@ fn has_fields(line: &Value) {
     let date = line["date"].as_str().unwrap();
     assert!(date.len() == 10 && date.as_bytes()[4] == b'-', "{date}");
     assert!(line["commit"].as_str().is_some_and(|c| !c.is_empty()));
+    // The first GPU, by name where there is one ("cuda:0 (NVIDIA H200)"), else its ordinal.
+    assert!(line["device"]
+        .as_str()
+        .is_some_and(|d| d.starts_with("cuda:0")));
 }
 
 #[test]

@@ -284,7 +284,7 @@ fn case(s: &Setup, batch: usize, context: usize) -> Result<serde_json::Value, Er
     let cfg = s.cfg;
     Ok(json!({
         "bench": "generate", "date": record::today(), "commit": record::commit(),
-        "device": device.to_string(), "config": cfg.model.name, "pattern": cfg.model.pattern,
+        "device": record::device(device), "config": cfg.model.name, "pattern": cfg.model.pattern,
         "n_layers": cfg.model.n_layers, "d_model": cfg.model.d_model, "dtype": format!("{:?}", s.dtype),
         "batch": batch, "context": context, "window": s.window, "piece": piece,
         "prefill_s": prefill_s, "prefill_tokens_per_s": prefill_tps,

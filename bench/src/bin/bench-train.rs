@@ -284,7 +284,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "peer_peak_gib": peer_field("peak_gib").unwrap_or(Value::Null),
                 "date": date, "commit": commit,
                 "config": m.name, "pattern": m.pattern, "n_layers": m.n_layers,
-                "d_model": m.d_model, "params": r.params, "device": device.to_string(),
+                "d_model": m.d_model, "params": r.params, "device": record::device(device),
                 "dtype": r.dtype, "batch": b, "seq_len": t, "grad_accum": cfg.train.grad_accum,
                 "window": w, "warmup_steps": a.warmup, "timed_steps": a.steps,
                 "step_tokens_per_s": r.step_tokens_per_s, "mfu_peak_flops": PEAK_FLOPS,

@@ -178,7 +178,7 @@ pub fn check(a: &Args, file: &Path, device: Device) -> Result<bool, Error> {
         device: match (a.judge, a.device.as_deref()) {
             (true, None) => "not recorded (judged; --device names it)".to_string(),
             (true, Some(d)) => d.to_string(),
-            (false, _) => device.to_string(),
+            (false, _) => record::device(device),
         },
         minutes: timing.map(|t| t.0),
         runs: runs.len(),

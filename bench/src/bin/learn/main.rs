@@ -231,7 +231,7 @@ fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
                 "task": a.task, "pattern": o.pattern, "lr": o.lr, "layers": a.layers,
                 "d_model": a.d_model, "heads": a.heads, "seq_len": a.seq_len, "pairs": a.pairs,
                 "window": window, "steps": a.steps, "batch": a.batch, "seed": a.seed,
-                "device": device.to_string(), "final_accuracy": o.final_accuracy,
+                "device": record::device(device), "final_accuracy": o.final_accuracy,
                 "tokens_to_50": o.tokens_to_50, "tokens_to_90": o.tokens_to_90,
                 "spike": o.spike, "curve": o.curve, "sets": a.sets, "date": date,
                 "commit": commit,
