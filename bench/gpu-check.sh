@@ -22,6 +22,16 @@
 # memcheck, racecheck, synccheck and initcheck over one GPU test (SANITIZE="gpu_decode
 # sampling_draws", the default). Run timing parts (kernels, generate) alone on the GPU.
 #
+# Parts run one after another; parts joined by "+" run side by side (`gate+benchmark+study`:
+# small training runs leave most of a GPU idle). Never put a timing part (kernels, generate)
+# beside another. LIMIT=S bounds the whole check to S seconds: when they have passed, every
+# process of the running parts is sent SIGTERM and the parts not yet started are skipped, each
+# said so in OUT/summary.txt (Ctrl-C stops the running parts the same way). A study stops after
+# its step with a checkpoint, a learn run keeps its last periodic checkpoint: the same command
+# into the same OUT continues both.
+#
+#   LIMIT=540 bench/gpu-check.sh /tmp/check tests gate+benchmark
+#
 # On a fresh machine the first process to use a kernel compiles it (NVRTC, then the disk cache
 # every later process reads): the tests run first and leave the gate's kernels compiled.
 set -uo pipefail
@@ -29,12 +39,24 @@ cd "$(dirname "$0")/.."
 OUT=${1:?usage: bench/gpu-check.sh OUT [tests] [gate] [twin] [hf] [text] [generate] [benchmark] [passkey] [study] [kernels] [sanitize]}
 shift
 PARTS=${*:-tests gate twin}
+if [[ ! ${LIMIT:-} =~ ^[0-9]*$ ]]; then
+  echo "LIMIT=$LIMIT: expected a whole number of seconds" >&2
+  exit 2
+fi
+known=" tests gate twin hf text generate benchmark passkey study kernels sanitize "
+for p in ${PARTS//+/ }; do
+  if [[ $known != *" $p "* ]]; then
+    echo "unknown part $p: tests, gate, twin, hf, text, generate, benchmark, passkey, study, kernels or sanitize" >&2
+    exit 2
+  fi
+done
 mkdir -p "$OUT"
+rm -f "$OUT/.limit"
 export SWAX_COMMIT=${SWAX_COMMIT:-$(cat .gpu/commit 2>/dev/null || git rev-parse --short HEAD)}
 start=$(date +%s)
 note() { echo "$1: $2 after $(($(date +%s) - start)) s" >>"$OUT/summary.txt"; }
-for part in $PARTS; do
-  case $part in
+part() {
+  case $1 in
     tests)
       # Each binary's verdicts only: the full logs of a few hundred tests are long.
       for t in .gpu/tests/*; do
@@ -119,7 +141,36 @@ for part in $PARTS; do
       done >"$OUT/sanitize.txt" 2>&1
       note sanitize "$(grep -c 'ERROR SUMMARY: 0 errors\|(0 errors' "$OUT/sanitize.txt") of 4 tools clean"
       ;;
-    *) echo "unknown part $part: tests, gate, twin, hf, text, generate, benchmark, passkey, study, kernels or sanitize" >&2; exit 2 ;;
   esac
+}
+# Each part runs as a process group of its own (set -m), so that a stop reaches every process
+# it started (a gate's runs, a study's jobs) and nothing else on the machine.
+set -m
+running=()
+stop_parts() {
+  for pid in "${running[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
+}
+trap 'stop_parts; wait; exit 130' INT TERM
+for group in $PARTS; do
+  if [ -e "$OUT/.limit" ]; then
+    note "$group" "skipped (LIMIT=$LIMIT s had passed)"
+    continue
+  fi
+  running=()
+  for p in ${group//+/ }; do
+    # A handler, not an ignored signal, so that the part's programs still take SIGTERM and the
+    # part still notes how they ended.
+    (trap : TERM; part "$p") &
+    running+=($!)
+  done
+  while kill -0 "${running[@]}" 2>/dev/null; do
+    if [ -n "${LIMIT:-}" ] && [ ! -e "$OUT/.limit" ] && [ $(($(date +%s) - start)) -ge "$LIMIT" ]; then
+      touch "$OUT/.limit"
+      note limit "the running parts stopped at $LIMIT s"
+      stop_parts
+    fi
+    sleep 1
+  done
+  wait "${running[@]}"
 done
 cat "$OUT/summary.txt"
