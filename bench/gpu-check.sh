@@ -36,22 +36,21 @@
 # every later process reads): the tests run first and leave the gate's kernels compiled.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bench/gpu-check.sh OUT [tests] [gate] [twin] [hf] [text] [generate] [benchmark] [passkey] [study] [kernels] [sanitize]}
+KNOWN="tests gate twin hf text generate benchmark passkey study kernels sanitize"
+OUT=${1:?usage: bench/gpu-check.sh OUT [PARTS...], each part one of: $KNOWN}
 shift
 PARTS=${*:-tests gate twin}
 if [[ ! ${LIMIT:-} =~ ^[0-9]*$ ]]; then
   echo "LIMIT=$LIMIT: expected a whole number of seconds" >&2
   exit 2
 fi
-known=" tests gate twin hf text generate benchmark passkey study kernels sanitize "
 for p in ${PARTS//+/ }; do
-  if [[ $known != *" $p "* ]]; then
-    echo "unknown part $p: tests, gate, twin, hf, text, generate, benchmark, passkey, study, kernels or sanitize" >&2
+  if [[ " $KNOWN " != *" $p "* ]]; then
+    echo "unknown part $p: expected one of $KNOWN" >&2
     exit 2
   fi
 done
 mkdir -p "$OUT"
-rm -f "$OUT/.limit"
 export SWAX_COMMIT=${SWAX_COMMIT:-$(cat .gpu/commit 2>/dev/null || git rev-parse --short HEAD)}
 start=$(date +%s)
 note() { echo "$1: $2 after $(($(date +%s) - start)) s" >>"$OUT/summary.txt"; }
@@ -146,13 +145,13 @@ part() {
 # Each part runs as a process group of its own (set -m), so that a stop reaches every process
 # it started (a gate's runs, a study's jobs) and nothing else on the machine.
 set -m
-running=()
+running=() limited=
 stop_parts() {
   for pid in "${running[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
 }
 trap 'stop_parts; wait; exit 130' INT TERM
 for group in $PARTS; do
-  if [ -e "$OUT/.limit" ]; then
+  if [ -n "$limited" ]; then
     note "$group" "skipped (LIMIT=$LIMIT s had passed)"
     continue
   fi
@@ -164,8 +163,8 @@ for group in $PARTS; do
     running+=($!)
   done
   while kill -0 "${running[@]}" 2>/dev/null; do
-    if [ -n "${LIMIT:-}" ] && [ ! -e "$OUT/.limit" ] && [ $(($(date +%s) - start)) -ge "$LIMIT" ]; then
-      touch "$OUT/.limit"
+    if [ -n "${LIMIT:-}" ] && [ -z "$limited" ] && [ $(($(date +%s) - start)) -ge "$LIMIT" ]; then
+      limited=1
       note limit "the running parts stopped at $LIMIT s"
       stop_parts
     fi

@@ -3,8 +3,9 @@
 //! case and shape (`peers`), printed as a table row as it is measured and kept as a JSON line
 //! for the results file. Every line has `case`, `shape`, `swax_ms` (forward + backward), `peer`
 //! and `peer_ms` (the fastest peer; null where none has a figure), `ratio` (peer_ms / swax_ms:
-//! above 1, swax is faster), `date`, `commit` and `device` (the GPU); besides them `fwd_ms`, `bwd_ms` where the
-//! backward alone is timed, every peer's figure or refusal (`peers`), and the case's own fields.
+//! above 1, swax is faster), `date`, `commit` and `device` (the GPU); besides them `fwd_ms`,
+//! `bwd_ms` where the backward alone is timed, every peer's figure or refusal (`peers`), and the
+//! case's own fields.
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};

@@ -1,6 +1,6 @@
 //! What every benchmark's JSON line carries besides its figures: the date, the commit it
-//! measured and the device it ran on; appending lines to a results file, reading them back, and finding a case's line in
-//! one (a peer's results, read by the benchmark it is set beside).
+//! measured and the device it ran on; appending lines to a results file, reading them back, and
+//! finding a case's line in one (a peer's results, read by the benchmark it is set beside).
 use std::io::Write;
 use std::path::Path;
 
