@@ -224,3 +224,35 @@ fn a_run_the_gate_no_longer_describes_is_refused_not_judged() {
         assert_eq!(std::fs::read_to_string(&metrics).unwrap(), trained);
     }
 }
+
+/// A case of another task than the program's default (`task = "passkey"`) is judged from the
+/// runs it trained: the folder the child names after the case's task.
+#[test]
+fn a_case_of_another_task_is_judged_from_its_own_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    // The M case as a passkey case (a pass key and its question need more than 32 tokens).
+    let gate = GATE.replace(
+        "pattern = \"M\"\nseq_len = 32\npairs = 2\n",
+        "pattern = \"M\"\nseq_len = 128\npairs = 1\ntask = \"passkey\"\n",
+    );
+    assert_ne!(gate, GATE);
+    std::fs::write(dir.path().join("gate.toml"), gate).unwrap();
+    let out = learn(dir.path(), &["--cases", "M-T128", "--forms", "fused"]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = dir.path().join("runs/gate/M-T128-fused");
+    assert!(run.join("passkey-M-lr1e-3-s0/metrics.jsonl").exists());
+    // The gate's line carries the run's own curve and final figure, as its child wrote them.
+    let child: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("learn.jsonl")).unwrap()).unwrap();
+    let lines = std::fs::read_to_string(dir.path().join("gate.jsonl")).unwrap();
+    let judged: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    assert_eq!(judged["task"], "passkey");
+    assert_eq!(judged["curves"][0], child["curve"]);
+    assert_eq!(judged["curves"][0].as_array().unwrap().len(), 1);
+    assert_eq!(judged["finals"][0], child["final_accuracy"]);
+}

@@ -102,7 +102,7 @@ impl GateRun<'_> {
     }
 
     /// Whether the run trained every step of its case (its metrics' last step): the judgement
-    /// of a run cut short would read its recall part way.
+    /// of a run cut short would read its recall part way, and of a run with no metrics, 0%.
     fn finished(&self, a: &Args) -> Result<(), String> {
         let dir = self.run_dir(a);
         let last = records(&dir)
@@ -112,7 +112,7 @@ impl GateRun<'_> {
         match last {
             Some(step) if step >= self.case.steps => Ok(()),
             last => Err(format!(
-                "--judge: {} ended at step {} of {}: train it (without --judge) first",
+                "{} ended at step {} of {}",
                 dir.display(),
                 last.unwrap_or(0),
                 self.case.steps
@@ -120,12 +120,15 @@ impl GateRun<'_> {
         }
     }
 
-    /// The run folder the child trains into (as the benchmark names it).
+    /// The run folder the child trains into (as the benchmark names it: after the case's task).
     fn run_dir(&self, a: &Args) -> PathBuf {
         let c = self.case;
         self.dir.join(format!(
             "{}-{}-lr{:e}-s{}",
-            a.task, c.pattern, c.lr, self.seed
+            c.task(&a.task),
+            c.pattern,
+            c.lr,
+            self.seed
         ))
     }
 }
@@ -278,7 +281,9 @@ fn train_or_judge(
     cases: usize,
 ) -> Result<Option<(f64, usize)>, Error> {
     if a.judge {
-        runs.iter().try_for_each(|r| r.finished(a))?;
+        runs.iter()
+            .try_for_each(|r| r.finished(a))
+            .map_err(|e| format!("--judge: {e}: train it (without --judge) first"))?;
         return Ok(None);
     }
     // A gate that a time limit cut off goes on where it stopped: the runs it finished are
@@ -300,6 +305,10 @@ fn train_or_judge(
     );
     let clock = std::time::Instant::now();
     train_all(a, s, device, &train, jobs)?;
+    // Every run judged must have trained to its end where the gate reads it.
+    runs.iter().try_for_each(|r| r.finished(a)).map_err(|e| {
+        format!("{e} after training it: its process succeeded without its metrics there")
+    })?;
     Ok(Some((clock.elapsed().as_secs_f64() / 60.0, train.len())))
 }
 
