@@ -478,6 +478,42 @@ fn the_report_gives_medians_over_seeds_and_names_the_runs_that_did_not_learn() {
     }
 }
 
+/// The runs table carries the training's own held-out probes at each window it trained at, from
+/// the last step that evaluated them; a window with no probe beyond it shows "-".
+#[test]
+fn the_runs_table_gives_the_training_probes_at_each_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec().with_seeds(1).unwrap();
+    saved_study(dir.path(), &spec, &[(9, 7)]);
+    let probe = |step: u64, window: usize, near: f64, far: f64, far_n: u64| {
+        serde_json::json!({"recall": near, "recall_near": near, "recall_near_n": 40,
+            "recall_far": far, "recall_far_n": far_n, "step": step, "window": window})
+        .to_string()
+    };
+    let lines = [
+        r#"{"loss":1.0,"step":5}"#.to_string(),
+        probe(6, 8, 0.1, 0.05, 20),
+        probe(6, 32, 0.2, 0.0, 0),
+        probe(12, 8, 0.75, 0.25, 20),
+        probe(12, 32, 0.5, 0.0, 0),
+    ];
+    std::fs::write(
+        dir.path().join("runs/SM-p0.5-seed0/metrics.jsonl"),
+        lines.join("\n"),
+    )
+    .unwrap();
+    let md = std::fs::read_to_string(&report::from_saved(dir.path()).unwrap()[0]).unwrap();
+    assert!(
+        md.contains("| SM-p0.5-seed0 | SM | 0.5 | 0 | 0 | 1.0000 | 90.0 | yes | w=8: 75.0 / 25.0; w=32: 50.0 / - |"),
+        "{md}"
+    );
+    // A run without metrics has none to show.
+    assert!(
+        md.contains("| SM-short8-seed0 | SM | 1 | 0 | 0 | - | 90.0 | yes | - |"),
+        "{md}"
+    );
+}
+
 /// Every run learned: the report says so; with one seed there is no range nor interval.
 #[test]
 fn a_report_of_one_seed_has_no_spread_and_says_when_every_run_learned() {
@@ -644,6 +680,20 @@ fn the_shipped_studies_cover_each_memory_and_text() {
     assert_eq!(text.eval.tasks, ["passkey", "niah"]);
     assert_eq!(text.eval.lengths, [1, 2, 4, 8, 16]);
     assert!(runs.iter().all(|r| r.cfg.train.steps <= 2000));
+    // The text where attention learns to answer: the passkey text at three times the steps,
+    // attention alone beside the grid.
+    let mut passkey = ["short128", "long512", "p0.5", "p0.5-anneal0.1"]
+        .map(|s| format!("MS-{s}"))
+        .to_vec();
+    passkey.push("S-long512".into());
+    assert_eq!(schedules("window-passkey"), passkey);
+    let (spec, _) = study::resolve("window-passkey").unwrap();
+    assert_eq!(spec.eval.tasks, ["passkey", "niah"]);
+    assert!(spec
+        .runs()
+        .unwrap()
+        .iter()
+        .all(|r| r.cfg.data.source == "passkey" && r.cfg.train.steps == 6000));
     // The regime where attention alone learns the task: the default's grid, more rows and steps,
     // and attention alone at the long window.
     let mut regime = grid("MS").to_vec();

@@ -56,6 +56,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "window-regime",
         include_str!("../../../configs/studies/window-regime.toml"),
     ),
+    (
+        "window-passkey",
+        include_str!("../../../configs/studies/window-passkey.toml"),
+    ),
 ];
 
 /// A study file, or a shipped study's name; with the name its folder takes by default. A name

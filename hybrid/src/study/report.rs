@@ -84,6 +84,46 @@ fn final_train_loss(dir: &Path) -> Option<f64> {
     (!tail.is_empty()).then(|| tail.iter().map(|p| p.1).sum::<f64>() / tail.len() as f64)
 }
 
+/// The training's own held-out probes at a window, at the run's last evaluation: rows of the
+/// training data (not the evaluation tasks' wordings), exact match (%) of the answers whose fact
+/// lies within the window and of those beyond it (None: no such answer).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ProbeRecall {
+    pub window: usize,
+    pub within: Option<f64>,
+    pub beyond: Option<f64>,
+}
+
+/// The probes of the last step at which `swax train` evaluated them (one line per window it
+/// trains at), from a run's metrics.
+fn probe_recall(dir: &Path) -> Vec<ProbeRecall> {
+    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap_or_default();
+    let evals: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("recall_near").is_some())
+        .collect();
+    let last = evals.iter().filter_map(|v| v["step"].as_u64()).max();
+    let pct = |v: &serde_json::Value, key: &str| {
+        let n = v[format!("{key}_n")].as_u64().unwrap_or(0);
+        (n > 0).then(|| 100.0 * v[key].as_f64().unwrap_or(0.0))
+    };
+    let mut out: Vec<ProbeRecall> = evals
+        .iter()
+        .filter(|v| v["step"].as_u64() == last)
+        .filter_map(|v| {
+            Some(ProbeRecall {
+                window: v["window"].as_u64()? as usize,
+                within: pct(v, "recall_near"),
+                beyond: pct(v, "recall_far"),
+            })
+        })
+        .collect();
+    out.sort_by_key(|p| p.window);
+    out.dedup_by_key(|p| p.window);
+    out
+}
+
 /// Exact match (%) of the answers within the window at the training length, every task pooled.
 pub fn in_window_recall(r: &EvalResults) -> Option<f64> {
     let (n, ok) = r
@@ -111,6 +151,8 @@ pub struct RunRow {
     pub in_window_recall: Option<f64>,
     /// Whether `in_window_recall` is at least [`LEARNED_PCT`]; None where it is unknown.
     pub learned: Option<bool>,
+    /// The training's held-out probes at each window it trained at, at its last evaluation.
+    pub probes: Vec<ProbeRecall>,
 }
 
 /// One length of one task, over a schedule's seeds.
@@ -209,6 +251,7 @@ pub fn figures(out: &Path, spec: &StudySpec, runs: &[RunSpec], results: &[EvalRe
                 final_train_loss: final_train_loss(&out.join("runs").join(&r.name)),
                 in_window_recall: recall,
                 learned: recall.map(|v| v >= LEARNED_PCT),
+                probes: probe_recall(&out.join("runs").join(&r.name)),
             }
         })
         .collect();
@@ -443,11 +486,18 @@ fn setup(md: &mut String, spec: &StudySpec, runs: &[RunSpec], f: &Figures) {
 /// Every run, and which learned.
 fn runs_table(md: &mut String, f: &Figures) {
     *md += "## Runs\n\n| run | pattern | p_short | anneal | seed | final train loss | in-window \
-           recall at the training length (%) | learned |\n|---|---|---:|---:|---:|---:|---:|---|\n";
+           recall at the training length (%) | learned | held-out training rows: within / beyond \
+           the window (%) |\n|---|---|---:|---:|---:|---:|---:|---|---|\n";
+    let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
     for r in &f.runs {
+        let probes: Vec<String> = r
+            .probes
+            .iter()
+            .map(|p| format!("w={}: {} / {}", p.window, pct(p.within), pct(p.beyond)))
+            .collect();
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.name,
             r.pattern,
             r.p_short,
@@ -459,6 +509,10 @@ fn runs_table(md: &mut String, f: &Figures) {
                 Some(true) => "yes",
                 Some(false) => "no",
                 None => "unknown",
+            },
+            match probes.is_empty() {
+                true => "-".into(),
+                false => probes.join("; "),
             }
         );
     }
@@ -478,7 +532,9 @@ fn runs_table(md: &mut String, f: &Figures) {
             f.unknown.join(", ")
         );
     }
-    *md += "\n";
+    *md += " The last column is the training's own check at its last evaluation: held-out rows \
+            of the training data at the training length (the wordings it learned, not the \
+            evaluation tasks'), the answers whose fact lies within the window and beyond it.\n";
 }
 
 /// Each schedule and window: in-window quality, retrieval within the window and beyond it.
