@@ -3,8 +3,9 @@
 // names the kernel and its sizes: `gdn B H Dk Dv K` or `mlstm B H Dk Dv K` (inputs x, w, tail,
 // the two gates a and b, the state c, and for the mLSTM n and m; writes emu_out, emu_tail,
 // emu_c, and emu_n, emu_m), `attend B H Hkv D S N PER` (inputs q, k, v; writes emu_out; the
-// keys in ranges of PER, as cuda.rs splits them), or `rla B H Hkv D S SLOT` (inputs q, k, v and
-// the state c; writes emu_out, emu_c). Blocks of DECODE_THREADS, one per row and head (row and kv
+// keys in ranges of PER, as cuda.rs splits them), `rla B H Hkv D S SLOT` (inputs q, k, v and
+// the state c; writes emu_out, emu_c), or `split_rope B H Hkv D POS 0` (input qkv, theta 10000;
+// writes emu_q, emu_k, emu_v). Blocks of DECODE_THREADS, one per row and head (row and kv
 // head for rla; row, head and range for attend_part), with the shared memory cuda.rs asks for.
 //     decode DIR bf16|f32
 #include "kernels.cpp"  // the kernel sources as C++ over emu.h, written by the test
@@ -31,6 +32,20 @@ static void run(const std::string& dir, const std::string& kind, const unsigned 
         const EmuLaunch join{{b * h, 1, 1}, {DECODE_THREADS, 1, 1}, 0};
         emu_launch(join, [&] { attend_join<E>(part.data(), o.data(), d, ranges); });
         out("out", o);
+        return;
+    }
+    if (kind == "split_rope") {
+        const unsigned b = a[0], h = a[1], hkv = a[2], d = a[3], pos = a[4];
+        const auto qkv = in("qkv");
+        auto q = nans<E>((size_t)b * h * d), k = nans<E>((size_t)b * hkv * d), v = nans<E>((size_t)b * hkv * d);
+        const unsigned pairs = b * (h + 2 * hkv) * d / 2;
+        const EmuLaunch grid{{(pairs + DECODE_THREADS - 1) / DECODE_THREADS, 1, 1}, {DECODE_THREADS, 1, 1}, 0};
+        emu_launch(grid, [&] {
+            split_rope<E>(qkv.data(), q.data(), k.data(), v.data(), b, h, hkv, d / 2, (i64)pos, 10000.0);
+        });
+        out("q", q);
+        out("k", k);
+        out("v", v);
         return;
     }
     if (kind == "rla") {
@@ -85,7 +100,7 @@ int main(int argc, char** argv) {
     FILE* f = fopen((dir + "/dims").c_str(), "r");
     const int got = f ? fscanf(f, "%15s %u %u %u %u %u %u %u", kind, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6]) : 0;
     if (got < 7 || (std::string(kind) == "attend" && got < 8)) {
-        fprintf(stderr, "%s/dims: expected gdn|mlstm B H Dk Dv K, attend B H Hkv D S N PER or rla B H Hkv D S SLOT\n", dir.c_str());
+        fprintf(stderr, "%s/dims: expected gdn|mlstm B H Dk Dv K, attend B H Hkv D S N PER, rla B H Hkv D S SLOT or split_rope B H Hkv D POS 0\n", dir.c_str());
         return 2;
     }
     fclose(f);

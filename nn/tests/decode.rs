@@ -2,7 +2,8 @@
 //! tokens stepped one by one through the mLSTM's and the gated delta rule's step give the
 //! outputs and final state of the short convolution and the chunkwise kernel over all T; one
 //! query attending to its window's cached keys gives the last row of sliding-window attention
-//! over the whole sequence, whatever the order of the cache's slots; RAttention's linear branch
+//! over the whole sequence, whatever the order of the cache's slots; attention's step input is
+//! rotated as the sequence's token at its position; RAttention's linear branch
 //! stepped over a ring of the window's keys gives each row of the branch over the whole sequence.
 use swax_autograd::Tape;
 use swax_nn::mixers::decode::{self, AttendIn, ConvStep, GatedDeltaStep, MlstmStep, RlaStepIn};
@@ -261,6 +262,32 @@ fn attend_refuses_bad_sizes() {
         let err = decode::attend(&x, n, None).unwrap_err().to_string();
         assert!(err.contains("attend"), "{err}");
     }
+}
+
+/// Attention's step input: q and k rotated as a whole sequence's RoPE rotates the token at that
+/// position (the last of T = pos + 1), v as it came; a row of the wrong width refused by name.
+#[test]
+fn split_rope_rotates_the_step_as_the_sequence_does() -> Result<()> {
+    let [b, h, hkv, d, pos] = [2, 4, 2, 16, 9];
+    let qkv = randn(&[b, 1, (h + 2 * hkv) * d], 1.0, 3, DType::F32);
+    let [q, k, v] = decode::split_rope(&qkv, [h, hkv, d], pos, 500.0)?;
+    // Each part as the last token of a sequence of pos + 1 (zeros before it), rotated whole.
+    let whole = |at: usize, n: usize| -> Result<Tensor> {
+        let part = qkv.narrow(-1, at * d, n * d)?.reshape(vec![b, 1, n, d])?;
+        part.pad(1, pos, 0)?.rope(0, 500.0)?.narrow(1, pos, 1)
+    };
+    assert!(worst(&q, &whole(0, h)?.reshape(vec![b, h, d])?) < 1e-6);
+    assert!(worst(&k, &whole(h, hkv)?) < 1e-6);
+    let plain = qkv
+        .narrow(-1, (h + hkv) * d, hkv * d)?
+        .reshape(vec![b, 1, hkv, d])?;
+    assert_eq!(v.to_f64_vec()?, plain.to_f64_vec()?);
+    assert!(worst(&q, &qkv.narrow(-1, 0, h * d)?.reshape(vec![b, h, d])?) > 1e-2);
+    let err = decode::split_rope(&qkv, [h, hkv + 1, d], pos, 500.0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("split_rope") && err.contains("Hkv 3"), "{err}");
+    Ok(())
 }
 
 /// RAttention's linear branch over `[B, T, ..]` at window W, against `rla_step` token by token:

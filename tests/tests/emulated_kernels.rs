@@ -8,8 +8,8 @@
 //! every GPU but Hopper, which the H200's GPU tests never run) and on Hopper's (wgmma, and
 //! hopper_fwd.cu's and hopper_bwd.cu's warp-specialised forward and backward), and RAttention's
 //! linear branch (rla.cu, bf16); the decoding steps (decode.cu: the mLSTM's and the gated delta
-//! rule's single step with its short convolution, one query attending to a cache; bf16 and
-//! f32); and the
+//! rule's single step with its short convolution, one query attending to a cache, attention's
+//! step input split and rotated; bf16 and f32); and the
 //! fused SwiGLU
 //! (swiglu.cu, both instantiations, in bf16 and f32), the short convolution (short_conv.cu, both
 //! variants, in bf16 and f32), RMSNorm's backward (norm.cu, with and without a residual's
@@ -1705,6 +1705,34 @@ fn decode_rla_case(
     )?;
     let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
     check_outputs(&dir, name, &[("out", &out), ("c", &next)], tolerance)
+}
+
+/// Attention's step input split and rotated in the emulator, against the CPU's split and RoPE:
+/// grouped kv heads, a far position.
+#[test]
+fn decode_split_rope() -> Result<()> {
+    use swax_nn::mixers::decode;
+    let Some(exe) = decode_harness() else {
+        return Ok(());
+    };
+    for (name, [b, h, hkv, d, pos], dtype) in [
+        ("decode_split_rope_bf16", [2, 8, 2, 64, 70000], DType::BF16),
+        ("decode_split_rope_f32", [3, 3, 3, 32, 5], DType::F32),
+    ] {
+        let dir = case_dir(name)?;
+        let qkv = decode_input(&dir, "qkv", &[b, (h + 2 * hkv) * d], 1, dtype)?;
+        let [q, k, v] = decode::split_rope(&qkv, [h, hkv, d], pos, 10000.0)?;
+        emulate(
+            exe,
+            &dir,
+            name,
+            ("dims", &format!("split_rope {b} {h} {hkv} {d} {pos} 0\n")),
+            dtype_arg(dtype),
+        )?;
+        let tolerance = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+        check_outputs(&dir, name, &[("q", &q), ("k", &k), ("v", &v)], tolerance)?;
+    }
+    Ok(())
 }
 
 /// Grouped queries (4 and 1 per kv head), head dims of 64 and 128, the last slot and the first.

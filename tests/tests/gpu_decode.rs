@@ -1,8 +1,9 @@
 //! The decoding kernels on the GPU (decode.cu) against their CPU forms on the same rounded
 //! inputs: the mLSTM's and the gated delta rule's single step (with the short convolution and
 //! its tail), several steps in a row so the state carries, one query attending to a cache
-//! longer than a tile of scores, and RAttention's linear-branch step over several steps, in bf16
-//! and f32; and the draw of a sampled token. Skips without a GPU (see `swax_tests::gpu`).
+//! longer than a tile of scores, attention's step input split and rotated in one launch, and
+//! RAttention's linear-branch step over several steps, in bf16 and f32; and the draw of a
+//! sampled token. Skips without a GPU (see `swax_tests::gpu`).
 use swax_nn::mixers::decode::{self, AttendIn, ConvStep, GatedDeltaStep, MlstmStep, RlaStepIn};
 use swax_nn::mixers::mlstm::{MlstmState, EPS};
 use swax_nn::sampling::{self, Cuts};
@@ -142,6 +143,49 @@ fn attend_matches_the_cpu() -> Result<()> {
                 None,
             )?;
             check(&format!("attend {dtype} {slots} slots"), &got, &want, dtype);
+        }
+    }
+    Ok(())
+}
+
+/// Attention's step input split and rotated in one launch, against the CPU (which runs the split
+/// and RoPE it fuses) and against those ops on the GPU, at positions where an f32 angle would be
+/// off (131071) and with grouped kv heads.
+#[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
+fn split_rope_matches_the_split_and_rope_it_fuses() -> Result<()> {
+    let Some(dev) = gpu() else {
+        return Ok(());
+    };
+    for dtype in [DType::BF16, DType::F32] {
+        for ([b, h, hkv, d], pos) in [
+            ([3, 12, 12, 64], 4100),
+            ([2, 8, 2, 128], 131071),
+            ([1, 2, 1, 32], 1),
+        ] {
+            let qkv = input(&[b, 1, (h + 2 * hkv) * d], 7, dtype);
+            let want = decode::split_rope(&qkv, [h, hkv, d], pos, 10000.0)?;
+            let on_gpu = qkv.to_device(dev)?;
+            let got = decode::split_rope(&on_gpu, [h, hkv, d], pos, 10000.0)?;
+            // The ops it fuses, on the GPU: narrow each part, then rope's table and rotation.
+            let part =
+                |at: usize, n: usize| on_gpu.narrow(-1, at * d, n * d)?.reshape(vec![b, 1, n, d]);
+            let ops = [
+                part(0, h)?.rope(pos, 10000.0)?.reshape(vec![b, h, d])?,
+                part(h, hkv)?.rope(pos, 10000.0)?,
+                part(h + hkv, hkv)?,
+            ];
+            for (i, name) in ["q", "k", "v"].iter().enumerate() {
+                let at = format!("split_rope {dtype} {name} at {pos}");
+                assert_eq!(got[i].dims(), want[i].dims(), "{at}");
+                check(&at, &got[i], &want[i], dtype);
+                check(
+                    &format!("{at}, against the GPU's ops"),
+                    &got[i],
+                    &ops[i].to_device(Device::Cpu)?,
+                    dtype,
+                );
+            }
         }
     }
     Ok(())

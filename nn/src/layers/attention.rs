@@ -108,7 +108,9 @@ impl Attention {
         let tape = w.tape();
         let b = x.dims()[0];
         let (h, hkv, d) = (self.h, self.hkv, self.d);
-        let [q, k, v] = split_heads(tape, &self.qkv.forward(w, x)?, [(h, d), (hkv, d), (hkv, d)])?;
+        let qkv = self.qkv.forward(w, x)?;
+        // q and k rotated at the step's position: the key once, as it enters the cache.
+        let [q, k, v] = decode::split_rope(&qkv, [h, hkv, d], pos, self.rope_theta)?;
         let mut kv = match cache.take() {
             Some(c) => c,
             None => {
@@ -117,10 +119,7 @@ impl Attention {
                 KvCache::new(k, v, None, window)?
             }
         };
-        kv.push(&tape.rope(&k, pos, self.rope_theta)?, &v, None)?;
-        let q = tape
-            .rope(&q, pos, self.rope_theta)?
-            .reshape(vec![b, h, d])?;
+        kv.push(&k, &v, None)?;
         let o = decode::attend(
             &AttendIn {
                 q: &q,

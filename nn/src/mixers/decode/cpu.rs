@@ -2,12 +2,13 @@
 //! for f64: the reference the CUDA kernels of `decode.cu` are tested against, computing the same
 //! sums in the same order per row and head.
 use super::{
-    AttendIn, AttendShape, ConvStep, GatedDeltaStep, MlstmStep, RlaStepIn, StepShape, Stepped,
+    AttendIn, AttendShape, ConvStep, GatedDeltaStep, MlstmStep, RlaStepIn, SplitRope, StepShape,
+    Stepped,
 };
 use crate::mixers::mlstm::MlstmState;
 use swax_tensor::backend::Backend;
 use swax_tensor::cpu::{CpuStorage, Real};
-use swax_tensor::{DType, Error, Result};
+use swax_tensor::{DType, Error, Result, Tensor};
 
 /// Added to |x|^2 under the square root of the L2 normalization of q and k (the chunkwise
 /// kernels' `NORM_EPS`).
@@ -297,4 +298,18 @@ pub(super) fn rla_step(
         Ok((T::store(out, dtype), T::store(s, x.state.dtype())))
     }
     by_dtype!(op, x.q.dtype(), run(op, x, d))
+}
+
+/// `split_rope` on the CPU: the ops it fuses (the split of the row into heads, then RoPE of q
+/// and k), so that a CPU step computes what a piece of one token does.
+pub(super) fn split_rope(qkv: &CpuStorage, d: &SplitRope) -> Result<[Tensor; 3]> {
+    let (b, width) = (d.b, (d.h + 2 * d.hkv) * d.d);
+    let x = Tensor::from_storage(qkv.clone(), vec![b, 1, width])?;
+    // Heads `n` of the row from head `at` on, as `[B, 1, n, D]`.
+    let heads = |at: usize, n: usize| x.narrow(-1, at * d.d, n * d.d)?.reshape(vec![b, 1, n, d.d]);
+    let q = heads(0, d.h)?
+        .rope(d.pos, d.theta)?
+        .reshape(vec![b, d.h, d.d])?;
+    let k = heads(d.h, d.hkv)?.rope(d.pos, d.theta)?;
+    Ok([q, k, heads(d.h + d.hkv, d.hkv)?])
 }

@@ -1,7 +1,9 @@
 //! The decoding steps on CUDA (`decode.cu`): one block of `DECODE_THREADS` per row and head
 //! (per row and kv head for `rla_step`), each kernel one launch; `attend` two, its first a block
 //! per row, head and range of keys.
-use super::{AttendIn, AttendShape, GatedDeltaStep, MlstmStep, RlaStepIn, StepShape, Stepped};
+use super::{
+    AttendIn, AttendShape, GatedDeltaStep, MlstmStep, RlaStepIn, SplitRope, StepShape, Stepped,
+};
 use swax_cuda::kernels::chunk::check_operands;
 use swax_cuda::kernels::{float_kernel, launch, to_u32, Launch};
 use swax_cuda::{Buffer, CudaDevice, CudaError, DType, KernelSource};
@@ -316,4 +318,46 @@ pub(super) fn rla_step(
         )?;
     }
     Ok((out.into(), state.into()))
+}
+
+/// q, k and v of the step's qkv row, q and k rotated (`split_rope` in decode.cu).
+pub(super) fn split_rope(qkv: &Buffer, d: &SplitRope) -> Result<[CudaStorage; 3], CudaError> {
+    const OP: &str = "split_rope";
+    let dt = qkv.dtype();
+    let width = (d.h + 2 * d.hkv) * d.d;
+    check_operands(OP, qkv.device(), &[("qkv", qkv, dt, d.b * width)])?;
+    let dev = qkv.device();
+    let q = dev.alloc(dt, d.b * d.h * d.d)?;
+    let k = dev.alloc(dt, d.b * d.hkv * d.d)?;
+    let v = dev.alloc(dt, d.b * d.hkv * d.d)?;
+    let name = float_kernel!(OP, "split_rope", dt)?;
+    let pairs = (d.b * width / 2) as u64;
+    let cfg = Launch {
+        grid: (
+            to_u32(OP, "blocks", pairs.div_ceil(DECODE_THREADS as u64) as usize)?,
+            1,
+            1,
+        ),
+        block: (DECODE_THREADS, 1, 1),
+        shared: 0,
+    };
+    let (rows, heads) = (to_u32(OP, "B", d.b)?, to_u32(OP, "H", d.h)?);
+    let (kv_heads, half) = (to_u32(OP, "Hkv", d.hkv)?, to_u32(OP, "D / 2", d.d / 2)?);
+    let pos = i64::try_from(d.pos)
+        .map_err(|_| CudaError::invalid(OP, format!("position {} exceeds i64", d.pos)))?;
+    // SAFETY: split_rope_T(qkv, q, k, v, rows, heads, kv_heads, half, pos, theta); qkv holds
+    // rows * (heads + 2 kv_heads) * 2 half elements, q rows * heads * 2 half, k and v rows *
+    // kv_heads * 2 half, and the grid's threads walk the pairs of all of them.
+    unsafe {
+        launch(
+            dev,
+            &SOURCE,
+            name,
+            cfg,
+            &[
+                qkv, &q, &k, &v, &rows, &heads, &kv_heads, &half, &pos, &d.theta,
+            ],
+        )?;
+    }
+    Ok([q.into(), k.into(), v.into()])
 }

@@ -20,6 +20,8 @@
 //   the window and of the kv head's q heads into shared memory, then one thread per column of
 //   the state [2D, D] adds phi(k) v to it and sums that column against each q head's phi(q).
 //   The state is read once and written once, as in the recurrent steps.
+// - split_rope_T: attention's step input, its qkv row split into q, k and v with RoPE applied to
+//   q and k at the step's position, in one pass.
 #include "common.cuh"
 
 // Threads of every decoding kernel's block; matches DECODE_THREADS in cuda.rs.
@@ -254,6 +256,35 @@ __device__ void rla_step(const T* q, const T* k, const T* v, const float* s, T* 
     }
 }
 
+// The step's qkv row [B, (H + 2 Hkv) D] (q heads, then k heads, then v heads) into q [B, H, D]
+// and k, v [B, Hkv, D], q and k rotated at position pos as rope.cu rotates them (the angle in
+// f64, its cosine and sine rounded to f32), v copied: one thread per pair (i, i + D/2) of a
+// head, where split and rope took five launches and a table of one position.
+template <typename T>
+__device__ void split_rope(const T* __restrict__ qkv, T* __restrict__ q, T* __restrict__ k, T* __restrict__ v,
+                           u32 rows, u32 heads, u32 kv_heads, u32 half, i64 pos, double theta) {
+    const u32 all = heads + 2 * kv_heads;
+    const u64 pairs = (u64)rows * all * half;
+    for (u64 i = global_thread(); i < pairs; i += grid_threads()) {
+        const u32 e = (u32)(i % half), j = (u32)(i / half % all);
+        const u64 b = i / half / all, from = i / half * 2 * half;
+        float x1 = to_float(qkv[from + e]), x2 = to_float(qkv[from + e + half]);
+        if (j < heads + kv_heads) {
+            const double inv_freq = pow(theta, -(double)(2 * e) / (double)(2 * half));
+            double sd, cd;
+            sincos((double)pos * inv_freq, &sd, &cd);
+            const float c = (float)cd, s = (float)sd, a = x1, bb = x2;
+            x1 = a * c - bb * s;
+            x2 = bb * c + a * s;
+        }
+        T* y = j < heads              ? q + (b * heads + j) * 2 * half
+               : j < heads + kv_heads ? k + (b * kv_heads + (j - heads)) * 2 * half
+                                      : v + (b * kv_heads + (j - heads - kv_heads)) * 2 * half;
+        y[e] = Convert<T>::from(x1);
+        y[e + half] = Convert<T>::from(x2);
+    }
+}
+
 #define DECODE_KERNELS(T, SUFFIX)                                                                                 \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
         gated_delta_step_##SUFFIX(const T* x, const T* w, const T* tail, const T* beta, const T* g,              \
@@ -281,6 +312,11 @@ __device__ void rla_step(const T* q, const T* k, const T* v, const float* s, T* 
         rla_step_##SUFFIX(const T* q, const T* k, const T* v, const float* s, T* out, float* s_out, u32 heads,   \
                           u32 kv_heads, u32 d, u32 slots, u32 slot) {                                            \
         rla_step<T>(q, k, v, s, out, s_out, heads, kv_heads, d, slots, slot);                                    \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
+        split_rope_##SUFFIX(const T* qkv, T* q, T* k, T* v, u32 rows, u32 heads, u32 kv_heads, u32 half,        \
+                            i64 pos, double theta) {                                                             \
+        split_rope<T>(qkv, q, k, v, rows, heads, kv_heads, half, pos, theta);                                    \
     }
 
 DECODE_KERNELS(float, f32)

@@ -26,6 +26,10 @@
 //! values `[B, S, Hkv, D]`, then returns `phi(q) · S` for q `[B, H, D]` (before RoPE) and the
 //! next S. A slot not yet written holds zeros, and a zero value adds nothing, so the slot the
 //! step's key enters can be given before the ring is full.
+//!
+//! **Attention's step input** (`split_rope`): the step's qkv projection `[B, (H + 2 Hkv) D]`
+//! split into q `[B, H, D]` and k, v `[B, 1, Hkv, D]`, q and k rotated at the step's position:
+//! what `split_heads` and two `rope`s give, in one launch on the GPU (the CPU runs those ops).
 mod cpu;
 mod cuda;
 
@@ -105,6 +109,13 @@ pub struct RlaStepIn<T = Tensor> {
     pub state: T,
 }
 
+/// Attention's step input: its qkv projection `[B, (H + 2 Hkv) D]`.
+#[derive(Clone, Debug)]
+pub struct QkvStep<T = Tensor> {
+    pub qkv: T,
+}
+
+swax_tensor::operands!(QkvStep { qkv });
 swax_tensor::operands!(AttendIn { q, k, v });
 swax_tensor::operands!(RlaStepIn { q, k, v, state });
 
@@ -306,6 +317,57 @@ pub fn rla_step(x: &RlaStepIn<&Tensor>, slot: usize) -> Result<(Tensor, Tensor)>
     Tensor::apply(&RlaStepOp { dims }, x)
 }
 
+/// The heads of a step's qkv row and where RoPE turns them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SplitRope {
+    pub b: usize,
+    pub h: usize,
+    pub hkv: usize,
+    pub d: usize,
+    /// The step's position.
+    pub pos: usize,
+    pub theta: f64,
+}
+
+/// The step's qkv row `[B, (H + 2 Hkv) D]` (or `[B, 1, ..]`) as q `[B, H, D]` and k, v
+/// `[B, 1, Hkv, D]`, q and k rotated at `pos` (RoPE's rotate-half pairing, frequencies
+/// `theta^(-2i/D)`).
+pub fn split_rope(
+    qkv: &Tensor,
+    [h, hkv, d]: [usize; 3],
+    pos: usize,
+    theta: f64,
+) -> Result<[Tensor; 3]> {
+    let op = SplitRopeOp::NAME;
+    let b = qkv.dims()[0];
+    let width = (h + 2 * hkv) * d;
+    if qkv.numel() != b * width || !d.is_multiple_of(2) || h == 0 || hkv == 0 {
+        return Err(Error::Invalid {
+            op,
+            msg: format!(
+                "needs a row of (H {h} + 2 Hkv {hkv}) x D {d} (D even) per row, got {}",
+                qkv.shape()
+            ),
+        });
+    }
+    if !qkv.dtype().is_float() {
+        return Err(Error::UnsupportedDType {
+            op,
+            dtype: qkv.dtype(),
+        });
+    }
+    let dims = SplitRope {
+        b,
+        h,
+        hkv,
+        d,
+        pos,
+        theta,
+    };
+    let qkv = qkv.reshape(vec![b, width])?;
+    Tensor::apply(&SplitRopeOp { dims }, &QkvStep { qkv: &qkv })
+}
+
 /// Whether the decoding kernels run for data of this dtype and head dims (the largest of them)
 /// on this device: the CPU's take every float dtype, the CUDA kernels f32 and bf16 with head
 /// dims up to `cuda::MAX_HEAD_DIM`.
@@ -461,5 +523,29 @@ impl DeviceOp for RlaStepOp {
     fn cuda(&self, x: RlaStepIn<&CudaStorage>) -> Result<(Tensor, Tensor)> {
         let x = x.try_map(|s| Ok(s.buffer()))?;
         self.out(cuda::rla_step(&x, &self.dims)?)
+    }
+}
+
+struct SplitRopeOp {
+    dims: SplitRope,
+}
+
+impl DeviceOp for SplitRopeOp {
+    const NAME: &'static str = "split_rope";
+    type In = QkvStep;
+    type Out = [Tensor; 3];
+
+    fn cpu(&self, x: QkvStep<&CpuStorage>) -> Result<[Tensor; 3]> {
+        cpu::split_rope(x.qkv, &self.dims)
+    }
+
+    fn cuda(&self, x: QkvStep<&CudaStorage>) -> Result<[Tensor; 3]> {
+        let d = &self.dims;
+        let [q, k, v] = cuda::split_rope(x.qkv.buffer(), d)?;
+        Ok([
+            tensor(q, &[d.b, d.h, d.d])?,
+            tensor(k, &[d.b, 1, d.hkv, d.d])?,
+            tensor(v, &[d.b, 1, d.hkv, d.d])?,
+        ])
     }
 }
