@@ -2,8 +2,8 @@
 // xLSTM's gated head norm (LayerNorm, a weight per head, a sigmoid gate) on the same row tiles.
 //
 // One kernel pair serves both: LayerNorm is RMSNorm of the centred row plus a bias, so
-// `center` switches the mean (and the bias) on. Weights, biases and the saved statistics are
-// f32; x, y, dy, dx are f32 or bf16.
+// `center` switches the mean (and the bias) on. Weights and biases are f32 (the forwards also
+// take bf16 ones with bf16 data, below), the saved statistics f32; x, y, dy, dx f32 or bf16.
 //   forward:  xh = (x - mean) * rstd,  rstd = 1 / sqrt(mean((x - mean)^2) + eps),
 //             y = xh * w (+ b) (+ res); mean = 0 for RMSNorm
 //   backward: g = dy * w,  dx = rstd * (g - mean(g) - xh * mean(g * xh))   (no mean(g) for RMS)
@@ -63,8 +63,8 @@ __device__ __forceinline__ void row_stats(Tile<T, VEC>& t, const T* __restrict__
 
 // A non-null res (like x) is added to y before its one rounding: a sum of the norm and another
 // path (RAttention's two normed branches) in the norm's pass.
-template <typename T, bool VEC>
-__device__ void norm_fwd(const T* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+template <typename T, typename W, bool VEC>
+__device__ void norm_fwd(const T* __restrict__ x, const W* __restrict__ w, const W* __restrict__ b,
                          const T* __restrict__ res, T* __restrict__ y, float* __restrict__ mean_out,
                          float* __restrict__ rstd_out, u32 rows, u32 n, float eps, int center) {
     using Row = Tile<T, VEC>;
@@ -189,8 +189,8 @@ __device__ void norm_bwd(const T* __restrict__ x, const float* __restrict__ w, c
 //   backward: s = sigmoid(o), g = dy * s * w[h],  dx = rstd * (g - mean(g) - xh * mean(g * xh)),
 //             do = dy * xh * w[h] * s * (1 - s),  dw[h] = sum over the head's rows of dy * s * xh
 // The backward recomputes the row statistics (nothing is saved between the passes).
-template <typename T, bool VEC>
-__device__ void gated_head_norm_fwd(const T* __restrict__ x, const T* __restrict__ o, const float* __restrict__ w,
+template <typename T, typename W, bool VEC>
+__device__ void gated_head_norm_fwd(const T* __restrict__ x, const T* __restrict__ o, const W* __restrict__ w,
                                     T* __restrict__ y, u32 rows, u32 heads, u32 n, float eps) {
     using Row = Tile<T, VEC>;
     const u32 row = row_index();
@@ -201,7 +201,7 @@ __device__ void gated_head_norm_fwd(const T* __restrict__ x, const T* __restrict
     float mean, rstd;
     row_stats(t, x + base, len, n, eps, 1, mean, rstd);
     if (len == 0) return;
-    const float* wh = w + (u64)(row % heads) * n;
+    const W* wh = w + (u64)(row % heads) * n;
     for (u32 i = 0; i < tiles; ++i) {
         const u32 start = i * tile, tl = tile_len(len, start, tile);
         if (tiles > 1) t.load(x + base + start, tl, 0.0f);
@@ -301,7 +301,7 @@ __device__ void gated_head_norm_bwd(const T* __restrict__ x, const T* __restrict
     extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
         norm_fwd_##NAME(const T* x, const float* w, const float* b, const T* res, T* y,            \
                         float* mean_out, float* rstd_out, u32 rows, u32 n, float eps, int center) { \
-        norm_fwd<T, VEC>(x, w, b, res, y, mean_out, rstd_out, rows, n, eps, center);               \
+        norm_fwd<T, float, VEC>(x, w, b, res, y, mean_out, rstd_out, rows, n, eps, center);        \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
         norm_bwd_##NAME(const T* x, const float* w, const float* mean, const float* rstd,          \
@@ -312,7 +312,7 @@ __device__ void gated_head_norm_bwd(const T* __restrict__ x, const T* __restrict
     extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
         gated_head_norm_fwd_##NAME(const T* x, const T* o, const float* w, T* y, u32 rows,         \
                                    u32 heads, u32 n, float eps) {                                  \
-        gated_head_norm_fwd<T, VEC>(x, o, w, y, rows, heads, n, eps);                              \
+        gated_head_norm_fwd<T, float, VEC>(x, o, w, y, rows, heads, n, eps);                       \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
         gated_head_norm_bwd_##NAME(const T* x, const T* o, const float* w, const T* dy, T* dx,     \
@@ -324,3 +324,22 @@ INSTANTIATE(f32, float, true)
 INSTANTIATE(f32_scalar, float, false)
 INSTANTIATE(bf16, bf16, true)
 INSTANTIATE(bf16_scalar, bf16, false)
+
+// The forwards with weights (and LayerNorm's bias) of the data's dtype, read as they are: a
+// model computing in bf16 holds its norm weights in bf16, which the kernels above would take
+// only after a launch casting them to f32 (exactly, as every bf16 is an f32), one per norm.
+#define INSTANTIATE_SAME_WEIGHTS(NAME, T, VEC)                                                     \
+    extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
+        norm_fwd_wt_##NAME(const T* x, const T* w, const T* b, const T* res, T* y,                 \
+                           float* mean_out, float* rstd_out, u32 rows, u32 n, float eps,           \
+                           int center) {                                                           \
+        norm_fwd<T, T, VEC>(x, w, b, res, y, mean_out, rstd_out, rows, n, eps, center);            \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(ROW_BLOCK)                                        \
+        gated_head_norm_fwd_wt_##NAME(const T* x, const T* o, const T* w, T* y, u32 rows,          \
+                                      u32 heads, u32 n, float eps) {                               \
+        gated_head_norm_fwd<T, T, VEC>(x, o, w, y, rows, heads, n, eps);                           \
+    }
+
+INSTANTIATE_SAME_WEIGHTS(bf16, bf16, true)
+INSTANTIATE_SAME_WEIGHTS(bf16_scalar, bf16, false)

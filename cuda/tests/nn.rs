@@ -12,7 +12,7 @@ use swax_cuda::kernels::embedding::{embedding, embedding_backward, index_select}
 use swax_cuda::kernels::norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
 use swax_cuda::kernels::optim::{adamw, add_into, global_norm, AdamWBuffers, AdamWStep};
 use swax_cuda::kernels::rope::{rope, rope_backward, RopeDims};
-use swax_cuda::DType;
+use swax_cuda::{Buffer, DType};
 
 /// The tests of one binary share one device (`CudaDevice::new` hands every caller the same
 /// one), and with it one error word: a test that reads the flags could take another's. Every
@@ -237,6 +237,58 @@ fn norms_forward_and_backward() {
             }
         }
     }
+}
+
+/// The forwards of RMSNorm, LayerNorm and the gated head norm read bf16 weights of bf16 data as
+/// they are (norm.cu's `_wt_` kernels): the same outputs, bit for bit, as from those weights in
+/// f32, on one tile and several, vectorised and scalar; bf16 weights of f32 data are refused.
+#[test]
+#[ignore = "needs a CUDA GPU (cargo test -- --include-ignored)"]
+fn norm_forwards_read_bf16_weights_as_their_f32_values() {
+    use swax_cuda::kernels::norm::gated_head_norm;
+    let dev = gpu!();
+    let mut rng = Rng::new(23);
+    let (dt, eps) = (DType::BF16, 1e-5f32);
+    for (rows, n, heads) in [(37, 67, 1), (6, 4096, 3), (2, 20001, 2), (8, 64, 4)] {
+        let x = upload(&dev, dt, &rng.vec(rows * n, -2.0, 2.0));
+        let o = upload(&dev, dt, &rng.vec(rows * n, -2.0, 2.0));
+        let (w, b) = (rng.vec(heads * n, 0.5, 1.5), rng.vec(n, -0.5, 0.5));
+        let (w, b) = (rounded(dt, &w), rounded(dt, &b));
+        let (w16, b16) = (upload(&dev, dt, &w), upload(&dev, dt, &b));
+        let (w32, b32) = (dev.htod(&w).unwrap(), dev.htod(&b).unwrap());
+        // y from weights in `w`, `b`: RMSNorm (n of the weights), LayerNorm, the gated head norm.
+        let run = |w: &Buffer, b: &Buffer, wn: &Buffer| {
+            let (mut y, mut rstd) = (
+                poisoned(&dev, dt, rows * n),
+                poisoned(&dev, DType::F32, rows),
+            );
+            let mut mean = poisoned(&dev, DType::F32, rows);
+            let mut out = Vec::new();
+            rms_norm(&dev, &x, n, wn, eps, None, &mut y, &mut rstd).unwrap();
+            out.push(download(&dev, &y));
+            layer_norm(&dev, &x, n, wn, b, eps, &mut y, &mut mean, &mut rstd).unwrap();
+            out.push(download(&dev, &y));
+            gated_head_norm(&dev, &x, &o, w, heads, n, eps, &mut y).unwrap();
+            out.push(download(&dev, &y));
+            out
+        };
+        let (n16, n32) = (upload(&dev, dt, &w[..n]), dev.htod(&w[..n]).unwrap());
+        let same = run(&w16, &b16, &n16) == run(&w32, &b32, &n32);
+        assert!(
+            same,
+            "bf16 weights differ from their f32 values at {rows}x{n}"
+        );
+    }
+    let x32 = upload(&dev, DType::F32, &rng.vec(64, -1.0, 1.0));
+    let w16 = upload(&dev, DType::BF16, &[1.0; 64]);
+    let (mut y, mut rstd) = (
+        poisoned(&dev, DType::F32, 64),
+        poisoned(&dev, DType::F32, 1),
+    );
+    let err = rms_norm(&dev, &x32, 64, &w16, eps, None, &mut y, &mut rstd)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("weights of bf16 for f32 data"), "{err}");
 }
 
 #[test]

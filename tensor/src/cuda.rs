@@ -186,6 +186,15 @@ impl CudaStorage {
         })
     }
 
+    /// A norm's weights as its forward reads them: as they are where they have this data's
+    /// dtype (the kernels read f32 weights, or weights of the data's dtype), else in f32.
+    fn weights<'a>(&self, w: &'a Buffer) -> Result<Operand<'a>> {
+        match w.dtype() == self.buf.dtype() {
+            true => Ok(Operand::Same(w)),
+            false => self.read_as(w, DType::F32),
+        }
+    }
+
     fn cast_to(&self, b: Buffer, dtype: DType) -> Result<Buffer> {
         if b.dtype() == dtype {
             return Ok(b);
@@ -454,7 +463,7 @@ impl Backend for CudaStorage {
         n: usize,
         eps: f64,
     ) -> Result<(Self, Self)> {
-        let w = self.read_as(&weight.buf, DType::F32)?;
+        let w = self.weights(&weight.buf)?;
         let mut y = self.alloc_like(self.buf.len())?;
         let mut rstd = self.alloc(DType::F32, self.buf.len() / n.max(1))?;
         let res = res.map(|r| &r.buf);
@@ -506,8 +515,13 @@ impl Backend for CudaStorage {
         n: usize,
         eps: f64,
     ) -> Result<(Self, Self, Self)> {
-        let w = self.read_as(&weight.buf, DType::F32)?;
-        let b = self.read_as(&bias.buf, DType::F32)?;
+        let (w, b) = match weight.dtype() == bias.dtype() {
+            true => (self.weights(&weight.buf)?, self.weights(&bias.buf)?),
+            false => (
+                self.read_as(&weight.buf, DType::F32)?,
+                self.read_as(&bias.buf, DType::F32)?,
+            ),
+        };
         let rows = self.buf.len() / n.max(1);
         let mut y = self.alloc_like(self.buf.len())?;
         let mut mean = self.alloc(DType::F32, rows)?;

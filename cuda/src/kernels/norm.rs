@@ -18,8 +18,8 @@ pub(crate) const SOURCE: KernelSource = KernelSource {
 /// reduce, so a few waves' worth fill the GPU without multiplying the partial sums.
 const BWD_BLOCKS_PER_SM: u32 = 4;
 
-/// The normalisation's parameters and saved statistics. `w` (and `b`) are f32 of length n;
-/// `mean` and `rstd` are f32, one per row.
+/// The normalisation's parameters and saved statistics. `w` (and `b`) are of length n, f32 (in
+/// a forward also the data's dtype, [`weights_dtype`]); `mean` and `rstd` are f32, one per row.
 struct Params<'a> {
     w: &'a Buffer,
     b: Option<&'a Buffer>,
@@ -27,18 +27,34 @@ struct Params<'a> {
     center: bool,
 }
 
+/// The dtype a forward reads `w` in: f32, or the data's (norm.cu's `_wt_` kernels, for bf16).
+fn weights_dtype(op: &'static str, x: &Buffer, w: &Buffer) -> Result<DType, CudaError> {
+    match w.dtype() {
+        DType::F32 => Ok(DType::F32),
+        dt if dt == x.dtype() && dt == DType::BF16 => Ok(dt),
+        dt => Err(CudaError::invalid(
+            op,
+            format!(
+                "weights of {dt} for {} data: f32, or bf16 for bf16 data",
+                x.dtype()
+            ),
+        )),
+    }
+}
+
 fn check_params(
     op: &'static str,
     dev: &CudaDevice,
     p: &Params<'_>,
     n: usize,
+    dtype: DType,
 ) -> Result<(), CudaError> {
     check_device(op, dev, &[p.w])?;
-    check_dtype(op, "weight", p.w, DType::F32)?;
+    check_dtype(op, "weight", p.w, dtype)?;
     check_len(op, "weight", p.w, n)?;
     if let Some(b) = p.b {
         check_device(op, dev, &[b])?;
-        check_dtype(op, "bias", b, DType::F32)?;
+        check_dtype(op, "bias", b, dtype)?;
         check_len(op, "bias", b, n)?;
     }
     Ok(())
@@ -73,7 +89,8 @@ fn forward(
         check_device(op, dev, &[r])?;
         check_like(op, "res", r, x)?;
     }
-    check_params(op, dev, &p, n)?;
+    let wt = weights_dtype(op, x, p.w)?;
+    check_params(op, dev, &p, n, wt)?;
     let rows = rows_of(op, x, n)?;
     check_stat(op, dev, "rstd", rstd, rows)?;
     if let Some(m) = mean.as_deref() {
@@ -91,14 +108,17 @@ fn forward(
         x.dtype(),
         &[x.device_ptr(), y.device_ptr(), p.w.device_ptr(), b, res_ptr],
     );
-    let name = row_kernel!(op, "norm_fwd", x.dtype(), vec)?;
+    let name = match wt {
+        DType::F32 => row_kernel!(op, "norm_fwd", x.dtype(), vec)?,
+        _ => row_kernel!(op, "norm_fwd_wt", x.dtype(), vec)?,
+    };
     if rows == 0 {
         return Ok(());
     }
-    // SAFETY: norm_fwd_T(const T* x, const float* w, const float* b, const T* res, T* y,
-    // float* mean_out, float* rstd_out, u32 rows, u32 n, float eps, int center); x, res (or
-    // null) and y hold rows * n, w and b (or null) n, mean (or null) and rstd rows; the
-    // vectorised instantiation only where vector_rows holds.
+    // SAFETY: norm_fwd[_wt]_T(const T* x, const W* w, const W* b, const T* res, T* y, float*
+    // mean_out, float* rstd_out, u32 rows, u32 n, float eps, int center), W f32 or (_wt) T as
+    // checked; x, res (or null) and y hold rows * n, w and b (or null) n, mean (or null) and
+    // rstd rows; the vectorised instantiation only where vector_rows holds.
     unsafe {
         launch(
             dev,
@@ -172,7 +192,7 @@ fn backward(
         check_device(op, dev, &[r])?;
         check_like(op, "dres", r, x)?;
     }
-    check_params(op, dev, &p, n)?;
+    check_params(op, dev, &p, n, DType::F32)?;
     let rows = rows_of(op, x, n)?;
     check_stat(op, dev, "rstd", rstd, rows)?;
     if let Some(m) = mean {
@@ -338,6 +358,7 @@ fn check_gated(
     like: &[(&str, &Buffer)],
     heads: usize,
     n: usize,
+    weights: DType,
 ) -> Result<(u32, u32, u32), CudaError> {
     check_device(op, dev, &[x, o, w])?;
     check_like(op, "o", o, x)?;
@@ -345,7 +366,7 @@ fn check_gated(
         check_device(op, dev, &[b])?;
         check_like(op, name, b, x)?;
     }
-    check_dtype(op, "weight", w, DType::F32)?;
+    check_dtype(op, "weight", w, weights)?;
     check_len(op, "weight", w, heads * n)?;
     let rows = rows_of(op, x, n)?;
     if heads == 0 || !(rows as usize).is_multiple_of(heads) {
@@ -359,7 +380,7 @@ fn check_gated(
 
 /// xLSTM's gated head norm over rows of `n`, row r in head `r % heads`: `y = (x - mean) * rstd
 /// * w[head] * sigmoid(o)`, LayerNorm without an affine map of its own (biased variance, eps).
-/// `x`, `o`, `y` f32 or bf16 alike; `w` f32 `[heads, n]`.
+/// `x`, `o`, `y` f32 or bf16 alike; `w` `[heads, n]` f32, or bf16 for bf16 data.
 pub fn gated_head_norm(
     dev: &CudaDevice,
     x: &Buffer,
@@ -371,20 +392,20 @@ pub fn gated_head_norm(
     y: &mut Buffer,
 ) -> Result<(), CudaError> {
     const OP: &str = "gated_head_norm";
-    let (rows, n, heads) = check_gated(OP, dev, x, o, w, &[("y", y)], heads, n)?;
-    let ptrs = [x, o, y, w].map(Buffer::device_ptr);
-    let name = row_kernel!(
-        OP,
-        "gated_head_norm_fwd",
-        x.dtype(),
-        vector_rows(n, x.dtype(), &ptrs)
-    )?;
+    let wt = weights_dtype(OP, x, w)?;
+    let (rows, n, heads) = check_gated(OP, dev, x, o, w, &[("y", y)], heads, n, wt)?;
+    let vec = vector_rows(n, x.dtype(), &[x, o, y, w].map(Buffer::device_ptr));
+    let name = match wt {
+        DType::F32 => row_kernel!(OP, "gated_head_norm_fwd", x.dtype(), vec)?,
+        _ => row_kernel!(OP, "gated_head_norm_fwd_wt", x.dtype(), vec)?,
+    };
     if rows == 0 {
         return Ok(());
     }
-    // SAFETY: gated_head_norm_fwd_T(const T* x, const T* o, const float* w, T* y, u32 rows,
-    // u32 heads, u32 n, float eps); x, o and y hold rows * n, w heads * n, rows a multiple of
-    // heads; the vectorised instantiation only where vector_rows holds.
+    // SAFETY: gated_head_norm_fwd[_wt]_T(const T* x, const T* o, const W* w, T* y, u32 rows,
+    // u32 heads, u32 n, float eps), W f32 or (_wt) T as checked; x, o and y hold rows * n, w
+    // heads * n, rows a multiple of heads; the vectorised instantiation only where vector_rows
+    // holds.
     unsafe {
         launch(
             dev,
@@ -414,7 +435,7 @@ pub fn gated_head_norm_backward(
 ) -> Result<(), CudaError> {
     const OP: &str = "gated_head_norm_backward";
     let like = [("dy", dy), ("dx", &*dx), ("do", &*d_o)];
-    let (rows, n, heads) = check_gated(OP, dev, x, o, w, &like, heads, n)?;
+    let (rows, n, heads) = check_gated(OP, dev, x, o, w, &like, heads, n, DType::F32)?;
     check_device(OP, dev, &[dw])?;
     check_like(OP, "dw", dw, w)?;
     let ptrs = [x, o, w, dy, &*dx, &*d_o].map(Buffer::device_ptr);
