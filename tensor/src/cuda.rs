@@ -186,13 +186,13 @@ impl CudaStorage {
         })
     }
 
-    /// A norm's weights as its forward reads them: as they are where they have this data's
-    /// dtype (the kernels read f32 weights, or weights of the data's dtype), else in f32.
+    /// A norm's weights as its forward over this data reads them (`kernels::norm::
+    /// forward_weights`): as they are, or a copy in f32.
     fn weights<'a>(&self, w: &'a Buffer) -> Result<Operand<'a>> {
-        match w.dtype() == self.buf.dtype() {
-            true => Ok(Operand::Same(w)),
-            false => self.read_as(w, DType::F32),
-        }
+        Ok(match k::norm::forward_weights(self.dev(), &self.buf, w)? {
+            Some(cast) => Operand::Owned(cast),
+            None => Operand::Same(w),
+        })
     }
 
     fn cast_to(&self, b: Buffer, dtype: DType) -> Result<Buffer> {

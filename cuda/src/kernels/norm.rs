@@ -27,19 +27,40 @@ struct Params<'a> {
     center: bool,
 }
 
-/// The dtype a forward reads `w` in: f32, or the data's (norm.cu's `_wt_` kernels, for bf16).
+/// Whether a forward over data `x` reads weights `w` as they are: f32, or bf16 for bf16 data
+/// (norm.cu's `_wt_` kernels).
+fn reads_as_is(x: &Buffer, w: &Buffer) -> bool {
+    w.dtype() == DType::F32 || (w.dtype() == x.dtype() && x.dtype() == DType::BF16)
+}
+
+/// The dtype a forward reads `w` in, or the error naming weights it does not read.
 fn weights_dtype(op: &'static str, x: &Buffer, w: &Buffer) -> Result<DType, CudaError> {
-    match w.dtype() {
-        DType::F32 => Ok(DType::F32),
-        dt if dt == x.dtype() && dt == DType::BF16 => Ok(dt),
-        dt => Err(CudaError::invalid(
+    match reads_as_is(x, w) {
+        true => Ok(w.dtype()),
+        false => Err(CudaError::invalid(
             op,
             format!(
-                "weights of {dt} for {} data: f32, or bf16 for bf16 data",
+                "weights of {} for {} data: f32, or bf16 for bf16 data",
+                w.dtype(),
                 x.dtype()
             ),
         )),
     }
+}
+
+/// Weights `w` as a norm's forward over `x` takes them: None where it reads them as they are,
+/// else a copy cast to f32 (a launch the caller saves by holding them so).
+pub fn forward_weights(
+    dev: &CudaDevice,
+    x: &Buffer,
+    w: &Buffer,
+) -> Result<Option<Buffer>, CudaError> {
+    if reads_as_is(x, w) {
+        return Ok(None);
+    }
+    let mut y = dev.alloc(DType::F32, w.len())?;
+    super::cast::cast(dev, w, &mut y)?;
+    Ok(Some(y))
 }
 
 fn check_params(

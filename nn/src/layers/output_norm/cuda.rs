@@ -1,7 +1,7 @@
 //! xLSTM's gated head norm on CUDA, forward and backward: swax-cuda's row kernels
-//! (`kernels::norm`, source `norm.cu`). The forward reads the weight as it is where it has the
-//! data's dtype (else in f32); the backward reads it in f32 and sums its gradient in f32, cast
-//! back to the weight's dtype here.
+//! (`kernels::norm`, source `norm.cu`). The forward reads the weight as `norm::forward_weights`
+//! says; the backward reads it in f32 and sums its gradient in f32, cast back to the weight's
+//! dtype here.
 use super::{GatedHeadNormBackward, GatedHeadNormGrads, GatedHeadNormIn};
 use swax_cuda::kernels::{cast, norm};
 use swax_cuda::{Buffer, CudaDevice, CudaError, DType};
@@ -26,11 +26,8 @@ pub(super) fn forward(
     eps: f32,
 ) -> Result<CudaStorage, CudaError> {
     let dev = x.x.device();
-    let w32 = match x.weight.dtype() == x.x.dtype() {
-        true => None,
-        false => converted(dev, x.weight, DType::F32)?,
-    };
-    let w = w32.as_ref().unwrap_or(x.weight);
+    let cast = norm::forward_weights(dev, x.x, x.weight)?;
+    let w = cast.as_ref().unwrap_or(x.weight);
     let mut y = dev.alloc(x.x.dtype(), x.x.len())?;
     norm::gated_head_norm(dev, x.x, x.o, w, heads, n, eps, &mut y)?;
     Ok(y.into())

@@ -339,7 +339,7 @@ pub fn split_rope(
     theta: f64,
 ) -> Result<[Tensor; 3]> {
     let op = SplitRopeOp::NAME;
-    let b = qkv.dims()[0];
+    let b = qkv.dims().first().copied().unwrap_or(0);
     let width = (h + 2 * hkv) * d;
     if qkv.numel() != b * width || !d.is_multiple_of(2) || h == 0 || hkv == 0 {
         return Err(Error::Invalid {
